@@ -1,0 +1,6 @@
+//! The jitmap simulator's library half: workload generators and drivers shared by
+//! the `jitmap-sim` binary, the tests, the loom models, the fuzz targets and the
+//! benches.
+
+pub mod replay;
+pub mod rng;

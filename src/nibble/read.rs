@@ -1,0 +1,89 @@
+//! Lock-free lookups, written once over [`WordRead`].
+
+use super::encoding::{decode_pointer, is_pointer, last_start_in, start_at_or_before, word_index};
+use crate::words::WordRead;
+
+/// Version-1 lookup: the start at or before `offset`, walking back one word at a
+/// time until a start is found or the map begins. Cost grows with method size.
+pub fn find_v1<W: WordRead + ?Sized>(words: &W, offset: u64) -> Option<u64> {
+    let index = word_index(offset);
+    if index >= words.word_count() {
+        return None;
+    }
+    if let Some(start) = start_at_or_before(words.load(index), index, offset) {
+        return Some(start);
+    }
+    (0..index)
+        .rev()
+        .find_map(|i| last_start_in(words.load(i), i))
+}
+
+/// Version-2 lookup: reads at most two words.
+///
+/// The covering word answers if it is a pointer or holds a start at or before
+/// `offset`; otherwise only the previous word can (a block reaching `offset` from
+/// further back would have left a pointer in it).
+pub fn find_v2<W: WordRead + ?Sized>(words: &W, offset: u64) -> Option<u64> {
+    let index = word_index(offset);
+    if index >= words.word_count() {
+        return None;
+    }
+    let word = words.load(index);
+    if is_pointer(word) {
+        return Some(u64::from(decode_pointer(word)));
+    }
+    if let Some(start) = start_at_or_before(word, index, offset) {
+        return Some(start);
+    }
+    let prev_index = index.checked_sub(1)?;
+    let prev = words.load(prev_index);
+    if is_pointer(prev) {
+        return Some(u64::from(decode_pointer(prev)));
+    }
+    last_start_in(prev, prev_index)
+}
+
+/// Iterator over the live starts of a map in ascending order; pointer words are
+/// skipped, so it works for both versions.
+pub struct Starts<'a, W: ?Sized> {
+    words: &'a W,
+    index: usize,
+    pending: u32,
+}
+
+impl<'a, W: WordRead + ?Sized> Starts<'a, W> {
+    pub(crate) fn new(words: &'a W) -> Self {
+        Self {
+            words,
+            index: 0,
+            pending: 0,
+        }
+    }
+}
+
+impl<W: WordRead + ?Sized> Iterator for Starts<'_, W> {
+    type Item = u64;
+
+    fn next(&mut self) -> Option<u64> {
+        loop {
+            if self.pending != 0 {
+                let bucket = self.pending.leading_zeros() / 4;
+                let nibble = super::encoding::nibble_at(self.pending, bucket);
+                self.pending &= !(0xF << super::encoding::bucket_shift(bucket));
+                return Some(super::encoding::start_offset(
+                    self.index - 1,
+                    bucket,
+                    nibble,
+                ));
+            }
+            if self.index >= self.words.word_count() {
+                return None;
+            }
+            let word = self.words.load(self.index);
+            self.index += 1;
+            if !is_pointer(word) {
+                self.pending = word;
+            }
+        }
+    }
+}

@@ -1,0 +1,104 @@
+//! The writer: set and delete, in the order concurrent readers rely on.
+
+use super::encoding::{
+    BUCKET_BYTES, START_ALIGN, WORD_BYTES, bucket_in_word, bucket_shift, decode_pointer,
+    encode_pointer, is_pointer, nibble_at, nibble_for, start_offset, word_index,
+};
+use super::{MapError, MapVersion, MapWriter};
+use crate::words::WordStore;
+
+impl<S: WordStore> MapWriter<S> {
+    /// Records a block `[start, start + size)`.
+    ///
+    /// Writes the start nibble first, then (v2) the pointer words in ascending
+    /// order, so a reader sees either nothing, or a start with a prefix of its
+    /// pointers, each of which already names the right start.
+    pub fn set(&mut self, start: u64, size: u64) -> Result<(), MapError> {
+        self.check_set(start, size)?;
+        let map = &*self.map;
+        let index = word_index(start);
+        let shift = bucket_shift(bucket_in_word(start));
+        let word = map.words.load(index);
+        map.words.store(index, word | (nibble_for(start) << shift));
+        if map.version == MapVersion::V2 {
+            let pointer = encode_pointer(start as u32);
+            for i in index + 1..word_index(start + size) {
+                map.words.store(i, pointer);
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes the block starting at `start`: clears its nibble, then (v2) its
+    /// pointer words, walking forward while they decode to `start`.
+    pub fn delete(&mut self, start: u64) -> Result<(), MapError> {
+        let map = &*self.map;
+        if start % START_ALIGN != 0 {
+            return Err(MapError::Misaligned { start });
+        }
+        if start >= map.span {
+            return Err(MapError::OutOfRange { start, size: 0 });
+        }
+        let index = word_index(start);
+        let bucket = bucket_in_word(start);
+        let word = map.words.load(index);
+        if is_pointer(word) || nibble_at(word, bucket) != nibble_for(start) {
+            return Err(MapError::NotPresent { start });
+        }
+        map.words
+            .store(index, word & !(0xF << bucket_shift(bucket)));
+        if map.version == MapVersion::V2 {
+            let pointer = encode_pointer(start as u32);
+            let mut i = index + 1;
+            while i < map.word_count() && map.words.load(i) == pointer {
+                map.words.store(i, 0);
+                i += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Validates a set without changing anything.
+    fn check_set(&self, start: u64, size: u64) -> Result<(), MapError> {
+        let map = &*self.map;
+        if size == 0 {
+            return Err(MapError::ZeroSize);
+        }
+        if start % START_ALIGN != 0 {
+            return Err(MapError::Misaligned { start });
+        }
+        let end = start
+            .checked_add(size)
+            .filter(|&end| end <= map.span)
+            .ok_or(MapError::OutOfRange { start, size })?;
+        let first = word_index(start);
+        let own_bucket =
+            first as u64 * (WORD_BYTES / BUCKET_BYTES) + u64::from(bucket_in_word(start));
+        for i in first..=word_index(end - 1) {
+            let word = map.words.load(i);
+            if word == 0 {
+                continue;
+            }
+            if is_pointer(word) {
+                return Err(MapError::Overlap {
+                    start,
+                    existing: u64::from(decode_pointer(word)),
+                });
+            }
+            for bucket in 0..8 {
+                let nibble = nibble_at(word, bucket);
+                if nibble == 0 {
+                    continue;
+                }
+                let existing = start_offset(i, bucket, nibble);
+                if existing / BUCKET_BYTES == own_bucket {
+                    return Err(MapError::BucketOccupied { start, existing });
+                }
+                if existing > start && existing < end {
+                    return Err(MapError::Overlap { start, existing });
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,12 @@
+//! Atomics facade: `std` atomics in normal builds, loom's under `--cfg loom`.
+//!
+//! Every concurrent protocol in the crate imports its atomics from here, so the loom
+//! models in `loom-tests/` exercise the library's real code, not a copy of it.
+
+#[cfg(loom)]
+pub use loom::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, fence};
+
+#[cfg(not(loom))]
+pub use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, fence};
+
+pub use std::sync::atomic::Ordering;

@@ -1,0 +1,125 @@
+//! Storage for nibble-map words.
+//!
+//! The lookup algorithms read words through [`WordRead`] only, so the same code can
+//! run over in-process atomics, loom atomics, or (later) another process's memory.
+//! Writers additionally need [`WordStore`].
+
+use crate::sync::{AtomicU32, Ordering};
+
+/// Read-only access to a sequence of 32-bit map words.
+pub trait WordRead {
+    /// Number of words.
+    fn word_count(&self) -> usize;
+    /// Loads word `index` (which must be `< word_count()`; out of range reads 0).
+    ///
+    /// In-process implementations load with Acquire: a reader that sees a start
+    /// nibble or pointer must also see the code header written before it.
+    fn load(&self, index: usize) -> u32;
+}
+
+/// Read-write access; writes are serialized by the owner of the map.
+pub trait WordStore: WordRead {
+    /// Stores `value` into word `index` with Release, so everything the writer did
+    /// before (code bytes, header slot) is visible to a reader that sees `value`.
+    fn store(&self, index: usize, value: u32);
+}
+
+/// Words in a heap-allocated slice of facade atomics. Used for small maps and
+/// under loom, where atomics must be loom's own objects.
+pub struct VecWords {
+    words: Box<[AtomicU32]>,
+}
+
+impl VecWords {
+    /// `count` zeroed words.
+    pub fn new(count: usize) -> Self {
+        Self {
+            words: (0..count).map(|_| AtomicU32::new(0)).collect(),
+        }
+    }
+}
+
+impl WordRead for VecWords {
+    fn word_count(&self) -> usize {
+        self.words.len()
+    }
+
+    fn load(&self, index: usize) -> u32 {
+        // Acquire: pairs with the Release store that published the word.
+        self.words
+            .get(index)
+            .map_or(0, |w| w.load(Ordering::Acquire))
+    }
+}
+
+impl WordStore for VecWords {
+    fn store(&self, index: usize, value: u32) {
+        if let Some(w) = self.words.get(index) {
+            // Release: publishes the writer's earlier stores with the word.
+            w.store(value, Ordering::Release);
+        }
+    }
+}
+
+#[cfg(not(loom))]
+pub use mmap::MmapWords;
+
+#[cfg(not(loom))]
+mod mmap {
+    use super::{WordRead, WordStore};
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    /// Words in an anonymous private mapping. The kernel hands out zeroed pages on
+    /// first touch, so a map for a 4 GiB heap costs memory only where code was
+    /// published (or read, which maps the shared zero page).
+    pub struct MmapWords {
+        alloc: region::Allocation,
+        count: usize,
+    }
+
+    // SAFETY: the mapping is only accessed through `AtomicU32` references, which are
+    // themselves `Sync`; the `Allocation` handle is only used to unmap on drop.
+    unsafe impl Send for MmapWords {}
+    // SAFETY: as above; all shared access is atomic.
+    unsafe impl Sync for MmapWords {}
+
+    impl MmapWords {
+        /// `count` zeroed words, or an error if the mapping fails.
+        pub fn new(count: usize) -> Result<Self, region::Error> {
+            let bytes = count.max(1) * size_of::<u32>();
+            let alloc = region::alloc(bytes, region::Protection::READ_WRITE)?;
+            Ok(Self { alloc, count })
+        }
+
+        fn word(&self, index: usize) -> Option<&AtomicU32> {
+            if index >= self.count {
+                return None;
+            }
+            let base = self.alloc.as_ptr::<AtomicU32>();
+            // SAFETY: `index < count`, the mapping holds `count` words, is page-aligned
+            // (so 4-byte aligned), zero-initialized, lives as long as `self`, and is
+            // only ever accessed atomically.
+            Some(unsafe { &*base.add(index) })
+        }
+    }
+
+    impl WordRead for MmapWords {
+        fn word_count(&self) -> usize {
+            self.count
+        }
+
+        fn load(&self, index: usize) -> u32 {
+            // Acquire: pairs with the Release store that published the word.
+            self.word(index).map_or(0, |w| w.load(Ordering::Acquire))
+        }
+    }
+
+    impl WordStore for MmapWords {
+        fn store(&self, index: usize, value: u32) {
+            if let Some(w) = self.word(index) {
+                // Release: publishes the writer's earlier stores with the word.
+                w.store(value, Ordering::Release);
+            }
+        }
+    }
+}
