@@ -2,5 +2,7 @@
 //! the `jitmap-sim` binary, the tests, the loom models, the fuzz targets and the
 //! benches.
 
+pub mod model;
 pub mod replay;
 pub mod rng;
+pub mod workload;

@@ -33,7 +33,7 @@ impl<S: WordStore> MapWriter<S> {
     /// pointer words, walking forward while they decode to `start`.
     pub fn delete(&mut self, start: u64) -> Result<(), MapError> {
         let map = &*self.map;
-        if start % START_ALIGN != 0 {
+        if !start.is_multiple_of(START_ALIGN) {
             return Err(MapError::Misaligned { start });
         }
         if start >= map.span {
@@ -64,7 +64,7 @@ impl<S: WordStore> MapWriter<S> {
         if size == 0 {
             return Err(MapError::ZeroSize);
         }
-        if start % START_ALIGN != 0 {
+        if !start.is_multiple_of(START_ALIGN) {
             return Err(MapError::Misaligned { start });
         }
         let end = start
