@@ -2,10 +2,17 @@
 //! lock-free, bounded and exact, built on the .NET runtime's nibble maps.
 //!
 //! Layers, bottom up: [`words`] (map word storage), [`nibble`] (the v1 and v2
-//! nibble maps).
+//! nibble maps), [`epoch`] (grace periods for signal-safe readers), and `heap`
+//! (the executable code heap).
 
+pub mod epoch;
+#[cfg(not(loom))]
+pub mod heap;
 pub mod nibble;
 pub mod sync;
 pub mod words;
 
+pub use epoch::{Domain, EpochError, Guard, Reader};
+#[cfg(not(loom))]
+pub use heap::{CodeHeap, CodeInfo, CodeRef, HeapConfig, HeapError, MemoryMode, Reservation};
 pub use nibble::{MapError, MapVersion, MapWriter, NibbleMap};

@@ -5,4 +5,5 @@
 pub mod model;
 pub mod replay;
 pub mod rng;
+pub mod stress;
 pub mod workload;

@@ -6,6 +6,8 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use jitmap::MapVersion;
 use jitmap_sim::replay;
+use jitmap_sim::stress::{self, StressConfig};
+use std::time::Duration;
 
 #[derive(Parser)]
 #[command(name = "jitmap-sim", version, about = "JIT-heap simulator for jitmap")]
@@ -24,6 +26,24 @@ enum Command {
         /// Script file, or `-` for standard input.
         file: String,
     },
+    /// Writers publish, abort and free code while readers check every lookup.
+    Stress {
+        /// Map version.
+        #[arg(long, default_value = "v2")]
+        map: MapVersion,
+        /// Use a W^X double mapping instead of one RWX mapping.
+        #[arg(long)]
+        wx: bool,
+        /// Threads in all: a third write (at least one), the rest read.
+        #[arg(long, default_value_t = 4)]
+        threads: usize,
+        /// Seconds to run.
+        #[arg(long, default_value_t = 5.0)]
+        seconds: f64,
+        /// Workload seed.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
 }
 
 /// The spec's worked example, replayed when no command is given.
@@ -41,6 +61,23 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Some(Command::Replay { map, file }) => run_replay(&file, map),
+        Some(Command::Stress {
+            map,
+            wx,
+            threads,
+            seconds,
+            seed,
+        }) => {
+            let writers = (threads / 3).max(1);
+            run_stress(&[StressConfig {
+                version: map,
+                wx,
+                writers,
+                readers: threads.saturating_sub(writers).max(1),
+                duration: Duration::from_secs_f64(seconds.max(0.0)),
+                seed,
+            }])
+        }
         None => run_default(),
     };
     match result {
@@ -70,16 +107,59 @@ fn run_replay(file: &str, map: MapVersion) -> io::Result<ExitCode> {
     })
 }
 
-fn run_default() -> io::Result<ExitCode> {
+fn run_stress(configs: &[StressConfig]) -> io::Result<ExitCode> {
     let mut out = io::stdout().lock();
-    let mut ok = true;
-    for version in [MapVersion::V1, MapVersion::V2] {
-        writeln!(out, "# nibble map {version}: spec example")?;
-        ok &= replay::run(SPEC_EXAMPLE, version, &mut out)?;
+    let mut wrong = 0;
+    for config in configs {
+        let r = stress::run(*config).map_err(io::Error::other)?;
+        writeln!(
+            out,
+            "stress map={} wx={} writers={} readers={} seconds={:.1}: lookups={} exact={} wrong={} \
+             publishes={} aborts={} frees={} reclaimed_bytes={}",
+            config.version,
+            config.wx,
+            config.writers,
+            config.readers,
+            config.duration.as_secs_f64(),
+            r.lookups,
+            r.exact,
+            r.wrong,
+            r.publishes,
+            r.aborts,
+            r.frees,
+            r.reclaimed
+        )?;
+        wrong += r.wrong;
     }
-    Ok(if ok {
+    Ok(if wrong == 0 {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// The default run: the spec example under both maps, then a short stress of each.
+fn run_default() -> io::Result<ExitCode> {
+    let mut ok = true;
+    {
+        let mut out = io::stdout().lock();
+        for version in [MapVersion::V1, MapVersion::V2] {
+            writeln!(out, "# nibble map {version}: spec example")?;
+            ok &= replay::run(SPEC_EXAMPLE, version, &mut out)?;
+        }
+        writeln!(out, "# concurrent stress, both maps")?;
+    }
+    let configs: Vec<StressConfig> = [MapVersion::V1, MapVersion::V2]
+        .into_iter()
+        .map(|version| StressConfig {
+            version,
+            wx: false,
+            writers: 1,
+            readers: 2,
+            duration: Duration::from_secs(2),
+            seed: 1,
+        })
+        .collect();
+    let stressed = run_stress(&configs)?;
+    Ok(if ok { stressed } else { ExitCode::FAILURE })
 }

@@ -1,0 +1,228 @@
+//! Grace periods for signal-safe readers: an epoch scheme over a fixed array of
+//! reader slots.
+//!
+//! A reader's slot holds one word, `epoch << 16 | depth`, written only by the
+//! owning thread and its signal handlers. Keeping epoch and depth in one word means
+//! a handler that interrupts a pin at any instruction either sees the outer pin
+//! complete (and nests under its epoch) or not started (and restores the slot to
+//! empty before returning), so a nested unpin can never end the outer protection.
+//!
+//! Writers unpublish, then call [`Domain::retire_tag`] (a SeqCst fence, then the
+//! epoch advances) and keep the retired object until [`Domain::safe_before`]
+//! exceeds its tag. Nothing here allocates, locks or makes a system call on the
+//! reader side, so pinning is async-signal-safe.
+
+use std::cell::Cell;
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use crossbeam_utils::CachePadded;
+
+use crate::sync::{AtomicBool, AtomicU64, Ordering, fence};
+
+const DEPTH_BITS: u32 = 16;
+const DEPTH_MASK: u64 = (1 << DEPTH_BITS) - 1;
+
+/// Errors of the reader registry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EpochError {
+    /// Every reader slot is registered.
+    NoSlots { slots: usize },
+    /// Pins nested more than 65,535 deep on one reader.
+    TooDeep,
+}
+
+impl fmt::Display for EpochError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NoSlots { slots } => write!(f, "all {slots} reader slots are registered"),
+            Self::TooDeep => f.write_str("pins nested too deep"),
+        }
+    }
+}
+
+impl std::error::Error for EpochError {}
+
+struct Slot {
+    /// Whether a [`Reader`] owns this slot.
+    owned: AtomicBool,
+    /// `epoch << 16 | depth`; 0 when not pinned.
+    state: AtomicU64,
+}
+
+/// A set of reader slots and the global epoch. Every structure whose memory
+/// readers may touch retires through the same domain as its readers pin in.
+pub struct Domain {
+    epoch: CachePadded<AtomicU64>,
+    slots: Box<[CachePadded<Slot>]>,
+}
+
+impl fmt::Debug for Domain {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Domain")
+            .field("slots", &self.slots.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Domain {
+    /// A domain with `slots` reader slots (at least one).
+    pub fn new(slots: usize) -> Arc<Self> {
+        Arc::new(Self {
+            epoch: CachePadded::new(AtomicU64::new(1)),
+            slots: (0..slots.max(1))
+                .map(|_| {
+                    CachePadded::new(Slot {
+                        owned: AtomicBool::new(false),
+                        state: AtomicU64::new(0),
+                    })
+                })
+                .collect(),
+        })
+    }
+
+    /// Number of reader slots.
+    pub fn slot_count(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Registers a reader. Call it outside signal handlers, once per thread.
+    pub fn register(self: &Arc<Self>) -> Result<Reader, EpochError> {
+        for (index, slot) in self.slots.iter().enumerate() {
+            // Acquire: the previous owner's last slot store (clearing it) happens
+            // before we use the slot. Relaxed on failure: we just try the next slot.
+            if slot
+                .owned
+                .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+            {
+                return Ok(Reader {
+                    domain: Arc::clone(self),
+                    index,
+                    _not_sync: PhantomData,
+                });
+            }
+        }
+        Err(EpochError::NoSlots {
+            slots: self.slots.len(),
+        })
+    }
+
+    /// Tags an object that was just unpublished: a SeqCst fence, then the epoch
+    /// advances. Returns the tag to pass to [`Domain::is_safe`].
+    ///
+    /// The fence pairs with the one in [`Reader::pin`]: either this writer's later
+    /// slot scan sees the reader's slot, or the reader's lookups see the unpublish.
+    pub fn retire_tag(&self) -> u64 {
+        fence(Ordering::SeqCst);
+        // Relaxed: the fence above orders the unpublish before this increment; a
+        // reader that loads the new value is then ordered after the unpublish by the
+        // fence in its own pin.
+        self.epoch.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The oldest epoch any pinned reader may hold: an object whose tag is below
+    /// it can no longer be reached by any reader.
+    pub fn safe_before(&self) -> u64 {
+        fence(Ordering::SeqCst);
+        // Relaxed: the fence above is the writer half of the pin/retire handshake.
+        let mut oldest = self.epoch.load(Ordering::Relaxed);
+        for slot in self.slots.iter() {
+            // Acquire: pairs with the Release in `unpin`, so a reader's lookups happen
+            // before anything reclaimed on the strength of its cleared slot.
+            let state = slot.state.load(Ordering::Acquire);
+            if state != 0 {
+                oldest = oldest.min(state >> DEPTH_BITS);
+            }
+        }
+        oldest
+    }
+
+    /// Whether an object retired with `tag` may be reclaimed now.
+    pub fn is_safe(&self, tag: u64) -> bool {
+        tag < self.safe_before()
+    }
+}
+
+/// A registered reader: one slot, used by one thread and its signal handlers.
+pub struct Reader {
+    domain: Arc<Domain>,
+    index: usize,
+    _not_sync: PhantomData<Cell<()>>,
+}
+
+impl Reader {
+    /// Protects everything reachable through lookups until the guard drops.
+    /// Async-signal-safe: atomics and a fence only. Nesting is allowed, including
+    /// from a signal handler that interrupts another pin or lookup.
+    pub fn pin(&self) -> Result<Guard<'_>, EpochError> {
+        let slot = &self.domain.slots[self.index].state;
+        // Relaxed: only this thread and its signal handlers write the slot, and a
+        // handler always restores the value it found before it returns.
+        let state = slot.load(Ordering::Relaxed);
+        let depth = state & DEPTH_MASK;
+        if depth == DEPTH_MASK {
+            return Err(EpochError::TooDeep);
+        }
+        let next = if depth == 0 {
+            // Relaxed: a stale (older) epoch only delays reclamation.
+            (self.domain.epoch.load(Ordering::Relaxed) << DEPTH_BITS) | 1
+        } else {
+            state + 1
+        };
+        // Relaxed: published to writers by the SeqCst fence that follows.
+        slot.store(next, Ordering::Relaxed);
+        // SeqCst: orders the slot store before this guard's lookups, against the
+        // fence a writer issues between unpublishing and scanning the slots.
+        fence(Ordering::SeqCst);
+        Ok(Guard { reader: self })
+    }
+
+    /// The domain this reader is registered in.
+    pub fn domain(&self) -> &Arc<Domain> {
+        &self.domain
+    }
+
+    fn unpin(&self) {
+        let slot = &self.domain.slots[self.index].state;
+        // Relaxed: as in `pin`, only this thread and its handlers touch the slot.
+        let state = slot.load(Ordering::Relaxed);
+        let next = if state & DEPTH_MASK == 1 {
+            0
+        } else {
+            state - 1
+        };
+        // Release: the lookups made under the guard happen before a writer that
+        // reads the cleared slot reclaims what they touched.
+        slot.store(next, Ordering::Release);
+    }
+}
+
+impl Drop for Reader {
+    fn drop(&mut self) {
+        let slot = &self.domain.slots[self.index];
+        // Relaxed: no guard is alive (guards borrow the reader); the slot is idle.
+        slot.state.store(0, Ordering::Relaxed);
+        // Release: hands the slot to the next registrant, whose CAS is Acquire.
+        slot.owned.store(false, Ordering::Release);
+    }
+}
+
+/// Proof that the holder's reader is pinned. Lookups take `&Guard`.
+pub struct Guard<'r> {
+    reader: &'r Reader,
+}
+
+impl Guard<'_> {
+    /// The domain whose grace period this guard holds open.
+    pub fn domain(&self) -> &Arc<Domain> {
+        &self.reader.domain
+    }
+}
+
+impl Drop for Guard<'_> {
+    fn drop(&mut self) {
+        self.reader.unpin();
+    }
+}

@@ -1,0 +1,174 @@
+//! Free-space management for one heap: best fit by size, coalescing by address.
+//!
+//! Each block's extent is `[start - PREFIX, end)`: a 16-byte prefix (code size and
+//! header slot) and then the code. Extents are padded so that every extent ends at
+//! least `PREFIX` bytes past the start of its 32-byte bucket; with the next block's
+//! prefix in front of its start, no two starts ever share a bucket.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Range;
+
+use crate::nibble::encoding::BUCKET_BYTES;
+
+/// Bytes before every code start: the code size, then the header slot.
+pub const PREFIX: u64 = 16;
+
+/// Where a new block goes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Placement {
+    /// The whole extent taken from free space.
+    pub extent: Range<u64>,
+    /// The code start (offset from the heap base).
+    pub start: u64,
+}
+
+/// The free ranges of a heap.
+pub(crate) struct FreeSpace {
+    by_start: BTreeMap<u64, u64>,
+    by_len: BTreeSet<(u64, u64)>,
+    free_bytes: u64,
+}
+
+impl FreeSpace {
+    /// All of `[0, span)` free.
+    pub(crate) fn new(span: u64) -> Self {
+        let mut free = Self {
+            by_start: BTreeMap::new(),
+            by_len: BTreeSet::new(),
+            free_bytes: 0,
+        };
+        free.insert(0, span);
+        free
+    }
+
+    /// Total free bytes.
+    pub(crate) fn free_bytes(&self) -> u64 {
+        self.free_bytes
+    }
+
+    /// Length of the largest free range.
+    pub(crate) fn largest(&self) -> u64 {
+        self.by_len.last().map_or(0, |&(len, _)| len)
+    }
+
+    /// Takes the smallest free range that fits `size` bytes of code at `align`.
+    pub(crate) fn allocate(&mut self, size: u64, align: u64) -> Option<Placement> {
+        let (placement, range) = self
+            .by_len
+            .range((size + PREFIX, 0)..)
+            .find_map(|&(len, at)| place(at, at + len, size, align).map(|p| (p, (at, len))))?;
+        self.remove(range.0, range.1);
+        let (at, end) = (range.0, range.0 + range.1);
+        if placement.extent.start > at {
+            self.insert(at, placement.extent.start - at);
+        }
+        if placement.extent.end < end {
+            self.insert(placement.extent.end, end - placement.extent.end);
+        }
+        Some(placement)
+    }
+
+    /// Returns an extent, merging it with free neighbours.
+    pub(crate) fn release(&mut self, extent: Range<u64>) {
+        let (mut at, mut end) = (extent.start, extent.end);
+        if let Some((&prev, &len)) = self.by_start.range(..at).next_back()
+            && prev + len == at
+        {
+            self.remove(prev, len);
+            at = prev;
+        }
+        if let Some(&len) = self.by_start.get(&end) {
+            self.remove(end, len);
+            end += len;
+        }
+        self.insert(at, end - at);
+    }
+
+    fn insert(&mut self, at: u64, len: u64) {
+        self.by_start.insert(at, len);
+        self.by_len.insert((len, at));
+        self.free_bytes += len;
+    }
+
+    fn remove(&mut self, at: u64, len: u64) {
+        self.by_start.remove(&at);
+        self.by_len.remove(&(len, at));
+        self.free_bytes -= len;
+    }
+}
+
+/// Places `size` bytes of code at `align` inside the free range `[at, end)`.
+fn place(at: u64, end: u64, size: u64, align: u64) -> Option<Placement> {
+    let start = (at + PREFIX).next_multiple_of(align);
+    let code_end = start.checked_add(size)?;
+    let bucket_floor = start - start % BUCKET_BYTES + PREFIX;
+    let extent_end = code_end.max(bucket_floor).next_multiple_of(8);
+    (extent_end <= end).then(|| Placement {
+        extent: start - PREFIX..extent_end,
+        start,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn first_block_starts_after_its_prefix() {
+        let mut free = FreeSpace::new(4096);
+        let p = free.allocate(100, 16).unwrap();
+        assert_eq!(
+            p,
+            Placement {
+                extent: 0..120,
+                start: 16
+            }
+        );
+        assert_eq!(free.free_bytes(), 4096 - 120);
+    }
+
+    #[test]
+    fn tiny_blocks_are_padded_to_separate_buckets() {
+        let mut free = FreeSpace::new(4096);
+        let a = free.allocate(1, 16).unwrap();
+        let b = free.allocate(1, 16).unwrap();
+        let c = free.allocate(1, 16).unwrap();
+        assert_eq!((a.start, b.start, c.start), (16, 48, 80));
+        assert_eq!(a.extent, 0..24);
+        assert_eq!(b.extent, 32..56);
+    }
+
+    #[test]
+    fn release_coalesces_both_sides() {
+        let mut free = FreeSpace::new(4096);
+        let a = free.allocate(100, 16).unwrap();
+        let b = free.allocate(100, 16).unwrap();
+        let c = free.allocate(100, 16).unwrap();
+        free.release(a.extent.clone());
+        free.release(c.extent.clone());
+        assert_eq!(free.by_start.len(), 2);
+        free.release(b.extent.clone());
+        assert_eq!(free.by_start.iter().collect::<Vec<_>>(), vec![(&0, &4096)]);
+        assert_eq!(free.largest(), 4096);
+    }
+
+    #[test]
+    fn best_fit_prefers_the_smallest_hole() {
+        let mut free = FreeSpace::new(1 << 16);
+        let blocks: Vec<_> = [1000, 200, 1000, 200]
+            .iter()
+            .map(|&n| free.allocate(n, 16).unwrap())
+            .collect();
+        free.release(blocks[0].extent.clone());
+        free.release(blocks[2].extent.clone());
+        let small = free.allocate(900, 16).unwrap();
+        assert_eq!(small.extent.start, blocks[0].extent.start);
+    }
+
+    #[test]
+    fn too_large_fails() {
+        let mut free = FreeSpace::new(4096);
+        assert_eq!(free.allocate(4096 - PREFIX + 1, 16), None);
+        assert!(free.allocate(4096 - PREFIX, 16).is_some());
+    }
+}

@@ -1,0 +1,94 @@
+//! Errors of the code-heap layer.
+
+use std::fmt;
+
+use super::header::InfoError;
+use crate::epoch::EpochError;
+use crate::nibble::MapError;
+
+/// A rejected heap operation. The heap is unchanged whenever one is returned
+/// (a failed publish gives the reservation's space back, as an abort does).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HeapError {
+    /// A reservation of 0 bytes.
+    ZeroSize,
+    /// A reservation larger than the heap could ever hold.
+    TooLarge { size: u64, max: u64 },
+    /// An alignment that is not a power of two between 8 and the page size.
+    BadAlignment { align: u64 },
+    /// No free range fits the reservation, even after reclaiming.
+    HeapFull { size: u64 },
+    /// A heap span of 0, or of 4 GiB or more.
+    BadSpan { span: u64 },
+    /// The block was already freed.
+    DoubleFree { start: usize },
+    /// The reference belongs to another heap.
+    ForeignRef,
+    /// The reference was never handed out by this heap.
+    UnknownRef { start: usize },
+    /// A stub kind outside 1..=15.
+    BadStubKind { kind: u8 },
+    /// The code info does not fit the block.
+    Info(InfoError),
+    /// The reader registry refused.
+    Epoch(EpochError),
+    /// The nibble map refused (an allocator invariant was broken).
+    Map(MapError),
+    /// Mapping or protecting memory failed with this OS error.
+    Memory { errno: i32 },
+}
+
+impl fmt::Display for HeapError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::ZeroSize => f.write_str("reservation of 0 bytes"),
+            Self::TooLarge { size, max } => {
+                write!(f, "reservation of {size} bytes exceeds the heap's {max}")
+            }
+            Self::BadAlignment { align } => write!(
+                f,
+                "alignment {align} is not a power of two in 8..=page size"
+            ),
+            Self::HeapFull { size } => write!(f, "no free space for {size} bytes"),
+            Self::BadSpan { span } => {
+                write!(f, "heap span {span:#x} must be non-zero and under 4 GiB")
+            }
+            Self::DoubleFree { start } => write!(f, "block at {start:#x} was already freed"),
+            Self::ForeignRef => f.write_str("code reference belongs to another heap"),
+            Self::UnknownRef { start } => {
+                write!(f, "no block at {start:#x} was handed out by this heap")
+            }
+            Self::BadStubKind { kind } => write!(f, "stub kind {kind} is outside 1..=15"),
+            Self::Info(e) => write!(f, "invalid code info: {e}"),
+            Self::Epoch(e) => write!(f, "{e}"),
+            Self::Map(e) => write!(f, "nibble map: {e}"),
+            Self::Memory { errno } => write!(
+                f,
+                "memory mapping failed: {}",
+                std::io::Error::from_raw_os_error(*errno)
+            ),
+        }
+    }
+}
+
+impl std::error::Error for HeapError {}
+
+impl From<std::io::Error> for HeapError {
+    fn from(e: std::io::Error) -> Self {
+        Self::Memory {
+            errno: e.raw_os_error().unwrap_or(libc::EIO),
+        }
+    }
+}
+
+impl From<InfoError> for HeapError {
+    fn from(e: InfoError) -> Self {
+        Self::Info(e)
+    }
+}
+
+impl From<EpochError> for HeapError {
+    fn from(e: EpochError) -> Self {
+        Self::Epoch(e)
+    }
+}

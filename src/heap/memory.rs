@@ -1,0 +1,167 @@
+//! The heap's memory: one span reserved up front, committed as the heap grows.
+//!
+//! In the default mode the span is a single read-write-execute mapping. In W^X
+//! mode a `memfd` is mapped twice: writers use a read-write view, while execution
+//! and lookups use a read-execute view at a different address.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::ptr::NonNull;
+
+/// How code memory is mapped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MemoryMode {
+    /// One read-write-execute mapping.
+    Rwx,
+    /// A read-write view for writers and a read-execute view for execution.
+    WriteXorExecute,
+}
+
+/// A reserved span of code memory with an executable view and a writable view.
+pub(crate) struct CodeMemory {
+    exec: NonNull<u8>,
+    write: NonNull<u8>,
+    span: usize,
+    mode: MemoryMode,
+    // Keeps the RWX reservation alive; unmapped on drop by `region`.
+    _anon: Option<region::Allocation>,
+    // The backing file of the two W^X views; closed after they are unmapped.
+    _memfd: Option<OwnedFd>,
+}
+
+// SAFETY: the views are plain memory; all shared access to them goes through atomics
+// (prefix words) or through exclusive `&mut` slices handed out by the allocator.
+unsafe impl Send for CodeMemory {}
+// SAFETY: as above.
+unsafe impl Sync for CodeMemory {}
+
+impl CodeMemory {
+    /// Reserves `span` bytes (a multiple of the page size) with no access yet.
+    pub(crate) fn reserve(span: usize, mode: MemoryMode) -> io::Result<Self> {
+        match mode {
+            MemoryMode::Rwx => {
+                let anon =
+                    region::alloc(span, region::Protection::NONE).map_err(io::Error::other)?;
+                let base = NonNull::new(anon.as_ptr::<u8>().cast_mut())
+                    .ok_or_else(|| io::Error::other("null mapping"))?;
+                Ok(Self {
+                    exec: base,
+                    write: base,
+                    span,
+                    mode,
+                    _anon: Some(anon),
+                    _memfd: None,
+                })
+            }
+            MemoryMode::WriteXorExecute => {
+                // SAFETY: the name is a valid NUL-terminated string; the flags are valid.
+                let fd = unsafe { libc::memfd_create(c"jitmap-code".as_ptr(), libc::MFD_CLOEXEC) };
+                if fd < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                // SAFETY: `fd` was just returned by memfd_create and is owned by no one else.
+                let memfd = unsafe { OwnedFd::from_raw_fd(fd) };
+                let len = libc::off_t::try_from(span).map_err(io::Error::other)?;
+                // SAFETY: `memfd` is a valid descriptor; growing a memfd is sparse.
+                if unsafe { libc::ftruncate(memfd.as_raw_fd(), len) } != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                let write = map_shared(&memfd, span)?;
+                let exec = match map_shared(&memfd, span) {
+                    Ok(exec) => exec,
+                    Err(e) => {
+                        // SAFETY: `write` is a mapping of `span` bytes made just above.
+                        unsafe { libc::munmap(write.as_ptr().cast(), span) };
+                        return Err(e);
+                    }
+                };
+                Ok(Self {
+                    exec,
+                    write,
+                    span,
+                    mode,
+                    _anon: None,
+                    _memfd: Some(memfd),
+                })
+            }
+        }
+    }
+
+    /// Base address of the executable view (the addresses users see).
+    pub(crate) fn exec_base(&self) -> usize {
+        self.exec.as_ptr() as usize
+    }
+
+    /// Base of the writable view (equal to the executable view in RWX mode).
+    pub(crate) fn write_base(&self) -> *mut u8 {
+        self.write.as_ptr()
+    }
+
+    /// The mapping mode.
+    pub(crate) fn mode(&self) -> MemoryMode {
+        self.mode
+    }
+
+    /// Makes `[from, to)` accessible. Offsets are page-aligned and within the span.
+    pub(crate) fn commit(&self, from: usize, to: usize) -> io::Result<()> {
+        let len = to - from;
+        let protect = |base: NonNull<u8>, prot| {
+            // SAFETY: `[from, to)` lies inside this mapping, which we own; changing its
+            // protection cannot invalidate references, because none exist to
+            // uncommitted pages.
+            unsafe { region::protect(base.as_ptr().add(from), len, prot) }.map_err(io::Error::other)
+        };
+        match self.mode {
+            MemoryMode::Rwx => protect(self.exec, region::Protection::READ_WRITE_EXECUTE),
+            MemoryMode::WriteXorExecute => {
+                protect(self.write, region::Protection::READ_WRITE)?;
+                protect(self.exec, region::Protection::READ_EXECUTE)
+            }
+        }
+    }
+}
+
+impl Drop for CodeMemory {
+    fn drop(&mut self) {
+        if self.mode == MemoryMode::WriteXorExecute {
+            for view in [self.write, self.exec] {
+                // SAFETY: both views were mapped with `span` bytes by `reserve` and
+                // nothing borrows them once the heap is dropped.
+                unsafe { libc::munmap(view.as_ptr().cast(), self.span) };
+            }
+        }
+    }
+}
+
+fn map_shared(fd: &OwnedFd, span: usize) -> io::Result<NonNull<u8>> {
+    // SAFETY: a fresh shared mapping of our own memfd at an address the kernel picks.
+    let ptr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            span,
+            libc::PROT_NONE,
+            libc::MAP_SHARED,
+            fd.as_raw_fd(),
+            0,
+        )
+    };
+    if ptr == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    NonNull::new(ptr.cast()).ok_or_else(|| io::Error::other("null mapping"))
+}
+
+/// Makes freshly written code visible to instruction fetch.
+#[cfg(target_arch = "aarch64")]
+pub(crate) fn flush_icache(start: *const u8, len: usize) {
+    unsafe extern "C" {
+        fn __clear_cache(start: *mut libc::c_char, end: *mut libc::c_char);
+    }
+    // SAFETY: `[start, start+len)` is committed code memory owned by the caller.
+    unsafe { __clear_cache(start.cast_mut().cast(), start.add(len).cast_mut().cast()) };
+}
+
+/// Makes freshly written code visible to instruction fetch. x86-64 keeps
+/// instruction fetch coherent with stores, so there is nothing to do.
+#[cfg(not(target_arch = "aarch64"))]
+pub(crate) fn flush_icache(_start: *const u8, _len: usize) {}

@@ -1,0 +1,518 @@
+//! The executable code heap: reserve, write, publish, abort and free compiled
+//! code, and find the block containing any instruction pointer, lock-free.
+//!
+//! Every block is laid out as `[code size][header slot][code...]`. The two prefix
+//! words sit right before the code start, so a lookup checks the block's extent
+//! and kind from the same cache line. The slot holds a pointer to the block's
+//! [`CodeHeader`] (kept outside executable memory), or a stub kind 1..=15.
+
+mod alloc;
+mod error;
+mod header;
+mod memory;
+mod reservation;
+
+use std::collections::HashMap;
+use std::ops::Range;
+use std::ptr::NonNull;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+use parking_lot::Mutex;
+
+pub use alloc::PREFIX;
+pub use error::HeapError;
+pub use header::{CodeHeader, CodeInfo, DebugEntry, GcInfo, InfoError, JitKind, UnwindEntry};
+pub use memory::MemoryMode;
+pub use reservation::Reservation;
+
+use crate::epoch::{Domain, Guard};
+use crate::nibble::encoding::MAX_SPAN;
+use crate::nibble::{MapVersion, MapWriter, NibbleMap};
+use crate::words::MmapWords;
+use alloc::FreeSpace;
+use memory::{CodeMemory, flush_icache};
+
+/// Granularity of committing memory as the heap grows.
+const COMMIT_CHUNK: u64 = 64 * 1024;
+/// Retired blocks accumulated before a free tries to reclaim.
+const RECLAIM_BATCH: usize = 32;
+/// Largest stub kind; slot values above it are header pointers.
+pub const MAX_STUB_KIND: u8 = 15;
+
+/// How to build a heap.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HeapConfig {
+    /// Bytes to reserve (rounded up to pages); under 4 GiB.
+    pub span: u64,
+    /// Nibble-map version.
+    pub version: MapVersion,
+    /// Memory mapping mode.
+    pub mode: MemoryMode,
+    /// Default code alignment: a power of two, at least 8 (the header slot is a
+    /// pointer and must be aligned), at most the page size.
+    pub align: u64,
+}
+
+impl Default for HeapConfig {
+    fn default() -> Self {
+        Self {
+            span: 64 << 20,
+            version: MapVersion::V2,
+            mode: MemoryMode::Rwx,
+            align: 16,
+        }
+    }
+}
+
+/// A handle to a published block, used to free it. Carries a generation, so a
+/// stale handle is recognised as a double free.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct CodeRef {
+    heap: u64,
+    start: usize,
+    size: u64,
+    generation: u64,
+}
+
+impl CodeRef {
+    /// Address of the first code byte.
+    pub fn start(&self) -> usize {
+        self.start
+    }
+
+    /// Code size in bytes.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+}
+
+/// What a lookup found.
+#[derive(Clone, Copy, Debug)]
+pub struct HeapBlock<'a> {
+    /// Address of the first code byte.
+    pub start: usize,
+    /// Code size in bytes.
+    pub size: u64,
+    /// Offset of the looked-up address from `start`.
+    pub offset: u64,
+    /// Method or stub.
+    pub kind: BlockKind<'a>,
+}
+
+/// Whether a block is a method (with its header) or a stub.
+#[derive(Clone, Copy, Debug)]
+pub enum BlockKind<'a> {
+    /// A method and its header.
+    Method(&'a CodeHeader),
+    /// A stub of the given kind (1..=15).
+    Stub(u8),
+}
+
+/// Bytes and block counts of a heap.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HeapStats {
+    /// Bytes reserved.
+    pub span: u64,
+    /// Bytes committed (accessible).
+    pub committed: u64,
+    /// Bytes in extents that are reserved, published or awaiting reclamation.
+    pub used: u64,
+    /// Bytes in free ranges.
+    pub free: u64,
+    /// Largest free range.
+    pub largest_free: u64,
+    /// Published blocks.
+    pub live_blocks: usize,
+    /// Freed blocks waiting for their grace period.
+    pub retired_blocks: usize,
+    /// Extent bytes given back by reclamation so far.
+    pub reclaimed_bytes: u64,
+}
+
+/// The two words before every code start.
+#[repr(C)]
+struct BlockPrefix {
+    size: AtomicUsize,
+    slot: AtomicUsize,
+}
+
+/// An owned header pointer in the writer's tables.
+struct HeaderPtr(NonNull<CodeHeader>);
+
+// SAFETY: the writer's tables own the header; it is only dropped under the heap lock.
+unsafe impl Send for HeaderPtr {}
+
+impl HeaderPtr {
+    fn into_box(self) -> Box<CodeHeader> {
+        // SAFETY: the pointer came from `Box::into_raw` in `publish` and is owned by
+        // exactly one table entry, which is being consumed.
+        unsafe { Box::from_raw(self.0.as_ptr()) }
+    }
+}
+
+struct Live {
+    generation: u64,
+    extent: Range<u64>,
+    header: Option<HeaderPtr>,
+}
+
+struct Retired {
+    tag: u64,
+    extent: Range<u64>,
+    header: Option<HeaderPtr>,
+}
+
+/// What a publish puts in the slot.
+pub(crate) enum Payload {
+    Method(CodeInfo),
+    Stub(u8),
+}
+
+/// Writer state, serialized by the heap lock.
+struct Writer {
+    map: MapWriter<MmapWords>,
+    free: FreeSpace,
+    committed: u64,
+    live: HashMap<u64, Live>,
+    retired: Vec<Retired>,
+    next_generation: u64,
+    reclaimed_bytes: u64,
+}
+
+/// An executable code heap with a nibble map and lock-free lookups.
+pub struct CodeHeap {
+    id: u64,
+    base: usize,
+    span: u64,
+    align: u64,
+    map: Arc<NibbleMap<MmapWords>>,
+    domain: Arc<Domain>,
+    memory: CodeMemory,
+    writer: Mutex<Writer>,
+}
+
+impl std::fmt::Debug for CodeHeap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CodeHeap")
+            .field("base", &format_args!("{:#x}", self.base))
+            .field("span", &self.span)
+            .field("version", &self.map.version())
+            .field("mode", &self.memory.mode())
+            .finish_non_exhaustive()
+    }
+}
+
+static NEXT_HEAP_ID: AtomicU64 = AtomicU64::new(1);
+
+impl CodeHeap {
+    /// Reserves a heap. Readers that look up in it must pin in `domain`.
+    pub fn new(config: HeapConfig, domain: &Arc<Domain>) -> Result<Self, HeapError> {
+        let page = region::page::size() as u64;
+        let span = config.span.next_multiple_of(page);
+        if config.span == 0 || span >= MAX_SPAN {
+            return Err(HeapError::BadSpan { span: config.span });
+        }
+        check_align(config.align)?;
+        let memory = CodeMemory::reserve(span as usize, config.mode)?;
+        let map = MapWriter::new(config.version, span).map_err(HeapError::Map)?;
+        Ok(Self {
+            // Relaxed: only uniqueness matters.
+            id: NEXT_HEAP_ID.fetch_add(1, Ordering::Relaxed),
+            base: memory.exec_base(),
+            span,
+            align: config.align,
+            map: Arc::clone(map.map()),
+            domain: Arc::clone(domain),
+            memory,
+            writer: Mutex::new(Writer {
+                map,
+                free: FreeSpace::new(span),
+                committed: 0,
+                live: HashMap::new(),
+                retired: Vec::new(),
+                next_generation: 1,
+                reclaimed_bytes: 0,
+            }),
+        })
+    }
+
+    /// Address of the first byte (executable view); also the map's base.
+    pub fn base(&self) -> usize {
+        self.base
+    }
+
+    /// Bytes reserved.
+    pub fn span(&self) -> u64 {
+        self.span
+    }
+
+    /// Whether `ip` lies in this heap's span.
+    pub fn contains(&self, ip: usize) -> bool {
+        (ip.wrapping_sub(self.base) as u64) < self.span
+    }
+
+    /// The nibble map (offsets relative to [`CodeHeap::base`]).
+    pub fn map(&self) -> &NibbleMap<MmapWords> {
+        &self.map
+    }
+
+    /// The reader domain whose guards protect lookups in this heap.
+    pub fn domain(&self) -> &Arc<Domain> {
+        &self.domain
+    }
+
+    /// Memory mode.
+    pub fn mode(&self) -> MemoryMode {
+        self.memory.mode()
+    }
+
+    /// Reserves `size` bytes of code at the heap's default alignment.
+    pub fn reserve(&self, size: u64) -> Result<Reservation<'_>, HeapError> {
+        self.reserve_aligned(size, self.align)
+    }
+
+    /// Reserves `size` bytes of code whose start is aligned to `align`.
+    pub fn reserve_aligned(&self, size: u64, align: u64) -> Result<Reservation<'_>, HeapError> {
+        if size == 0 {
+            return Err(HeapError::ZeroSize);
+        }
+        let max = self.span - PREFIX;
+        if size > max {
+            return Err(HeapError::TooLarge { size, max });
+        }
+        check_align(align)?;
+        let mut w = self.writer.lock();
+        let placement = match w.free.allocate(size, align) {
+            Some(p) => p,
+            None => {
+                self.reclaim(&mut w);
+                w.free
+                    .allocate(size, align)
+                    .ok_or(HeapError::HeapFull { size })?
+            }
+        };
+        if placement.extent.end > w.committed {
+            let to = placement
+                .extent
+                .end
+                .next_multiple_of(COMMIT_CHUNK)
+                .min(self.span);
+            if let Err(e) = self.memory.commit(w.committed as usize, to as usize) {
+                w.free.release(placement.extent);
+                return Err(e.into());
+            }
+            w.committed = to;
+        }
+        Ok(Reservation {
+            heap: self,
+            start: placement.start,
+            size,
+            extent: placement.extent,
+        })
+    }
+
+    /// Finds the block containing `ip`: exact, lock-free, no allocation, no system
+    /// call; safe in a signal handler. A guard from another domain finds nothing.
+    pub fn find<'a>(&'a self, guard: &'a Guard<'_>, ip: usize) -> Option<HeapBlock<'a>> {
+        if !Arc::ptr_eq(guard.domain(), &self.domain) {
+            return None;
+        }
+        let offset = ip.wrapping_sub(self.base) as u64;
+        if offset >= self.span {
+            return None;
+        }
+        let start = self.map.find(offset)?;
+        if start < PREFIX {
+            return None;
+        }
+        let prefix = self.prefix(self.base, start);
+        // Relaxed: the Acquire load of the map word that named `start` already
+        // ordered the publish-time prefix stores before this read.
+        let size = prefix.size.load(Ordering::Relaxed) as u64;
+        if offset - start >= size {
+            return None;
+        }
+        // Relaxed: as above.
+        let slot = prefix.slot.load(Ordering::Relaxed);
+        let kind = if slot <= usize::from(MAX_STUB_KIND) {
+            BlockKind::Stub(slot as u8)
+        } else {
+            // SAFETY: slots above 15 hold a header pointer written before the map
+            // published the block; the guard keeps the header alive until it drops,
+            // because reclamation waits for every guard older than the unpublish.
+            BlockKind::Method(unsafe { &*(slot as *const CodeHeader) })
+        };
+        Some(HeapBlock {
+            start: self.base + start as usize,
+            size,
+            offset: offset - start,
+            kind,
+        })
+    }
+
+    /// Unpublishes a block at once; its bytes and header are reused only after every
+    /// guard that might have seen it has dropped.
+    pub fn free(&self, code: CodeRef) -> Result<(), HeapError> {
+        if code.heap != self.id {
+            return Err(HeapError::ForeignRef);
+        }
+        let offset = code.start.wrapping_sub(self.base) as u64;
+        let mut w = self.writer.lock();
+        let live = match w.live.get(&offset) {
+            Some(live) if live.generation == code.generation => live,
+            _ if code.generation < w.next_generation => {
+                return Err(HeapError::DoubleFree { start: code.start });
+            }
+            _ => return Err(HeapError::UnknownRef { start: code.start }),
+        };
+        let extent = live.extent.clone();
+        w.map.delete(offset).map_err(HeapError::Map)?;
+        let header = w.live.remove(&offset).and_then(|live| live.header);
+        let tag = self.domain.retire_tag();
+        w.retired.push(Retired {
+            tag,
+            extent,
+            header,
+        });
+        if w.retired.len() >= RECLAIM_BATCH {
+            self.reclaim(&mut w);
+        }
+        Ok(())
+    }
+
+    /// Reclaims every retired block whose grace period has passed; returns the
+    /// extent bytes given back.
+    pub fn try_reclaim(&self) -> u64 {
+        self.reclaim(&mut self.writer.lock())
+    }
+
+    /// Current usage.
+    pub fn stats(&self) -> HeapStats {
+        let w = self.writer.lock();
+        HeapStats {
+            span: self.span,
+            committed: w.committed,
+            used: self.span - w.free.free_bytes(),
+            free: w.free.free_bytes(),
+            largest_free: w.free.largest(),
+            live_blocks: w.live.len(),
+            retired_blocks: w.retired.len(),
+            reclaimed_bytes: w.reclaimed_bytes,
+        }
+    }
+
+    fn reclaim(&self, w: &mut Writer) -> u64 {
+        if w.retired.is_empty() {
+            return 0;
+        }
+        let safe_before = self.domain.safe_before();
+        let mut bytes = 0;
+        let mut kept = Vec::with_capacity(w.retired.len());
+        for r in std::mem::take(&mut w.retired) {
+            if r.tag < safe_before {
+                bytes += r.extent.end - r.extent.start;
+                w.free.release(r.extent);
+                drop(r.header.map(HeaderPtr::into_box));
+            } else {
+                kept.push(r);
+            }
+        }
+        w.retired = kept;
+        w.reclaimed_bytes += bytes;
+        bytes
+    }
+
+    /// Gives an unpublished extent back (abort).
+    fn release(&self, extent: Range<u64>) {
+        self.writer.lock().free.release(extent);
+    }
+
+    fn publish(
+        &self,
+        start: u64,
+        size: u64,
+        extent: Range<u64>,
+        payload: Payload,
+    ) -> Result<CodeRef, HeapError> {
+        let checked = match &payload {
+            Payload::Stub(kind) if *kind == 0 || *kind > MAX_STUB_KIND => {
+                Err(HeapError::BadStubKind { kind: *kind })
+            }
+            Payload::Stub(_) => Ok(()),
+            Payload::Method(info) => info.validate(size).map_err(HeapError::Info),
+        };
+        if let Err(e) = checked {
+            self.release(extent);
+            return Err(e);
+        }
+        let (header, slot) = match payload {
+            Payload::Method(info) => {
+                let ptr = NonNull::from(Box::leak(Box::new(CodeHeader::new(info, size))));
+                (Some(HeaderPtr(ptr)), ptr.as_ptr() as usize)
+            }
+            Payload::Stub(kind) => (None, usize::from(kind)),
+        };
+        let mut w = self.writer.lock();
+        let generation = w.next_generation;
+        w.next_generation += 1;
+        let prefix = self.prefix(self.memory.write_base() as usize, start);
+        // Relaxed: published to readers by the map's Release store below.
+        prefix.size.store(size as usize, Ordering::Relaxed);
+        // Relaxed: as above.
+        prefix.slot.store(slot, Ordering::Relaxed);
+        // SAFETY: the block's code bytes are committed memory owned by this publish.
+        flush_icache(
+            unsafe { self.memory.write_base().add(start as usize) },
+            size as usize,
+        );
+        if let Err(e) = w.map.set(start, size) {
+            drop(header.map(HeaderPtr::into_box));
+            w.free.release(extent);
+            return Err(HeapError::Map(e));
+        }
+        w.live.insert(
+            start,
+            Live {
+                generation,
+                extent,
+                header,
+            },
+        );
+        Ok(CodeRef {
+            heap: self.id,
+            start: self.base + start as usize,
+            size,
+            generation,
+        })
+    }
+
+    fn prefix(&self, view: usize, start: u64) -> &BlockPrefix {
+        // SAFETY: every start handed to this function was placed by the allocator at
+        // least PREFIX bytes into a committed extent, aligned to at least 8, so the
+        // two prefix words are committed, aligned, and live as long as the heap;
+        // they are only accessed atomically.
+        unsafe { &*((view + start as usize - PREFIX as usize) as *const BlockPrefix) }
+    }
+}
+
+impl Drop for CodeHeap {
+    fn drop(&mut self) {
+        let w = self.writer.get_mut();
+        for live in w.live.drain().map(|(_, l)| l) {
+            drop(live.header.map(HeaderPtr::into_box));
+        }
+        for r in w.retired.drain(..) {
+            drop(r.header.map(HeaderPtr::into_box));
+        }
+    }
+}
+
+fn check_align(align: u64) -> Result<(), HeapError> {
+    let page = region::page::size() as u64;
+    if align.is_power_of_two() && (8..=page).contains(&align) {
+        Ok(())
+    } else {
+        Err(HeapError::BadAlignment { align })
+    }
+}

@@ -1,0 +1,454 @@
+//! The code heap: real execution, exact lookups, abort, grace periods, bad input
+//! and a concurrent writers-against-readers run.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use jitmap::heap::{BlockKind, HeapBlock, HeapStats, JitKind, PREFIX};
+use jitmap::{
+    CodeHeap, CodeInfo, Domain, EpochError, HeapConfig, HeapError, MapVersion, MemoryMode,
+};
+
+const MODES: [MemoryMode; 2] = [MemoryMode::Rwx, MemoryMode::WriteXorExecute];
+const VERSIONS: [MapVersion; 2] = [MapVersion::V1, MapVersion::V2];
+
+fn heap(version: MapVersion, mode: MemoryMode, span: u64) -> (Arc<Domain>, CodeHeap) {
+    let domain = Domain::new(8);
+    let heap = CodeHeap::new(
+        HeapConfig {
+            span,
+            version,
+            mode,
+            align: 16,
+        },
+        &domain,
+    )
+    .unwrap();
+    (domain, heap)
+}
+
+fn method(heap: &CodeHeap, id: u64, size: u64) -> jitmap::CodeRef {
+    let mut r = heap.reserve(size).unwrap();
+    r.code_mut().fill(0xCC);
+    r.publish(CodeInfo::new(id, format!("m{id}"), JitKind::Optimized))
+        .unwrap()
+}
+
+fn method_of<'a>(b: Option<HeapBlock<'a>>) -> Option<(usize, u64, u64)> {
+    b.map(|b| match b.kind {
+        BlockKind::Method(h) => (b.start, b.offset, h.method_id()),
+        BlockKind::Stub(k) => panic!("unexpected stub {k}"),
+    })
+}
+
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn published_code_executes() {
+    for mode in MODES {
+        let (_d, heap) = heap(MapVersion::V2, mode, 1 << 20);
+        // mov eax, 0x2a; ret
+        let mut r = heap.reserve(6).unwrap();
+        r.code_mut().copy_from_slice(&[0xB8, 0x2A, 0, 0, 0, 0xC3]);
+        let code = r
+            .publish(CodeInfo::new(1, "answer", JitKind::Baseline))
+            .unwrap();
+        // SAFETY: the bytes above are a complete function with the C ABI.
+        let f: extern "C" fn() -> u32 = unsafe { std::mem::transmute(code.start()) };
+        assert_eq!(f(), 42, "{mode:?}");
+
+        // xor eax,eax; mov ecx,1000; L: add eax,3; dec ecx; jnz L; ret
+        let lp = [
+            0x31, 0xC0, 0xB9, 0xE8, 0x03, 0, 0, 0x83, 0xC0, 0x03, 0xFF, 0xC9, 0x75, 0xF9, 0xC3,
+        ];
+        let mut r = heap.reserve(lp.len() as u64).unwrap();
+        r.code_mut().copy_from_slice(&lp);
+        let code = r
+            .publish(CodeInfo::new(2, "loop", JitKind::Baseline))
+            .unwrap();
+        // SAFETY: as above.
+        let f: extern "C" fn() -> u32 = unsafe { std::mem::transmute(code.start()) };
+        assert_eq!(f(), 3000, "{mode:?}");
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+#[test]
+fn published_code_executes() {
+    println!("skipped: the execution test carries x86-64 machine code only");
+}
+
+#[test]
+fn every_byte_finds_its_block_and_nothing_else_does() {
+    for version in VERSIONS {
+        for mode in MODES {
+            let (domain, heap) = heap(version, mode, 1 << 20);
+            let sizes = [1u64, 31, 32, 200, 4096, 70_000, 3, 1000];
+            let refs: Vec<_> = sizes
+                .iter()
+                .enumerate()
+                .map(|(i, &n)| method(&heap, i as u64 + 10, n))
+                .collect();
+            // Free two to leave holes.
+            heap.free(refs[3]).unwrap();
+            heap.free(refs[6]).unwrap();
+            let reader = domain.register().unwrap();
+            let guard = reader.pin().unwrap();
+            let live: Vec<_> = refs
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| *i != 3 && *i != 6)
+                .collect();
+            let end = refs
+                .iter()
+                .map(|r| r.start() + r.size() as usize)
+                .max()
+                .unwrap()
+                + 4096;
+            let mut inside = 0;
+            for ip in heap.base()..end {
+                let expected = live
+                    .iter()
+                    .find(|(_, r)| ip >= r.start() && ip < r.start() + r.size() as usize)
+                    .map(|(i, r)| (r.start(), (ip - r.start()) as u64, *i as u64 + 10));
+                inside += usize::from(expected.is_some());
+                assert_eq!(
+                    method_of(heap.find(&guard, ip)),
+                    expected,
+                    "{version} {mode:?} ip {ip:#x}"
+                );
+            }
+            assert_eq!(
+                inside as u64,
+                live.iter().map(|(_, r)| r.size()).sum::<u64>()
+            );
+            for ip in [
+                0,
+                heap.base() - 1,
+                heap.base() + heap.span() as usize,
+                usize::MAX,
+            ] {
+                assert!(heap.find(&guard, ip).is_none());
+            }
+        }
+    }
+}
+
+#[test]
+fn header_prefix_holds_size_and_slot() {
+    let (domain, heap) = heap(MapVersion::V2, MemoryMode::Rwx, 1 << 20);
+    let r = method(&heap, 5, 100);
+    let reader = domain.register().unwrap();
+    let guard = reader.pin().unwrap();
+    let BlockKind::Method(h) = heap.find(&guard, r.start()).unwrap().kind else {
+        panic!()
+    };
+    // SAFETY: the prefix words of a live block are readable in RWX mode.
+    let words =
+        unsafe { std::slice::from_raw_parts((r.start() - PREFIX as usize) as *const usize, 2) };
+    assert_eq!(words, [100, h as *const _ as usize]);
+    assert_eq!((h.method_id(), h.code_size(), h.name()), (5, 100, "m5"));
+}
+
+#[test]
+fn stubs_are_reported_as_stubs() {
+    let (domain, heap) = heap(MapVersion::V2, MemoryMode::Rwx, 1 << 20);
+    let r = heap.reserve(64).unwrap();
+    let stub = r.publish_stub(7).unwrap();
+    let reader = domain.register().unwrap();
+    let guard = reader.pin().unwrap();
+    let b = heap.find(&guard, stub.start() + 63).unwrap();
+    assert!(matches!(b.kind, BlockKind::Stub(7)));
+    assert_eq!((b.start, b.size, b.offset), (stub.start(), 64, 63));
+    assert!(heap.find(&guard, stub.start() + 64).is_none());
+    for kind in [0, 16, 255] {
+        let before = usage(&heap);
+        let r = heap.reserve(64).unwrap();
+        assert_eq!(r.publish_stub(kind), Err(HeapError::BadStubKind { kind }));
+        assert_eq!(usage(&heap), before);
+    }
+}
+
+#[test]
+fn abort_is_never_visible_and_space_is_reused() {
+    for mode in MODES {
+        let (domain, heap) = heap(MapVersion::V2, mode, 1 << 20);
+        let before = usage(&heap);
+        let mut r = heap.reserve(512).unwrap();
+        r.code_mut().fill(0x90);
+        let addr = r.address();
+        let reader = domain.register().unwrap();
+        let guard = reader.pin().unwrap();
+        assert!(heap.find(&guard, addr).is_none(), "reserved is not visible");
+        r.abort();
+        assert!(heap.find(&guard, addr).is_none());
+        assert_eq!(usage(&heap), before);
+        assert_eq!(heap.map().nonzero_words().count(), 0);
+        let r2 = heap.reserve(512).unwrap();
+        assert_eq!(r2.address(), addr, "aborted space is reused at once");
+        drop(r2);
+        assert_eq!(usage(&heap), before, "dropping a reservation aborts it");
+    }
+}
+
+#[test]
+fn grace_period_keeps_header_and_bytes_until_unpin() {
+    let (domain, heap) = heap(MapVersion::V2, MemoryMode::Rwx, 1 << 20);
+    let a = method(&heap, 77, 1000);
+    let reader = domain.register().unwrap();
+    let guard = reader.pin().unwrap();
+    let BlockKind::Method(header) = heap.find(&guard, a.start() + 10).unwrap().kind else {
+        panic!()
+    };
+    heap.free(a).unwrap();
+    assert!(
+        heap.find(&guard, a.start() + 10).is_none(),
+        "unpublished at once"
+    );
+    assert_eq!(
+        heap.try_reclaim(),
+        0,
+        "a pinned guard holds the grace period open"
+    );
+    assert_eq!((header.method_id(), header.name()), (77, "m77"));
+    let b = heap.reserve(1000).unwrap();
+    assert_ne!(b.address(), a.start(), "bytes are not reused while pinned");
+    drop(b);
+    assert_eq!(heap.stats().retired_blocks, 1);
+    drop(guard);
+    let extent = heap.try_reclaim();
+    assert_eq!(extent, 1000 + PREFIX);
+    assert_eq!(heap.stats().retired_blocks, 0);
+    assert_eq!(
+        heap.reserve(1000).unwrap().address(),
+        a.start(),
+        "reused after reclaim"
+    );
+}
+
+#[test]
+fn guard_from_another_domain_finds_nothing() {
+    let (_d, heap) = heap(MapVersion::V2, MemoryMode::Rwx, 1 << 20);
+    let a = method(&heap, 1, 64);
+    let other = Domain::new(1);
+    let reader = other.register().unwrap();
+    let guard = reader.pin().unwrap();
+    assert!(heap.find(&guard, a.start()).is_none());
+}
+
+#[test]
+fn code_info_is_validated() {
+    use jitmap::heap::{DebugEntry, InfoError, UnwindEntry};
+    let (_d, heap) = heap(MapVersion::V2, MemoryMode::Rwx, 1 << 20);
+    let unwind = |b, e| UnwindEntry {
+        begin: b,
+        end: e,
+        data: Box::new([]),
+    };
+    let dbg = |o| DebugEntry {
+        offset: o,
+        line: 1,
+        column: 1,
+        file: "f.rs".into(),
+    };
+    let cases: Vec<(CodeInfo, InfoError)> = vec![
+        (
+            CodeInfo {
+                unwind: vec![unwind(4, 10)],
+                ..CodeInfo::new(1, "x", JitKind::Baseline)
+            },
+            InfoError::MainBodyNotFirst,
+        ),
+        (
+            CodeInfo {
+                unwind: vec![unwind(0, 101)],
+                ..CodeInfo::new(1, "x", JitKind::Baseline)
+            },
+            InfoError::UnwindOutOfRange { begin: 0, end: 101 },
+        ),
+        (
+            CodeInfo {
+                unwind: vec![unwind(0, 50), unwind(40, 60)],
+                ..CodeInfo::new(1, "x", JitKind::Baseline)
+            },
+            InfoError::UnwindUnsorted { begin: 40 },
+        ),
+        (
+            CodeInfo {
+                debug: vec![dbg(5), dbg(2)],
+                ..CodeInfo::new(1, "x", JitKind::Baseline)
+            },
+            InfoError::DebugUnsorted { offset: 2 },
+        ),
+        (
+            CodeInfo {
+                debug: vec![dbg(100)],
+                ..CodeInfo::new(1, "x", JitKind::Baseline)
+            },
+            InfoError::DebugOutOfRange { offset: 100 },
+        ),
+        (
+            CodeInfo {
+                cold_offset: Some(100),
+                ..CodeInfo::new(1, "x", JitKind::Baseline)
+            },
+            InfoError::ColdOutOfRange { offset: 100 },
+        ),
+    ];
+    for (info, err) in cases {
+        let before = usage(&heap);
+        let r = heap.reserve(100).unwrap();
+        assert_eq!(r.publish(info), Err(HeapError::Info(err)));
+        assert_eq!(usage(&heap), before);
+        assert_eq!(heap.map().nonzero_words().count(), 0);
+    }
+}
+
+/// Usage without `committed`, which only grows (pages stay committed for reuse).
+fn usage(heap: &CodeHeap) -> HeapStats {
+    HeapStats {
+        committed: 0,
+        ..heap.stats()
+    }
+}
+
+fn unchanged(heap: &CodeHeap, before: HeapStats, words: &[(usize, u32)]) {
+    assert_eq!(usage(heap), before);
+    assert_eq!(heap.map().nonzero_words().collect::<Vec<_>>(), words);
+}
+
+#[test]
+fn bad_input_is_rejected_and_changes_nothing() {
+    let (domain, heap) = heap(MapVersion::V2, MemoryMode::Rwx, 64 * 1024);
+    let a = method(&heap, 1, 100);
+    let before = usage(&heap);
+    let words: Vec<_> = heap.map().nonzero_words().collect();
+
+    assert_eq!(heap.reserve(0).err(), Some(HeapError::ZeroSize));
+    unchanged(&heap, before, &words);
+    assert_eq!(
+        heap.reserve(64 * 1024).err(),
+        Some(HeapError::TooLarge {
+            size: 64 * 1024,
+            max: 64 * 1024 - PREFIX
+        })
+    );
+    unchanged(&heap, before, &words);
+    for align in [0, 4, 12, 1 << 20] {
+        assert_eq!(
+            heap.reserve_aligned(64, align).err(),
+            Some(HeapError::BadAlignment { align })
+        );
+    }
+    unchanged(&heap, before, &words);
+    assert_eq!(
+        heap.reserve(65_400).err(),
+        Some(HeapError::HeapFull { size: 65_400 })
+    );
+    unchanged(&heap, before, &words);
+
+    heap.free(a).unwrap();
+    heap.try_reclaim();
+    let before = usage(&heap);
+    assert_eq!(
+        heap.free(a),
+        Err(HeapError::DoubleFree { start: a.start() })
+    );
+    unchanged(&heap, before, &[]);
+
+    let (_d2, other) = self::heap(MapVersion::V2, MemoryMode::Rwx, 64 * 1024);
+    let foreign = method(&other, 2, 100);
+    assert_eq!(heap.free(foreign), Err(HeapError::ForeignRef));
+    unchanged(&heap, before, &[]);
+
+    let readers: Vec<_> = (0..8).map(|_| domain.register().unwrap()).collect();
+    assert_eq!(
+        domain.register().err(),
+        Some(EpochError::NoSlots { slots: 8 })
+    );
+    drop(readers);
+    assert!(domain.register().is_ok(), "slots are released on drop");
+
+    for span in [0, 1 << 32] {
+        assert_eq!(
+            CodeHeap::new(
+                HeapConfig {
+                    span,
+                    ..HeapConfig::default()
+                },
+                &domain
+            )
+            .err(),
+            Some(HeapError::BadSpan { span })
+        );
+    }
+    assert_eq!(
+        CodeHeap::new(
+            HeapConfig {
+                align: 4,
+                ..HeapConfig::default()
+            },
+            &domain
+        )
+        .err(),
+        Some(HeapError::BadAlignment { align: 4 })
+    );
+}
+
+#[test]
+fn heap_full_is_recovered_by_reclaiming() {
+    let (_d, heap) = heap(MapVersion::V2, MemoryMode::Rwx, 64 * 1024);
+    let a = method(&heap, 1, 60_000);
+    heap.free(a).unwrap();
+    // No guard is pinned: the failed allocation reclaims and then fits.
+    assert_eq!(heap.reserve(60_000).unwrap().address(), a.start());
+}
+
+#[test]
+fn stats_track_commit_and_use() {
+    let (_d, heap) = heap(MapVersion::V2, MemoryMode::Rwx, 1 << 20);
+    let s0 = heap.stats();
+    assert_eq!(
+        (s0.committed, s0.used, s0.free, s0.largest_free),
+        (0, 0, 1 << 20, 1 << 20)
+    );
+    let a = method(&heap, 1, 100);
+    let s1 = heap.stats();
+    assert_eq!((s1.committed, s1.used, s1.live_blocks), (64 * 1024, 120, 1));
+    heap.free(a).unwrap();
+    assert_eq!(heap.stats().retired_blocks, 1);
+    assert_eq!(heap.try_reclaim(), 120);
+    let s2 = heap.stats();
+    assert_eq!(
+        (
+            s2.used,
+            s2.reclaimed_bytes,
+            s2.retired_blocks,
+            s2.live_blocks
+        ),
+        (0, 120, 0, 0)
+    );
+}
+
+#[test]
+fn writers_against_readers_give_no_wrong_answer() {
+    for (version, wx) in [(MapVersion::V1, true), (MapVersion::V2, false)] {
+        let report = jitmap_sim::stress::run(jitmap_sim::stress::StressConfig {
+            version,
+            wx,
+            writers: 1,
+            readers: 2,
+            duration: Duration::from_millis(1500),
+            seed: 42,
+        })
+        .unwrap();
+        assert_eq!(report.wrong, 0, "{version}: {report:?}");
+        assert!(
+            report.exact > 1000 && report.frees > 100 && report.aborts > 10,
+            "{report:?}"
+        );
+        assert_eq!(
+            report.publishes, report.frees,
+            "every block is freed at the end"
+        );
+    }
+}
