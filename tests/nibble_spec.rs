@@ -265,3 +265,44 @@ fn lookups_beyond_the_map_find_nothing() {
         assert_eq!(w.map().find(addr), None);
     }
 }
+
+#[test]
+fn set_allocated_keeps_the_constant_time_checks() {
+    for v in [MapVersion::V1, MapVersion::V2] {
+        assert_eq!(
+            rejects(v, |w| w.set_allocated(0x204, 4)),
+            MapError::BucketOccupied {
+                start: 0x204,
+                existing: 0x200
+            }
+        );
+        assert_eq!(
+            rejects(v, |w| w.set_allocated(0x802, 4)),
+            MapError::Misaligned { start: 0x802 }
+        );
+        assert_eq!(
+            rejects(v, |w| w.set_allocated(0xFF0, 0x20)),
+            MapError::OutOfRange {
+                start: 0xFF0,
+                size: 0x20
+            }
+        );
+        assert_eq!(
+            rejects(v, |w| w.set_allocated(0x800, 0)),
+            MapError::ZeroSize
+        );
+    }
+    assert_eq!(
+        rejects(MapVersion::V2, |w| w.set_allocated(0x440, 0x10)),
+        MapError::Overlap {
+            start: 0x440,
+            existing: 0x200
+        }
+    );
+    let mut w = writer(MapVersion::V2, 0x1000);
+    w.set_allocated(304, 1024).unwrap();
+    assert_eq!(
+        words(&w),
+        vec![(1, 0x0500_0000), (2, 0x139), (3, 0x139), (4, 0x139)]
+    );
+}

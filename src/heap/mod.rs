@@ -466,7 +466,7 @@ impl CodeHeap {
             unsafe { self.memory.write_base().add(start as usize) },
             size as usize,
         );
-        if let Err(e) = w.map.set(start, size) {
+        if let Err(e) = w.map.set_allocated(start, size) {
             drop(header.map(HeaderPtr::into_box));
             w.free.release(extent);
             return Err(HeapError::Map(e));

@@ -14,7 +14,21 @@ impl<S: WordStore> MapWriter<S> {
     /// order, so a reader sees either nothing, or a start with a prefix of its
     /// pointers, each of which already names the right start.
     pub fn set(&mut self, start: u64, size: u64) -> Result<(), MapError> {
-        self.check_set(start, size)?;
+        self.check_set(start, size, Scan::WholeBlock)?;
+        self.write(start, size);
+        Ok(())
+    }
+
+    /// Records a block that the caller's allocator already keeps disjoint from
+    /// every live block. Skips the O(size) overlap scan of [`MapWriter::set`] but
+    /// keeps its O(1) checks: size, alignment, range, and the start's own word.
+    pub fn set_allocated(&mut self, start: u64, size: u64) -> Result<(), MapError> {
+        self.check_set(start, size, Scan::StartWord)?;
+        self.write(start, size);
+        Ok(())
+    }
+
+    fn write(&mut self, start: u64, size: u64) {
         let map = &*self.map;
         let index = word_index(start);
         let shift = bucket_shift(bucket_in_word(start));
@@ -26,7 +40,6 @@ impl<S: WordStore> MapWriter<S> {
                 map.words.store(i, pointer);
             }
         }
-        Ok(())
     }
 
     /// Removes the block starting at `start`: clears its nibble, then (v2) its
@@ -59,7 +72,7 @@ impl<S: WordStore> MapWriter<S> {
     }
 
     /// Validates a set without changing anything.
-    fn check_set(&self, start: u64, size: u64) -> Result<(), MapError> {
+    fn check_set(&self, start: u64, size: u64, scan: Scan) -> Result<(), MapError> {
         let map = &*self.map;
         if size == 0 {
             return Err(MapError::ZeroSize);
@@ -74,7 +87,11 @@ impl<S: WordStore> MapWriter<S> {
         let first = word_index(start);
         let own_bucket =
             first as u64 * (WORD_BYTES / BUCKET_BYTES) + u64::from(bucket_in_word(start));
-        for i in first..=word_index(end - 1) {
+        let last = match scan {
+            Scan::WholeBlock => word_index(end - 1),
+            Scan::StartWord => first,
+        };
+        for i in first..=last {
             let word = map.words.load(i);
             if word == 0 {
                 continue;
@@ -101,4 +118,13 @@ impl<S: WordStore> MapWriter<S> {
         }
         Ok(())
     }
+}
+
+/// How much of a new block's range `check_set` inspects.
+#[derive(Clone, Copy)]
+enum Scan {
+    /// Every word the block touches: finds any overlap the map can see.
+    WholeBlock,
+    /// Only the start's word: bucket conflicts and a start inside a pointer word.
+    StartWord,
 }

@@ -1,0 +1,125 @@
+//! Code-heap benchmarks: publish and publish+free cost by method size, and
+//! `CodeHeap::find` against the raw v2 map lookup it is built on.
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use jitmap::heap::JitKind;
+use jitmap::{CodeHeap, CodeInfo, Domain, HeapConfig, MapVersion};
+use jitmap_sim::rng::Rng;
+use jitmap_sim::workload::method_size;
+
+const SIZES: [(u64, &str); 4] = [
+    (64, "64B"),
+    (1 << 10, "1KiB"),
+    (64 << 10, "64KiB"),
+    (1 << 20, "1MiB"),
+];
+const BATCH: usize = 32;
+
+fn heap(version: MapVersion) -> CodeHeap {
+    let domain = Domain::new(4);
+    CodeHeap::new(
+        HeapConfig {
+            span: 256 << 20,
+            version,
+            ..HeapConfig::default()
+        },
+        &domain,
+    )
+    .unwrap()
+}
+
+fn write(c: &mut Criterion) {
+    let mut group = c.benchmark_group("write");
+    for version in [MapVersion::V1, MapVersion::V2] {
+        let heap = heap(version);
+        let info = CodeInfo::new(1, "bench::method", JitKind::Optimized);
+        for (size, label) in SIZES {
+            // Publish alone: reservations made and freed outside the timed region,
+            // in batches so the clock's own cost is spread thin.
+            group.bench_function(BenchmarkId::new(format!("publish/{version}"), label), |b| {
+                b.iter_custom(|iters| {
+                    let mut total = Duration::ZERO;
+                    let mut left = iters;
+                    while left > 0 {
+                        let n = left.min(BATCH as u64) as usize;
+                        let reservations: Vec<_> =
+                            (0..n).map(|_| heap.reserve(size).unwrap()).collect();
+                        let infos: Vec<_> = (0..n).map(|_| info.clone()).collect();
+                        let t = Instant::now();
+                        let refs: Vec<_> = reservations
+                            .into_iter()
+                            .zip(infos)
+                            .map(|(r, i)| r.publish(i).unwrap())
+                            .collect();
+                        total += t.elapsed();
+                        for r in refs {
+                            heap.free(r).unwrap();
+                        }
+                        left -= n as u64;
+                    }
+                    total
+                })
+            });
+            group.bench_function(
+                BenchmarkId::new(format!("reserve_publish_free/{version}"), label),
+                |b| {
+                    b.iter(|| {
+                        let r = heap.reserve(size).unwrap();
+                        heap.free(r.publish(info.clone()).unwrap()).unwrap();
+                    })
+                },
+            );
+        }
+    }
+    group.finish();
+}
+
+fn find(c: &mut Criterion) {
+    let mut group = c.benchmark_group("heap_find");
+    let heap = heap(MapVersion::V2);
+    let mut rng = Rng::new(3);
+    let mut refs = Vec::new();
+    for id in 0..20_000 {
+        let size = method_size(&mut rng, 128 << 10);
+        refs.push(
+            heap.reserve(size)
+                .unwrap()
+                .publish(CodeInfo::new(id, "m", JitKind::Baseline))
+                .unwrap(),
+        );
+    }
+    let ips: Vec<usize> = (0..4096)
+        .map(|_| {
+            let r = refs[rng.below(refs.len() as u64) as usize];
+            r.start() + rng.below(r.size()) as usize
+        })
+        .collect();
+    let reader = heap.domain().register().unwrap();
+    let guard = reader.pin().unwrap();
+    let base = heap.base();
+    let map = heap.map();
+    group.bench_function("raw_v2_map", |b| {
+        let mut i = 0;
+        b.iter(|| {
+            i = (i + 1) % ips.len();
+            map.find(black_box((ips[i] - base) as u64))
+        })
+    });
+    group.bench_function("code_heap", |b| {
+        let mut i = 0;
+        b.iter(|| {
+            i = (i + 1) % ips.len();
+            heap.find(&guard, black_box(ips[i])).map(|b| b.start)
+        })
+    });
+    group.bench_function("pin_unpin", |b| {
+        b.iter(|| drop(black_box(reader.pin().unwrap())))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, write, find);
+criterion_main!(benches);
