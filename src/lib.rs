@@ -8,11 +8,18 @@
 pub mod epoch;
 #[cfg(not(loom))]
 pub mod heap;
+#[cfg(not(loom))]
+pub mod image;
+#[cfg(not(loom))]
+pub mod manager;
 pub mod nibble;
+pub mod range;
 pub mod sync;
 pub mod words;
 
 pub use epoch::{Domain, EpochError, Guard, Reader};
 #[cfg(not(loom))]
 pub use heap::{CodeHeap, CodeInfo, CodeRef, HeapConfig, HeapError, MemoryMode, Reservation};
+#[cfg(not(loom))]
+pub use manager::{CodeBlock, ExecutionManager, Lookup, ManagedHeap};
 pub use nibble::{MapError, MapVersion, MapWriter, NibbleMap};

@@ -4,9 +4,9 @@
 //! models in `loom-tests/` exercise the library's real code, not a copy of it.
 
 #[cfg(loom)]
-pub use loom::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, fence};
+pub use loom::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, fence};
 
 #[cfg(not(loom))]
-pub use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, fence};
+pub use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, fence};
 
 pub use std::sync::atomic::Ordering;

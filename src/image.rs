@@ -1,0 +1,325 @@
+//! Precompiled images: code loaded at a base address with a sorted function
+//! table, an entry-point → method map, a hot/cold map and a thunk range, looked
+//! up with the contract's ReadyToRun algorithm.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::ops::Range;
+
+use crate::heap::{DebugEntry, GcInfo};
+
+/// One runtime function: a method's main body, a funclet, or a cold fragment.
+/// Offsets are relative to the image base.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ImageFunction {
+    /// First byte.
+    pub begin: u32,
+    /// One past the last byte.
+    pub end: u32,
+    /// Unwind data for this function (relative to the image base).
+    pub unwind: Box<[u8]>,
+}
+
+/// A method of the image, named by its entry point.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ImageMethod {
+    /// Offset of the entry point: the `begin` of the method's main function.
+    pub entry: u32,
+    /// The runtime's method id.
+    pub method_id: u64,
+    /// GC info, if any.
+    pub gc: Option<GcInfo>,
+    /// Native offset → source rows, sorted by offset.
+    pub debug: Vec<DebugEntry>,
+}
+
+/// One hot/cold map pair: the first cold function of a method, and the index of
+/// the method's main (hot) function.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HotCold {
+    /// Index of the first function of the cold part.
+    pub cold: u32,
+    /// Index of the method's main function.
+    pub hot: u32,
+}
+
+/// What an image registration supplies.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ImageInfo {
+    /// Load address.
+    pub base: usize,
+    /// Bytes mapped.
+    pub size: usize,
+    /// Runtime functions sorted by address, non-overlapping; cold fragments last.
+    pub functions: Vec<ImageFunction>,
+    /// Methods by entry point.
+    pub methods: Vec<ImageMethod>,
+    /// Hot/cold pairs, sorted by cold index.
+    pub hot_cold: Vec<HotCold>,
+    /// Delay-load thunks; addresses here belong to no method.
+    pub thunks: Option<Range<u32>>,
+}
+
+/// Why an image was rejected.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ImageError {
+    /// Size 0.
+    Empty,
+    /// A function is empty or reaches past the image.
+    FunctionOutOfRange { index: usize },
+    /// A function starts before the previous one.
+    Unsorted { index: usize },
+    /// A function overlaps the previous one.
+    Overlapping { index: usize },
+    /// A method's entry is not the start of a hot function.
+    EntryNotFunction { entry: u32 },
+    /// Two methods share an entry.
+    DuplicateEntry { entry: u32 },
+    /// A hot function has no method entry at or before it.
+    Orphan { index: usize },
+    /// A hot/cold pair names a bad index, or pairs are out of order.
+    BadHotCold { pair: usize },
+    /// The thunk range is empty or reaches past the image.
+    ThunksOutOfRange,
+}
+
+impl fmt::Display for ImageError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Self::Empty => f.write_str("image of size 0"),
+            Self::FunctionOutOfRange { index } => {
+                write!(f, "function {index} is empty or past the image")
+            }
+            Self::Unsorted { index } => write!(f, "function {index} is out of order"),
+            Self::Overlapping { index } => write!(f, "function {index} overlaps the previous one"),
+            Self::EntryNotFunction { entry } => {
+                write!(f, "entry {entry:#x} is not the start of a hot function")
+            }
+            Self::DuplicateEntry { entry } => write!(f, "two methods have entry {entry:#x}"),
+            Self::Orphan { index } => write!(f, "function {index} has no method entry before it"),
+            Self::BadHotCold { pair } => {
+                write!(f, "hot/cold pair {pair} is invalid or out of order")
+            }
+            Self::ThunksOutOfRange => f.write_str("thunk range is empty or past the image"),
+        }
+    }
+}
+
+impl std::error::Error for ImageError {}
+
+/// A validated image.
+#[derive(Debug)]
+pub struct ImageSection {
+    info: ImageInfo,
+    /// Function index → method index, for functions that are method entries.
+    entry_of: Vec<Option<u32>>,
+    /// Entry offset → method index.
+    by_entry: HashMap<u32, u32>,
+    /// Index of the first cold function (`functions.len()` if none).
+    first_cold: usize,
+}
+
+/// Where an image address landed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ImageHit {
+    /// Method index.
+    pub method: usize,
+    /// Index of the function containing the address.
+    pub function: usize,
+    /// Index of the method's main function.
+    pub main: usize,
+    /// Offset from the method start, counting the hot part first.
+    pub offset: u64,
+    /// Whether the address is in the method's cold part.
+    pub cold: bool,
+}
+
+/// Hot and cold extents of a method.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RegionInfo {
+    /// Bytes in the hot part.
+    pub hot_size: u64,
+    /// Address of the cold part, if the method has one.
+    pub cold_start: Option<usize>,
+    /// Bytes in the cold part (0 if none).
+    pub cold_size: u64,
+}
+
+impl ImageSection {
+    /// Validates `info`.
+    pub fn new(info: ImageInfo) -> Result<Self, ImageError> {
+        if info.size == 0 {
+            return Err(ImageError::Empty);
+        }
+        let f = &info.functions;
+        for (index, func) in f.iter().enumerate() {
+            if func.begin >= func.end || func.end as usize > info.size {
+                return Err(ImageError::FunctionOutOfRange { index });
+            }
+            if index > 0 && func.begin < f[index - 1].begin {
+                return Err(ImageError::Unsorted { index });
+            }
+            if index > 0 && func.begin < f[index - 1].end {
+                return Err(ImageError::Overlapping { index });
+            }
+        }
+        let first_cold = info.hot_cold.first().map_or(f.len(), |p| p.cold as usize);
+        for (pair, hc) in info.hot_cold.iter().enumerate() {
+            let ordered = pair == 0 || hc.cold > info.hot_cold[pair - 1].cold;
+            if !ordered || hc.cold as usize >= f.len() || hc.hot as usize >= first_cold {
+                return Err(ImageError::BadHotCold { pair });
+            }
+        }
+        let mut entry_of = vec![None; f.len()];
+        let mut by_entry = HashMap::with_capacity(info.methods.len());
+        for (m, method) in info.methods.iter().enumerate() {
+            let i = f.partition_point(|x| x.begin < method.entry);
+            if i >= first_cold || f.get(i).is_none_or(|x| x.begin != method.entry) {
+                return Err(ImageError::EntryNotFunction {
+                    entry: method.entry,
+                });
+            }
+            if by_entry.insert(method.entry, m as u32).is_some() {
+                return Err(ImageError::DuplicateEntry {
+                    entry: method.entry,
+                });
+            }
+            entry_of[i] = Some(m as u32);
+        }
+        if first_cold > 0 && entry_of[0].is_none() {
+            return Err(ImageError::Orphan { index: 0 });
+        }
+        for (pair, hc) in info.hot_cold.iter().enumerate() {
+            if entry_of[hc.hot as usize].is_none() {
+                return Err(ImageError::BadHotCold { pair });
+            }
+        }
+        if let Some(t) = &info.thunks
+            && (t.start >= t.end || t.end as usize > info.size)
+        {
+            return Err(ImageError::ThunksOutOfRange);
+        }
+        Ok(Self {
+            info,
+            entry_of,
+            by_entry,
+            first_cold,
+        })
+    }
+
+    /// The registration data.
+    pub fn info(&self) -> &ImageInfo {
+        &self.info
+    }
+
+    /// Load address.
+    pub fn base(&self) -> usize {
+        self.info.base
+    }
+
+    /// Whether `rel` (an offset from the base) is in the delay-load thunks.
+    pub fn is_thunk(&self, rel: u64) -> bool {
+        self.info
+            .thunks
+            .as_ref()
+            .is_some_and(|t| rel >= u64::from(t.start) && rel < u64::from(t.end))
+    }
+
+    /// Looks up an offset from the base: binary search, then (for cold code) the
+    /// hot/cold map, then a walk back over funclets to the method's entry.
+    pub fn lookup(&self, rel: u64) -> Option<ImageHit> {
+        if self.is_thunk(rel) {
+            return None;
+        }
+        let f = &self.info.functions;
+        let function = f
+            .partition_point(|x| u64::from(x.begin) <= rel)
+            .checked_sub(1)?;
+        if rel >= u64::from(f[function].end) {
+            return None;
+        }
+        if function >= self.first_cold {
+            let pair = self
+                .info
+                .hot_cold
+                .partition_point(|p| p.cold as usize <= function)
+                - 1;
+            let hc = self.info.hot_cold[pair];
+            let main = hc.hot as usize;
+            let cold_begin = u64::from(f[hc.cold as usize].begin);
+            return Some(ImageHit {
+                method: self.entry_of[main]? as usize,
+                function,
+                main,
+                offset: self.hot_size(main) + rel - cold_begin,
+                cold: true,
+            });
+        }
+        let mut main = function;
+        while self.entry_of[main].is_none() {
+            main -= 1;
+        }
+        Some(ImageHit {
+            method: self.entry_of[main]? as usize,
+            function,
+            main,
+            offset: rel - u64::from(f[main].begin),
+            cold: false,
+        })
+    }
+
+    /// The method whose entry point is exactly `rel`.
+    pub fn method_at_entry(&self, rel: u64) -> Option<&ImageMethod> {
+        let rel = u32::try_from(rel).ok()?;
+        self.by_entry
+            .get(&rel)
+            .map(|&m| &self.info.methods[m as usize])
+    }
+
+    /// Method `index`.
+    pub fn method(&self, index: usize) -> &ImageMethod {
+        &self.info.methods[index]
+    }
+
+    /// Function `index`.
+    pub fn function(&self, index: usize) -> &ImageFunction {
+        &self.info.functions[index]
+    }
+
+    /// Hot and cold extents of the method whose main function is `main`.
+    pub fn region(&self, main: usize) -> RegionInfo {
+        let f = &self.info.functions;
+        let cold = self
+            .info
+            .hot_cold
+            .iter()
+            .position(|p| p.hot as usize == main)
+            .map(|pair| {
+                let from = self.info.hot_cold[pair].cold as usize;
+                let to = self
+                    .info
+                    .hot_cold
+                    .get(pair + 1)
+                    .map_or(f.len(), |p| p.cold as usize);
+                (self.base() + f[from].begin as usize, len(&f[from..to]))
+            });
+        RegionInfo {
+            hot_size: self.hot_size(main),
+            cold_start: cold.map(|c| c.0),
+            cold_size: cold.map_or(0, |c| c.1),
+        }
+    }
+
+    /// Bytes in the hot functions of the method whose main function is `main`:
+    /// the main body and the funclets that follow it.
+    fn hot_size(&self, main: usize) -> u64 {
+        let end = (main + 1..self.first_cold)
+            .find(|&i| self.entry_of[i].is_some())
+            .unwrap_or(self.first_cold);
+        len(&self.info.functions[main..end])
+    }
+}
+
+fn len(functions: &[ImageFunction]) -> u64 {
+    functions.iter().map(|x| u64::from(x.end - x.begin)).sum()
+}

@@ -1,0 +1,378 @@
+//! The execution manager: one lookup for every code heap and precompiled image,
+//! answering the contract's full API for the block containing an address.
+
+use std::fmt;
+use std::ops::Deref;
+use std::sync::Arc;
+
+use crate::epoch::{Domain, EpochError, Guard, Reader};
+use crate::heap::{
+    BlockKind, CodeHeader, CodeHeap, DebugEntry, GcInfo, HeapConfig, HeapError, JitKind,
+};
+use crate::image::{ImageError, ImageHit, ImageInfo, ImageSection, RegionInfo};
+use crate::range::{RangeError, RangeSectionMap, Section};
+
+/// What a range section holds.
+#[derive(Debug)]
+pub enum SectionKind {
+    /// JIT code.
+    Heap(Arc<CodeHeap>),
+    /// A precompiled image.
+    Image(ImageSection),
+}
+
+/// A rejected manager operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ManagerError {
+    /// Creating the heap failed.
+    Heap(HeapError),
+    /// The range map refused (overlap, out of range, unknown section).
+    Range(RangeError),
+    /// The image failed validation.
+    Image(ImageError),
+}
+
+impl fmt::Display for ManagerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Heap(e) => write!(f, "{e}"),
+            Self::Range(e) => write!(f, "{e}"),
+            Self::Image(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for ManagerError {}
+
+struct Shared {
+    domain: Arc<Domain>,
+    ranges: RangeSectionMap<SectionKind>,
+}
+
+/// Routes any address to its heap or image and answers for the block there.
+pub struct ExecutionManager {
+    shared: Arc<Shared>,
+}
+
+/// A code heap registered with a manager; dropping it unregisters the heap, and
+/// its memory is unmapped once readers pinned before that have unpinned.
+pub struct ManagedHeap {
+    heap: Arc<CodeHeap>,
+    shared: Arc<Shared>,
+}
+
+impl Deref for ManagedHeap {
+    type Target = CodeHeap;
+
+    fn deref(&self) -> &CodeHeap {
+        &self.heap
+    }
+}
+
+impl ManagedHeap {
+    /// The shared heap.
+    pub fn heap(&self) -> &Arc<CodeHeap> {
+        &self.heap
+    }
+}
+
+impl Drop for ManagedHeap {
+    fn drop(&mut self) {
+        // The section was registered by `create_heap` and only this handle removes
+        // it, so it is present.
+        let _ = self.shared.ranges.remove(self.heap.base());
+    }
+}
+
+/// What is at an address.
+#[derive(Clone, Copy, Debug)]
+pub enum Lookup<'g> {
+    /// A method (JIT or image code).
+    Method(CodeBlock<'g>),
+    /// A stub block in a code heap.
+    Stub { kind: u8, start: usize, size: u64 },
+    /// An image's delay-load thunks.
+    Thunk,
+    /// Nothing: no section, free space, headers, padding.
+    Nothing,
+}
+
+impl ExecutionManager {
+    /// A manager whose readers pin in a domain of `reader_slots` slots.
+    pub fn new(reader_slots: usize) -> Self {
+        let domain = Domain::new(reader_slots);
+        Self {
+            shared: Arc::new(Shared {
+                ranges: RangeSectionMap::new(&domain),
+                domain,
+            }),
+        }
+    }
+
+    /// The reader domain.
+    pub fn domain(&self) -> &Arc<Domain> {
+        &self.shared.domain
+    }
+
+    /// Registers a reader for the calling thread.
+    pub fn register(&self) -> Result<Reader, EpochError> {
+        self.shared.domain.register()
+    }
+
+    /// Creates a code heap and registers its range.
+    pub fn create_heap(&self, config: HeapConfig) -> Result<ManagedHeap, ManagerError> {
+        let heap =
+            Arc::new(CodeHeap::new(config, &self.shared.domain).map_err(ManagerError::Heap)?);
+        let (begin, end) = (heap.base(), heap.base() + heap.span() as usize);
+        self.shared
+            .ranges
+            .insert(begin, end, SectionKind::Heap(Arc::clone(&heap)))
+            .map_err(ManagerError::Range)?;
+        Ok(ManagedHeap {
+            heap,
+            shared: Arc::clone(&self.shared),
+        })
+    }
+
+    /// Validates and registers an image; returns its base.
+    pub fn load_image(&self, info: ImageInfo) -> Result<usize, ManagerError> {
+        let (base, size) = (info.base, info.size);
+        let image = ImageSection::new(info).map_err(ManagerError::Image)?;
+        let end = base
+            .checked_add(size)
+            .ok_or(ManagerError::Range(RangeError::OutOfRange {
+                begin: base,
+                end: usize::MAX,
+            }))?;
+        self.shared
+            .ranges
+            .insert(base, end, SectionKind::Image(image))
+            .map_err(ManagerError::Range)?;
+        Ok(base)
+    }
+
+    /// Unregisters the image loaded at `base`.
+    pub fn unload_image(&self, base: usize) -> Result<(), ManagerError> {
+        self.shared.ranges.remove(base).map_err(ManagerError::Range)
+    }
+
+    /// Frees removed sections (and unmaps retired heaps no one else holds) whose
+    /// grace period has passed. Returns the number of sections freed.
+    pub fn try_reclaim(&self) -> usize {
+        self.shared.ranges.try_reclaim()
+    }
+
+    /// The section containing `ip`.
+    pub fn section<'g>(
+        &'g self,
+        guard: &'g Guard<'_>,
+        ip: usize,
+    ) -> Option<&'g Section<SectionKind>> {
+        self.shared.ranges.find(guard, ip)
+    }
+
+    /// Classifies `ip`. Lock-free, bounded, allocation-free: signal-safe.
+    pub fn classify<'g>(&'g self, guard: &'g Guard<'_>, ip: usize) -> Lookup<'g> {
+        let Some(section) = self.shared.ranges.find(guard, ip) else {
+            return Lookup::Nothing;
+        };
+        match section.value() {
+            SectionKind::Heap(heap) => match heap.find(guard, ip) {
+                Some(b) => match b.kind {
+                    BlockKind::Method(header) => Lookup::Method(CodeBlock {
+                        start: b.start,
+                        offset: b.offset,
+                        source: Source::Jit {
+                            header,
+                            heap_base: heap.base(),
+                        },
+                    }),
+                    BlockKind::Stub(kind) => Lookup::Stub {
+                        kind,
+                        start: b.start,
+                        size: b.size,
+                    },
+                },
+                None => Lookup::Nothing,
+            },
+            SectionKind::Image(image) => {
+                let rel = (ip - section.begin()) as u64;
+                if image.is_thunk(rel) {
+                    return Lookup::Thunk;
+                }
+                match image.lookup(rel) {
+                    Some(hit) => Lookup::Method(CodeBlock {
+                        start: image.base() + image.function(hit.main).begin as usize,
+                        offset: hit.offset,
+                        source: Source::Image { image, hit },
+                    }),
+                    None => Lookup::Nothing,
+                }
+            }
+        }
+    }
+
+    /// The method block containing `ip`, or `None` (stubs, thunks, free space,
+    /// headers, no section). Exact: an address past a block's end is `None`.
+    pub fn find<'g>(&'g self, guard: &'g Guard<'_>, ip: usize) -> Option<CodeBlock<'g>> {
+        match self.classify(guard, ip) {
+            Lookup::Method(block) => Some(block),
+            _ => None,
+        }
+    }
+
+    /// The method id whose entry point is exactly `addr` (the analogue of
+    /// `NonVirtualEntry2MethodDesc`).
+    pub fn entry_to_method(&self, guard: &Guard<'_>, addr: usize) -> Option<u64> {
+        let section = self.shared.ranges.find(guard, addr)?;
+        match section.value() {
+            SectionKind::Heap(heap) => match heap.find(guard, addr)? {
+                b if b.offset == 0 => match b.kind {
+                    BlockKind::Method(h) => Some(h.method_id()),
+                    BlockKind::Stub(_) => None,
+                },
+                _ => None,
+            },
+            SectionKind::Image(image) => image
+                .method_at_entry((addr - section.begin()) as u64)
+                .map(|m| m.method_id),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Source<'g> {
+    Jit {
+        header: &'g CodeHeader,
+        heap_base: usize,
+    },
+    Image {
+        image: &'g ImageSection,
+        hit: ImageHit,
+    },
+}
+
+/// The method block containing a looked-up address. Fields beyond the start and
+/// offset are read on demand, so a lookup touches no more memory than it needs.
+#[derive(Clone, Copy, Debug)]
+pub struct CodeBlock<'g> {
+    start: usize,
+    offset: u64,
+    source: Source<'g>,
+}
+
+impl<'g> CodeBlock<'g> {
+    /// The runtime's method id.
+    pub fn method_id(&self) -> u64 {
+        match self.source {
+            Source::Jit { header, .. } => header.method_id(),
+            Source::Image { image, hit } => image.method(hit.method).method_id,
+        }
+    }
+
+    /// Address of the method's entry (its main body's first byte).
+    pub fn start(&self) -> usize {
+        self.start
+    }
+
+    /// Offset of the address within the method; in a cold part, the hot part's
+    /// size plus the offset into the cold part.
+    pub fn relative_offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// Start of the funclet containing the address, or the method start if the
+    /// address is in the main body or its cold part.
+    pub fn funclet_start(&self) -> usize {
+        match self.source {
+            Source::Jit { header, .. } => match header.unwind_at(self.offset) {
+                Some((index, entry)) if index > 0 => self.start + entry.begin as usize,
+                _ => self.start,
+            },
+            Source::Image { image, hit } if !hit.cold => {
+                image.base() + image.function(hit.function).begin as usize
+            }
+            Source::Image { .. } => self.start,
+        }
+    }
+
+    /// Whether the address is in a funclet.
+    pub fn is_funclet(&self) -> bool {
+        self.funclet_start() != self.start
+    }
+
+    /// Hot and cold extents of the method.
+    pub fn region(&self) -> RegionInfo {
+        match self.source {
+            Source::Jit { header, .. } => match header.info().cold_offset {
+                Some(hot) => RegionInfo {
+                    hot_size: u64::from(hot),
+                    cold_start: Some(self.start + hot as usize),
+                    cold_size: header.code_size() - u64::from(hot),
+                },
+                None => RegionInfo {
+                    hot_size: header.code_size(),
+                    cold_start: None,
+                    cold_size: 0,
+                },
+            },
+            Source::Image { image, hit } => image.region(hit.main),
+        }
+    }
+
+    /// Unwind data for the function (main body, funclet or cold fragment) at the
+    /// address.
+    pub fn unwind_info(&self) -> Option<&'g [u8]> {
+        match self.source {
+            Source::Jit { header, .. } => header.unwind_at(self.offset).map(|(_, e)| &*e.data),
+            Source::Image { image, hit } => Some(&image.function(hit.function).unwind),
+        }
+    }
+
+    /// The address unwind data is relative to: the heap base or the image base.
+    pub fn unwind_base(&self) -> usize {
+        match self.source {
+            Source::Jit { heap_base, .. } => heap_base,
+            Source::Image { image, .. } => image.base(),
+        }
+    }
+
+    /// The method's native-offset → source rows.
+    pub fn debug_info(&self) -> &'g [DebugEntry] {
+        match self.source {
+            Source::Jit { header, .. } => &header.info().debug,
+            Source::Image { image, hit } => &image.method(hit.method).debug,
+        }
+    }
+
+    /// The source row in effect at the address.
+    pub fn debug_at(&self) -> Option<&'g DebugEntry> {
+        let rows = self.debug_info();
+        let i = rows.partition_point(|e| u64::from(e.offset) <= self.offset);
+        rows.get(i.checked_sub(1)?)
+    }
+
+    /// GC info and its version.
+    pub fn gc_info(&self) -> Option<&'g GcInfo> {
+        match self.source {
+            Source::Jit { header, .. } => header.info().gc.as_ref(),
+            Source::Image { image, hit } => image.method(hit.method).gc.as_ref(),
+        }
+    }
+
+    /// The tier that produced the code.
+    pub fn jit_kind(&self) -> JitKind {
+        match self.source {
+            Source::Jit { header, .. } => header.info().kind,
+            Source::Image { .. } => JitKind::Precompiled,
+        }
+    }
+
+    /// The method's name (JIT code only; images carry no names).
+    pub fn name(&self) -> Option<&'g str> {
+        match self.source {
+            Source::Jit { header, .. } => Some(header.name()),
+            Source::Image { .. } => None,
+        }
+    }
+}

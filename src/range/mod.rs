@@ -1,0 +1,367 @@
+//! The range-section map: address → range section (a code heap or an image),
+//! with the 64-bit layout of the .NET runtime.
+//!
+//! Five levels of 256 entries index address bits 17..56; bits 57..63 must be
+//! zero. Each leaf entry covers a 128 KiB chunk and points to a list of
+//! fragments, one per section touching the chunk. Lookups are lock-free and
+//! bounded: five loads, then the chunk's short fragment list. Inserts and
+//! removals are serialized; removal unlinks at once and frees fragments and the
+//! section only after the grace period of the map's [`Domain`].
+
+mod error;
+
+use std::collections::BTreeMap;
+use std::ptr;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+pub use error::RangeError;
+
+use crate::epoch::{Domain, Guard};
+use crate::sync::{AtomicPtr, Ordering};
+
+/// Entries per level.
+pub const FANOUT: usize = 256;
+/// Bits below the leaf index: each leaf entry covers a 2^17 = 128 KiB chunk.
+pub const CHUNK_BITS: u32 = 17;
+/// Addresses must be below 2^57.
+pub const ADDRESS_BITS: u32 = 57;
+/// Number of levels.
+pub const LEVELS: usize = 5;
+
+/// One level: 256 pointers to the next level down, or (leaf) to fragment lists.
+#[repr(C)]
+struct Level {
+    entries: [AtomicPtr<u8>; FANOUT],
+}
+
+impl Level {
+    fn new() -> Self {
+        Self {
+            entries: std::array::from_fn(|_| AtomicPtr::new(ptr::null_mut())),
+        }
+    }
+}
+
+/// A section's presence in one chunk. `#[repr(C)]` for out-of-process readers.
+#[repr(C)]
+struct Fragment<T> {
+    begin: usize,
+    end: usize,
+    section: *const Section<T>,
+    /// The next fragment in the chunk's list, type-erased like the leaf entries.
+    next: AtomicPtr<u8>,
+}
+
+/// A registered address range and what it holds.
+#[derive(Debug)]
+pub struct Section<T> {
+    begin: usize,
+    end: usize,
+    value: T,
+}
+
+impl<T> Section<T> {
+    /// First address.
+    pub fn begin(&self) -> usize {
+        self.begin
+    }
+
+    /// One past the last address.
+    pub fn end(&self) -> usize {
+        self.end
+    }
+
+    /// What the section holds.
+    pub fn value(&self) -> &T {
+        &self.value
+    }
+}
+
+/// What the writer keeps per live section: its fragments, for unlinking.
+struct Live<T> {
+    end: usize,
+    section: *mut Section<T>,
+    fragments: Vec<*mut Fragment<T>>,
+}
+
+struct Retired<T> {
+    tag: u64,
+    section: *mut Section<T>,
+    fragments: Vec<*mut Fragment<T>>,
+}
+
+struct Writer<T> {
+    live: BTreeMap<usize, Live<T>>,
+    retired: Vec<Retired<T>>,
+}
+
+/// Address → section map with lock-free, bounded lookups.
+pub struct RangeSectionMap<T> {
+    top: Level,
+    domain: Arc<Domain>,
+    writer: Mutex<Writer<T>>,
+}
+
+// SAFETY: the raw pointers are owned by the map (created by `Box::into_raw`, freed
+// once, under the writer lock, after a grace period); readers only get shared
+// references to `Section<T>`, so `T` must be `Sync`, and sections move between
+// threads when dropped, so `T` must be `Send`.
+unsafe impl<T: Send + Sync> Send for RangeSectionMap<T> {}
+// SAFETY: as above.
+unsafe impl<T: Send + Sync> Sync for RangeSectionMap<T> {}
+
+impl<T> RangeSectionMap<T> {
+    /// An empty map whose removals wait for readers pinned in `domain`.
+    pub fn new(domain: &Arc<Domain>) -> Self {
+        Self {
+            top: Level::new(),
+            domain: Arc::clone(domain),
+            writer: Mutex::new(Writer {
+                live: BTreeMap::new(),
+                retired: Vec::new(),
+            }),
+        }
+    }
+
+    /// The reader domain.
+    pub fn domain(&self) -> &Arc<Domain> {
+        &self.domain
+    }
+
+    /// Finds the section containing `addr`. Lock-free and bounded. A guard from
+    /// another domain finds nothing.
+    pub fn find<'g>(&'g self, guard: &'g Guard<'_>, addr: usize) -> Option<&'g Section<T>> {
+        if !Arc::ptr_eq(guard.domain(), &self.domain) || addr >> ADDRESS_BITS != 0 {
+            return None;
+        }
+        let mut level = &self.top;
+        for depth in (1..LEVELS).rev() {
+            // Acquire: a level installed by a writer is fully initialized before
+            // its pointer is seen.
+            let next = level.entries[index(addr, depth)].load(Ordering::Acquire);
+            if next.is_null() {
+                return None;
+            }
+            // SAFETY: non-null upper-level entries point to `Level`s, which are only
+            // freed when the map drops.
+            level = unsafe { &*next.cast::<Level>() };
+        }
+        // Acquire: pairs with the Release store that linked the fragment.
+        let mut fragment = level.entries[index(addr, 0)]
+            .load(Ordering::Acquire)
+            .cast::<Fragment<T>>();
+        while !fragment.is_null() {
+            // SAFETY: fragments reachable from the map are freed only after every
+            // guard pinned before their unlinking has dropped; `guard` is pinned.
+            let f = unsafe { &*fragment };
+            if f.begin <= addr && addr < f.end {
+                // SAFETY: the section outlives its fragments (retired together).
+                return Some(unsafe { &*f.section });
+            }
+            // Acquire: as above, for fragments linked behind the head.
+            fragment = f.next.load(Ordering::Acquire).cast();
+        }
+        None
+    }
+
+    /// Registers `[begin, end)` holding `value`.
+    pub fn insert(&self, begin: usize, end: usize, value: T) -> Result<(), RangeError> {
+        if begin >= end {
+            return Err(RangeError::Empty { begin, end });
+        }
+        if (end - 1) >> ADDRESS_BITS != 0 {
+            return Err(RangeError::OutOfRange { begin, end });
+        }
+        let mut w = self.writer.lock();
+        if let Some((&other, live)) = w.live.range(..end).next_back()
+            && live.end > begin
+        {
+            return Err(RangeError::Overlap {
+                begin,
+                existing: other,
+            });
+        }
+        let section = Box::into_raw(Box::new(Section { begin, end, value }));
+        let mut fragments = Vec::new();
+        for chunk in (begin >> CHUNK_BITS)..=((end - 1) >> CHUNK_BITS) {
+            let leaf = self.leaf_for(chunk << CHUNK_BITS);
+            let head = &leaf.entries[index(chunk << CHUNK_BITS, 0)];
+            let fragment = Box::into_raw(Box::new(Fragment {
+                begin,
+                end,
+                section,
+                // Relaxed: writers are serialized by the lock.
+                next: AtomicPtr::new(head.load(Ordering::Relaxed)),
+            }));
+            // Release: the fragment (and the section) are initialized before a
+            // reader can reach them.
+            head.store(fragment.cast(), Ordering::Release);
+            fragments.push(fragment);
+        }
+        w.live.insert(
+            begin,
+            Live {
+                end,
+                section,
+                fragments,
+            },
+        );
+        Ok(())
+    }
+
+    /// Unregisters the section that begins at `begin`. Readers stop finding it at
+    /// once; its memory (and `T`) is dropped after the grace period.
+    pub fn remove(&self, begin: usize) -> Result<(), RangeError> {
+        let mut w = self.writer.lock();
+        let live = w
+            .live
+            .remove(&begin)
+            .ok_or(RangeError::NotFound { begin })?;
+        // Fragments were created one per chunk, in ascending chunk order.
+        for (n, &fragment) in live.fragments.iter().enumerate() {
+            self.unlink(((begin >> CHUNK_BITS) + n) << CHUNK_BITS, fragment);
+        }
+        let tag = self.domain.retire_tag();
+        w.retired.push(Retired {
+            tag,
+            section: live.section,
+            fragments: live.fragments,
+        });
+        drop(w);
+        self.try_reclaim();
+        Ok(())
+    }
+
+    /// Frees every removed section whose grace period has passed; returns how
+    /// many were freed.
+    pub fn try_reclaim(&self) -> usize {
+        let mut w = self.writer.lock();
+        if w.retired.is_empty() {
+            return 0;
+        }
+        let safe_before = self.domain.safe_before();
+        let (done, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut w.retired)
+            .into_iter()
+            .partition(|r| r.tag < safe_before);
+        w.retired = kept;
+        drop(w);
+        let freed = done.len();
+        for r in done {
+            free_section(r.section, r.fragments);
+        }
+        freed
+    }
+
+    /// Number of registered sections.
+    pub fn len(&self) -> usize {
+        self.writer.lock().live.len()
+    }
+
+    /// Whether no section is registered.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Removed sections still waiting for their grace period.
+    pub fn retired(&self) -> usize {
+        self.writer.lock().retired.len()
+    }
+
+    /// Unlinks `fragment` from the list of the chunk at `chunk_addr`.
+    fn unlink(&self, chunk_addr: usize, fragment: *mut Fragment<T>) {
+        let leaf = self.leaf_for(chunk_addr);
+        let mut link = &leaf.entries[index(chunk_addr, 0)];
+        loop {
+            // Relaxed: writers are serialized by the lock; they see their own stores.
+            let current = link.load(Ordering::Relaxed).cast::<Fragment<T>>();
+            if current.is_null() {
+                return;
+            }
+            // SAFETY: fragments in a list are live while the writer lock is held.
+            let next = unsafe { &(*current).next };
+            if current == fragment {
+                // Relaxed load: our own earlier store. Release store: readers that
+                // follow the new link see the fragments behind it initialized.
+                link.store(next.load(Ordering::Relaxed), Ordering::Release);
+                return;
+            }
+            link = next;
+        }
+    }
+
+    /// The leaf level for `addr`, creating missing levels on the way.
+    fn leaf_for(&self, addr: usize) -> &Level {
+        let mut level = &self.top;
+        for depth in (1..LEVELS).rev() {
+            let entry = &level.entries[index(addr, depth)];
+            // Acquire: see a level another writer installed.
+            let mut next = entry.load(Ordering::Acquire);
+            if next.is_null() {
+                let fresh = Box::into_raw(Box::new(Level::new())).cast::<u8>();
+                // AcqRel: Release publishes the zeroed level to readers; Acquire on
+                // failure sees the level that won.
+                next = match entry.compare_exchange(
+                    ptr::null_mut(),
+                    fresh,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) => fresh,
+                    Err(winner) => {
+                        // SAFETY: `fresh` was never published; we still own it.
+                        drop(unsafe { Box::from_raw(fresh.cast::<Level>()) });
+                        winner
+                    }
+                };
+            }
+            // SAFETY: levels are freed only when the map drops.
+            level = unsafe { &*next.cast::<Level>() };
+        }
+        level
+    }
+}
+
+impl<T> Drop for RangeSectionMap<T> {
+    fn drop(&mut self) {
+        let w = self.writer.get_mut();
+        for (_, live) in std::mem::take(&mut w.live) {
+            free_section(live.section, live.fragments);
+        }
+        for r in std::mem::take(&mut w.retired) {
+            free_section(r.section, r.fragments);
+        }
+        free_levels(&self.top, LEVELS - 1);
+    }
+}
+
+fn free_section<T>(section: *mut Section<T>, fragments: Vec<*mut Fragment<T>>) {
+    for f in fragments {
+        // SAFETY: each fragment came from `Box::into_raw` and is freed exactly once,
+        // after no reader can reach it.
+        drop(unsafe { Box::from_raw(f) });
+    }
+    // SAFETY: as above, for the section.
+    drop(unsafe { Box::from_raw(section) });
+}
+
+fn free_levels(level: &Level, depth: usize) {
+    if depth == 0 {
+        return;
+    }
+    for entry in &level.entries {
+        // Relaxed: the map is being dropped; no reader or writer remains.
+        let child = entry.load(Ordering::Relaxed);
+        if !child.is_null() {
+            // SAFETY: upper-level entries point to boxed `Level`s owned by the map.
+            let child = unsafe { Box::from_raw(child.cast::<Level>()) };
+            free_levels(&child, depth - 1);
+        }
+    }
+}
+
+/// Index into the level at `depth` (0 = leaf) for `addr`.
+fn index(addr: usize, depth: usize) -> usize {
+    (addr >> (CHUNK_BITS as usize + 8 * depth)) & (FANOUT - 1)
+}

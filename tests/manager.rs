@@ -1,0 +1,429 @@
+//! The execution manager: JIT and image lookups with the contract's full API.
+
+use std::sync::{Arc, Barrier, Weak};
+
+use jitmap::heap::{DebugEntry, GcInfo, JitKind, UnwindEntry};
+use jitmap::image::{HotCold, ImageError, ImageFunction, ImageInfo, ImageMethod, RegionInfo};
+use jitmap::range::RangeError;
+use jitmap::{CodeInfo, ExecutionManager, HeapConfig, Lookup, ManagedHeap};
+
+fn small_heap(m: &ExecutionManager) -> ManagedHeap {
+    m.create_heap(HeapConfig {
+        span: 1 << 20,
+        ..HeapConfig::default()
+    })
+    .unwrap()
+}
+
+fn unwind(begin: u32, end: u32, tag: u8) -> UnwindEntry {
+    UnwindEntry {
+        begin,
+        end,
+        data: vec![tag; 4].into_boxed_slice(),
+    }
+}
+
+fn row(offset: u32, line: u32) -> DebugEntry {
+    DebugEntry {
+        offset,
+        line,
+        column: 1,
+        file: "m.cs".into(),
+    }
+}
+
+#[test]
+fn jit_method_with_two_funclets() {
+    let m = ExecutionManager::new(4);
+    let heap = small_heap(&m);
+    let info = CodeInfo {
+        unwind: vec![unwind(0, 100, 1), unwind(100, 150, 2), unwind(150, 200, 3)],
+        debug: vec![row(0, 10), row(40, 11), row(120, 20)],
+        gc: Some(GcInfo {
+            version: 3,
+            bytes: vec![0xAB, 0xCD].into_boxed_slice(),
+        }),
+        ..CodeInfo::new(0xFEED, "Foo.Bar", JitKind::Optimized)
+    };
+    let code = heap.reserve(200).unwrap().publish(info).unwrap();
+    let s = code.start();
+    let reader = m.register().unwrap();
+    let g = reader.pin().unwrap();
+    let cases = [
+        (0, s, false, 1, 10),
+        (99, s, false, 1, 11),
+        (100, s + 100, true, 2, 11),
+        (149, s + 100, true, 2, 20),
+        (150, s + 150, true, 3, 20),
+        (199, s + 150, true, 3, 20),
+    ];
+    for (off, funclet, is_funclet, tag, line) in cases {
+        let b = m.find(&g, s + off).unwrap();
+        assert_eq!(
+            (b.method_id(), b.start(), b.relative_offset()),
+            (0xFEED, s, off as u64)
+        );
+        assert_eq!(
+            (b.funclet_start(), b.is_funclet()),
+            (funclet, is_funclet),
+            "offset {off}"
+        );
+        assert_eq!(b.unwind_info(), Some(&[tag; 4][..]));
+        assert_eq!(b.unwind_base(), heap.base());
+        assert_eq!(b.debug_at().map(|r| r.line), Some(line));
+        assert_eq!(b.debug_info().len(), 3);
+        assert_eq!(
+            b.gc_info().map(|g| (g.version, &*g.bytes)),
+            Some((3, &[0xAB, 0xCD][..]))
+        );
+        assert_eq!(
+            (b.jit_kind(), b.name()),
+            (JitKind::Optimized, Some("Foo.Bar"))
+        );
+        assert_eq!(
+            b.region(),
+            RegionInfo {
+                hot_size: 200,
+                cold_start: None,
+                cold_size: 0
+            }
+        );
+    }
+    assert!(m.find(&g, s + 200).is_none(), "past the end");
+    assert!(m.find(&g, s - 1).is_none(), "header slot");
+    assert_eq!(m.entry_to_method(&g, s), Some(0xFEED));
+    assert_eq!(m.entry_to_method(&g, s + 100), None);
+    assert_eq!(m.entry_to_method(&g, s + 1), None);
+}
+
+#[test]
+fn jit_cold_part_reports_regions() {
+    let m = ExecutionManager::new(4);
+    let heap = small_heap(&m);
+    let info = CodeInfo {
+        cold_offset: Some(0x60),
+        ..CodeInfo::new(7, "hotcold", JitKind::Baseline)
+    };
+    let code = heap.reserve(0x100).unwrap().publish(info).unwrap();
+    let reader = m.register().unwrap();
+    let g = reader.pin().unwrap();
+    let b = m.find(&g, code.start() + 0x70).unwrap();
+    assert_eq!(
+        b.region(),
+        RegionInfo {
+            hot_size: 0x60,
+            cold_start: Some(code.start() + 0x60),
+            cold_size: 0xA0
+        }
+    );
+    assert_eq!(b.relative_offset(), 0x70);
+    assert_eq!((b.funclet_start(), b.is_funclet()), (code.start(), false));
+}
+
+#[test]
+fn stubs_and_free_space() {
+    let m = ExecutionManager::new(4);
+    let heap = small_heap(&m);
+    let stub = heap.reserve(32).unwrap().publish_stub(2).unwrap();
+    let reader = m.register().unwrap();
+    let g = reader.pin().unwrap();
+    assert!(
+        matches!(m.classify(&g, stub.start() + 5), Lookup::Stub { kind: 2, start, size: 32 } if start == stub.start())
+    );
+    assert!(m.find(&g, stub.start() + 5).is_none());
+    assert_eq!(m.entry_to_method(&g, stub.start()), None);
+    assert!(matches!(
+        m.classify(&g, stub.start() + 0x1000),
+        Lookup::Nothing
+    ));
+    assert!(matches!(m.classify(&g, 0x10), Lookup::Nothing));
+}
+
+const IMG: usize = 0x5555_0000_0000;
+
+fn image() -> ImageInfo {
+    let f = |begin, end, tag| ImageFunction {
+        begin,
+        end,
+        unwind: vec![tag].into_boxed_slice(),
+    };
+    ImageInfo {
+        base: IMG,
+        size: 0x10000,
+        functions: vec![
+            f(0x1000, 0x1100, 0), // A main
+            f(0x1100, 0x1140, 1), // A funclet
+            f(0x1200, 0x1300, 2), // B main
+            f(0x1300, 0x1310, 3), // C main
+            f(0x8000, 0x8040, 4), // A cold
+            f(0x8040, 0x8080, 5), // B cold, part 1
+            f(0x8080, 0x8090, 6), // B cold, part 2
+        ],
+        methods: vec![
+            ImageMethod {
+                entry: 0x1000,
+                method_id: 100,
+                gc: None,
+                debug: vec![row(0, 5)],
+            },
+            ImageMethod {
+                entry: 0x1200,
+                method_id: 200,
+                gc: Some(GcInfo {
+                    version: 1,
+                    bytes: Box::new([9]),
+                }),
+                debug: vec![],
+            },
+            ImageMethod {
+                entry: 0x1300,
+                method_id: 300,
+                gc: None,
+                debug: vec![],
+            },
+        ],
+        hot_cold: vec![HotCold { cold: 4, hot: 0 }, HotCold { cold: 5, hot: 2 }],
+        thunks: Some(0x9000..0x9100),
+    }
+}
+
+#[test]
+fn image_main_body_funclet_cold_part_and_thunks() {
+    let m = ExecutionManager::new(4);
+    assert_eq!(m.load_image(image()), Ok(IMG));
+    let reader = m.register().unwrap();
+    let g = reader.pin().unwrap();
+    // (address, method, start, relative offset, funclet start, unwind tag)
+    let cases = [
+        (0x1010, 100, 0x1000, 0x10, 0x1000, 0),
+        (0x1120, 100, 0x1000, 0x120, 0x1100, 1),
+        (0x8010, 100, 0x1000, 0x140 + 0x10, 0x1000, 4),
+        (0x12FF, 200, 0x1200, 0xFF, 0x1200, 2),
+        (0x8050, 200, 0x1200, 0x100 + 0x10, 0x1200, 5),
+        (0x8085, 200, 0x1200, 0x100 + 0x45, 0x1200, 6),
+        (0x1300, 300, 0x1300, 0, 0x1300, 3),
+    ];
+    for (rel, id, start, offset, funclet, tag) in cases {
+        let b = m.find(&g, IMG + rel).unwrap();
+        assert_eq!(
+            (b.method_id(), b.start(), b.relative_offset()),
+            (id, IMG + start, offset),
+            "{rel:#x}"
+        );
+        assert_eq!(b.funclet_start(), IMG + funclet, "{rel:#x}");
+        assert_eq!(b.is_funclet(), funclet != start);
+        assert_eq!(b.unwind_info(), Some(&[tag][..]));
+        assert_eq!(
+            (b.unwind_base(), b.jit_kind(), b.name()),
+            (IMG, JitKind::Precompiled, None)
+        );
+    }
+    let a = m.find(&g, IMG + 0x1000).unwrap();
+    assert_eq!(
+        a.region(),
+        RegionInfo {
+            hot_size: 0x140,
+            cold_start: Some(IMG + 0x8000),
+            cold_size: 0x40
+        }
+    );
+    assert_eq!(a.debug_at().map(|r| r.line), Some(5));
+    let b = m.find(&g, IMG + 0x8088).unwrap();
+    assert_eq!(
+        b.region(),
+        RegionInfo {
+            hot_size: 0x100,
+            cold_start: Some(IMG + 0x8040),
+            cold_size: 0x50
+        }
+    );
+    assert_eq!(b.gc_info().map(|g| g.version), Some(1));
+    let c = m.find(&g, IMG + 0x1300).unwrap();
+    assert_eq!(
+        c.region(),
+        RegionInfo {
+            hot_size: 0x10,
+            cold_start: None,
+            cold_size: 0
+        }
+    );
+    assert!(matches!(m.classify(&g, IMG + 0x9000), Lookup::Thunk));
+    assert!(matches!(m.classify(&g, IMG + 0x90FF), Lookup::Thunk));
+    for gap in [0x0, 0xFFF, 0x1140, 0x11FF, 0x1310, 0x8090, 0x9100, 0xFFFF] {
+        assert!(
+            matches!(m.classify(&g, IMG + gap), Lookup::Nothing),
+            "{gap:#x}"
+        );
+    }
+    assert!(matches!(m.classify(&g, IMG + 0x10000), Lookup::Nothing));
+    assert_eq!(m.entry_to_method(&g, IMG + 0x1200), Some(200));
+    assert_eq!(
+        m.entry_to_method(&g, IMG + 0x1100),
+        None,
+        "a funclet is not an entry"
+    );
+    assert_eq!(m.entry_to_method(&g, IMG + 0x1001), None);
+    drop(g);
+    m.unload_image(IMG).unwrap();
+    let g = reader.pin().unwrap();
+    assert!(m.find(&g, IMG + 0x1010).is_none());
+}
+
+#[test]
+fn image_validation_errors() {
+    let m = ExecutionManager::new(4);
+    let err = |f: &dyn Fn(&mut ImageInfo)| {
+        let mut info = image();
+        f(&mut info);
+        m.load_image(info).unwrap_err()
+    };
+    use jitmap::manager::ManagerError::{Image, Range};
+    assert_eq!(err(&|i| i.size = 0), Image(ImageError::Empty));
+    assert_eq!(
+        err(&|i| i.functions[1].end = 0x1100),
+        Image(ImageError::FunctionOutOfRange { index: 1 })
+    );
+    assert_eq!(
+        err(&|i| i.functions[6].end = 0x10001),
+        Image(ImageError::FunctionOutOfRange { index: 6 })
+    );
+    assert_eq!(
+        err(&|i| i.functions.swap(1, 2)),
+        Image(ImageError::Unsorted { index: 2 })
+    );
+    assert_eq!(
+        err(&|i| i.functions[1].begin = 0x10FF),
+        Image(ImageError::Overlapping { index: 1 })
+    );
+    assert_eq!(
+        err(&|i| i.methods[0].entry = 0x1001),
+        Image(ImageError::EntryNotFunction { entry: 0x1001 })
+    );
+    assert_eq!(
+        err(&|i| i.methods[0].entry = 0x8000),
+        Image(ImageError::EntryNotFunction { entry: 0x8000 })
+    );
+    assert_eq!(
+        err(&|i| i.methods[1].entry = 0x1000),
+        Image(ImageError::DuplicateEntry { entry: 0x1000 })
+    );
+    assert_eq!(
+        err(&|i| i.methods[0].entry = 0x1100),
+        Image(ImageError::Orphan { index: 0 })
+    );
+    assert_eq!(
+        err(&|i| i.hot_cold.swap(0, 1)),
+        Image(ImageError::BadHotCold { pair: 1 })
+    );
+    assert_eq!(
+        err(&|i| i.hot_cold[0].hot = 1),
+        Image(ImageError::BadHotCold { pair: 0 })
+    );
+    assert_eq!(
+        err(&|i| i.hot_cold[1].cold = 7),
+        Image(ImageError::BadHotCold { pair: 1 })
+    );
+    assert_eq!(
+        err(&|i| i.thunks = Some(0x9000..0x9000)),
+        Image(ImageError::ThunksOutOfRange)
+    );
+    assert_eq!(
+        err(&|i| i.thunks = Some(0xFF00..0x10001)),
+        Image(ImageError::ThunksOutOfRange)
+    );
+    m.load_image(image()).unwrap();
+    assert_eq!(
+        err(&|i| i.base = IMG + 0x8000),
+        Range(RangeError::Overlap {
+            begin: IMG + 0x8000,
+            existing: IMG
+        })
+    );
+    assert_eq!(
+        m.unload_image(IMG + 1),
+        Err(Range(RangeError::NotFound { begin: IMG + 1 }))
+    );
+}
+
+#[test]
+fn a_thousand_heaps() {
+    let m = ExecutionManager::new(4);
+    let heaps: Vec<_> = (0..1000)
+        .map(|_| {
+            m.create_heap(HeapConfig {
+                span: 64 * 1024,
+                ..HeapConfig::default()
+            })
+            .unwrap()
+        })
+        .collect();
+    let codes: Vec<_> = heaps
+        .iter()
+        .enumerate()
+        .map(|(i, h)| {
+            h.reserve(100)
+                .unwrap()
+                .publish(CodeInfo::new(i as u64, "m", JitKind::Baseline))
+                .unwrap()
+        })
+        .collect();
+    let reader = m.register().unwrap();
+    let g = reader.pin().unwrap();
+    for (i, (h, c)) in heaps.iter().zip(&codes).enumerate() {
+        for ip in [c.start(), c.start() + 99] {
+            let b = m.find(&g, ip).unwrap();
+            assert_eq!((b.method_id(), b.start()), (i as u64, c.start()));
+        }
+        assert!(m.find(&g, c.start() + 100).is_none());
+        assert!(
+            m.section(&g, h.base())
+                .is_some_and(|s| s.begin() == h.base())
+        );
+        assert!(
+            m.section(&g, h.base() + 65535)
+                .is_some_and(|s| s.begin() == h.base())
+        );
+    }
+}
+
+#[test]
+fn dropping_a_heap_waits_for_readers_in_another_thread() {
+    let m = ExecutionManager::new(4);
+    let heap = small_heap(&m);
+    let mut r = heap.reserve(64).unwrap();
+    r.code_mut().fill(0x5A);
+    let code = r
+        .publish(CodeInfo::new(11, "doomed", JitKind::Baseline))
+        .unwrap();
+    let weak: Weak<jitmap::CodeHeap> = Arc::downgrade(heap.heap());
+    let (pinned, dropped) = (Barrier::new(2), Barrier::new(2));
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let reader = m.register().unwrap();
+            let g = reader.pin().unwrap();
+            let b = m.find(&g, code.start() + 3).unwrap();
+            pinned.wait();
+            dropped.wait();
+            // The heap is unregistered, but this guard keeps its memory mapped.
+            assert!(m.find(&g, code.start() + 3).is_none());
+            assert_eq!((b.method_id(), b.name()), (11, Some("doomed")));
+            // SAFETY: the block's code bytes stay mapped while the guard is held.
+            let bytes = unsafe { std::slice::from_raw_parts(b.start() as *const u8, 64) };
+            assert!(bytes.iter().all(|&x| x == 0x5A));
+        });
+        pinned.wait();
+        drop(heap);
+        assert_eq!(
+            m.try_reclaim(),
+            0,
+            "a reader pinned before the removal holds it"
+        );
+        assert!(weak.upgrade().is_some(), "still mapped");
+        dropped.wait();
+    });
+    assert_eq!(m.try_reclaim(), 1);
+    assert!(
+        weak.upgrade().is_none(),
+        "unmapped after the reader unpinned"
+    );
+}
