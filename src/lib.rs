@@ -21,5 +21,5 @@ pub use epoch::{Domain, EpochError, Guard, Reader};
 #[cfg(not(loom))]
 pub use heap::{CodeHeap, CodeInfo, CodeRef, HeapConfig, HeapError, MemoryMode, Reservation};
 #[cfg(not(loom))]
-pub use manager::{CodeBlock, ExecutionManager, Lookup, ManagedHeap};
+pub use manager::{CodeBlock, ExecutionManager, HeapSection, Lookup, ManagedHeap};
 pub use nibble::{MapError, MapVersion, MapWriter, NibbleMap};

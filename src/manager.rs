@@ -7,18 +7,33 @@ use std::sync::Arc;
 
 use crate::epoch::{Domain, EpochError, Guard, Reader};
 use crate::heap::{
-    BlockKind, CodeHeader, CodeHeap, DebugEntry, GcInfo, HeapConfig, HeapError, JitKind,
+    BlockKind, CodeHeader, CodeHeap, DebugEntry, GcInfo, HeapConfig, HeapError, HeapLookup, JitKind,
 };
 use crate::image::{ImageError, ImageHit, ImageInfo, ImageSection, RegionInfo};
 use crate::range::{RangeError, RangeSectionMap, Section};
 
-/// What a range section holds.
-#[derive(Debug)]
+/// What a range section holds (cloned into each chunk the section touches).
+#[derive(Clone, Debug)]
 pub enum SectionKind {
     /// JIT code.
-    Heap(Arc<CodeHeap>),
+    Heap(HeapSection),
     /// A precompiled image.
-    Image(ImageSection),
+    Image(Arc<ImageSection>),
+}
+
+/// A code heap's section: the heap, and its read side inline, so a lookup goes
+/// from the range map's fragment to the map word without visiting the heap.
+#[derive(Clone, Debug)]
+pub struct HeapSection {
+    lookup: HeapLookup,
+    heap: Arc<CodeHeap>,
+}
+
+impl HeapSection {
+    /// The heap.
+    pub fn heap(&self) -> &Arc<CodeHeap> {
+        &self.heap
+    }
 }
 
 /// A rejected manager operation.
@@ -44,24 +59,19 @@ impl fmt::Display for ManagerError {
 
 impl std::error::Error for ManagerError {}
 
-struct Shared {
-    domain: Arc<Domain>,
-    ranges: RangeSectionMap<SectionKind>,
-}
-
 /// Routes any address to its heap or image and answers for the block there.
 pub struct ExecutionManager {
-    shared: Arc<Shared>,
+    ranges: RangeSectionMap<SectionKind>,
 }
 
 /// A code heap registered with a manager; dropping it unregisters the heap, and
 /// its memory is unmapped once readers pinned before that have unpinned.
-pub struct ManagedHeap {
+pub struct ManagedHeap<'m> {
     heap: Arc<CodeHeap>,
-    shared: Arc<Shared>,
+    manager: &'m ExecutionManager,
 }
 
-impl Deref for ManagedHeap {
+impl Deref for ManagedHeap<'_> {
     type Target = CodeHeap;
 
     fn deref(&self) -> &CodeHeap {
@@ -69,18 +79,18 @@ impl Deref for ManagedHeap {
     }
 }
 
-impl ManagedHeap {
+impl ManagedHeap<'_> {
     /// The shared heap.
     pub fn heap(&self) -> &Arc<CodeHeap> {
         &self.heap
     }
 }
 
-impl Drop for ManagedHeap {
+impl Drop for ManagedHeap<'_> {
     fn drop(&mut self) {
         // The section was registered by `create_heap` and only this handle removes
         // it, so it is present.
-        let _ = self.shared.ranges.remove(self.heap.base());
+        let _ = self.manager.ranges.remove(self.heap.base());
     }
 }
 
@@ -100,37 +110,35 @@ pub enum Lookup<'g> {
 impl ExecutionManager {
     /// A manager whose readers pin in a domain of `reader_slots` slots.
     pub fn new(reader_slots: usize) -> Self {
-        let domain = Domain::new(reader_slots);
         Self {
-            shared: Arc::new(Shared {
-                ranges: RangeSectionMap::new(&domain),
-                domain,
-            }),
+            ranges: RangeSectionMap::new(&Domain::new(reader_slots)),
         }
     }
 
     /// The reader domain.
     pub fn domain(&self) -> &Arc<Domain> {
-        &self.shared.domain
+        self.ranges.domain()
     }
 
     /// Registers a reader for the calling thread.
     pub fn register(&self) -> Result<Reader, EpochError> {
-        self.shared.domain.register()
+        self.domain().register()
     }
 
     /// Creates a code heap and registers its range.
-    pub fn create_heap(&self, config: HeapConfig) -> Result<ManagedHeap, ManagerError> {
-        let heap =
-            Arc::new(CodeHeap::new(config, &self.shared.domain).map_err(ManagerError::Heap)?);
+    pub fn create_heap(&self, config: HeapConfig) -> Result<ManagedHeap<'_>, ManagerError> {
+        let heap = Arc::new(CodeHeap::new(config, self.domain()).map_err(ManagerError::Heap)?);
         let (begin, end) = (heap.base(), heap.base() + heap.span() as usize);
-        self.shared
-            .ranges
-            .insert(begin, end, SectionKind::Heap(Arc::clone(&heap)))
+        let section = HeapSection {
+            lookup: heap.lookup(),
+            heap: Arc::clone(&heap),
+        };
+        self.ranges
+            .insert(begin, end, SectionKind::Heap(section))
             .map_err(ManagerError::Range)?;
         Ok(ManagedHeap {
             heap,
-            shared: Arc::clone(&self.shared),
+            manager: self,
         })
     }
 
@@ -144,22 +152,21 @@ impl ExecutionManager {
                 begin: base,
                 end: usize::MAX,
             }))?;
-        self.shared
-            .ranges
-            .insert(base, end, SectionKind::Image(image))
+        self.ranges
+            .insert(base, end, SectionKind::Image(Arc::new(image)))
             .map_err(ManagerError::Range)?;
         Ok(base)
     }
 
     /// Unregisters the image loaded at `base`.
     pub fn unload_image(&self, base: usize) -> Result<(), ManagerError> {
-        self.shared.ranges.remove(base).map_err(ManagerError::Range)
+        self.ranges.remove(base).map_err(ManagerError::Range)
     }
 
     /// Frees removed sections (and unmaps retired heaps no one else holds) whose
     /// grace period has passed. Returns the number of sections freed.
     pub fn try_reclaim(&self) -> usize {
-        self.shared.ranges.try_reclaim()
+        self.ranges.try_reclaim()
     }
 
     /// The section containing `ip`.
@@ -168,23 +175,27 @@ impl ExecutionManager {
         guard: &'g Guard<'_>,
         ip: usize,
     ) -> Option<&'g Section<SectionKind>> {
-        self.shared.ranges.find(guard, ip)
+        self.ranges.find(guard, ip)
     }
 
     /// Classifies `ip`. Lock-free, bounded, allocation-free: signal-safe.
+    #[inline]
     pub fn classify<'g>(&'g self, guard: &'g Guard<'_>, ip: usize) -> Lookup<'g> {
-        let Some(section) = self.shared.ranges.find(guard, ip) else {
+        let Some(section) = self.ranges.find(guard, ip) else {
             return Lookup::Nothing;
         };
         match section.value() {
-            SectionKind::Heap(heap) => match heap.find(guard, ip) {
+            // SAFETY: the section's `Arc` keeps the heap alive while the section is
+            // reachable, and `guard` (checked by the range map to be pinned in the
+            // domain every managed heap shares) keeps the section reachable for 'g.
+            SectionKind::Heap(s) => match unsafe { s.lookup.find(ip) } {
                 Some(b) => match b.kind {
                     BlockKind::Method(header) => Lookup::Method(CodeBlock {
                         start: b.start,
                         offset: b.offset,
                         source: Source::Jit {
                             header,
-                            heap_base: heap.base(),
+                            heap_base: s.lookup.base,
                         },
                     }),
                     BlockKind::Stub(kind) => Lookup::Stub {
@@ -214,6 +225,7 @@ impl ExecutionManager {
 
     /// The method block containing `ip`, or `None` (stubs, thunks, free space,
     /// headers, no section). Exact: an address past a block's end is `None`.
+    #[inline]
     pub fn find<'g>(&'g self, guard: &'g Guard<'_>, ip: usize) -> Option<CodeBlock<'g>> {
         match self.classify(guard, ip) {
             Lookup::Method(block) => Some(block),
@@ -224,9 +236,9 @@ impl ExecutionManager {
     /// The method id whose entry point is exactly `addr` (the analogue of
     /// `NonVirtualEntry2MethodDesc`).
     pub fn entry_to_method(&self, guard: &Guard<'_>, addr: usize) -> Option<u64> {
-        let section = self.shared.ranges.find(guard, addr)?;
+        let section = self.ranges.find(guard, addr)?;
         match section.value() {
-            SectionKind::Heap(heap) => match heap.find(guard, addr)? {
+            SectionKind::Heap(s) => match s.heap.find(guard, addr)? {
                 b if b.offset == 0 => match b.kind {
                     BlockKind::Method(h) => Some(h.method_id()),
                     BlockKind::Stub(_) => None,

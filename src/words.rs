@@ -40,10 +40,12 @@ impl VecWords {
 }
 
 impl WordRead for VecWords {
+    #[inline]
     fn word_count(&self) -> usize {
         self.words.len()
     }
 
+    #[inline]
     fn load(&self, index: usize) -> u32 {
         // Acquire: pairs with the Release store that published the word.
         self.words
@@ -62,7 +64,7 @@ impl WordStore for VecWords {
 }
 
 #[cfg(not(loom))]
-pub use mmap::MmapWords;
+pub use mmap::{MmapWords, RawWords};
 
 #[cfg(not(loom))]
 mod mmap {
@@ -91,6 +93,12 @@ mod mmap {
             Ok(Self { alloc, count })
         }
 
+        /// The address of word 0.
+        pub(crate) fn base(&self) -> *const AtomicU32 {
+            self.alloc.as_ptr::<AtomicU32>()
+        }
+
+        #[inline]
         fn word(&self, index: usize) -> Option<&AtomicU32> {
             if index >= self.count {
                 return None;
@@ -103,11 +111,57 @@ mod mmap {
         }
     }
 
-    impl WordRead for MmapWords {
+    /// A copyable view of an [`MmapWords`], for hot lookup paths that would
+    /// otherwise chase a pointer to the storage first.
+    #[derive(Clone, Copy, Debug)]
+    pub struct RawWords {
+        base: *const AtomicU32,
+        count: usize,
+    }
+
+    // SAFETY: the view only performs atomic loads on memory that its creator keeps
+    // alive (the contract of `RawWords::from_raw_parts`).
+    unsafe impl Send for RawWords {}
+    // SAFETY: as above.
+    unsafe impl Sync for RawWords {}
+
+    impl RawWords {
+        /// A view of `count` words at `base`.
+        ///
+        /// # Safety
+        /// `base` must be the address of `count` words of a live [`MmapWords`] that
+        /// outlives every use of the view.
+        #[inline]
+        pub(crate) unsafe fn from_raw_parts(base: *const AtomicU32, count: usize) -> Self {
+            Self { base, count }
+        }
+    }
+
+    impl WordRead for RawWords {
+        #[inline]
         fn word_count(&self) -> usize {
             self.count
         }
 
+        #[inline]
+        fn load(&self, index: usize) -> u32 {
+            if index >= self.count {
+                return 0;
+            }
+            // SAFETY: `index < count` words of a live, aligned, zero-initialized
+            // mapping (guaranteed by the creator of the view); atomic access only.
+            // Acquire: pairs with the Release store that published the word.
+            unsafe { (*self.base.add(index)).load(Ordering::Acquire) }
+        }
+    }
+
+    impl WordRead for MmapWords {
+        #[inline]
+        fn word_count(&self) -> usize {
+            self.count
+        }
+
+        #[inline]
         fn load(&self, index: usize) -> u32 {
             // Acquire: pairs with the Release store that published the word.
             self.word(index).map_or(0, |w| w.load(Ordering::Acquire))

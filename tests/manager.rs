@@ -427,3 +427,11 @@ fn dropping_a_heap_waits_for_readers_in_another_thread() {
         "unmapped after the reader unpinned"
     );
 }
+
+#[test]
+fn a_heap_fragment_is_one_cache_line() {
+    use jitmap::manager::SectionKind;
+    use jitmap::range::Section;
+    assert_eq!(std::mem::size_of::<Section<SectionKind>>(), 64);
+    assert_eq!(std::mem::align_of::<Section<SectionKind>>(), 64);
+}

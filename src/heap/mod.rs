@@ -9,6 +9,7 @@
 mod alloc;
 mod error;
 mod header;
+mod lookup;
 mod memory;
 mod reservation;
 
@@ -16,7 +17,7 @@ use std::collections::HashMap;
 use std::ops::Range;
 use std::ptr::NonNull;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
@@ -31,6 +32,8 @@ use crate::nibble::encoding::MAX_SPAN;
 use crate::nibble::{MapVersion, MapWriter, NibbleMap};
 use crate::words::MmapWords;
 use alloc::FreeSpace;
+pub(crate) use lookup::HeapLookup;
+use lookup::prefix_at;
 use memory::{CodeMemory, flush_icache};
 
 /// Granularity of committing memory as the heap grows.
@@ -130,13 +133,6 @@ pub struct HeapStats {
     pub reclaimed_bytes: u64,
 }
 
-/// The two words before every code start.
-#[repr(C)]
-struct BlockPrefix {
-    size: AtomicUsize,
-    slot: AtomicUsize,
-}
-
 /// An owned header pointer in the writer's tables.
 struct HeaderPtr(NonNull<CodeHeader>);
 
@@ -186,6 +182,8 @@ pub struct CodeHeap {
     base: usize,
     span: u64,
     align: u64,
+    /// Read side of `map` and `memory`, valid as long as both are (for the heap's life).
+    lookup: HeapLookup,
     map: Arc<NibbleMap<MmapWords>>,
     domain: Arc<Domain>,
     memory: CodeMemory,
@@ -216,7 +214,12 @@ impl CodeHeap {
         check_align(config.align)?;
         let memory = CodeMemory::reserve(span as usize, config.mode)?;
         let map = MapWriter::new(config.version, span).map_err(HeapError::Map)?;
+        // SAFETY: the view is stored in the heap next to the map and memory it reads,
+        // and is only used while the heap is alive.
+        let lookup =
+            unsafe { HeapLookup::new(memory.exec_base(), map.map().words(), config.version) };
         Ok(Self {
+            lookup,
             // Relaxed: only uniqueness matters.
             id: NEXT_HEAP_ID.fetch_add(1, Ordering::Relaxed),
             base: memory.exec_base(),
@@ -314,41 +317,19 @@ impl CodeHeap {
 
     /// Finds the block containing `ip`: exact, lock-free, no allocation, no system
     /// call; safe in a signal handler. A guard from another domain finds nothing.
+    #[inline]
     pub fn find<'a>(&'a self, guard: &'a Guard<'_>, ip: usize) -> Option<HeapBlock<'a>> {
         if !Arc::ptr_eq(guard.domain(), &self.domain) {
             return None;
         }
-        let offset = ip.wrapping_sub(self.base) as u64;
-        if offset >= self.span {
-            return None;
-        }
-        let start = self.map.find(offset)?;
-        if start < PREFIX {
-            return None;
-        }
-        let prefix = self.prefix(self.base, start);
-        // Relaxed: the Acquire load of the map word that named `start` already
-        // ordered the publish-time prefix stores before this read.
-        let size = prefix.size.load(Ordering::Relaxed) as u64;
-        if offset - start >= size {
-            return None;
-        }
-        // Relaxed: as above.
-        let slot = prefix.slot.load(Ordering::Relaxed);
-        let kind = if slot <= usize::from(MAX_STUB_KIND) {
-            BlockKind::Stub(slot as u8)
-        } else {
-            // SAFETY: slots above 15 hold a header pointer written before the map
-            // published the block; the guard keeps the header alive until it drops,
-            // because reclamation waits for every guard older than the unpublish.
-            BlockKind::Method(unsafe { &*(slot as *const CodeHeader) })
-        };
-        Some(HeapBlock {
-            start: self.base + start as usize,
-            size,
-            offset: offset - start,
-            kind,
-        })
+        // SAFETY: `self` outlives `'a`, and `guard` is pinned in this heap's domain
+        // for `'a` (checked above).
+        unsafe { self.lookup.find(ip) }
+    }
+
+    /// The heap's read side, for sections that look up without touching the heap.
+    pub(crate) fn lookup(&self) -> HeapLookup {
+        self.lookup
     }
 
     /// Unpublishes a block at once; its bytes and header are reused only after every
@@ -456,7 +437,9 @@ impl CodeHeap {
         let mut w = self.writer.lock();
         let generation = w.next_generation;
         w.next_generation += 1;
-        let prefix = self.prefix(self.memory.write_base() as usize, start);
+        // SAFETY: `start` was placed by the allocator in this heap's committed
+        // memory, and the write view lives as long as `self`.
+        let prefix = unsafe { prefix_at(self.memory.write_base() as usize, start) };
         // Relaxed: published to readers by the map's Release store below.
         prefix.size.store(size as usize, Ordering::Relaxed);
         // Relaxed: as above.
@@ -485,14 +468,6 @@ impl CodeHeap {
             size,
             generation,
         })
-    }
-
-    fn prefix(&self, view: usize, start: u64) -> &BlockPrefix {
-        // SAFETY: every start handed to this function was placed by the allocator at
-        // least PREFIX bytes into a committed extent, aligned to at least 8, so the
-        // two prefix words are committed, aligned, and live as long as the heap;
-        // they are only accessed atomically.
-        unsafe { &*((view + start as usize - PREFIX as usize) as *const BlockPrefix) }
     }
 }
 

@@ -5,6 +5,7 @@ use crate::words::WordRead;
 
 /// Version-1 lookup: the start at or before `offset`, walking back one word at a
 /// time until a start is found or the map begins. Cost grows with method size.
+#[inline]
 pub fn find_v1<W: WordRead + ?Sized>(words: &W, offset: u64) -> Option<u64> {
     let index = word_index(offset);
     if index >= words.word_count() {
@@ -23,6 +24,7 @@ pub fn find_v1<W: WordRead + ?Sized>(words: &W, offset: u64) -> Option<u64> {
 /// The covering word answers if it is a pointer or holds a start at or before
 /// `offset`; otherwise only the previous word can (a block reaching `offset` from
 /// further back would have left a pointer in it).
+#[inline]
 pub fn find_v2<W: WordRead + ?Sized>(words: &W, offset: u64) -> Option<u64> {
     let index = word_index(offset);
     if index >= words.word_count() {

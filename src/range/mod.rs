@@ -3,10 +3,12 @@
 //!
 //! Five levels of 256 entries index address bits 17..56; bits 57..63 must be
 //! zero. Each leaf entry covers a 128 KiB chunk and points to a list of
-//! fragments, one per section touching the chunk. Lookups are lock-free and
-//! bounded: five loads, then the chunk's short fragment list. Inserts and
-//! removals are serialized; removal unlinks at once and frees fragments and the
-//! section only after the grace period of the map's [`Domain`].
+//! fragments, one per section touching the chunk. Each fragment carries the
+//! section's bounds and its own clone of the section's value, so a lookup ends at
+//! the fragment without another pointer chase. Lookups are lock-free and bounded:
+//! at most five level loads, then the chunk's short fragment list. Inserts and
+//! removals are serialized; removal unlinks at once and frees the fragments only
+//! after the grace period of the map's [`Domain`].
 
 mod error;
 
@@ -19,7 +21,7 @@ use parking_lot::Mutex;
 pub use error::RangeError;
 
 use crate::epoch::{Domain, Guard};
-use crate::sync::{AtomicPtr, Ordering};
+use crate::sync::{AtomicPtr, AtomicU64, Ordering};
 
 /// Entries per level.
 pub const FANOUT: usize = 256;
@@ -30,8 +32,17 @@ pub const ADDRESS_BITS: u32 = 57;
 /// Number of levels.
 pub const LEVELS: usize = 5;
 
+/// Address bits below the index of level 2 (the hint's key is the bits above).
+const HINT_KEY_SHIFT: u32 = CHUNK_BITS + 16;
+/// Levels are page-aligned, so a level pointer shifted right by this many bits
+/// loses nothing.
+const LEVEL_ALIGN_BITS: u32 = 12;
+/// Bits of the shifted level pointer in a hint (pointers below 2^48).
+const HINT_PTR_BITS: u32 = 48 - LEVEL_ALIGN_BITS;
+
 /// One level: 256 pointers to the next level down, or (leaf) to fragment lists.
-#[repr(C)]
+/// Page-aligned so that the level-2 hint can pack a pointer with its key.
+#[repr(C, align(4096))]
 struct Level {
     entries: [AtomicPtr<u8>; FANOUT],
 }
@@ -44,31 +55,26 @@ impl Level {
     }
 }
 
-/// A section's presence in one chunk. `#[repr(C)]` for out-of-process readers.
-#[repr(C)]
-struct Fragment<T> {
-    begin: usize,
-    end: usize,
-    section: *const Section<T>,
-    /// The next fragment in the chunk's list, type-erased like the leaf entries.
-    next: AtomicPtr<u8>,
-}
-
-/// A registered address range and what it holds.
+/// A section's presence in one chunk: its bounds and value. `#[repr(C)]` with the
+/// bounds first, for out-of-process readers; cache-line aligned, so a lookup that
+/// ends here touches one line when `T` is small.
+#[repr(C, align(64))]
 #[derive(Debug)]
 pub struct Section<T> {
     begin: usize,
     end: usize,
+    /// The next fragment in the chunk's list, type-erased like the leaf entries.
+    next: AtomicPtr<u8>,
     value: T,
 }
 
 impl<T> Section<T> {
-    /// First address.
+    /// First address of the section.
     pub fn begin(&self) -> usize {
         self.begin
     }
 
-    /// One past the last address.
+    /// One past the last address of the section.
     pub fn end(&self) -> usize {
         self.end
     }
@@ -82,14 +88,12 @@ impl<T> Section<T> {
 /// What the writer keeps per live section: its fragments, for unlinking.
 struct Live<T> {
     end: usize,
-    section: *mut Section<T>,
-    fragments: Vec<*mut Fragment<T>>,
+    fragments: Vec<*mut Section<T>>,
 }
 
 struct Retired<T> {
     tag: u64,
-    section: *mut Section<T>,
-    fragments: Vec<*mut Fragment<T>>,
+    fragments: Vec<*mut Section<T>>,
 }
 
 struct Writer<T> {
@@ -100,23 +104,29 @@ struct Writer<T> {
 /// Address → section map with lock-free, bounded lookups.
 pub struct RangeSectionMap<T> {
     top: Level,
+    /// The level-2 table of the most recent insert, packed as `key << 36 | ptr >> 12`
+    /// where the key is address bits 33..56 (0 = none). Levels are never freed
+    /// while the map lives, so a stale hint still names a valid level for its key;
+    /// lookups whose key matches skip the top three loads of the walk.
+    hint: AtomicU64,
     domain: Arc<Domain>,
     writer: Mutex<Writer<T>>,
 }
 
 // SAFETY: the raw pointers are owned by the map (created by `Box::into_raw`, freed
-// once, under the writer lock, after a grace period); readers only get shared
-// references to `Section<T>`, so `T` must be `Sync`, and sections move between
-// threads when dropped, so `T` must be `Send`.
+// once, after a grace period); readers only get shared references to `Section<T>`,
+// so `T` must be `Sync`, and values are dropped on whichever thread reclaims, so
+// `T` must be `Send`.
 unsafe impl<T: Send + Sync> Send for RangeSectionMap<T> {}
 // SAFETY: as above.
 unsafe impl<T: Send + Sync> Sync for RangeSectionMap<T> {}
 
-impl<T> RangeSectionMap<T> {
+impl<T: Clone> RangeSectionMap<T> {
     /// An empty map whose removals wait for readers pinned in `domain`.
     pub fn new(domain: &Arc<Domain>) -> Self {
         Self {
             top: Level::new(),
+            hint: AtomicU64::new(0),
             domain: Arc::clone(domain),
             writer: Mutex::new(Writer {
                 live: BTreeMap::new(),
@@ -132,12 +142,23 @@ impl<T> RangeSectionMap<T> {
 
     /// Finds the section containing `addr`. Lock-free and bounded. A guard from
     /// another domain finds nothing.
+    #[inline]
     pub fn find<'g>(&'g self, guard: &'g Guard<'_>, addr: usize) -> Option<&'g Section<T>> {
         if !Arc::ptr_eq(guard.domain(), &self.domain) || addr >> ADDRESS_BITS != 0 {
             return None;
         }
-        let mut level = &self.top;
-        for depth in (1..LEVELS).rev() {
+        // Acquire: the hinted level was installed (and initialized) before the hint.
+        let hint = self.hint.load(Ordering::Acquire);
+        let (mut level, from) =
+            if hint != 0 && (hint >> HINT_PTR_BITS) as usize == addr >> HINT_KEY_SHIFT {
+                let ptr = ((hint & ((1 << HINT_PTR_BITS) - 1)) << LEVEL_ALIGN_BITS) as *const Level;
+                // SAFETY: the hint holds a level-2 table for this key; levels are freed
+                // only when the map drops.
+                (unsafe { &*ptr }, 1)
+            } else {
+                (&self.top, LEVELS - 1)
+            };
+        for depth in (1..=from).rev() {
             // Acquire: a level installed by a writer is fully initialized before
             // its pointer is seen.
             let next = level.entries[index(addr, depth)].load(Ordering::Acquire);
@@ -151,14 +172,13 @@ impl<T> RangeSectionMap<T> {
         // Acquire: pairs with the Release store that linked the fragment.
         let mut fragment = level.entries[index(addr, 0)]
             .load(Ordering::Acquire)
-            .cast::<Fragment<T>>();
+            .cast::<Section<T>>();
         while !fragment.is_null() {
             // SAFETY: fragments reachable from the map are freed only after every
             // guard pinned before their unlinking has dropped; `guard` is pinned.
             let f = unsafe { &*fragment };
             if f.begin <= addr && addr < f.end {
-                // SAFETY: the section outlives its fragments (retired together).
-                return Some(unsafe { &*f.section });
+                return Some(f);
             }
             // Acquire: as above, for fragments linked behind the head.
             fragment = f.next.load(Ordering::Acquire).cast();
@@ -166,7 +186,8 @@ impl<T> RangeSectionMap<T> {
         None
     }
 
-    /// Registers `[begin, end)` holding `value`.
+    /// Registers `[begin, end)` holding `value` (cloned into each 128 KiB chunk the
+    /// range touches).
     pub fn insert(&self, begin: usize, end: usize, value: T) -> Result<(), RangeError> {
         if begin >= end {
             return Err(RangeError::Empty { begin, end });
@@ -183,31 +204,22 @@ impl<T> RangeSectionMap<T> {
                 existing: other,
             });
         }
-        let section = Box::into_raw(Box::new(Section { begin, end, value }));
         let mut fragments = Vec::new();
         for chunk in (begin >> CHUNK_BITS)..=((end - 1) >> CHUNK_BITS) {
             let leaf = self.leaf_for(chunk << CHUNK_BITS);
             let head = &leaf.entries[index(chunk << CHUNK_BITS, 0)];
-            let fragment = Box::into_raw(Box::new(Fragment {
+            let fragment = Box::into_raw(Box::new(Section {
                 begin,
                 end,
-                section,
                 // Relaxed: writers are serialized by the lock.
                 next: AtomicPtr::new(head.load(Ordering::Relaxed)),
+                value: value.clone(),
             }));
-            // Release: the fragment (and the section) are initialized before a
-            // reader can reach them.
+            // Release: the fragment is initialized before a reader can reach it.
             head.store(fragment.cast(), Ordering::Release);
             fragments.push(fragment);
         }
-        w.live.insert(
-            begin,
-            Live {
-                end,
-                section,
-                fragments,
-            },
-        );
+        w.live.insert(begin, Live { end, fragments });
         Ok(())
     }
 
@@ -226,7 +238,6 @@ impl<T> RangeSectionMap<T> {
         let tag = self.domain.retire_tag();
         w.retired.push(Retired {
             tag,
-            section: live.section,
             fragments: live.fragments,
         });
         drop(w);
@@ -249,7 +260,7 @@ impl<T> RangeSectionMap<T> {
         drop(w);
         let freed = done.len();
         for r in done {
-            free_section(r.section, r.fragments);
+            free_fragments(r.fragments);
         }
         freed
     }
@@ -270,12 +281,12 @@ impl<T> RangeSectionMap<T> {
     }
 
     /// Unlinks `fragment` from the list of the chunk at `chunk_addr`.
-    fn unlink(&self, chunk_addr: usize, fragment: *mut Fragment<T>) {
+    fn unlink(&self, chunk_addr: usize, fragment: *mut Section<T>) {
         let leaf = self.leaf_for(chunk_addr);
         let mut link = &leaf.entries[index(chunk_addr, 0)];
         loop {
             // Relaxed: writers are serialized by the lock; they see their own stores.
-            let current = link.load(Ordering::Relaxed).cast::<Fragment<T>>();
+            let current = link.load(Ordering::Relaxed).cast::<Section<T>>();
             if current.is_null() {
                 return;
             }
@@ -291,10 +302,22 @@ impl<T> RangeSectionMap<T> {
         }
     }
 
-    /// The leaf level for `addr`, creating missing levels on the way.
+    /// The leaf level for `addr`, creating missing levels on the way, and the
+    /// level-2 hint updated to point at its parent.
     fn leaf_for(&self, addr: usize) -> &Level {
         let mut level = &self.top;
         for depth in (1..LEVELS).rev() {
+            if depth == 1 {
+                let ptr = ptr::from_ref(level) as u64;
+                if ptr >> 48 == 0 {
+                    let key = (addr >> HINT_KEY_SHIFT) as u64;
+                    // Release: readers that use the hint see the level initialized.
+                    self.hint.store(
+                        key << HINT_PTR_BITS | ptr >> LEVEL_ALIGN_BITS,
+                        Ordering::Release,
+                    );
+                }
+            }
             let entry = &level.entries[index(addr, depth)];
             // Acquire: see a level another writer installed.
             let mut next = entry.load(Ordering::Acquire);
@@ -327,23 +350,21 @@ impl<T> Drop for RangeSectionMap<T> {
     fn drop(&mut self) {
         let w = self.writer.get_mut();
         for (_, live) in std::mem::take(&mut w.live) {
-            free_section(live.section, live.fragments);
+            free_fragments(live.fragments);
         }
         for r in std::mem::take(&mut w.retired) {
-            free_section(r.section, r.fragments);
+            free_fragments(r.fragments);
         }
         free_levels(&self.top, LEVELS - 1);
     }
 }
 
-fn free_section<T>(section: *mut Section<T>, fragments: Vec<*mut Fragment<T>>) {
+fn free_fragments<T>(fragments: Vec<*mut Section<T>>) {
     for f in fragments {
         // SAFETY: each fragment came from `Box::into_raw` and is freed exactly once,
         // after no reader can reach it.
         drop(unsafe { Box::from_raw(f) });
     }
-    // SAFETY: as above, for the section.
-    drop(unsafe { Box::from_raw(section) });
 }
 
 fn free_levels(level: &Level, depth: usize) {
