@@ -7,7 +7,7 @@ use jitmap::image::{HotCold, ImageError, ImageFunction, ImageInfo, ImageMethod, 
 use jitmap::range::RangeError;
 use jitmap::{CodeInfo, ExecutionManager, HeapConfig, Lookup, ManagedHeap};
 
-fn small_heap(m: &ExecutionManager) -> ManagedHeap {
+fn small_heap(m: &ExecutionManager) -> ManagedHeap<'_> {
     m.create_heap(HeapConfig {
         span: 1 << 20,
         ..HeapConfig::default()
