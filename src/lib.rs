@@ -7,12 +7,16 @@
 
 pub mod epoch;
 #[cfg(not(loom))]
+pub mod events;
+#[cfg(not(loom))]
 pub mod heap;
 #[cfg(not(loom))]
 pub mod image;
 #[cfg(not(loom))]
 pub mod manager;
 pub mod nibble;
+#[cfg(not(loom))]
+pub mod perf;
 pub mod range;
 pub mod sync;
 pub mod words;

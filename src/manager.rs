@@ -6,6 +6,7 @@ use std::ops::Deref;
 use std::sync::Arc;
 
 use crate::epoch::{Domain, EpochError, Guard, Reader};
+use crate::events::Listeners;
 use crate::heap::{
     BlockKind, CodeHeader, CodeHeap, DebugEntry, GcInfo, HeapConfig, HeapError, HeapLookup, JitKind,
 };
@@ -62,6 +63,7 @@ impl std::error::Error for ManagerError {}
 /// Routes any address to its heap or image and answers for the block there.
 pub struct ExecutionManager {
     ranges: RangeSectionMap<SectionKind>,
+    listeners: Arc<Listeners>,
 }
 
 /// A code heap registered with a manager; dropping it unregisters the heap, and
@@ -112,7 +114,13 @@ impl ExecutionManager {
     pub fn new(reader_slots: usize) -> Self {
         Self {
             ranges: RangeSectionMap::new(&Domain::new(reader_slots)),
+            listeners: Arc::new(Listeners::default()),
         }
+    }
+
+    /// The listeners every heap of this manager emits code events to.
+    pub fn listeners(&self) -> &Arc<Listeners> {
+        &self.listeners
     }
 
     /// The reader domain.
@@ -127,7 +135,9 @@ impl ExecutionManager {
 
     /// Creates a code heap and registers its range.
     pub fn create_heap(&self, config: HeapConfig) -> Result<ManagedHeap<'_>, ManagerError> {
-        let heap = Arc::new(CodeHeap::new(config, self.domain()).map_err(ManagerError::Heap)?);
+        let heap = CodeHeap::with_listeners(config, self.domain(), Arc::clone(&self.listeners))
+            .map_err(ManagerError::Heap)?;
+        let heap = Arc::new(heap);
         let (begin, end) = (heap.base(), heap.base() + heap.span() as usize);
         let section = HeapSection {
             lookup: heap.lookup(),

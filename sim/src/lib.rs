@@ -5,5 +5,6 @@
 pub mod model;
 pub mod replay;
 pub mod rng;
+pub mod spin;
 pub mod stress;
 pub mod workload;

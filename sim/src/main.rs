@@ -5,6 +5,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use jitmap::MapVersion;
+use jitmap::perf::check::{Body, check};
+use jitmap::perf::{PerfConfig, PerfMode};
 use jitmap_sim::replay;
 use jitmap_sim::stress::{self, StressConfig};
 use std::time::Duration;
@@ -25,6 +27,27 @@ enum Command {
         map: MapVersion,
         /// Script file, or `-` for standard input.
         file: String,
+    },
+    /// Check a jitdump file: print its header, records and violations.
+    JitdumpCheck {
+        /// The `jit-<pid>.dump` file.
+        file: String,
+    },
+    /// Publish real x86-64 functions with distinct names and run them hot, with
+    /// perf output enabled (a demo, and the end-to-end test's workload).
+    Spin {
+        /// Functions to publish.
+        #[arg(long, default_value_t = 8)]
+        functions: u32,
+        /// Seconds to run.
+        #[arg(long, default_value_t = 5.0)]
+        seconds: f64,
+        /// Perf output; defaults to JITMAP_PERF, or jitdump if that is unset.
+        #[arg(long)]
+        perf: Option<PerfMode>,
+        /// Each round, move one function and republish another.
+        #[arg(long)]
+        churn: bool,
     },
     /// Writers publish, abort and free code while readers check every lookup.
     Stress {
@@ -61,6 +84,13 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Some(Command::Replay { map, file }) => run_replay(&file, map),
+        Some(Command::JitdumpCheck { file }) => run_jitdump_check(&file),
+        Some(Command::Spin {
+            functions,
+            seconds,
+            perf,
+            churn,
+        }) => run_spin(functions, seconds, perf, churn),
         Some(Command::Stress {
             map,
             wx,
@@ -101,6 +131,122 @@ fn run_replay(file: &str, map: MapVersion) -> io::Result<ExitCode> {
     let ok = replay::run(&script, map, &mut out)?;
     out.flush()?;
     Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+fn run_jitdump_check(file: &str) -> io::Result<ExitCode> {
+    let bytes = std::fs::read(file)?;
+    let report = check(&bytes);
+    let mut out = io::stdout().lock();
+    if let Some(h) = report.header {
+        writeln!(
+            out,
+            "header version={} size={} elf_mach={} pid={} timestamp={} flags={:#x}",
+            h.version, h.total_size, h.elf_mach, h.pid, h.timestamp, h.flags
+        )?;
+    }
+    for r in &report.records {
+        let what = match &r.body {
+            Body::Load {
+                tid,
+                code_addr,
+                code_size,
+                code_index,
+                name,
+                ..
+            } => {
+                format!(
+                    "load tid={tid} addr={code_addr:#x} size={code_size} index={code_index} name={name}"
+                )
+            }
+            Body::Move {
+                old_addr,
+                new_addr,
+                code_size,
+                code_index,
+                ..
+            } => {
+                format!("move {old_addr:#x} -> {new_addr:#x} size={code_size} index={code_index}")
+            }
+            Body::DebugInfo { code_addr, rows } => {
+                format!("debug-info addr={code_addr:#x} rows={}", rows.len())
+            }
+            Body::UnwindingInfo {
+                eh_frame,
+                eh_frame_hdr,
+                mapped_size,
+            } => format!(
+                "unwinding-info eh_frame={} eh_frame_hdr={} mapped={mapped_size}",
+                eh_frame.len(),
+                eh_frame_hdr.len()
+            ),
+            Body::Close => "close".to_owned(),
+            Body::Unknown { id } => format!("unknown id={id}"),
+        };
+        writeln!(
+            out,
+            "record offset={} size={} timestamp={} {what}",
+            r.offset, r.size, r.timestamp
+        )?;
+    }
+    for v in &report.violations {
+        writeln!(out, "violation {v}")?;
+    }
+    writeln!(
+        out,
+        "records={} violations={} clean_bytes={}",
+        report.records.len(),
+        report.violations.len(),
+        report.clean_len
+    )?;
+    Ok(if report.violations.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+fn run_spin(
+    functions: u32,
+    seconds: f64,
+    perf: Option<PerfMode>,
+    churn: bool,
+) -> io::Result<ExitCode> {
+    if !cfg!(target_arch = "x86_64") {
+        eprintln!("jitmap-sim spin: the demo functions are x86-64 machine code");
+        return Ok(ExitCode::from(2));
+    }
+    let mut config = PerfConfig::from_env().map_err(io::Error::other)?;
+    if let Some(mode) = perf {
+        config.mode = mode;
+    } else if std::env::var_os("JITMAP_PERF").is_none() {
+        config.mode = PerfMode::JitDump;
+    }
+    let manager = jitmap::ExecutionManager::new(4);
+    let output = config.install(manager.listeners())?;
+    let report = jitmap_sim::spin::run(
+        &manager,
+        functions,
+        Duration::from_secs_f64(seconds.max(0.0)),
+        churn,
+    )
+    .map_err(io::Error::other)?;
+    let mut out = io::stdout().lock();
+    writeln!(
+        out,
+        "spin functions={} calls={} wrong={} moves={} republishes={}",
+        report.functions, report.calls, report.wrong, report.moves, report.republishes
+    )?;
+    if let Some(j) = &output.jitdump {
+        writeln!(out, "jitdump {}", j.path().display())?;
+    }
+    if let Some(m) = &output.perf_map {
+        writeln!(out, "perf-map {}", m.path().display())?;
+    }
+    Ok(if report.wrong == 0 {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE

@@ -26,6 +26,8 @@ pub enum HeapError {
     ForeignRef,
     /// The reference was never handed out by this heap.
     UnknownRef { start: usize },
+    /// The block is a stub, and the operation needs a method.
+    NotAMethod { start: usize },
     /// A stub kind outside 1..=15.
     BadStubKind { kind: u8 },
     /// The code info does not fit the block.
@@ -58,6 +60,7 @@ impl fmt::Display for HeapError {
             Self::UnknownRef { start } => {
                 write!(f, "no block at {start:#x} was handed out by this heap")
             }
+            Self::NotAMethod { start } => write!(f, "block at {start:#x} is a stub, not a method"),
             Self::BadStubKind { kind } => write!(f, "stub kind {kind} is outside 1..=15"),
             Self::Info(e) => write!(f, "invalid code info: {e}"),
             Self::Epoch(e) => write!(f, "{e}"),

@@ -51,6 +51,16 @@ pub struct GcInfo {
     pub bytes: Box<[u8]>,
 }
 
+/// DWARF unwinding tables for a method, as perf's jitdump unwinding record
+/// carries them: the `.eh_frame` data and its `.eh_frame_hdr` index.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EhFrame {
+    /// The `.eh_frame` section contents.
+    pub frame: Box<[u8]>,
+    /// The `.eh_frame_hdr` section contents.
+    pub header: Box<[u8]>,
+}
+
 /// What the host supplies when it publishes a method.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CodeInfo {
@@ -69,6 +79,8 @@ pub struct CodeInfo {
     /// Where the cold part begins, as an offset into the code (hot size); the cold
     /// part runs to the end of the block.
     pub cold_offset: Option<u32>,
+    /// DWARF unwinding tables for profilers, if the host has them.
+    pub eh_frame: Option<EhFrame>,
 }
 
 impl CodeInfo {
@@ -82,6 +94,7 @@ impl CodeInfo {
             debug: Vec::new(),
             gc: None,
             cold_offset: None,
+            eh_frame: None,
         }
     }
 

@@ -14,6 +14,7 @@ mod memory;
 mod reservation;
 
 use std::collections::HashMap;
+use std::mem::ManuallyDrop;
 use std::ops::Range;
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -23,11 +24,14 @@ use parking_lot::Mutex;
 
 pub use alloc::PREFIX;
 pub use error::HeapError;
-pub use header::{CodeHeader, CodeInfo, DebugEntry, GcInfo, InfoError, JitKind, UnwindEntry};
+pub use header::{
+    CodeHeader, CodeInfo, DebugEntry, EhFrame, GcInfo, InfoError, JitKind, UnwindEntry,
+};
 pub use memory::MemoryMode;
 pub use reservation::Reservation;
 
 use crate::epoch::{Domain, Guard};
+use crate::events::{CodeEvent, CodeFree, CodeLoad, CodeMove, Listeners, monotonic_ns};
 use crate::nibble::encoding::MAX_SPAN;
 use crate::nibble::{MapVersion, MapWriter, NibbleMap};
 use crate::words::MmapWords;
@@ -186,6 +190,7 @@ pub struct CodeHeap {
     lookup: HeapLookup,
     map: Arc<NibbleMap<MmapWords>>,
     domain: Arc<Domain>,
+    listeners: Arc<Listeners>,
     memory: CodeMemory,
     writer: Mutex<Writer>,
 }
@@ -206,6 +211,16 @@ static NEXT_HEAP_ID: AtomicU64 = AtomicU64::new(1);
 impl CodeHeap {
     /// Reserves a heap. Readers that look up in it must pin in `domain`.
     pub fn new(config: HeapConfig, domain: &Arc<Domain>) -> Result<Self, HeapError> {
+        Self::with_listeners(config, domain, Arc::new(Listeners::default()))
+    }
+
+    /// Reserves a heap whose code events go to `listeners` (shared, for example,
+    /// by all heaps of a manager).
+    pub fn with_listeners(
+        config: HeapConfig,
+        domain: &Arc<Domain>,
+        listeners: Arc<Listeners>,
+    ) -> Result<Self, HeapError> {
         let page = region::page::size() as u64;
         let span = config.span.next_multiple_of(page);
         if config.span == 0 || span >= MAX_SPAN {
@@ -227,6 +242,7 @@ impl CodeHeap {
             align: config.align,
             map: Arc::clone(map.map()),
             domain: Arc::clone(domain),
+            listeners,
             memory,
             writer: Mutex::new(Writer {
                 map,
@@ -263,6 +279,11 @@ impl CodeHeap {
     /// The reader domain whose guards protect lookups in this heap.
     pub fn domain(&self) -> &Arc<Domain> {
         &self.domain
+    }
+
+    /// The listeners that receive this heap's code events.
+    pub fn listeners(&self) -> &Arc<Listeners> {
+        &self.listeners
     }
 
     /// Memory mode.
@@ -335,31 +356,69 @@ impl CodeHeap {
     /// Unpublishes a block at once; its bytes and header are reused only after every
     /// guard that might have seen it has dropped.
     pub fn free(&self, code: CodeRef) -> Result<(), HeapError> {
-        if code.heap != self.id {
-            return Err(HeapError::ForeignRef);
-        }
-        let offset = code.start.wrapping_sub(self.base) as u64;
+        let offset = self.offset_of(code)?;
         let mut w = self.writer.lock();
-        let live = match w.live.get(&offset) {
-            Some(live) if live.generation == code.generation => live,
-            _ if code.generation < w.next_generation => {
-                return Err(HeapError::DoubleFree { start: code.start });
-            }
-            _ => return Err(HeapError::UnknownRef { start: code.start }),
-        };
-        let extent = live.extent.clone();
-        w.map.delete(offset).map_err(HeapError::Map)?;
-        let header = w.live.remove(&offset).and_then(|live| live.header);
-        let tag = self.domain.retire_tag();
-        w.retired.push(Retired {
-            tag,
-            extent,
-            header,
-        });
+        self.check_live(&w, code, offset)?;
+        let header = self.unpublish(&mut w, offset)?;
+        if let Some(h) = &header {
+            // SAFETY: the header is retired, not reclaimed, and we hold the lock
+            // that reclamation needs.
+            let h = unsafe { h.0.as_ref() };
+            self.listeners.emit(&CodeEvent::Free(CodeFree {
+                timestamp: monotonic_ns(),
+                start: code.start,
+                size: code.size,
+                method_id: h.method_id(),
+                kind: h.info().kind,
+            }));
+        }
         if w.retired.len() >= RECLAIM_BATCH {
             self.reclaim(&mut w);
         }
         Ok(())
+    }
+
+    /// Moves a published method to a new address: copies its code and info into
+    /// a new block, publishes the copy, and frees the original through the grace
+    /// period, as one step under the heap lock. Emits a move event, not a load.
+    pub fn move_block(&self, code: CodeRef) -> Result<CodeRef, HeapError> {
+        let offset = self.offset_of(code)?;
+        let mut target = ManuallyDrop::new(self.reserve(code.size)?);
+        let mut w = self.writer.lock();
+        let info = match self.check_live(&w, code, offset) {
+            Ok(header) => header.map(|h| {
+                // SAFETY: the block is live and we hold the lock, so its header
+                // cannot be retired or reclaimed meanwhile.
+                unsafe { h.0.as_ref() }.info().clone()
+            }),
+            Err(e) => {
+                w.free.release(target.extent.clone());
+                return Err(e);
+            }
+        };
+        let Some(info) = info else {
+            w.free.release(target.extent.clone());
+            return Err(HeapError::NotAMethod { start: code.start });
+        };
+        // SAFETY: the source block is live (checked under the lock that free needs),
+        // so its bytes are committed and unchanging; the target is our reservation.
+        let source = unsafe {
+            std::slice::from_raw_parts(
+                self.memory.write_base().add(offset as usize),
+                code.size as usize,
+            )
+        };
+        target.code_mut().copy_from_slice(source);
+        let moved = self.publish_locked(
+            &mut w,
+            target.start,
+            code.size,
+            target.extent.clone(),
+            Payload::Method(info),
+            Some(code.start),
+        )?;
+        self.unpublish(&mut w, offset)?;
+        Ok(moved)
     }
 
     /// Reclaims every retired block whose grace period has passed; returns the
@@ -416,6 +475,21 @@ impl CodeHeap {
         extent: Range<u64>,
         payload: Payload,
     ) -> Result<CodeRef, HeapError> {
+        let mut w = self.writer.lock();
+        self.publish_locked(&mut w, start, size, extent, payload, None)
+    }
+
+    /// Publishes a block; `moved_from` names the original of a move. On error the
+    /// extent is given back.
+    fn publish_locked(
+        &self,
+        w: &mut Writer,
+        start: u64,
+        size: u64,
+        extent: Range<u64>,
+        payload: Payload,
+        moved_from: Option<usize>,
+    ) -> Result<CodeRef, HeapError> {
         let checked = match &payload {
             Payload::Stub(kind) if *kind == 0 || *kind > MAX_STUB_KIND => {
                 Err(HeapError::BadStubKind { kind: *kind })
@@ -424,9 +498,15 @@ impl CodeHeap {
             Payload::Method(info) => info.validate(size).map_err(HeapError::Info),
         };
         if let Err(e) = checked {
-            self.release(extent);
+            w.free.release(extent);
             return Err(e);
         }
+        // Taken before the code becomes visible, as perf requires of load records.
+        let timestamp = if self.listeners.is_empty() {
+            0
+        } else {
+            monotonic_ns()
+        };
         let (header, slot) = match payload {
             Payload::Method(info) => {
                 let ptr = NonNull::from(Box::leak(Box::new(CodeHeader::new(info, size))));
@@ -434,7 +514,6 @@ impl CodeHeap {
             }
             Payload::Stub(kind) => (None, usize::from(kind)),
         };
-        let mut w = self.writer.lock();
         let generation = w.next_generation;
         w.next_generation += 1;
         // SAFETY: `start` was placed by the allocator in this heap's committed
@@ -445,14 +524,35 @@ impl CodeHeap {
         // Relaxed: as above.
         prefix.slot.store(slot, Ordering::Relaxed);
         // SAFETY: the block's code bytes are committed memory owned by this publish.
-        flush_icache(
-            unsafe { self.memory.write_base().add(start as usize) },
-            size as usize,
-        );
+        let code = unsafe {
+            std::slice::from_raw_parts(self.memory.write_base().add(start as usize), size as usize)
+        };
+        flush_icache(code.as_ptr(), code.len());
         if let Err(e) = w.map.set_allocated(start, size) {
             drop(header.map(HeaderPtr::into_box));
             w.free.release(extent);
             return Err(HeapError::Map(e));
+        }
+        let new_start = self.base + start as usize;
+        if let Some(h) = &header {
+            // SAFETY: the header was just created and is owned by this heap; it is
+            // not reclaimed while we hold the lock.
+            let info = unsafe { h.0.as_ref() }.info();
+            self.listeners.emit(&match moved_from {
+                None => CodeEvent::Load(CodeLoad {
+                    timestamp,
+                    start: new_start,
+                    code,
+                    info,
+                }),
+                Some(old_start) => CodeEvent::Move(CodeMove {
+                    timestamp,
+                    old_start,
+                    new_start,
+                    size,
+                    info,
+                }),
+            });
         }
         w.live.insert(
             start,
@@ -464,12 +564,57 @@ impl CodeHeap {
         );
         Ok(CodeRef {
             heap: self.id,
-            start: self.base + start as usize,
+            start: new_start,
             size,
             generation,
         })
     }
+
+    /// The offset of a reference from this heap.
+    fn offset_of(&self, code: CodeRef) -> Result<u64, HeapError> {
+        if code.heap != self.id {
+            return Err(HeapError::ForeignRef);
+        }
+        Ok(code.start.wrapping_sub(self.base) as u64)
+    }
+
+    /// Checks that `code` is live; returns its header (None for a stub).
+    fn check_live<'w>(
+        &self,
+        w: &'w Writer,
+        code: CodeRef,
+        offset: u64,
+    ) -> Result<Option<&'w HeaderPtr>, HeapError> {
+        match w.live.get(&offset) {
+            Some(live) if live.generation == code.generation => Ok(live.header.as_ref()),
+            _ if code.generation < w.next_generation => {
+                Err(HeapError::DoubleFree { start: code.start })
+            }
+            _ => Err(HeapError::UnknownRef { start: code.start }),
+        }
+    }
+
+    /// Unpublishes the live block at `offset` and retires it; returns a handle to
+    /// its (retired, not yet reclaimed) header.
+    fn unpublish(&self, w: &mut Writer, offset: u64) -> Result<Option<RetiredHeader>, HeapError> {
+        w.map.delete(offset).map_err(HeapError::Map)?;
+        let Some(live) = w.live.remove(&offset) else {
+            return Ok(None);
+        };
+        let tag = self.domain.retire_tag();
+        let header = live.header.as_ref().map(|h| RetiredHeader(h.0));
+        w.retired.push(Retired {
+            tag,
+            extent: live.extent,
+            header: live.header,
+        });
+        Ok(header)
+    }
 }
+
+/// A header that was just retired; valid until the next reclamation (which needs
+/// the heap lock the holder has).
+struct RetiredHeader(NonNull<CodeHeader>);
 
 impl Drop for CodeHeap {
     fn drop(&mut self) {

@@ -1,0 +1,126 @@
+//! `spin`: publishes real x86-64 functions with distinct names and runs them in
+//! hot loops, so a profiler has JIT code to sample and name.
+
+use std::time::{Duration, Instant};
+
+use jitmap::heap::{DebugEntry, JitKind};
+use jitmap::{CodeInfo, CodeRef, ExecutionManager, HeapConfig, HeapError};
+
+/// Iterations of each function's inner loop.
+const INNER_LOOPS: u32 = 20_000;
+
+/// Machine code for function `id`: count `INNER_LOOPS` down, then return `id`.
+///
+/// ```text
+/// mov ecx, INNER_LOOPS   ; b9 imm32
+/// L: dec ecx             ; ff c9
+/// jnz L                  ; 75 fc
+/// mov eax, id            ; b8 imm32
+/// ret                    ; c3
+/// ```
+pub fn function_code(id: u32) -> Vec<u8> {
+    let mut code = vec![0xB9];
+    code.extend_from_slice(&INNER_LOOPS.to_le_bytes());
+    code.extend_from_slice(&[0xFF, 0xC9, 0x75, 0xFC, 0xB8]);
+    code.extend_from_slice(&id.to_le_bytes());
+    code.push(0xC3);
+    code
+}
+
+/// The name of spin function `id`.
+pub fn function_name(id: u32) -> String {
+    format!("jitmap_spin_{id}")
+}
+
+/// What a spin run did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SpinReport {
+    /// Functions published.
+    pub functions: u32,
+    /// Calls made.
+    pub calls: u64,
+    /// Calls that returned the wrong value.
+    pub wrong: u64,
+    /// Moves made while churning.
+    pub moves: u64,
+    /// Republishes made while churning.
+    pub republishes: u64,
+}
+
+fn publish(heap: &jitmap::CodeHeap, id: u32) -> Result<CodeRef, HeapError> {
+    let code = function_code(id);
+    let mut r = heap.reserve(code.len() as u64)?;
+    r.code_mut().copy_from_slice(&code);
+    let info = CodeInfo {
+        debug: vec![
+            DebugEntry {
+                offset: 0,
+                line: 10 + id,
+                column: 1,
+                file: "spin.jit".into(),
+            },
+            DebugEntry {
+                offset: 5,
+                line: 11 + id,
+                column: 5,
+                file: "spin.jit".into(),
+            },
+        ],
+        ..CodeInfo::new(u64::from(id), function_name(id), JitKind::Optimized)
+    };
+    r.publish(info)
+}
+
+/// Publishes `functions` functions in a heap of `manager` and calls them round
+/// robin for `duration`. With `churn`, each round also moves one function and
+/// frees and republishes another. Needs x86-64.
+pub fn run(
+    manager: &ExecutionManager,
+    functions: u32,
+    duration: Duration,
+    churn: bool,
+) -> Result<SpinReport, HeapError> {
+    let heap = manager
+        .create_heap(HeapConfig {
+            span: 16 << 20,
+            ..HeapConfig::default()
+        })
+        .map_err(|e| match e {
+            jitmap::manager::ManagerError::Heap(h) => h,
+            _ => HeapError::BadSpan { span: 16 << 20 },
+        })?;
+    let mut refs = (0..functions)
+        .map(|id| publish(&heap, id))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut report = SpinReport {
+        functions,
+        ..SpinReport::default()
+    };
+    let deadline = Instant::now() + duration;
+    let mut round = 0usize;
+    while Instant::now() < deadline {
+        if churn && !refs.is_empty() {
+            let n = refs.len();
+            let m = round % n;
+            refs[m] = heap.move_block(refs[m])?;
+            report.moves += 1;
+            let p = (round + n / 2) % n;
+            heap.free(refs[p])?;
+            refs[p] = publish(&heap, p as u32)?;
+            report.republishes += 1;
+            heap.try_reclaim();
+        }
+        round += 1;
+        for (id, r) in refs.iter().enumerate() {
+            // SAFETY: `r` is a published, complete function with the C ABI (above),
+            // and it stays published until the loop ends.
+            let f: extern "C" fn() -> u32 = unsafe { std::mem::transmute(r.start()) };
+            report.calls += 1;
+            report.wrong += u64::from(f() != id as u32);
+        }
+    }
+    for r in refs {
+        heap.free(r)?;
+    }
+    Ok(report)
+}

@@ -1,0 +1,79 @@
+//! The perf map: `perf-<pid>.map`, one `START SIZE name` line (hex) per function,
+//! the simplest way to let `perf report` name JIT code.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use parking_lot::Mutex;
+
+use crate::events::{CodeEvent, CodeListener};
+
+/// One map line, with newlines and other control characters in the name
+/// replaced by spaces (a line per function is the format's only structure).
+pub fn map_line(start: usize, size: u64, name: &str) -> String {
+    let name: String = name
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    format!("{start:x} {size:x} {name}\n")
+}
+
+/// A perf map file for this process.
+pub struct PerfMap {
+    path: PathBuf,
+    file: Mutex<File>,
+    errors: AtomicU64,
+}
+
+impl std::fmt::Debug for PerfMap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PerfMap")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PerfMap {
+    /// Creates (or truncates) `dir/perf-<pid>.map`.
+    pub fn create(dir: &Path) -> io::Result<Self> {
+        let path = dir.join(format!("perf-{}.map", std::process::id()));
+        let file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)?;
+        Ok(Self {
+            path,
+            file: Mutex::new(file),
+            errors: AtomicU64::new(0),
+        })
+    }
+
+    /// The map's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Write failures so far.
+    pub fn errors(&self) -> u64 {
+        // Relaxed: a statistic.
+        self.errors.load(Ordering::Relaxed)
+    }
+}
+
+impl CodeListener for PerfMap {
+    fn on_event(&self, event: &CodeEvent<'_>) {
+        let line = match event {
+            CodeEvent::Load(l) => map_line(l.start, l.code.len() as u64, &l.info.name),
+            CodeEvent::Move(m) => map_line(m.new_start, m.size, &m.info.name),
+            CodeEvent::Free(_) => return,
+        };
+        // One write per line, so a reader never sees half a line from us.
+        if self.file.lock().write_all(line.as_bytes()).is_err() {
+            // Relaxed: a statistic.
+            self.errors.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
