@@ -1,0 +1,530 @@
+//! jitdump: byte-exact records, the writer's files read back by our validator and
+//! by an independent parser (linux-perf-data), and every validator violation.
+#![cfg(target_endian = "little")]
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use jitmap::events::CodeListener;
+use jitmap::heap::{DebugEntry, EhFrame, JitKind};
+use jitmap::perf::check::{Body, DebugRow, Violation, check};
+use jitmap::perf::jitdump::{
+    encode_close, encode_debug_info, encode_header, encode_load_prefix, encode_move,
+    encode_unwinding_info,
+};
+use jitmap::perf::{JitDump, PerfMap, PerfMode};
+use jitmap::{CodeHeap, CodeInfo, Domain, HeapConfig};
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("jitmap-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[test]
+fn header_bytes() {
+    let h = encode_header(0x1234, 0x1122_3344_5566_7788);
+    assert_eq!(
+        hex(&h),
+        "4454694a\
+         01000000\
+         28000000\
+         3e000000\
+         00000000\
+         34120000\
+         8877665544332211\
+         0000000000000000"
+    );
+}
+
+#[test]
+fn load_record_bytes() {
+    let p = encode_load_prefix(0x10, 7, 8, 0x7f00_0000_1000, 3, 5, "f\0g");
+    assert_eq!(
+        hex(&p),
+        "00000000\
+         3f000000\
+         1000000000000000\
+         07000000\
+         08000000\
+         0010000000 7f0000"
+            .replace(' ', "")
+            + "00100000007f0000"
+            + "0300000000000000"
+            + "0500000000000000"
+            + "663f6700"
+    );
+    // 16 (header) + 40 (fields) + 4 (name + NUL) + 3 (code) = 63 = 0x3f: no padding.
+    assert_eq!(p.len() + 3, 0x3f);
+}
+
+#[test]
+fn move_record_bytes() {
+    let m = encode_move(0x20, 1, 2, 0x1000, 0x2000, 0x30, 9);
+    assert_eq!(
+        hex(&m),
+        "01000000400000002000000000000000\
+         0100000002000000\
+         0020000000000000\
+         0010000000000000\
+         0020000000000000\
+         3000000000000000\
+         0900000000000000"
+    );
+}
+
+#[test]
+fn debug_info_record_bytes() {
+    let rows = [
+        DebugEntry {
+            offset: 0,
+            line: 3,
+            column: 1,
+            file: "a.rs".into(),
+        },
+        DebugEntry {
+            offset: 8,
+            line: 4,
+            column: 2,
+            file: "a.rs".into(),
+        },
+    ];
+    let d = encode_debug_info(0x30, 0x4000, &rows);
+    assert_eq!(
+        hex(&d),
+        "02000000\
+         4a000000\
+         3000000000000000\
+         0040000000000000\
+         0200000000000000\
+         0040000000000000030000000100000061 2e727300"
+            .replace(' ', "")
+            + "0840000000000000040000000200000061"
+            + "2e727300"
+    );
+}
+
+#[test]
+fn unwinding_record_bytes() {
+    let eh = EhFrame {
+        frame: vec![0xAA; 5].into_boxed_slice(),
+        header: vec![0xBB; 2].into_boxed_slice(),
+    };
+    let u = encode_unwinding_info(0x40, &eh);
+    assert_eq!(
+        hex(&u),
+        "04000000\
+         30000000\
+         4000000000000000\
+         0700000000000000\
+         0200000000000000\
+         0000000000000000\
+         aaaaaaaaaa\
+         bbbb\
+         00"
+    );
+    assert_eq!(u.len() % 8, 0);
+}
+
+#[test]
+fn close_record_bytes() {
+    assert_eq!(hex(&encode_close(0x50)), "03000000100000005000000000000000");
+}
+
+fn info(id: u64, name: &str, eh: bool) -> CodeInfo {
+    CodeInfo {
+        debug: vec![
+            DebugEntry {
+                offset: 0,
+                line: 10,
+                column: 1,
+                file: "/src/m.rs".into(),
+            },
+            DebugEntry {
+                offset: 4,
+                line: 11,
+                column: 7,
+                file: "/src/m.rs".into(),
+            },
+        ],
+        eh_frame: eh.then(|| EhFrame {
+            frame: vec![1, 2, 3, 4, 5, 6, 7, 8, 9].into(),
+            header: vec![0xE0, 0xE1, 0xE2].into(),
+        }),
+        ..CodeInfo::new(id, name, JitKind::Optimized)
+    }
+}
+
+#[test]
+fn writer_file_reads_back_exactly() {
+    let dir = temp_dir("jitdump-writer");
+    let domain = Domain::new(2);
+    let heap = CodeHeap::new(
+        HeapConfig {
+            span: 1 << 20,
+            ..HeapConfig::default()
+        },
+        &domain,
+    )
+    .unwrap();
+    let dump = Arc::new(JitDump::create(&dir).unwrap());
+    let path = dump.path().to_owned();
+    assert_eq!(path, dir.join(format!("jit-{}.dump", std::process::id())));
+    heap.listeners()
+        .add(Arc::clone(&dump) as Arc<dyn CodeListener>);
+
+    let publish = |id, name: &str, bytes: &[u8], eh| {
+        let mut r = heap.reserve(bytes.len() as u64).unwrap();
+        r.code_mut().copy_from_slice(bytes);
+        r.publish(info(id, name, eh)).unwrap()
+    };
+    let a = publish(1, "alpha", &[0x90, 0x90, 0x90, 0x90, 0xC3], true);
+    let b = publish(2, "beta", &[0xCC; 9], false);
+    let moved = heap.move_block(a).unwrap();
+    heap.free(b).unwrap();
+    heap.listeners()
+        .remove(&(Arc::clone(&dump) as Arc<dyn CodeListener>));
+    assert_eq!(dump.errors(), 0);
+    drop(dump);
+
+    let bytes = std::fs::read(&path).unwrap();
+    let report = check(&bytes);
+    assert_eq!(report.violations, vec![]);
+    assert_eq!(report.clean_len, bytes.len());
+    let h = report.header.unwrap();
+    assert_eq!(
+        (h.version, h.total_size, h.elf_mach, h.pid),
+        (
+            1,
+            40,
+            jitmap::perf::jitdump::elf_machine(),
+            std::process::id()
+        )
+    );
+    let bodies: Vec<&Body> = report.records.iter().map(|r| &r.body).collect();
+    assert_eq!(bodies.len(), 7, "{bodies:#?}");
+    let rows = |start: usize| {
+        vec![
+            DebugRow {
+                addr: start as u64,
+                line: 10,
+                column: 1,
+                file: "/src/m.rs".into(),
+            },
+            DebugRow {
+                addr: start as u64 + 4,
+                line: 11,
+                column: 7,
+                file: "/src/m.rs".into(),
+            },
+        ]
+    };
+    assert_eq!(
+        *bodies[0],
+        Body::DebugInfo {
+            code_addr: a.start() as u64,
+            rows: rows(a.start())
+        }
+    );
+    assert_eq!(
+        *bodies[1],
+        Body::UnwindingInfo {
+            eh_frame: vec![1, 2, 3, 4, 5, 6, 7, 8, 9],
+            eh_frame_hdr: vec![0xE0, 0xE1, 0xE2],
+            mapped_size: 0
+        }
+    );
+    let tid = jitmap::perf::jitdump::current_tid();
+    let pid = std::process::id();
+    assert_eq!(
+        *bodies[2],
+        Body::Load {
+            pid,
+            tid,
+            vma: a.start() as u64,
+            code_addr: a.start() as u64,
+            code_size: 5,
+            code_index: 0,
+            name: "alpha".into(),
+            code: vec![0x90, 0x90, 0x90, 0x90, 0xC3]
+        }
+    );
+    assert_eq!(
+        *bodies[3],
+        Body::DebugInfo {
+            code_addr: b.start() as u64,
+            rows: rows(b.start())
+        }
+    );
+    assert!(
+        matches!(bodies[4], Body::Load { code_index: 1, name, code, .. } if name == "beta" && code == &vec![0xCC; 9])
+    );
+    assert_eq!(
+        *bodies[5],
+        Body::Move {
+            pid,
+            tid,
+            vma: moved.start() as u64,
+            old_addr: a.start() as u64,
+            new_addr: moved.start() as u64,
+            code_size: 5,
+            code_index: 0
+        }
+    );
+    assert_eq!(*bodies[6], Body::Close);
+    // Timestamps never go backwards, and a load's is taken before it returns.
+    assert!(
+        report
+            .records
+            .windows(2)
+            .all(|w| w[0].timestamp <= w[1].timestamp)
+    );
+
+    // An independent parser agrees on names, addresses, code bytes and lines.
+    let mut reader =
+        linux_perf_data::jitdump::JitDumpReader::new(std::fs::File::open(&path).unwrap()).unwrap();
+    // linux-perf-data does not check the version; we do.
+    assert_eq!(reader.header().version, 1);
+    let mut loads = Vec::new();
+    let mut lines = Vec::new();
+    let mut unwind = Vec::new();
+    while let Some(raw) = reader.next_record().unwrap() {
+        let size = raw.record_size as usize;
+        match raw.parse().unwrap() {
+            linux_perf_data::jitdump::JitDumpRecord::CodeLoad(l) => {
+                let name = l.function_name.as_slice().to_vec();
+                let code = l.code_bytes.as_slice().to_vec();
+                // It tolerates padding; we assert there is none.
+                assert_eq!(size, 16 + 40 + name.len() + 1 + code.len());
+                loads.push((
+                    String::from_utf8(name).unwrap(),
+                    l.code_addr,
+                    code,
+                    l.code_index,
+                ));
+            }
+            linux_perf_data::jitdump::JitDumpRecord::CodeDebugInfo(d) => {
+                lines.push(
+                    d.entries
+                        .iter()
+                        .map(|e| (e.code_addr, e.line, e.column))
+                        .collect::<Vec<_>>(),
+                );
+            }
+            linux_perf_data::jitdump::JitDumpRecord::CodeUnwindingInfo(u) => {
+                // It labels the halves in reverse: its "eh_frame_hdr" is the first
+                // eh_frame_hdr_size bytes, which perf (and we) treat as .eh_frame's start.
+                let mut all = u.eh_frame_hdr.as_slice().to_vec();
+                all.extend_from_slice(&u.eh_frame.as_slice());
+                unwind.push((all, u.mapped_size));
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(
+        loads,
+        vec![
+            (
+                "alpha".into(),
+                a.start() as u64,
+                vec![0x90, 0x90, 0x90, 0x90, 0xC3],
+                0
+            ),
+            ("beta".into(), b.start() as u64, vec![0xCC; 9], 1),
+        ]
+    );
+    let a0 = a.start() as u64;
+    let b0 = b.start() as u64;
+    assert_eq!(
+        lines,
+        vec![
+            vec![(a0, 10, 1), (a0 + 4, 11, 7)],
+            vec![(b0, 10, 1), (b0 + 4, 11, 7)]
+        ]
+    );
+    assert_eq!(
+        unwind,
+        vec![(vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 0xE0, 0xE1, 0xE2], 0)]
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+fn file_with(records: &[Vec<u8>], version: u32) -> Vec<u8> {
+    let mut f = encode_header(1, 2).to_vec();
+    f[4..8].copy_from_slice(&version.to_ne_bytes());
+    for r in records {
+        f.extend_from_slice(r);
+    }
+    f
+}
+
+fn load(name: &str, code: &[u8]) -> Vec<u8> {
+    let mut r = encode_load_prefix(5, 1, 1, 0x1000, code.len() as u64, 0, name);
+    r.extend_from_slice(code);
+    r
+}
+
+#[test]
+fn validator_reports_each_violation() {
+    let ok = load("f", &[0xC3]);
+    assert_eq!(check(&file_with(&[ok.clone()], 1)).violations, vec![]);
+    assert_eq!(
+        check(&file_with(&[ok.clone()], 2)).violations,
+        vec![Violation::BadVersion { version: 2 }]
+    );
+    assert_eq!(
+        check(&[0; 10]).violations,
+        vec![Violation::ShortHeader { len: 10 }]
+    );
+    let mut swapped = file_with(&[], 1);
+    swapped[0..4].copy_from_slice(&0x4A69_5444u32.to_be_bytes());
+    assert_eq!(
+        check(&swapped).violations,
+        vec![Violation::BadMagic { magic: 0x4454_694A }]
+    );
+    let mut big_header = file_with(&[], 1);
+    big_header[8..12].copy_from_slice(&48u32.to_ne_bytes());
+    big_header.extend_from_slice(&[0; 8]);
+    assert_eq!(
+        check(&big_header).violations,
+        vec![Violation::BadHeaderSize { size: 48 }]
+    );
+
+    let mut padded = ok.clone();
+    padded.extend_from_slice(&[0, 0, 0]);
+    let len = padded.len() as u32;
+    padded[4..8].copy_from_slice(&len.to_ne_bytes());
+    assert_eq!(
+        check(&file_with(&[padded], 1)).violations,
+        vec![Violation::LoadPadding {
+            offset: 40,
+            extra: 3
+        }]
+    );
+
+    let truncated = file_with(&[ok.clone(), ok[..30].to_vec()], 1);
+    let r = check(&truncated);
+    assert_eq!(
+        r.violations,
+        vec![Violation::TruncatedTail {
+            offset: 40 + ok.len(),
+            size: ok.len() as u32,
+            available: 30
+        }]
+    );
+    assert_eq!((r.records.len(), r.clean_len), (1, 40 + ok.len()));
+
+    let mut tiny = encode_close(1);
+    tiny[4..8].copy_from_slice(&8u32.to_ne_bytes());
+    assert_eq!(
+        check(&file_with(&[tiny], 1)).violations,
+        vec![Violation::RecordTooSmall {
+            offset: 40,
+            size: 8
+        }]
+    );
+
+    let rows = [
+        DebugEntry {
+            offset: 8,
+            line: 1,
+            column: 0,
+            file: "x".into(),
+        },
+        DebugEntry {
+            offset: 4,
+            line: 2,
+            column: 0,
+            file: "x".into(),
+        },
+    ];
+    let unsorted = encode_debug_info(1, 0x1000, &rows);
+    assert_eq!(
+        check(&file_with(&[unsorted], 1)).violations,
+        vec![Violation::UnsortedDebug { offset: 40 }]
+    );
+
+    let mut unknown = encode_close(1);
+    unknown[0..4].copy_from_slice(&9u32.to_ne_bytes());
+    assert_eq!(
+        check(&file_with(&[unknown], 1)).violations,
+        vec![Violation::UnknownRecord { offset: 40, id: 9 }]
+    );
+
+    let mut long_close = encode_close(1);
+    long_close.extend_from_slice(&[0; 8]);
+    long_close[4..8].copy_from_slice(&24u32.to_ne_bytes());
+    assert_eq!(
+        check(&file_with(&[long_close], 1)).violations,
+        vec![Violation::BadCloseSize {
+            offset: 40,
+            size: 24
+        }]
+    );
+
+    let mut no_nul = load("abc", &[]);
+    no_nul.pop();
+    let len = no_nul.len() as u32;
+    no_nul[4..8].copy_from_slice(&len.to_ne_bytes());
+    assert_eq!(
+        check(&file_with(&[no_nul], 1)).violations,
+        vec![Violation::Malformed {
+            offset: 40,
+            what: "unterminated function name"
+        }]
+    );
+}
+
+#[test]
+fn perf_map_lines_match_published_blocks() {
+    let dir = temp_dir("perf-map");
+    let domain = Domain::new(2);
+    let heap = CodeHeap::new(
+        HeapConfig {
+            span: 1 << 20,
+            ..HeapConfig::default()
+        },
+        &domain,
+    )
+    .unwrap();
+    let map = Arc::new(PerfMap::create(&dir).unwrap());
+    heap.listeners()
+        .add(Arc::clone(&map) as Arc<dyn CodeListener>);
+    let mut expected = String::new();
+    let mut refs = Vec::new();
+    for (i, name) in ["one", "two\nlines", "tab\there"].into_iter().enumerate() {
+        let size = 16 + 100 * i as u64;
+        let r = heap
+            .reserve(size)
+            .unwrap()
+            .publish(CodeInfo::new(i as u64, name, JitKind::Baseline))
+            .unwrap();
+        expected += &format!(
+            "{:x} {:x} {}\n",
+            r.start(),
+            size,
+            name.replace(['\n', '\t'], " ")
+        );
+        refs.push(r);
+    }
+    let moved = heap.move_block(refs[0]).unwrap();
+    expected += &format!("{:x} 10 one\n", moved.start());
+    heap.free(refs[1]).unwrap();
+    assert_eq!(std::fs::read_to_string(map.path()).unwrap(), expected);
+    assert_eq!(map.errors(), 0);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn perf_modes_parse() {
+    assert_eq!("jitdump".parse(), Ok(PerfMode::JitDump));
+    assert_eq!("map".parse(), Ok(PerfMode::Map));
+    assert_eq!("both".parse(), Ok(PerfMode::Both));
+    assert_eq!("off".parse(), Ok(PerfMode::Off));
+    assert!("JITDUMP".parse::<PerfMode>().is_err());
+}
