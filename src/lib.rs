@@ -5,6 +5,8 @@
 //! nibble maps), [`epoch`] (grace periods for signal-safe readers), and `heap`
 //! (the executable code heap).
 
+#[cfg(loom)]
+pub mod defect;
 pub mod epoch;
 #[cfg(not(loom))]
 pub mod events;

@@ -10,3 +10,19 @@ pub use loom::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Atomic
 pub use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, fence};
 
 pub use std::sync::atomic::Ordering;
+
+/// `true` when the named defect is seeded; always `false` outside loom builds.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! defect {
+    ($name:ident) => {{
+        #[cfg(loom)]
+        {
+            $crate::defect::on($crate::defect::Defect::$name)
+        }
+        #[cfg(not(loom))]
+        {
+            false
+        }
+    }};
+}

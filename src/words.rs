@@ -58,7 +58,12 @@ impl WordStore for VecWords {
     fn store(&self, index: usize, value: u32) {
         if let Some(w) = self.words.get(index) {
             // Release: publishes the writer's earlier stores with the word.
-            w.store(value, Ordering::Release);
+            let order = if crate::defect!(RelaxedPublish) {
+                Ordering::Relaxed
+            } else {
+                Ordering::Release
+            };
+            w.store(value, order);
         }
     }
 }

@@ -372,7 +372,10 @@ fn load(name: &str, code: &[u8]) -> Vec<u8> {
 #[test]
 fn validator_reports_each_violation() {
     let ok = load("f", &[0xC3]);
-    assert_eq!(check(&file_with(std::slice::from_ref(&ok), 1)).violations, vec![]);
+    assert_eq!(
+        check(&file_with(std::slice::from_ref(&ok), 1)).violations,
+        vec![]
+    );
     assert_eq!(
         check(&file_with(std::slice::from_ref(&ok), 2)).violations,
         vec![Violation::BadVersion { version: 2 }]

@@ -32,13 +32,24 @@ impl<S: WordStore> MapWriter<S> {
         let map = &*self.map;
         let index = word_index(start);
         let shift = bucket_shift(bucket_in_word(start));
-        let word = map.words.load(index);
-        map.words.store(index, word | (nibble_for(start) << shift));
+        let set_nibble = || {
+            let word = map.words.load(index);
+            map.words.store(index, word | (nibble_for(start) << shift));
+        };
+        // The nibble goes first: a reader that found the block through a pointer
+        // word must also find it through the start nibble on its next lookup.
+        let pointers_first = crate::defect!(PointersBeforeNibble);
+        if !pointers_first {
+            set_nibble();
+        }
         if map.version == MapVersion::V2 {
             let pointer = encode_pointer(start as u32);
             for i in index + 1..word_index(start + size) {
                 map.words.store(i, pointer);
             }
+        }
+        if pointers_first {
+            set_nibble();
         }
     }
 

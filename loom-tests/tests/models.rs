@@ -1,0 +1,283 @@
+//! loom models of jitmap's writer/reader protocols, over the library's real code
+//! (its atomics come from `jitmap::sync`, which is loom's under `--cfg loom`).
+//!
+//! Run: `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 cargo test -p jitmap-loom-tests --release`
+#![cfg(loom)]
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+
+use jitmap::defect::{self, Defect};
+use jitmap::nibble::words_for_span;
+use jitmap::range::RangeSectionMap;
+use jitmap::words::VecWords;
+use jitmap::{Domain, MapVersion, MapWriter};
+use loom::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use loom::thread;
+
+const SPAN: u64 = 0x800;
+const LIVE: u64 = 0xC0DE;
+const POISON: u64 = 0xDEAD;
+
+/// Runs `f` under loom, with bounds from the `LOOM_*` variables.
+fn model(f: impl Fn() + Sync + Send + 'static) {
+    loom::model(f);
+}
+
+/// Runs `f` under loom in a thread whose stack fits range-map levels of 256 loom
+/// atomics (loom's main model thread has a small, fixed stack). Building and
+/// dropping those levels are loom operations too, so the branch limit is raised.
+fn model_big_stack(f: impl Fn() + Sync + Send + 'static) {
+    let f = Arc::new(f);
+    let mut builder = loom::model::Builder::new();
+    builder.max_branches = builder.max_branches.max(20_000);
+    builder.check(move || {
+        let f = Arc::clone(&f);
+        thread::Builder::new()
+            .stack_size(8 << 20)
+            .spawn(move || f())
+            .unwrap()
+            .join()
+            .unwrap();
+    });
+}
+
+fn writer(version: MapVersion) -> MapWriter<VecWords> {
+    MapWriter::with_store(version, SPAN, VecWords::new(words_for_span(SPAN))).unwrap()
+}
+
+/// A reader looks up an address in live block A while a writer publishes B next
+/// to it; the reader always finds A.
+fn neighbour_publish(version: MapVersion, a: (u64, u64), b: (u64, u64), probe: u64) {
+    model(move || {
+        let mut w = writer(version);
+        w.set(a.0, a.1).unwrap();
+        let map = Arc::clone(w.map());
+        let t = thread::spawn(move || w.set(b.0, b.1).unwrap());
+        assert_eq!(map.find(probe), Some(a.0));
+        t.join().unwrap();
+    });
+}
+
+#[test]
+fn neighbour_shares_start_word() {
+    for v in [MapVersion::V1, MapVersion::V2] {
+        // A at 0x10 (word 0); B starts in word 0 too and covers word 1.
+        neighbour_publish(v, (0x10, 0x20), (0x80, 0x200), 0x2F);
+    }
+}
+
+#[test]
+fn neighbour_pointer_words() {
+    for v in [MapVersion::V1, MapVersion::V2] {
+        // A's pointer words are 3 and 4; B starts in word 5, which holds A's tail.
+        neighbour_publish(v, (0x210, 0x300), (0x520, 0x100), 0x50F);
+    }
+}
+
+/// A reader looks up addresses in B while B is published: each answer is B or
+/// none, and once a lookup (through a pointer word) has found B, a later lookup
+/// in B's start word finds it too.
+fn publish_self(version: MapVersion) {
+    model(move || {
+        let mut w = writer(version);
+        let map = Arc::clone(w.map());
+        let t = thread::spawn(move || w.set_allocated(0x40, 0x300).unwrap());
+        let through_pointer = map.find(0x1F0);
+        let in_start_word = map.find(0x60);
+        assert!(
+            matches!(through_pointer, None | Some(0x40)),
+            "{through_pointer:?}"
+        );
+        assert!(
+            matches!(in_start_word, None | Some(0x40)),
+            "{in_start_word:?}"
+        );
+        if through_pointer == Some(0x40) {
+            assert_eq!(in_start_word, Some(0x40), "B vanished between two lookups");
+        }
+        t.join().unwrap();
+    });
+}
+
+#[test]
+fn publish_is_seen_whole_or_not_at_all() {
+    publish_self(MapVersion::V1);
+    publish_self(MapVersion::V2);
+}
+
+/// The writer fills a header (as a heap writes a block's prefix and slot, with
+/// Relaxed stores), aborts that reservation, reuses the space, and publishes;
+/// a reader that finds the block sees the published header, never the aborted
+/// one or none.
+fn header_published_with_block(version: MapVersion) {
+    model(move || {
+        let mut w = writer(version);
+        let map = Arc::clone(w.map());
+        let header = Arc::new(AtomicU64::new(0));
+        let h = Arc::clone(&header);
+        let t = thread::spawn(move || {
+            // Relaxed: ordered by the map's publish, as in the heap.
+            h.store(POISON, Ordering::Relaxed); // a reservation that is aborted
+            h.store(LIVE, Ordering::Relaxed); // the reservation that is published
+            w.set_allocated(0x100, 0x200).unwrap(); // as the heap publishes
+        });
+        if map.find(0x2F0) == Some(0x100) {
+            assert_eq!(header.load(Ordering::Relaxed), LIVE);
+        }
+        t.join().unwrap();
+    });
+}
+
+#[test]
+fn aborted_or_unpublished_headers_are_never_seen() {
+    header_published_with_block(MapVersion::V1);
+    header_published_with_block(MapVersion::V2);
+}
+
+/// A reader pins (optionally nesting a second pin, as a signal handler does),
+/// looks up and reads the header; the writer unpublishes, retires and reclaims
+/// (poisons the header) when the grace period allows. The reader never sees the
+/// poison.
+fn grace_period(nested: bool) {
+    model(move || {
+        let domain = Domain::new(2);
+        let mut w = writer(MapVersion::V2);
+        w.set(0x100, 0x200).unwrap();
+        let map = Arc::clone(w.map());
+        let header = Arc::new(AtomicU64::new(LIVE));
+        let (d, h) = (Arc::clone(&domain), Arc::clone(&header));
+        let reader = thread::spawn(move || {
+            let r = d.register().unwrap();
+            let outer = r.pin().unwrap();
+            if nested {
+                drop(r.pin().unwrap());
+            }
+            if map.find(0x250) == Some(0x100) {
+                // Relaxed: protection comes from the epoch protocol, not this load.
+                assert_eq!(h.load(Ordering::Relaxed), LIVE);
+            }
+            drop(outer);
+        });
+        w.delete(0x100).unwrap();
+        let tag = domain.retire_tag();
+        if domain.is_safe(tag) {
+            // Relaxed: as above.
+            header.store(POISON, Ordering::Relaxed);
+        }
+        reader.join().unwrap();
+    });
+}
+
+#[test]
+fn freed_memory_is_not_reclaimed_under_a_guard() {
+    grace_period(false);
+}
+
+#[test]
+fn nested_pin_keeps_the_outer_protection() {
+    grace_period(true);
+}
+
+/// Counts live copies of a range-map value: fragments hold clones.
+struct Tracker(Arc<AtomicUsize>);
+
+impl Clone for Tracker {
+    fn clone(&self) -> Self {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        Self(Arc::clone(&self.0))
+    }
+}
+
+impl Drop for Tracker {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+const BASE: usize = 0x7f00_0000_0000;
+
+/// A reader finds a section while the writer removes (and reclaims) it: the
+/// fragment the reader holds stays alive until the reader unpins.
+#[test]
+fn range_removal_waits_for_readers() {
+    range_removal();
+}
+
+fn range_removal() {
+    model_big_stack(|| {
+        let domain = Domain::new(2);
+        let map = Arc::new(RangeSectionMap::new(&domain));
+        let copies = Arc::new(AtomicUsize::new(1));
+        map.insert(BASE, BASE + 0x100, Tracker(Arc::clone(&copies)))
+            .unwrap();
+        let (m, d, c) = (Arc::clone(&map), Arc::clone(&domain), Arc::clone(&copies));
+        let reader = thread::spawn(move || {
+            let r = d.register().unwrap();
+            let g = r.pin().unwrap();
+            if let Some(s) = m.find(&g, BASE + 8) {
+                assert_eq!((s.begin(), s.end()), (BASE, BASE + 0x100));
+                assert_eq!(
+                    c.load(Ordering::SeqCst),
+                    1,
+                    "the fragment was freed under a guard"
+                );
+            }
+            drop(g);
+        });
+        map.remove(BASE).unwrap();
+        map.try_reclaim();
+        reader.join().unwrap();
+    });
+}
+
+/// A reader looks up while a section is inserted: none, or the whole section.
+#[test]
+fn range_insert_is_seen_whole_or_not_at_all() {
+    model_big_stack(|| {
+        let domain = Domain::new(2);
+        let map = Arc::new(RangeSectionMap::new(&domain));
+        let m = Arc::clone(&map);
+        let writer = thread::spawn(move || m.insert(BASE, BASE + 0x100, 7u64).unwrap());
+        let r = domain.register().unwrap();
+        let g = r.pin().unwrap();
+        if let Some(s) = map.find(&g, BASE + 0xFF) {
+            assert_eq!((s.begin(), s.end(), *s.value()), (BASE, BASE + 0x100, 7));
+        }
+        drop(g);
+        writer.join().unwrap();
+    });
+}
+
+/// Runs `model` with `defect` seeded and reports whether loom caught it.
+fn caught(defect: Defect, model: impl FnOnce()) -> bool {
+    defect::seed(Some(defect));
+    let failed = catch_unwind(AssertUnwindSafe(model)).is_err();
+    defect::seed(None);
+    failed
+}
+
+#[test]
+fn seeded_relaxed_publish_is_caught() {
+    assert!(caught(Defect::RelaxedPublish, || {
+        header_published_with_block(MapVersion::V2)
+    }));
+}
+
+#[test]
+fn seeded_pointers_before_nibble_is_caught() {
+    assert!(caught(Defect::PointersBeforeNibble, || publish_self(
+        MapVersion::V2
+    )));
+}
+
+#[test]
+fn seeded_skipped_grace_period_is_caught() {
+    assert!(caught(Defect::SkipGracePeriod, || grace_period(false)));
+    assert!(caught(Defect::SkipGracePeriod, range_removal));
+}
+
+#[test]
+fn seeded_nested_unpin_clearing_the_outer_guard_is_caught() {
+    assert!(caught(Defect::NestedUnpinClears, || grace_period(true)));
+}

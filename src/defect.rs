@@ -1,0 +1,33 @@
+//! Seeded defects for the loom suite: each can be switched on (per OS thread,
+//! which loom's model threads share with the test that starts them) to prove
+//! that the models catch it. Compiled only under `--cfg loom`; elsewhere the
+//! `defect!` macro is the constant `false`.
+
+use std::cell::Cell;
+
+/// A deliberate bug in one protocol step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Defect {
+    /// Map words published with Relaxed instead of Release.
+    RelaxedPublish,
+    /// v2 pointer words written before the start nibble.
+    PointersBeforeNibble,
+    /// Retired memory reclaimed without waiting for the grace period.
+    SkipGracePeriod,
+    /// A nested unpin clears the reader's slot, ending the outer guard too.
+    NestedUnpinClears,
+}
+
+thread_local! {
+    static ACTIVE: Cell<Option<Defect>> = const { Cell::new(None) };
+}
+
+/// Switches `defect` on (or all off with `None`) for this thread.
+pub fn seed(defect: Option<Defect>) {
+    ACTIVE.with(|a| a.set(defect));
+}
+
+/// Whether `defect` is switched on for this thread.
+pub fn on(defect: Defect) -> bool {
+    ACTIVE.with(|a| a.get() == Some(defect))
+}
