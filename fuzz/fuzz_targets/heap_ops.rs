@@ -1,0 +1,133 @@
+//! Reserve, publish, abort, free, move and find on a real `CodeHeap` (v1 or v2,
+//! RWX or W^X) against a model: every lookup is exact.
+#![no_main]
+
+use arbitrary::Arbitrary;
+use jitmap::heap::{BlockKind, JitKind};
+use jitmap::{CodeHeap, CodeInfo, CodeRef, Domain, HeapConfig, HeapError, MapVersion, MemoryMode};
+use libfuzzer_sys::fuzz_target;
+
+#[derive(Arbitrary, Debug)]
+enum Op {
+    Reserve { size: u16, align_log: u8 },
+    Publish { index: u8 },
+    PublishStub { index: u8, kind: u8 },
+    Abort { index: u8 },
+    Free { index: u8 },
+    DoubleFree { index: u8 },
+    Move { index: u8 },
+    Find { offset: u32 },
+    FindInside { index: u8, offset: u16 },
+    Reclaim,
+}
+
+#[derive(Arbitrary, Debug)]
+struct Input {
+    v2: bool,
+    wx: bool,
+    pin: bool,
+    ops: Vec<Op>,
+}
+
+const SPAN: u64 = 256 * 1024;
+
+fuzz_target!(|input: Input| {
+    let domain = Domain::new(2);
+    let config = HeapConfig {
+        span: SPAN,
+        version: if input.v2 { MapVersion::V2 } else { MapVersion::V1 },
+        mode: if input.wx { MemoryMode::WriteXorExecute } else { MemoryMode::Rwx },
+        align: 16,
+    };
+    let heap = CodeHeap::new(config, &domain).unwrap();
+    let reader = domain.register().unwrap();
+    // A guard held across the run delays every reclamation but changes no answer.
+    let held = input.pin.then(|| reader.pin().unwrap());
+    let mut pending = Vec::new();
+    // (ref, method id or stub kind, is_stub)
+    let mut live: Vec<(CodeRef, u64, bool)> = Vec::new();
+    let mut freed: Vec<CodeRef> = Vec::new();
+    let mut next_id = 1u64;
+    for op in input.ops.iter().take(200) {
+        match *op {
+            Op::Reserve { size, align_log } => {
+                let align = 1u64 << (align_log % 14);
+                match heap.reserve_aligned(u64::from(size), align) {
+                    Ok(mut r) => {
+                        assert_eq!(r.address() % align.max(8) as usize, 0);
+                        r.code_mut().fill(0xCC);
+                        pending.push(r);
+                    }
+                    Err(HeapError::ZeroSize) => assert_eq!(size, 0),
+                    Err(HeapError::BadAlignment { .. }) => assert!(align < 8 || align > 4096),
+                    Err(HeapError::HeapFull { .. }) => {}
+                    Err(e) => panic!("unexpected {e:?}"),
+                }
+            }
+            Op::Publish { index } if !pending.is_empty() => {
+                let r = pending.swap_remove(usize::from(index) % pending.len());
+                let code = r.publish(CodeInfo::new(next_id, format!("m{next_id}"), JitKind::Baseline)).unwrap();
+                live.push((code, next_id, false));
+                next_id += 1;
+            }
+            Op::PublishStub { index, kind } if !pending.is_empty() => {
+                let r = pending.swap_remove(usize::from(index) % pending.len());
+                match r.publish_stub(kind) {
+                    Ok(code) => live.push((code, u64::from(kind), true)),
+                    Err(e) => assert_eq!(e, HeapError::BadStubKind { kind }),
+                }
+            }
+            Op::Abort { index } if !pending.is_empty() => {
+                pending.swap_remove(usize::from(index) % pending.len()).abort();
+            }
+            Op::Free { index } if !live.is_empty() => {
+                let (code, ..) = live.swap_remove(usize::from(index) % live.len());
+                heap.free(code).unwrap();
+                freed.push(code);
+            }
+            Op::DoubleFree { index } if !freed.is_empty() => {
+                let code = freed[usize::from(index) % freed.len()];
+                assert_eq!(heap.free(code), Err(HeapError::DoubleFree { start: code.start() }));
+            }
+            Op::Move { index } if !live.is_empty() => {
+                let i = usize::from(index) % live.len();
+                let (code, id, stub) = live[i];
+                match heap.move_block(code) {
+                    Ok(moved) => {
+                        assert!(!stub);
+                        live[i] = (moved, id, false);
+                        freed.push(code);
+                    }
+                    Err(HeapError::NotAMethod { .. }) => assert!(stub),
+                    Err(HeapError::HeapFull { .. }) => {}
+                    Err(e) => panic!("unexpected {e:?}"),
+                }
+            }
+            Op::Find { offset } => check(&heap, &reader, &live, heap.base().wrapping_add(offset as usize)),
+            Op::FindInside { index, offset } if !live.is_empty() => {
+                let (code, ..) = live[usize::from(index) % live.len()];
+                check(&heap, &reader, &live, code.start() + usize::from(offset) % (code.size() as usize + 32));
+            }
+            Op::Reclaim => {
+                heap.try_reclaim();
+            }
+            _ => {}
+        }
+    }
+    let stats = heap.stats();
+    assert_eq!(stats.live_blocks, live.len());
+    drop(held);
+});
+
+fn check(heap: &CodeHeap, reader: &jitmap::Reader, live: &[(CodeRef, u64, bool)], ip: usize) {
+    let guard = reader.pin().unwrap();
+    let expected = live
+        .iter()
+        .find(|(c, ..)| ip >= c.start() && ip < c.start() + c.size() as usize)
+        .map(|&(c, id, stub)| (c.start(), (ip - c.start()) as u64, id, stub));
+    let found = heap.find(&guard, ip).map(|b| match b.kind {
+        BlockKind::Method(h) => (b.start, b.offset, h.method_id(), false),
+        BlockKind::Stub(k) => (b.start, b.offset, u64::from(k), true),
+    });
+    assert_eq!(found, expected, "ip {ip:#x}");
+}
