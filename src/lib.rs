@@ -16,6 +16,8 @@ pub mod heap;
 pub mod image;
 #[cfg(not(loom))]
 pub mod manager;
+#[cfg(not(loom))]
+mod mapping;
 pub mod nibble;
 #[cfg(not(loom))]
 pub mod perf;

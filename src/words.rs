@@ -74,33 +74,49 @@ pub use mmap::{MmapWords, RawWords};
 #[cfg(not(loom))]
 mod mmap {
     use super::{WordRead, WordStore};
+    use crate::mapping::AnonMap;
     use std::sync::atomic::{AtomicU32, Ordering};
 
     /// Words in an anonymous private mapping. The kernel hands out zeroed pages on
     /// first touch, so a map for a 4 GiB heap costs memory only where code was
     /// published (or read, which maps the shared zero page).
     pub struct MmapWords {
-        alloc: region::Allocation,
+        map: AnonMap,
         count: usize,
     }
 
     // SAFETY: the mapping is only accessed through `AtomicU32` references, which are
-    // themselves `Sync`; the `Allocation` handle is only used to unmap on drop.
+    // themselves `Sync`; the `AnonMap` handle is only used to unmap on drop.
     unsafe impl Send for MmapWords {}
     // SAFETY: as above; all shared access is atomic.
     unsafe impl Sync for MmapWords {}
 
     impl MmapWords {
-        /// `count` zeroed words, or an error if the mapping fails.
-        pub fn new(count: usize) -> Result<Self, region::Error> {
-            let bytes = count.max(1) * size_of::<u32>();
-            let alloc = region::alloc(bytes, region::Protection::READ_WRITE)?;
-            Ok(Self { alloc, count })
+        /// `count` zeroed words; maps of 2 MiB or more are advised for huge pages.
+        pub fn new(count: usize) -> std::io::Result<Self> {
+            Self::with_huge_pages(count, true)
+        }
+
+        /// `count` zeroed words; with `huge`, maps of 2 MiB or more are aligned and
+        /// advised for huge pages (fewer TLB misses, 2 MiB commit granularity).
+        pub fn with_huge_pages(count: usize, huge: bool) -> std::io::Result<Self> {
+            let map = AnonMap::new(
+                count.max(1) * size_of::<u32>(),
+                region::Protection::READ_WRITE,
+                huge,
+            )?;
+            Ok(Self { map, count })
+        }
+
+        /// Bytes of the mapping resident in memory: what the map actually costs.
+        /// Pages never touched cost nothing.
+        pub fn resident_bytes(&self) -> std::io::Result<usize> {
+            self.map.resident_bytes()
         }
 
         /// The address of word 0.
         pub(crate) fn base(&self) -> *const AtomicU32 {
-            self.alloc.as_ptr::<AtomicU32>()
+            self.map.base().as_ptr().cast()
         }
 
         #[inline]
@@ -108,7 +124,7 @@ mod mmap {
             if index >= self.count {
                 return None;
             }
-            let base = self.alloc.as_ptr::<AtomicU32>();
+            let base = self.base();
             // SAFETY: `index < count`, the mapping holds `count` words, is page-aligned
             // (so 4-byte aligned), zero-initialized, lives as long as `self`, and is
             // only ever accessed atomically.

@@ -19,7 +19,7 @@ fn heap(version: MapVersion, mode: MemoryMode, span: u64) -> (Arc<Domain>, CodeH
             span,
             version,
             mode,
-            align: 16,
+            ..HeapConfig::default()
         },
         &domain,
     )

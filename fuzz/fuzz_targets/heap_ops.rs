@@ -25,11 +25,12 @@ enum Op {
 struct Input {
     v2: bool,
     wx: bool,
+    huge: bool,
     pin: bool,
     ops: Vec<Op>,
 }
 
-const SPAN: u64 = 256 * 1024;
+const SPAN: u64 = 4 << 20;
 
 fuzz_target!(|input: Input| {
     let domain = Domain::new(2);
@@ -38,6 +39,7 @@ fuzz_target!(|input: Input| {
         version: if input.v2 { MapVersion::V2 } else { MapVersion::V1 },
         mode: if input.wx { MemoryMode::WriteXorExecute } else { MemoryMode::Rwx },
         align: 16,
+        huge_pages: input.huge,
     };
     let heap = CodeHeap::new(config, &domain).unwrap();
     let reader = domain.register().unwrap();

@@ -2,6 +2,8 @@
 //! the `jitmap-sim` binary, the tests, the loom models, the fuzz targets and the
 //! benches.
 
+pub mod compare;
+pub mod fixture;
 pub mod model;
 pub mod replay;
 pub mod rng;

@@ -28,6 +28,18 @@ enum Command {
         /// Script file, or `-` for standard input.
         file: String,
     },
+    /// Measure every lookup structure side by side (v2, v1, manager, B-tree, sorted vector).
+    Compare {
+        /// Shorter batches and runs (under a minute).
+        #[arg(long)]
+        quick: bool,
+        /// Print one JSON object instead of the table.
+        #[arg(long)]
+        json: bool,
+        /// Write an SVG of lookup ns against method size.
+        #[arg(long, value_name = "FILE.svg")]
+        plot: Option<std::path::PathBuf>,
+    },
     /// Check a jitdump file: print its header, records and violations.
     JitdumpCheck {
         /// The `jit-<pid>.dump` file.
@@ -85,6 +97,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Some(Command::Replay { map, file }) => run_replay(&file, map),
         Some(Command::JitdumpCheck { file }) => run_jitdump_check(&file),
+        Some(Command::Compare { quick, json, plot }) => run_compare(quick, json, plot.as_deref()),
         Some(Command::Spin {
             functions,
             seconds,
@@ -135,6 +148,25 @@ fn run_replay(file: &str, map: MapVersion) -> io::Result<ExitCode> {
     } else {
         ExitCode::FAILURE
     })
+}
+
+fn run_compare(quick: bool, json: bool, plot: Option<&std::path::Path>) -> io::Result<ExitCode> {
+    let report = jitmap_sim::compare::run(quick).map_err(io::Error::other)?;
+    let mut out = io::stdout().lock();
+    if json {
+        writeln!(out, "{}", report.json())?;
+    } else {
+        write!(out, "{}", report.table())?;
+    }
+    if let Some(path) = plot {
+        report
+            .plot(path)
+            .map_err(|e| io::Error::other(e.to_string()))?;
+        if !json {
+            writeln!(out, "plot written to {}", path.display())?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn run_jitdump_check(file: &str) -> io::Result<ExitCode> {

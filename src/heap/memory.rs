@@ -8,6 +8,8 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::ptr::NonNull;
 
+use crate::mapping::AnonMap;
+
 /// How code memory is mapped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum MemoryMode {
@@ -23,8 +25,8 @@ pub(crate) struct CodeMemory {
     write: NonNull<u8>,
     span: usize,
     mode: MemoryMode,
-    // Keeps the RWX reservation alive; unmapped on drop by `region`.
-    _anon: Option<region::Allocation>,
+    // Keeps the RWX reservation alive; unmapped on drop.
+    _anon: Option<AnonMap>,
     // The backing file of the two W^X views; closed after they are unmapped.
     _memfd: Option<OwnedFd>,
 }
@@ -36,14 +38,14 @@ unsafe impl Send for CodeMemory {}
 unsafe impl Sync for CodeMemory {}
 
 impl CodeMemory {
-    /// Reserves `span` bytes (a multiple of the page size) with no access yet.
-    pub(crate) fn reserve(span: usize, mode: MemoryMode) -> io::Result<Self> {
+    /// Reserves `span` bytes (a multiple of the page size) with no access yet. With
+    /// `huge`, an RWX reservation is 2 MiB-aligned and advised for huge pages
+    /// (a memfd's pages follow the system's shmem policy instead).
+    pub(crate) fn reserve(span: usize, mode: MemoryMode, huge: bool) -> io::Result<Self> {
         match mode {
             MemoryMode::Rwx => {
-                let anon =
-                    region::alloc(span, region::Protection::NONE).map_err(io::Error::other)?;
-                let base = NonNull::new(anon.as_ptr::<u8>().cast_mut())
-                    .ok_or_else(|| io::Error::other("null mapping"))?;
+                let anon = AnonMap::new(span, region::Protection::NONE, huge)?;
+                let base = anon.base();
                 Ok(Self {
                     exec: base,
                     write: base,

@@ -121,10 +121,17 @@ pub struct MapWriter<S> {
 
 #[cfg(not(loom))]
 impl MapWriter<MmapWords> {
-    /// A map of `version` covering `span` bytes, in a lazily committed mapping.
+    /// A map of `version` covering `span` bytes, in a lazily committed mapping
+    /// (advised for huge pages when it is 2 MiB or more).
     pub fn new(version: MapVersion, span: u64) -> Result<Self, MapError> {
+        Self::with_huge_pages(version, span, true)
+    }
+
+    /// As [`MapWriter::new`], choosing whether a large map uses huge pages.
+    pub fn with_huge_pages(version: MapVersion, span: u64, huge: bool) -> Result<Self, MapError> {
         check_span(span)?;
-        let words = MmapWords::new(words_for_span(span)).map_err(|_| MapError::NoMemory)?;
+        let words = MmapWords::with_huge_pages(words_for_span(span), huge)
+            .map_err(|_| MapError::NoMemory)?;
         Self::with_store(version, span, words)
     }
 }

@@ -85,15 +85,20 @@ impl<T> Section<T> {
     }
 }
 
+/// A section's fragments, one per chunk in ascending chunk order, in one
+/// allocation: a lookup's fragment shares pages with its neighbours', and a
+/// section is freed in one step.
+type Slab<T> = *mut [Section<T>];
+
 /// What the writer keeps per live section: its fragments, for unlinking.
 struct Live<T> {
     end: usize,
-    fragments: Vec<*mut Section<T>>,
+    fragments: Slab<T>,
 }
 
 struct Retired<T> {
     tag: u64,
-    fragments: Vec<*mut Section<T>>,
+    fragments: Slab<T>,
 }
 
 struct Writer<T> {
@@ -204,20 +209,27 @@ impl<T: Clone> RangeSectionMap<T> {
                 existing: other,
             });
         }
-        let mut fragments = Vec::new();
-        for chunk in (begin >> CHUNK_BITS)..=((end - 1) >> CHUNK_BITS) {
-            let leaf = self.leaf_for(chunk << CHUNK_BITS);
-            let head = &leaf.entries[index(chunk << CHUNK_BITS, 0)];
-            let fragment = Box::into_raw(Box::new(Section {
+        let chunks = (begin >> CHUNK_BITS)..=((end - 1) >> CHUNK_BITS);
+        let heads: Vec<&AtomicPtr<u8>> = chunks
+            .map(|chunk| &self.leaf_for(chunk << CHUNK_BITS).entries[index(chunk << CHUNK_BITS, 0)])
+            .collect();
+        let slab: Box<[Section<T>]> = heads
+            .iter()
+            .map(|head| Section {
                 begin,
                 end,
                 // Relaxed: writers are serialized by the lock.
                 next: AtomicPtr::new(head.load(Ordering::Relaxed)),
                 value: value.clone(),
-            }));
+            })
+            .collect();
+        // The slab never moves from here on: fragments are linked by address.
+        let fragments = Box::into_raw(slab);
+        for (n, head) in heads.iter().enumerate() {
+            // SAFETY: `n` is within the slab we just allocated and own.
+            let fragment = unsafe { &raw mut (*fragments)[n] };
             // Release: the fragment is initialized before a reader can reach it.
             head.store(fragment.cast(), Ordering::Release);
-            fragments.push(fragment);
         }
         w.live.insert(begin, Live { end, fragments });
         Ok(())
@@ -232,7 +244,9 @@ impl<T: Clone> RangeSectionMap<T> {
             .remove(&begin)
             .ok_or(RangeError::NotFound { begin })?;
         // Fragments were created one per chunk, in ascending chunk order.
-        for (n, &fragment) in live.fragments.iter().enumerate() {
+        for n in 0..live.fragments.len() {
+            // SAFETY: `n` is within the live slab, which only this writer frees.
+            let fragment = unsafe { &raw mut (*live.fragments)[n] };
             self.unlink(((begin >> CHUNK_BITS) + n) << CHUNK_BITS, fragment);
         }
         let tag = self.domain.retire_tag();
@@ -359,12 +373,10 @@ impl<T> Drop for RangeSectionMap<T> {
     }
 }
 
-fn free_fragments<T>(fragments: Vec<*mut Section<T>>) {
-    for f in fragments {
-        // SAFETY: each fragment came from `Box::into_raw` and is freed exactly once,
-        // after no reader can reach it.
-        drop(unsafe { Box::from_raw(f) });
-    }
+fn free_fragments<T>(fragments: Slab<T>) {
+    // SAFETY: the slab came from `Box::into_raw` and is freed exactly once, after no
+    // reader can reach it.
+    drop(unsafe { Box::from_raw(fragments) });
 }
 
 fn free_levels(level: &Level, depth: usize) {
