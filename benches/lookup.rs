@@ -1,39 +1,90 @@
-//! Lookup benchmarks. `tail_of_method`: the cost of finding the last byte of one
-//! method as the method grows; v2 should stay flat while v1 grows linearly.
+//! Lookup benchmarks, every structure side by side (see `jitmap_sim::fixture`):
+//! - `tail_of_method`: the last byte of one method, 64 B to 64 MiB;
+//! - `random_ip`: uniformly random code addresses in 100,000 methods;
+//! - `concurrent`: manager lookups by 1 and 2 readers, with and without a writer
+//!   churning publish and free in the same heap.
 
 use std::hint::black_box;
+use std::time::Duration;
 
-use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use jitmap::{MapVersion, MapWriter};
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use jitmap::ExecutionManager;
+use jitmap_sim::compare::{RANDOM_METHODS, TAIL_SIZES, throughput};
+use jitmap_sim::fixture::{Fixture, Structure, realistic_sizes};
+use jitmap_sim::rng::Rng;
 
-const SIZES: [(u64, &str); 5] = [
-    (256, "256B"),
-    (4 << 10, "4KiB"),
-    (64 << 10, "64KiB"),
-    (1 << 20, "1MiB"),
-    (16 << 20, "16MiB"),
-];
+fn label(size: u64) -> String {
+    match size {
+        s if s >= 1 << 20 => format!("{}MiB", s >> 20),
+        s if s >= 1 << 10 => format!("{}KiB", s >> 10),
+        s => format!("{s}B"),
+    }
+}
 
 fn tail_of_method(c: &mut Criterion) {
     let mut group = c.benchmark_group("tail_of_method");
-    for version in [MapVersion::V1, MapVersion::V2] {
-        for (size, label) in SIZES {
-            // The method starts 0x40 bytes in, after a header slot and padding.
-            let start = 0x40;
-            let mut writer = MapWriter::new(version, start + size + 0x100).unwrap();
-            writer.set(start, size).unwrap();
-            let map = writer.map();
-            let tail = start + size - 1;
-            assert_eq!(map.find(tail), Some(start));
+    for size in TAIL_SIZES {
+        let manager = ExecutionManager::new(4);
+        let fixture = Fixture::new(&manager, &[size]).unwrap();
+        let reader = manager.register().unwrap();
+        let guard = reader.pin().unwrap();
+        let (start, _) = fixture.blocks()[0];
+        let tail = start + size as usize - 1;
+        for s in Structure::ALL {
+            assert_eq!(fixture.lookup(s, &guard, tail), Some(start));
             group.bench_with_input(
-                BenchmarkId::new(version.to_string(), label),
+                BenchmarkId::new(s.name(), label(size)),
                 &tail,
-                |b, &tail| b.iter(|| map.find(black_box(tail))),
+                |b, &tail| b.iter(|| fixture.lookup(s, &guard, black_box(tail))),
             );
         }
     }
     group.finish();
 }
 
-criterion_group!(benches, tail_of_method);
+fn random_ip(c: &mut Criterion) {
+    let mut group = c.benchmark_group("random_ip");
+    let manager = ExecutionManager::new(4);
+    let fixture = Fixture::new(&manager, &realistic_sizes(RANDOM_METHODS, 17)).unwrap();
+    let addresses = fixture.random_addresses(&mut Rng::new(23), 1 << 16);
+    let reader = manager.register().unwrap();
+    let guard = reader.pin().unwrap();
+    for s in Structure::ALL {
+        group.bench_function(s.name(), |b| {
+            let mut i = 0;
+            b.iter(|| {
+                i = (i + 1) & 0xFFFF;
+                fixture.lookup(s, &guard, addresses[i])
+            })
+        });
+    }
+    group.finish();
+}
+
+fn concurrent(c: &mut Criterion) {
+    let mut group = c.benchmark_group("concurrent");
+    group
+        .sample_size(10)
+        .measurement_time(Duration::from_secs(10));
+    let manager = ExecutionManager::new(8);
+    let fixture = Fixture::new(&manager, &realistic_sizes(RANDOM_METHODS, 17)).unwrap();
+    let addresses = fixture.random_addresses(&mut Rng::new(29), 1 << 16);
+    for readers in [1, 2] {
+        for writer in [false, true] {
+            let name = format!("{readers}r{}", if writer { "_churn" } else { "" });
+            group.throughput(Throughput::Elements(1));
+            // Time per lookup across all readers: the inverse of total throughput.
+            group.bench_function(name, |b| {
+                b.iter_custom(|iters| {
+                    let window = Duration::from_millis(200);
+                    let per_sec = throughput(&fixture, &addresses, readers, writer, window);
+                    Duration::from_secs_f64(iters as f64 / per_sec)
+                })
+            });
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, tail_of_method, random_ip, concurrent);
 criterion_main!(benches);

@@ -1,9 +1,4 @@
-//! jitmap: an executable code heap whose instruction-pointer → method lookups are
-//! lock-free, bounded and exact, built on the .NET runtime's nibble maps.
-//!
-//! Layers, bottom up: [`words`] (map word storage), [`nibble`] (the v1 and v2
-//! nibble maps), [`epoch`] (grace periods for signal-safe readers), and `heap`
-//! (the executable code heap).
+#![doc = include_str!("../README.md")]
 
 #[cfg(loom)]
 pub mod defect;

@@ -5,6 +5,9 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+mod common;
+
+use jitmap::CodeInfo;
 use jitmap::events::CodeListener;
 use jitmap::heap::{DebugEntry, EhFrame, JitKind};
 use jitmap::perf::check::{Body, DebugRow, Violation, check};
@@ -13,7 +16,6 @@ use jitmap::perf::jitdump::{
     encode_unwinding_info,
 };
 use jitmap::perf::{JitDump, PerfMap, PerfMode};
-use jitmap::{CodeHeap, CodeInfo, Domain, HeapConfig};
 
 fn temp_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("jitmap-{name}-{}", std::process::id()));
@@ -163,15 +165,7 @@ fn info(id: u64, name: &str, eh: bool) -> CodeInfo {
 #[test]
 fn writer_file_reads_back_exactly() {
     let dir = temp_dir("jitdump-writer");
-    let domain = Domain::new(2);
-    let heap = CodeHeap::new(
-        HeapConfig {
-            span: 1 << 20,
-            ..HeapConfig::default()
-        },
-        &domain,
-    )
-    .unwrap();
+    let (_domain, heap) = common::small_heap(2);
     let dump = Arc::new(JitDump::create(&dir).unwrap());
     let path = dump.path().to_owned();
     assert_eq!(path, dir.join(format!("jit-{}.dump", std::process::id())));
@@ -486,15 +480,7 @@ fn validator_reports_each_violation() {
 #[test]
 fn perf_map_lines_match_published_blocks() {
     let dir = temp_dir("perf-map");
-    let domain = Domain::new(2);
-    let heap = CodeHeap::new(
-        HeapConfig {
-            span: 1 << 20,
-            ..HeapConfig::default()
-        },
-        &domain,
-    )
-    .unwrap();
+    let (_domain, heap) = common::small_heap(2);
     let map = Arc::new(PerfMap::create(&dir).unwrap());
     heap.listeners()
         .add(Arc::clone(&map) as Arc<dyn CodeListener>);

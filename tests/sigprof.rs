@@ -5,8 +5,10 @@
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 use std::time::Duration;
 
+mod common;
+
 use jitmap::heap::{BlockKind, JitKind};
-use jitmap::{CodeHeap, CodeInfo, Domain, HeapConfig, Reader};
+use jitmap::{CodeHeap, CodeInfo, Reader};
 
 static HEAP: AtomicPtr<CodeHeap> = AtomicPtr::new(std::ptr::null_mut());
 static READER: AtomicPtr<Reader> = AtomicPtr::new(std::ptr::null_mut());
@@ -52,15 +54,7 @@ extern "C" fn on_sigprof(_: libc::c_int) {
 
 #[test]
 fn sigprof_handler_nests_without_ending_outer_protection() {
-    let domain = Domain::new(4);
-    let heap = CodeHeap::new(
-        HeapConfig {
-            span: 1 << 20,
-            ..HeapConfig::default()
-        },
-        &domain,
-    )
-    .unwrap();
+    let (domain, heap) = common::small_heap(4);
     let publish = |id, size| {
         let mut r = heap.reserve(size).unwrap();
         r.code_mut().fill(0xCC);
@@ -149,15 +143,7 @@ fn sigprof_handler_nests_without_ending_outer_protection() {
 
 #[test]
 fn nested_guards_release_only_at_the_outermost_drop() {
-    let domain = Domain::new(1);
-    let heap = CodeHeap::new(
-        HeapConfig {
-            span: 1 << 20,
-            ..HeapConfig::default()
-        },
-        &domain,
-    )
-    .unwrap();
+    let (domain, heap) = common::small_heap(1);
     let r = heap
         .reserve(100)
         .unwrap()

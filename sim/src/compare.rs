@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use jitmap::ExecutionManager;
 use jitmap::heap::JitKind;
 
-use crate::fixture::{Fixture, Structure, realistic_sizes};
+use crate::fixture::{BoxError, Fixture, Structure, realistic_sizes};
 use crate::rng::Rng;
 
 /// Method sizes for `tail_of_method`.
@@ -94,21 +94,19 @@ fn measure(quick: bool, mut f: impl FnMut(usize)) -> f64 {
 }
 
 /// Runs every measurement. `quick` shortens batches and the concurrency runs.
-pub fn run(quick: bool) -> Result<Report, jitmap::manager::ManagerError> {
+pub fn run(quick: bool) -> Result<Report, BoxError> {
     let mut report = Report::default();
     for &size in &TAIL_SIZES {
         let manager = ExecutionManager::new(4);
         let fixture = Fixture::new(&manager, &[size])?;
-        let reader = manager
-            .register()
-            .map_err(|e| jitmap::manager::ManagerError::Heap(e.into()))?;
-        let guard = reader
-            .pin()
-            .map_err(|e| jitmap::manager::ManagerError::Heap(e.into()))?;
+        let reader = manager.register()?;
+        let guard = reader.pin()?;
         let (start, _) = fixture.blocks()[0];
         let tail = start + size as usize - 1;
         for s in Structure::ALL {
-            assert_eq!(fixture.lookup(s, &guard, tail), Some(start), "{}", s.name());
+            if fixture.lookup(s, &guard, tail) != Some(start) {
+                return Err(format!("{} does not find the method at {tail:#x}", s.name()).into());
+            }
             let ns = measure(quick, |_| {
                 black_box(fixture.lookup(s, &guard, black_box(tail)));
             });
@@ -120,12 +118,8 @@ pub fn run(quick: bool) -> Result<Report, jitmap::manager::ManagerError> {
     let fixture = Fixture::new(&manager, &realistic_sizes(RANDOM_METHODS, 17))?;
     let addresses = fixture.random_addresses(&mut Rng::new(23), 1 << 16);
     {
-        let reader = manager
-            .register()
-            .map_err(|e| jitmap::manager::ManagerError::Heap(e.into()))?;
-        let guard = reader
-            .pin()
-            .map_err(|e| jitmap::manager::ManagerError::Heap(e.into()))?;
+        let reader = manager.register()?;
+        let guard = reader.pin()?;
         for s in Structure::ALL {
             let ns = measure(quick, |i| {
                 black_box(fixture.lookup(s, &guard, addresses[i & 0xFFFF]));

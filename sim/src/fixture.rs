@@ -17,6 +17,9 @@ use parking_lot::RwLock;
 
 use crate::rng::Rng;
 
+/// Any error a fixture or a measurement run can meet.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
 /// One set of methods, held by every structure.
 pub struct Fixture<'m> {
     manager: &'m ExecutionManager,
