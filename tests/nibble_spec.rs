@@ -306,3 +306,16 @@ fn set_allocated_keeps_the_constant_time_checks() {
         vec![(1, 0x0500_0000), (2, 0x139), (3, 0x139), (4, 0x139)]
     );
 }
+
+#[test]
+fn untouched_words_cost_nothing() {
+    // 1 GiB of code span: 16 MiB of map words, reserved but not committed.
+    let mut w = MapWriter::with_huge_pages(MapVersion::V2, 1 << 30, false).unwrap();
+    assert_eq!(w.map().words().resident_bytes().unwrap(), 0);
+    w.set(0x1234_5600, 0x800).unwrap();
+    assert_eq!(
+        w.map().words().resident_bytes().unwrap(),
+        4096,
+        "one page of words"
+    );
+}

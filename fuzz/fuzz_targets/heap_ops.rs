@@ -36,8 +36,16 @@ fuzz_target!(|input: Input| {
     let domain = Domain::new(2);
     let config = HeapConfig {
         span: SPAN,
-        version: if input.v2 { MapVersion::V2 } else { MapVersion::V1 },
-        mode: if input.wx { MemoryMode::WriteXorExecute } else { MemoryMode::Rwx },
+        version: if input.v2 {
+            MapVersion::V2
+        } else {
+            MapVersion::V1
+        },
+        mode: if input.wx {
+            MemoryMode::WriteXorExecute
+        } else {
+            MemoryMode::Rwx
+        },
         align: 16,
         huge_pages: input.huge,
     };
@@ -68,7 +76,13 @@ fuzz_target!(|input: Input| {
             }
             Op::Publish { index } if !pending.is_empty() => {
                 let r = pending.swap_remove(usize::from(index) % pending.len());
-                let code = r.publish(CodeInfo::new(next_id, format!("m{next_id}"), JitKind::Baseline)).unwrap();
+                let code = r
+                    .publish(CodeInfo::new(
+                        next_id,
+                        format!("m{next_id}"),
+                        JitKind::Baseline,
+                    ))
+                    .unwrap();
                 live.push((code, next_id, false));
                 next_id += 1;
             }
@@ -80,7 +94,9 @@ fuzz_target!(|input: Input| {
                 }
             }
             Op::Abort { index } if !pending.is_empty() => {
-                pending.swap_remove(usize::from(index) % pending.len()).abort();
+                pending
+                    .swap_remove(usize::from(index) % pending.len())
+                    .abort();
             }
             Op::Free { index } if !live.is_empty() => {
                 let (code, ..) = live.swap_remove(usize::from(index) % live.len());
@@ -89,7 +105,12 @@ fuzz_target!(|input: Input| {
             }
             Op::DoubleFree { index } if !freed.is_empty() => {
                 let code = freed[usize::from(index) % freed.len()];
-                assert_eq!(heap.free(code), Err(HeapError::DoubleFree { start: code.start() }));
+                assert_eq!(
+                    heap.free(code),
+                    Err(HeapError::DoubleFree {
+                        start: code.start()
+                    })
+                );
             }
             Op::Move { index } if !live.is_empty() => {
                 let i = usize::from(index) % live.len();
@@ -105,10 +126,20 @@ fuzz_target!(|input: Input| {
                     Err(e) => panic!("unexpected {e:?}"),
                 }
             }
-            Op::Find { offset } => check(&heap, &reader, &live, heap.base().wrapping_add(offset as usize)),
+            Op::Find { offset } => check(
+                &heap,
+                &reader,
+                &live,
+                heap.base().wrapping_add(offset as usize),
+            ),
             Op::FindInside { index, offset } if !live.is_empty() => {
                 let (code, ..) = live[usize::from(index) % live.len()];
-                check(&heap, &reader, &live, code.start() + usize::from(offset) % (code.size() as usize + 32));
+                check(
+                    &heap,
+                    &reader,
+                    &live,
+                    code.start() + usize::from(offset) % (code.size() as usize + 32),
+                );
             }
             Op::Reclaim => {
                 heap.try_reclaim();

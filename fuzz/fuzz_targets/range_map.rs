@@ -33,7 +33,11 @@ fuzz_target!(|ops: Vec<Op>| {
                 let begin = addr(begin, high);
                 let end = begin.saturating_add((len as usize % (1 << 24)) << 3);
                 let result = map.insert(begin, end, step as u64);
-                let overlap = model.range(..end).next_back().filter(|(_, (e, _))| *e > begin).map(|(&b, _)| b);
+                let overlap = model
+                    .range(..end)
+                    .next_back()
+                    .filter(|(_, (e, _))| *e > begin)
+                    .map(|(&b, _)| b);
                 let expected = if begin >= end {
                     Err(RangeError::Empty { begin, end })
                 } else if (end - 1) >> 57 != 0 {
@@ -55,14 +59,26 @@ fuzz_target!(|ops: Vec<Op>| {
             }
             Op::RemoveAt { begin, high } => {
                 let begin = addr(begin, high);
-                let expected = if model.remove(&begin).is_some() { Ok(()) } else { Err(RangeError::NotFound { begin }) };
+                let expected = if model.remove(&begin).is_some() {
+                    Ok(())
+                } else {
+                    Err(RangeError::NotFound { begin })
+                };
                 assert_eq!(map.remove(begin), expected);
             }
             Op::Find { addr: a, high } => {
                 let a = addr(a, high) + (a as usize & 0x1FF);
                 let guard = reader.pin().unwrap();
-                let expected = model.range(..=a).next_back().filter(|(_, (e, _))| a < *e).map(|(&b, &(e, v))| (b, e, v));
-                assert_eq!(map.find(&guard, a).map(|s| (s.begin(), s.end(), *s.value())), expected);
+                let expected = model
+                    .range(..=a)
+                    .next_back()
+                    .filter(|(_, (e, _))| a < *e)
+                    .map(|(&b, &(e, v))| (b, e, v));
+                assert_eq!(
+                    map.find(&guard, a)
+                        .map(|s| (s.begin(), s.end(), *s.value())),
+                    expected
+                );
             }
             _ => {}
         }

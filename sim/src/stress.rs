@@ -153,8 +153,7 @@ fn writer(
             // Release: readers that see "dead" also see everything before it; the
             // unpublish below comes after, so a reader that observes it sees "dead".
             entry.state.store(state + 1, Ordering::Release);
-            heap.free(code).expect("free of a live block");
-            counters.frees.fetch_add(1, Ordering::Relaxed);
+            free(heap, code, counters);
             continue;
         }
         let size = if rng.chance(3) {
@@ -174,13 +173,16 @@ fn writer(
         }
         // Relaxed: only uniqueness matters.
         let method = next_method.fetch_add(1, Ordering::Relaxed);
-        let code = reservation
-            .publish(CodeInfo::new(
-                method,
-                format!("m{method}"),
-                jitmap::heap::JitKind::Baseline,
-            ))
-            .expect("publish of a valid reservation");
+        let info = CodeInfo::new(
+            method,
+            format!("m{method}"),
+            jitmap::heap::JitKind::Baseline,
+        );
+        let Ok(code) = reservation.publish(info) else {
+            // A valid reservation must publish: a failure is a wrong answer.
+            counters.wrong.fetch_add(1, Ordering::Relaxed);
+            continue;
+        };
         // Seqlock write: the entry is dead (even state) while its fields change.
         fence(Ordering::Release);
         entry.start.store(code.start() as u64, Ordering::Relaxed);
@@ -195,10 +197,17 @@ fn writer(
         if let Some(code) = code {
             // Release: as above.
             entry.state.fetch_add(1, Ordering::Release);
-            heap.free(code).expect("free of a live block");
-            counters.frees.fetch_add(1, Ordering::Relaxed);
+            free(heap, code, counters);
         }
     }
+}
+
+/// Frees a block the writer published; a refusal is a wrong answer.
+fn free(heap: &CodeHeap, code: CodeRef, counters: &Counters) {
+    match heap.free(code) {
+        Ok(()) => counters.frees.fetch_add(1, Ordering::Relaxed),
+        Err(_) => counters.wrong.fetch_add(1, Ordering::Relaxed),
+    };
 }
 
 fn reader(
@@ -210,10 +219,17 @@ fn reader(
     seed: u64,
 ) {
     let mut rng = Rng::new(seed);
-    let reader = domain.register().expect("a reader slot per thread");
+    // `run` sizes the domain with a slot per thread.
+    let Ok(reader) = domain.register() else {
+        counters.wrong.fetch_add(1, Ordering::Relaxed);
+        return;
+    };
     let (mut lookups, mut exact, mut wrong) = (0u64, 0u64, 0u64);
     while !stop.load(Ordering::Relaxed) {
-        let guard = reader.pin().expect("pin depth 1");
+        let Ok(guard) = reader.pin() else {
+            wrong += 1;
+            break;
+        };
         let entry = &entries[rng.below(entries.len() as u64) as usize];
         // Acquire: pairs with the writer's Release store of this state.
         let s1 = entry.state.load(Ordering::Acquire);
