@@ -156,7 +156,9 @@ impl<T: Clone> RangeSectionMap<T> {
         let hint = self.hint.load(Ordering::Acquire);
         let (mut level, from) =
             if hint != 0 && (hint >> HINT_PTR_BITS) as usize == addr >> HINT_KEY_SHIFT {
-                let ptr = ((hint & ((1 << HINT_PTR_BITS) - 1)) << LEVEL_ALIGN_BITS) as *const Level;
+                let addr = ((hint & ((1 << HINT_PTR_BITS) - 1)) << LEVEL_ALIGN_BITS) as usize;
+                // The writer exposed this level's provenance when it packed the hint.
+                let ptr = ptr::with_exposed_provenance::<Level>(addr);
                 // SAFETY: the hint holds a level-2 table for this key; levels are freed
                 // only when the map drops.
                 (unsafe { &*ptr }, 1)
@@ -322,7 +324,7 @@ impl<T: Clone> RangeSectionMap<T> {
         let mut level = &self.top;
         for depth in (1..LEVELS).rev() {
             if depth == 1 {
-                let ptr = ptr::from_ref(level) as u64;
+                let ptr = ptr::from_ref(level).expose_provenance() as u64;
                 if ptr >> 48 == 0 {
                     let key = (addr >> HINT_KEY_SHIFT) as u64;
                     // Release: readers that use the hint see the level initialized.
