@@ -124,11 +124,11 @@ mod mmap {
             if index >= self.count {
                 return None;
             }
-            let base = self.base();
+            let base = self.map.base().cast::<AtomicU32>();
             // SAFETY: `index < count`, the mapping holds `count` words, is page-aligned
             // (so 4-byte aligned), zero-initialized, lives as long as `self`, and is
             // only ever accessed atomically.
-            Some(unsafe { &*base.add(index) })
+            Some(unsafe { base.add(index).as_ref() })
         }
     }
 
