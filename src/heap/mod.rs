@@ -377,7 +377,7 @@ impl CodeHeap {
         let mut w = self.writer.lock();
         self.check_live(&w, code, offset)?;
         let header = self.unpublish(&mut w, offset)?;
-        if let Some(h) = &header {
+        if let Some(h) = header.as_ref().filter(|_| !self.listeners.is_empty()) {
             // SAFETY: the header is retired, not reclaimed, and we hold the lock
             // that reclamation needs.
             let h = unsafe { h.0.as_ref() };
