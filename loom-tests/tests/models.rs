@@ -179,6 +179,50 @@ fn nested_pin_keeps_the_outer_protection() {
     grace_period(true);
 }
 
+/// Two readers, one plain and one nesting a pin, against a writer that frees and
+/// reclaims: the writer's slot scan must respect both.
+fn grace_period_two_readers() {
+    model(|| {
+        let domain = Domain::new(3);
+        let mut w = writer(MapVersion::V2);
+        w.set(0x100, 0x200).unwrap();
+        let map = Arc::clone(w.map());
+        let header = Arc::new(AtomicU64::new(LIVE));
+        let readers: Vec<_> = [false, true]
+            .into_iter()
+            .map(|nested| {
+                let (d, h, m) = (Arc::clone(&domain), Arc::clone(&header), Arc::clone(&map));
+                thread::spawn(move || {
+                    let r = d.register().unwrap();
+                    let outer = r.pin().unwrap();
+                    if nested {
+                        drop(r.pin().unwrap());
+                    }
+                    if m.find(0x250) == Some(0x100) {
+                        // Relaxed: protection comes from the epoch protocol.
+                        assert_eq!(h.load(Ordering::Relaxed), LIVE);
+                    }
+                    drop(outer);
+                })
+            })
+            .collect();
+        w.delete(0x100).unwrap();
+        let tag = domain.retire_tag();
+        if domain.is_safe(tag) {
+            // Relaxed: as above.
+            header.store(POISON, Ordering::Relaxed);
+        }
+        for r in readers {
+            r.join().unwrap();
+        }
+    });
+}
+
+#[test]
+fn two_readers_hold_the_grace_period() {
+    grace_period_two_readers();
+}
+
 /// Counts live copies of a range-map value: fragments hold clones.
 struct Tracker(Arc<AtomicUsize>);
 
@@ -275,9 +319,11 @@ fn seeded_pointers_before_nibble_is_caught() {
 fn seeded_skipped_grace_period_is_caught() {
     assert!(caught(Defect::SkipGracePeriod, || grace_period(false)));
     assert!(caught(Defect::SkipGracePeriod, range_removal));
+    assert!(caught(Defect::SkipGracePeriod, grace_period_two_readers));
 }
 
 #[test]
 fn seeded_nested_unpin_clearing_the_outer_guard_is_caught() {
     assert!(caught(Defect::NestedUnpinClears, || grace_period(true)));
+    assert!(caught(Defect::NestedUnpinClears, grace_period_two_readers));
 }
