@@ -5,6 +5,7 @@
 use arbitrary::Arbitrary;
 use jitmap::heap::{BlockKind, JitKind};
 use jitmap::{CodeHeap, CodeInfo, CodeRef, Domain, HeapConfig, HeapError, MapVersion, MemoryMode};
+use jitmap_sim::model::MapModel;
 use libfuzzer_sys::fuzz_target;
 
 #[derive(Arbitrary, Debug)]
@@ -149,6 +150,24 @@ fuzz_target!(|input: Input| {
     }
     let stats = heap.stats();
     assert_eq!(stats.live_blocks, live.len());
+    // Canonical form: the heap's map words are exactly those of a map rebuilt from
+    // the live blocks (freed blocks are unpublished at once, even while retired).
+    let mut model = MapModel::new(heap.span());
+    for (code, ..) in &live {
+        model.insert((code.start() - heap.base()) as u64, code.size());
+    }
+    let version = if input.v2 {
+        MapVersion::V2
+    } else {
+        MapVersion::V1
+    };
+    let expected: Vec<(usize, u32)> = model
+        .canonical_words(version)
+        .into_iter()
+        .enumerate()
+        .filter(|&(_, w)| w != 0)
+        .collect();
+    assert_eq!(heap.map().nonzero_words().collect::<Vec<_>>(), expected);
     drop(held);
 });
 
