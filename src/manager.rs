@@ -8,7 +8,8 @@ use std::sync::Arc;
 use crate::epoch::{Domain, EpochError, Guard, Reader};
 use crate::events::Listeners;
 use crate::heap::{
-    BlockKind, CodeHeader, CodeHeap, DebugEntry, GcInfo, HeapConfig, HeapError, HeapLookup, JitKind,
+    BlockKind, CodeHeader, CodeHeap, DebugEntry, GcInfo, HeapBlock, HeapConfig, HeapError,
+    HeapLookup, Hit, JitKind,
 };
 use crate::image::{ImageError, ImageHit, ImageInfo, ImageSection, RegionInfo};
 use crate::range::{RangeError, RangeSectionMap, Section};
@@ -198,24 +199,39 @@ impl ExecutionManager {
             // SAFETY: the section's `Arc` keeps the heap alive while the section is
             // reachable, and `guard` (checked by the range map to be pinned in the
             // domain every managed heap shares) keeps the section reachable for 'g.
-            SectionKind::Heap(s) => match unsafe { s.lookup.find(ip) } {
-                Some(b) => match b.kind {
-                    BlockKind::Method(header) => Lookup::Method(CodeBlock {
-                        start: b.start,
-                        offset: b.offset,
-                        source: Source::Jit {
-                            header,
-                            heap_base: s.lookup.base,
-                        },
-                    }),
-                    BlockKind::Stub(kind) => Lookup::Stub {
-                        kind,
-                        start: b.start,
-                        size: b.size,
+            SectionKind::Heap(s) => {
+                // SAFETY: as above.
+                let Some(hit) = (unsafe { s.lookup.find(ip) }) else {
+                    return Lookup::Nothing;
+                };
+                let method = CodeBlock {
+                    start: hit.start,
+                    offset: hit.offset,
+                    source: Source::Jit {
+                        hit,
+                        heap_base: s.lookup.base,
                     },
-                },
-                None => Lookup::Nothing,
-            },
+                };
+                // A v2 pointer word proves the address inside its block; with no
+                // stub ever published in the heap, that block is a method. Only
+                // otherwise are the size and slot read here.
+                if hit.covered && !s.heap.may_hold_stubs() {
+                    return Lookup::Method(method);
+                }
+                match hit.block() {
+                    Some(HeapBlock {
+                        kind: BlockKind::Method(_),
+                        ..
+                    }) => Lookup::Method(method),
+                    Some(HeapBlock {
+                        kind: BlockKind::Stub(kind),
+                        start,
+                        size,
+                        ..
+                    }) => Lookup::Stub { kind, start, size },
+                    None => Lookup::Nothing,
+                }
+            }
             SectionKind::Image(image) => {
                 let rel = (ip - section.begin()) as u64;
                 if image.is_thunk(rel) {
@@ -262,32 +278,48 @@ impl ExecutionManager {
     }
 }
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy)]
 enum Source<'g> {
-    Jit {
-        header: &'g CodeHeader,
-        heap_base: usize,
-    },
+    /// JIT code: the map's hit (the header is read from its slot on demand).
+    Jit { hit: Hit<'g>, heap_base: usize },
     Image {
         image: &'g ImageSection,
         hit: ImageHit,
     },
 }
 
+/// The header of a JIT method found by a lookup.
+fn jit_header(hit: Hit<'_>) -> &CodeHeader {
+    // SAFETY: `classify` builds a JIT `CodeBlock` only for a method (its slot was
+    // read as a header pointer, or the heap has never held a stub), and the guard
+    // behind the hit's lifetime keeps the header alive.
+    unsafe { hit.header() }
+}
+
 /// The method block containing a looked-up address. Fields beyond the start and
 /// offset are read on demand, so a lookup touches no more memory than it needs.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy)]
 pub struct CodeBlock<'g> {
     start: usize,
     offset: u64,
     source: Source<'g>,
 }
 
+impl fmt::Debug for CodeBlock<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CodeBlock")
+            .field("method_id", &self.method_id())
+            .field("start", &format_args!("{:#x}", self.start))
+            .field("offset", &self.offset)
+            .finish_non_exhaustive()
+    }
+}
+
 impl<'g> CodeBlock<'g> {
     /// The runtime's method id.
     pub fn method_id(&self) -> u64 {
         match self.source {
-            Source::Jit { header, .. } => header.method_id(),
+            Source::Jit { hit, .. } => jit_header(hit).method_id(),
             Source::Image { image, hit } => image.method(hit.method).method_id,
         }
     }
@@ -307,7 +339,7 @@ impl<'g> CodeBlock<'g> {
     /// address is in the main body or its cold part.
     pub fn funclet_start(&self) -> usize {
         match self.source {
-            Source::Jit { header, .. } => match header.unwind_at(self.offset) {
+            Source::Jit { hit, .. } => match jit_header(hit).unwind_at(self.offset) {
                 Some((index, entry)) if index > 0 => self.start + entry.begin as usize,
                 _ => self.start,
             },
@@ -326,18 +358,21 @@ impl<'g> CodeBlock<'g> {
     /// Hot and cold extents of the method.
     pub fn region(&self) -> RegionInfo {
         match self.source {
-            Source::Jit { header, .. } => match header.info().cold_offset {
-                Some(hot) => RegionInfo {
-                    hot_size: u64::from(hot),
-                    cold_start: Some(self.start + hot as usize),
-                    cold_size: header.code_size() - u64::from(hot),
-                },
-                None => RegionInfo {
-                    hot_size: header.code_size(),
-                    cold_start: None,
-                    cold_size: 0,
-                },
-            },
+            Source::Jit { hit, .. } => {
+                let header = jit_header(hit);
+                match header.info().cold_offset {
+                    Some(hot) => RegionInfo {
+                        hot_size: u64::from(hot),
+                        cold_start: Some(self.start + hot as usize),
+                        cold_size: header.code_size() - u64::from(hot),
+                    },
+                    None => RegionInfo {
+                        hot_size: header.code_size(),
+                        cold_start: None,
+                        cold_size: 0,
+                    },
+                }
+            }
             Source::Image { image, hit } => image.region(hit.main),
         }
     }
@@ -346,7 +381,9 @@ impl<'g> CodeBlock<'g> {
     /// address.
     pub fn unwind_info(&self) -> Option<&'g [u8]> {
         match self.source {
-            Source::Jit { header, .. } => header.unwind_at(self.offset).map(|(_, e)| &*e.data),
+            Source::Jit { hit, .. } => jit_header(hit)
+                .unwind_at(self.offset)
+                .map(|(_, e)| &*e.data),
             Source::Image { image, hit } => Some(&image.function(hit.function).unwind),
         }
     }
@@ -362,7 +399,7 @@ impl<'g> CodeBlock<'g> {
     /// The method's native-offset → source rows.
     pub fn debug_info(&self) -> &'g [DebugEntry] {
         match self.source {
-            Source::Jit { header, .. } => &header.info().debug,
+            Source::Jit { hit, .. } => &jit_header(hit).info().debug,
             Source::Image { image, hit } => &image.method(hit.method).debug,
         }
     }
@@ -377,7 +414,7 @@ impl<'g> CodeBlock<'g> {
     /// GC info and its version.
     pub fn gc_info(&self) -> Option<&'g GcInfo> {
         match self.source {
-            Source::Jit { header, .. } => header.info().gc.as_ref(),
+            Source::Jit { hit, .. } => jit_header(hit).info().gc.as_ref(),
             Source::Image { image, hit } => image.method(hit.method).gc.as_ref(),
         }
     }
@@ -385,7 +422,7 @@ impl<'g> CodeBlock<'g> {
     /// The tier that produced the code.
     pub fn jit_kind(&self) -> JitKind {
         match self.source {
-            Source::Jit { header, .. } => header.info().kind,
+            Source::Jit { hit, .. } => jit_header(hit).info().kind,
             Source::Image { .. } => JitKind::Precompiled,
         }
     }
@@ -393,7 +430,7 @@ impl<'g> CodeBlock<'g> {
     /// The method's name (JIT code only; images carry no names).
     pub fn name(&self) -> Option<&'g str> {
         match self.source {
-            Source::Jit { header, .. } => Some(header.name()),
+            Source::Jit { hit, .. } => Some(jit_header(hit).name()),
             Source::Image { .. } => None,
         }
     }

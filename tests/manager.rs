@@ -435,3 +435,71 @@ fn a_heap_fragment_is_one_cache_line() {
     assert_eq!(std::mem::size_of::<Section<SectionKind>>(), 64);
     assert_eq!(std::mem::align_of::<Section<SectionKind>>(), 64);
 }
+
+/// `classify` skips the size and slot reads when a v2 pointer word proves the
+/// address inside a block and the heap has never held a stub; it must agree with
+/// the heap's own exact lookup at every byte, with and without (large) stubs.
+#[test]
+fn manager_agrees_with_the_heap_at_every_byte() {
+    use jitmap::heap::BlockKind;
+    use jitmap_sim::rng::Rng;
+    for version in [jitmap::MapVersion::V1, jitmap::MapVersion::V2] {
+        for with_stubs in [false, true] {
+            let m = ExecutionManager::new(4);
+            let heap = m
+                .create_heap(HeapConfig {
+                    span: 1 << 20,
+                    version,
+                    ..HeapConfig::default()
+                })
+                .unwrap();
+            let mut rng = Rng::new(31);
+            let mut refs = Vec::new();
+            for id in 0..60u64 {
+                let size = if rng.chance(30) {
+                    rng.range(600, 6000)
+                } else {
+                    rng.range(1, 300)
+                };
+                let r = heap.reserve(size).unwrap();
+                refs.push(if with_stubs && id % 7 == 3 {
+                    r.publish_stub(1 + (id % 15) as u8).unwrap()
+                } else {
+                    r.publish(CodeInfo::new(id, "m", JitKind::Baseline))
+                        .unwrap()
+                });
+            }
+            for r in refs.iter().step_by(5) {
+                heap.free(*r).unwrap();
+            }
+            let reader = m.register().unwrap();
+            let g = reader.pin().unwrap();
+            let end = refs
+                .iter()
+                .map(|r| r.start() + r.size() as usize)
+                .max()
+                .unwrap()
+                + 600;
+            let mut methods = 0;
+            for ip in heap.base()..end {
+                let expected = heap.find(&g, ip).map(|b| match b.kind {
+                    BlockKind::Method(h) => (false, b.start, b.offset, h.method_id()),
+                    BlockKind::Stub(k) => (true, b.start, b.offset, u64::from(k)),
+                });
+                let got = match m.classify(&g, ip) {
+                    Lookup::Method(b) => {
+                        Some((false, b.start(), b.relative_offset(), b.method_id()))
+                    }
+                    Lookup::Stub { kind, start, .. } => {
+                        Some((true, start, (ip - start) as u64, u64::from(kind)))
+                    }
+                    Lookup::Nothing => None,
+                    Lookup::Thunk => panic!("no thunks in a heap"),
+                };
+                assert_eq!(got, expected, "{version} stubs={with_stubs} ip {ip:#x}");
+                methods += usize::from(matches!(expected, Some((false, ..))));
+            }
+            assert!(methods > 10_000, "{methods}");
+        }
+    }
+}

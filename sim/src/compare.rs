@@ -210,6 +210,15 @@ fn size_label(size: u64) -> String {
     }
 }
 
+/// Axis labels for the log scale's decimal ticks: 100 B, 1 kB, 10 kB, ...
+fn decimal_label(x: f64) -> String {
+    match x {
+        x if x >= 1e6 => format!("{} MB", (x / 1e6).round()),
+        x if x >= 1e3 => format!("{} kB", (x / 1e3).round()),
+        x => format!("{} B", x.round()),
+    }
+}
+
 impl Report {
     fn random_ns(&self, s: Structure) -> f64 {
         self.random
@@ -389,7 +398,7 @@ impl Report {
             .configure_mesh()
             .x_desc("method size (bytes)")
             .y_desc("median ns per lookup")
-            .x_label_formatter(&|x| size_label(*x as u64))
+            .x_label_formatter(&|x| decimal_label(*x))
             .draw()?;
         let colors = [RED, BLUE, GREEN, MAGENTA, BLACK];
         for (&s, color) in Structure::ALL.iter().zip(colors) {

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use super::alloc::PREFIX;
 use super::header::CodeHeader;
 use super::{BlockKind, HeapBlock, MAX_STUB_KIND};
-use crate::nibble::{MapVersion, find_v1, find_v2};
+use crate::nibble::{MapVersion, find_v1, find_v2_covered};
 use crate::words::{MmapWords, RawWords, WordRead};
 
 /// The two words before every code start: code size, then the header slot.
@@ -63,50 +63,89 @@ impl HeapLookup {
         }
     }
 
-    /// The block containing `ip`, exactly.
+    /// The block the map names for `ip`, before its prefix is checked.
     ///
     /// # Safety
     /// The heap this view was taken from must stay alive for `'a`, and the caller
     /// must hold a guard pinned in the heap's domain for `'a`: that keeps freed
     /// headers and prefixes from being reclaimed while the answer is in use.
     #[inline]
-    pub(crate) unsafe fn find<'a>(&self, ip: usize) -> Option<HeapBlock<'a>> {
+    pub(crate) unsafe fn find<'a>(&self, ip: usize) -> Option<Hit<'a>> {
         let offset = ip.wrapping_sub(self.base) as u64;
         // SAFETY: `words` and `word_count` describe the live map of a live heap
         // (this function's contract). Offsets past the span fall past the last word,
         // where both lookups answer none.
         let words = unsafe { RawWords::from_raw_parts(self.words, self.word_count as usize) };
-        let start = match self.version {
-            MapVersion::V1 => find_v1(&words, offset),
-            MapVersion::V2 => find_v2(&words, offset),
-        }?;
+        let (start, covered) = match self.version {
+            MapVersion::V1 => (find_v1(&words, offset)?, false),
+            MapVersion::V2 => find_v2_covered(&words, offset)?,
+        };
         if start < PREFIX {
             return None;
         }
-        // SAFETY: the map holds only starts placed by the allocator, and the heap
-        // (which owns the mapping) outlives `'a` by this function's contract.
-        let prefix = unsafe { prefix_at(self.base, start) };
-        // Relaxed: the Acquire load of the map word that named `start` already
+        Some(Hit {
+            start: self.base + start as usize,
+            offset: offset - start,
+            covered,
+            // SAFETY: the map holds only starts placed by the allocator, and the
+            // heap (which owns the mapping) outlives `'a` by this function's contract.
+            prefix: unsafe { prefix_at(self.base, start) },
+        })
+    }
+}
+
+/// A start the map named for an address, with the block's prefix.
+#[derive(Clone, Copy)]
+pub(crate) struct Hit<'a> {
+    /// Address of the first code byte.
+    pub(crate) start: usize,
+    /// Offset of the address from `start`.
+    pub(crate) offset: u64,
+    /// The map alone proves the address inside the block (a v2 pointer word).
+    pub(crate) covered: bool,
+    /// The two words before the code.
+    pub(crate) prefix: &'a BlockPrefix,
+}
+
+impl<'a> Hit<'a> {
+    /// The block, if the address is within its size; reads both prefix words.
+    #[inline]
+    pub(crate) fn block(self) -> Option<HeapBlock<'a>> {
+        // Relaxed: the Acquire load of the map word that named this start already
         // ordered the publish-time prefix stores before this read.
-        let size = prefix.size.load(Ordering::Relaxed) as u64;
-        if offset - start >= size {
+        let size = self.prefix.size.load(Ordering::Relaxed) as u64;
+        if self.offset >= size {
             return None;
         }
-        // Relaxed: as above.
-        let slot = prefix.slot.load(Ordering::Relaxed);
-        let kind = if slot <= usize::from(MAX_STUB_KIND) {
-            BlockKind::Stub(slot as u8)
-        } else {
-            // SAFETY: slots above 15 hold a header pointer written before the map
-            // published the block; the caller's guard keeps it alive for `'a`,
-            // because reclamation waits for every guard older than the unpublish.
-            BlockKind::Method(unsafe { &*(slot as *const CodeHeader) })
+        let kind = match self.slot() {
+            slot if slot <= usize::from(MAX_STUB_KIND) => BlockKind::Stub(slot as u8),
+            // SAFETY: slots above 15 hold a header pointer.
+            _ => BlockKind::Method(unsafe { self.header() }),
         };
         Some(HeapBlock {
-            start: self.base + start as usize,
+            start: self.start,
             size,
-            offset: offset - start,
+            offset: self.offset,
             kind,
         })
+    }
+
+    /// The header slot.
+    #[inline]
+    pub(crate) fn slot(self) -> usize {
+        // Relaxed: as in `block`.
+        self.prefix.slot.load(Ordering::Relaxed)
+    }
+
+    /// The method's header.
+    ///
+    /// # Safety
+    /// The block must be a method, not a stub (its slot holds a header pointer).
+    #[inline]
+    pub(crate) unsafe fn header(self) -> &'a CodeHeader {
+        // SAFETY: the slot holds a header pointer written before the map published
+        // the block (the caller's contract); the guard behind `'a` keeps the header
+        // alive, because reclamation waits for every guard older than the unpublish.
+        unsafe { &*(self.slot() as *const CodeHeader) }
     }
 }

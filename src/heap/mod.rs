@@ -18,7 +18,7 @@ use std::mem::ManuallyDrop;
 use std::ops::Range;
 use std::ptr::NonNull;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
@@ -37,8 +37,8 @@ use crate::nibble::encoding::MAX_SPAN;
 use crate::nibble::{MapVersion, MapWriter, NibbleMap};
 use crate::words::MmapWords;
 use alloc::FreeSpace;
-pub(crate) use lookup::HeapLookup;
 use lookup::prefix_at;
+pub(crate) use lookup::{HeapLookup, Hit};
 use memory::{CodeMemory, flush_icache};
 
 /// Granularity of committing memory as the heap grows (small pages).
@@ -200,6 +200,9 @@ pub struct CodeHeap {
     map: Arc<NibbleMap<MmapWords>>,
     domain: Arc<Domain>,
     listeners: Arc<Listeners>,
+    /// Whether a stub was ever published here. Until one is, a lookup that a v2
+    /// pointer word answers needs no prefix read to know it found a method.
+    stubs: AtomicBool,
     memory: CodeMemory,
     writer: Mutex<Writer>,
 }
@@ -260,6 +263,7 @@ impl CodeHeap {
             map: Arc::clone(map.map()),
             domain: Arc::clone(domain),
             listeners,
+            stubs: AtomicBool::new(false),
             memory,
             writer: Mutex::new(Writer {
                 map,
@@ -362,7 +366,16 @@ impl CodeHeap {
         }
         // SAFETY: `self` outlives `'a`, and `guard` is pinned in this heap's domain
         // for `'a` (checked above).
-        unsafe { self.lookup.find(ip) }
+        unsafe { self.lookup.find(ip) }?.block()
+    }
+
+    /// Whether this heap may hold stubs. Read after the Acquire load of the map
+    /// word that named a block: a stub's publish sets it before its map store.
+    #[inline]
+    pub(crate) fn may_hold_stubs(&self) -> bool {
+        // Relaxed: ordered after the caller's Acquire load of the map word, which
+        // synchronizes with the Release map store that follows the flag's store.
+        self.stubs.load(Ordering::Relaxed)
     }
 
     /// The heap's read side, for sections that look up without touching the heap.
@@ -529,7 +542,12 @@ impl CodeHeap {
                 let ptr = NonNull::from(Box::leak(Box::new(CodeHeader::new(info, size))));
                 (Some(HeaderPtr(ptr)), ptr.as_ptr() as usize)
             }
-            Payload::Stub(kind) => (None, usize::from(kind)),
+            Payload::Stub(kind) => {
+                // Relaxed: published by the map's Release store below; readers load
+                // it after their Acquire load of the map word.
+                self.stubs.store(true, Ordering::Relaxed);
+                (None, usize::from(kind))
+            }
         };
         let generation = w.next_generation;
         w.next_generation += 1;

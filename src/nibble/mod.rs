@@ -11,7 +11,7 @@ mod write;
 use std::sync::Arc;
 
 pub use error::MapError;
-pub use read::{Starts, find_v1, find_v2};
+pub use read::{Starts, find_v1, find_v2, find_v2_covered};
 
 #[cfg(not(loom))]
 use crate::words::MmapWords;

@@ -26,23 +26,32 @@ pub fn find_v1<W: WordRead + ?Sized>(words: &W, offset: u64) -> Option<u64> {
 /// further back would have left a pointer in it).
 #[inline]
 pub fn find_v2<W: WordRead + ?Sized>(words: &W, offset: u64) -> Option<u64> {
+    find_v2_covered(words, offset).map(|(start, _)| start)
+}
+
+/// [`find_v2`], also telling whether `offset` is proved inside the block: true
+/// when the word covering `offset` is itself a pointer, which only a block that
+/// covers the whole word leaves. (An answer from the previous word may lie past
+/// the block's end.)
+#[inline]
+pub fn find_v2_covered<W: WordRead + ?Sized>(words: &W, offset: u64) -> Option<(u64, bool)> {
     let index = word_index(offset);
     if index >= words.word_count() {
         return None;
     }
     let word = words.load(index);
     if is_pointer(word) {
-        return Some(u64::from(decode_pointer(word)));
+        return Some((u64::from(decode_pointer(word)), true));
     }
     if let Some(start) = start_at_or_before(word, index, offset) {
-        return Some(start);
+        return Some((start, false));
     }
     let prev_index = index.checked_sub(1)?;
     let prev = words.load(prev_index);
     if is_pointer(prev) {
-        return Some(u64::from(decode_pointer(prev)));
+        return Some((u64::from(decode_pointer(prev)), false));
     }
-    last_start_in(prev, prev_index)
+    last_start_in(prev, prev_index).map(|start| (start, false))
 }
 
 /// Iterator over the live starts of a map in ascending order; pointer words are
