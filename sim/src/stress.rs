@@ -118,6 +118,7 @@ pub fn run(config: StressConfig) -> Result<StressReport, jitmap::HeapError> {
         }
         // Writers stop on the deadline themselves; readers on this flag.
         thread::sleep(Duration::from_millis(1));
+        // Relaxed: a stop flag; readers exit at their next check, no data rides on it.
         stop.store(true, Ordering::Relaxed);
     });
     heap.try_reclaim();
@@ -168,6 +169,7 @@ fn writer(
         reservation.code_mut().fill(0xCC);
         if rng.chance(10) {
             reservation.abort();
+            // Relaxed: statistics, summed after every thread has joined.
             counters.aborts.fetch_add(1, Ordering::Relaxed);
             continue;
         }
@@ -180,11 +182,14 @@ fn writer(
         );
         let Ok(code) = reservation.publish(info) else {
             // A valid reservation must publish: a failure is a wrong answer.
+            // Relaxed: statistics, summed after join.
             counters.wrong.fetch_add(1, Ordering::Relaxed);
             continue;
         };
         // Seqlock write: the entry is dead (even state) while its fields change.
+        // Release fence: a reader that sees these fields sees the dead state first.
         fence(Ordering::Release);
+        // Relaxed: the seqlock fences and the state word order the fields.
         entry.start.store(code.start() as u64, Ordering::Relaxed);
         entry.size.store(size, Ordering::Relaxed);
         entry.method.store(method, Ordering::Relaxed);
@@ -204,6 +209,7 @@ fn writer(
 
 /// Frees a block the writer published; a refusal is a wrong answer.
 fn free(heap: &CodeHeap, code: CodeRef, counters: &Counters) {
+    // Relaxed: statistics, summed after join.
     match heap.free(code) {
         Ok(()) => counters.frees.fetch_add(1, Ordering::Relaxed),
         Err(_) => counters.wrong.fetch_add(1, Ordering::Relaxed),
@@ -221,10 +227,12 @@ fn reader(
     let mut rng = Rng::new(seed);
     // `run` sizes the domain with a slot per thread.
     let Ok(reader) = domain.register() else {
+        // Relaxed: statistics, summed after join.
         counters.wrong.fetch_add(1, Ordering::Relaxed);
         return;
     };
     let (mut lookups, mut exact, mut wrong) = (0u64, 0u64, 0u64);
+    // Relaxed: a stop flag, as in `run`.
     while !stop.load(Ordering::Relaxed) {
         let Ok(guard) = reader.pin() else {
             wrong += 1;
@@ -236,9 +244,12 @@ fn reader(
         if s1 & 1 == 0 {
             continue;
         }
+        // Relaxed: the seqlock (Acquire state load, Acquire fence, state re-check)
+        // makes a consistent snapshot of these fields.
         let start = entry.start.load(Ordering::Relaxed);
         let size = entry.size.load(Ordering::Relaxed);
         let method = entry.method.load(Ordering::Relaxed);
+        // Acquire fence, then Relaxed re-check: the seqlock's read side.
         fence(Ordering::Acquire);
         if entry.state.load(Ordering::Relaxed) != s1 {
             continue;
@@ -261,6 +272,7 @@ fn reader(
             wrong += u64::from(found.is_some() && !is_block);
         }
     }
+    // Relaxed: statistics, summed after join.
     counters.lookups.fetch_add(lookups, Ordering::Relaxed);
     counters.exact.fetch_add(exact, Ordering::Relaxed);
     counters.wrong.fetch_add(wrong, Ordering::Relaxed);
