@@ -9,17 +9,9 @@ use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use jitmap::ExecutionManager;
-use jitmap_sim::compare::{RANDOM_METHODS, TAIL_SIZES, throughput};
+use jitmap_sim::compare::{RANDOM_METHODS, TAIL_SIZES, size_label, throughput};
 use jitmap_sim::fixture::{Fixture, Structure, realistic_sizes};
 use jitmap_sim::rng::Rng;
-
-fn label(size: u64) -> String {
-    match size {
-        s if s >= 1 << 20 => format!("{}MiB", s >> 20),
-        s if s >= 1 << 10 => format!("{}KiB", s >> 10),
-        s => format!("{s}B"),
-    }
-}
 
 fn tail_of_method(c: &mut Criterion) {
     let mut group = c.benchmark_group("tail_of_method");
@@ -33,7 +25,7 @@ fn tail_of_method(c: &mut Criterion) {
         for s in Structure::ALL {
             assert_eq!(fixture.lookup(s, &guard, tail), Some(start));
             group.bench_with_input(
-                BenchmarkId::new(s.name(), label(size)),
+                BenchmarkId::new(s.name(), size_label(size).replace(' ', "")),
                 &tail,
                 |b, &tail| b.iter(|| fixture.lookup(s, &guard, black_box(tail))),
             );

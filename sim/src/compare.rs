@@ -202,7 +202,8 @@ pub fn throughput(
     total.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64()
 }
 
-fn size_label(size: u64) -> String {
+/// A method size as reports print it: `64 B`, `4 KiB`, `16 MiB`.
+pub fn size_label(size: u64) -> String {
     match size {
         s if s >= 1 << 20 => format!("{} MiB", s >> 20),
         s if s >= 1 << 10 => format!("{} KiB", s >> 10),

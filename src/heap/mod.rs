@@ -189,7 +189,6 @@ struct Writer {
 /// An executable code heap with a nibble map and lock-free lookups.
 pub struct CodeHeap {
     id: u64,
-    base: usize,
     span: u64,
     align: u64,
     /// Bytes committed at a time: 2 MiB when huge pages back the heap, so a whole
@@ -210,7 +209,7 @@ pub struct CodeHeap {
 impl std::fmt::Debug for CodeHeap {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CodeHeap")
-            .field("base", &format_args!("{:#x}", self.base))
+            .field("base", &format_args!("{:#x}", self.base()))
             .field("span", &self.span)
             .field("version", &self.map.version())
             .field("mode", &self.memory.mode())
@@ -257,7 +256,6 @@ impl CodeHeap {
             lookup,
             // Relaxed: only uniqueness matters.
             id: NEXT_HEAP_ID.fetch_add(1, Ordering::Relaxed),
-            base: memory.exec_base(),
             span,
             align: config.align,
             map: Arc::clone(map.map()),
@@ -279,7 +277,7 @@ impl CodeHeap {
 
     /// Address of the first byte (executable view); also the map's base.
     pub fn base(&self) -> usize {
-        self.base
+        self.lookup.base
     }
 
     /// Bytes reserved.
@@ -289,7 +287,7 @@ impl CodeHeap {
 
     /// Whether `ip` lies in this heap's span.
     pub fn contains(&self, ip: usize) -> bool {
-        (ip.wrapping_sub(self.base) as u64) < self.span
+        (ip.wrapping_sub(self.base()) as u64) < self.span
     }
 
     /// The nibble map (offsets relative to [`CodeHeap::base`]).
@@ -568,7 +566,7 @@ impl CodeHeap {
             w.free.release(extent);
             return Err(HeapError::Map(e));
         }
-        let new_start = self.base + start as usize;
+        let new_start = self.base() + start as usize;
         if let Some(h) = &header {
             // SAFETY: the header was just created and is owned by this heap; it is
             // not reclaimed while we hold the lock.
@@ -610,7 +608,7 @@ impl CodeHeap {
         if code.heap != self.id {
             return Err(HeapError::ForeignRef);
         }
-        Ok(code.start.wrapping_sub(self.base) as u64)
+        Ok(code.start.wrapping_sub(self.base()) as u64)
     }
 
     /// Checks that `code` is live; returns its header (None for a stub).
