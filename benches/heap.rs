@@ -112,7 +112,7 @@ fn find(c: &mut Criterion) {
         let mut i = 0;
         b.iter(|| {
             i = (i + 1) % ips.len();
-            heap.find(&guard, black_box(ips[i])).map(|b| b.start)
+            heap.find(&guard, black_box(ips[i])).unwrap().map(|b| b.start)
         })
     });
     group.bench_function("pin_unpin", |b| {

@@ -49,14 +49,14 @@ fn manager(c: &mut Criterion) {
         let mut i = 0;
         b.iter(|| {
             i = (i + 1) % ips.len();
-            m.find(&guard, black_box(ips[i])).map(|b| b.start())
+            m.find(&guard, black_box(ips[i])).unwrap().map(|b| b.start())
         })
     });
     group.bench_function("jit_find_method_id", |b| {
         let mut i = 0;
         b.iter(|| {
             i = (i + 1) % ips.len();
-            m.find(&guard, black_box(ips[i])).map(|b| b.method_id())
+            m.find(&guard, black_box(ips[i])).unwrap().map(|b| b.method_id())
         })
     });
 
@@ -93,7 +93,7 @@ fn manager(c: &mut Criterion) {
         let mut i = 0;
         b.iter(|| {
             i = (i + 1) % image_ips.len();
-            m.find(&guard, black_box(image_ips[i]))
+            m.find(&guard, black_box(image_ips[i])).unwrap()
                 .map(|b| b.method_id())
         })
     });

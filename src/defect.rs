@@ -16,6 +16,9 @@ pub enum Defect {
     SkipGracePeriod,
     /// A nested unpin clears the reader's slot, ending the outer guard too.
     NestedUnpinClears,
+    /// A re-pin at depth 0 (and the reader's final clear on drop) stores the slot
+    /// Relaxed, outside the release sequence of the previous unpin.
+    RelaxedRepin,
 }
 
 thread_local! {

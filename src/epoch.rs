@@ -26,6 +26,7 @@ const DEPTH_MASK: u64 = (1 << DEPTH_BITS) - 1;
 
 /// Errors of the reader registry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum EpochError {
     /// Every reader slot is registered.
     NoSlots { slots: usize },
@@ -43,6 +44,21 @@ impl fmt::Display for EpochError {
 }
 
 impl std::error::Error for EpochError {}
+
+/// A lookup was given a guard pinned in another [`Domain`] than the structure's.
+/// Such a guard protects nothing there, so the lookup refuses rather than answer
+/// "no code here" (a profiler wired to the wrong domain would otherwise quietly
+/// report no JIT frames).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ForeignGuard;
+
+impl fmt::Display for ForeignGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("the guard is pinned in another reader domain")
+    }
+}
+
+impl std::error::Error for ForeignGuard {}
 
 struct Slot {
     /// Whether a [`Reader`] owns this slot.
@@ -132,8 +148,9 @@ impl Domain {
         // Relaxed: the fence above is the writer half of the pin/retire handshake.
         let mut oldest = self.epoch.load(Ordering::Relaxed);
         for slot in self.slots.iter() {
-            // Acquire: pairs with the Release in `unpin`, so a reader's lookups happen
-            // before anything reclaimed on the strength of its cleared slot.
+            // Acquire: every slot store is Release (pin, unpin, reader drop), so
+            // whichever value we read, the lookups the reader made before storing it
+            // happen before anything reclaimed on the strength of that value.
             let state = slot.state.load(Ordering::Acquire);
             if state != 0 {
                 oldest = oldest.min(state >> DEPTH_BITS);
@@ -174,8 +191,17 @@ impl Reader {
         } else {
             state + 1
         };
-        // Relaxed: published to writers by the SeqCst fence that follows.
-        slot.store(next, Ordering::Relaxed);
+        // Release: a writer whose Acquire slot scan reads this value must also see
+        // every lookup this thread made under earlier guards. A later Relaxed store
+        // would not continue the release sequence of `unpin`'s Release store, so a
+        // writer reading it (and trusting its newer epoch) would not synchronize
+        // with those lookups. (The fence below publishes the store itself.)
+        let order = if crate::defect!(RelaxedRepin) {
+            Ordering::Relaxed
+        } else {
+            Ordering::Release
+        };
+        slot.store(next, order);
         // SeqCst: orders the slot store before this guard's lookups, against the
         // fence a writer issues between unpublishing and scanning the slots.
         fence(Ordering::SeqCst);
@@ -185,6 +211,11 @@ impl Reader {
     /// The domain this reader is registered in.
     pub fn domain(&self) -> &Arc<Domain> {
         &self.domain
+    }
+
+    /// The index of this reader's slot in its domain.
+    pub fn slot(&self) -> usize {
+        self.index
     }
 
     fn unpin(&self) {
@@ -202,8 +233,15 @@ impl Reader {
 impl Drop for Reader {
     fn drop(&mut self) {
         let slot = &self.domain.slots[self.index];
-        // Relaxed: no guard is alive (guards borrow the reader); the slot is idle.
-        slot.state.store(0, Ordering::Relaxed);
+        // Release: as in `pin`, a writer that reads this 0 and reclaims must see the
+        // lookups of this reader's past guards; a Relaxed store would not continue
+        // the release sequence of the last `unpin`.
+        let order = if crate::defect!(RelaxedRepin) {
+            Ordering::Relaxed
+        } else {
+            Ordering::Release
+        };
+        slot.state.store(0, order);
         // Release: hands the slot to the next registrant, whose CAS is Acquire.
         slot.owned.store(false, Ordering::Release);
     }
@@ -218,6 +256,16 @@ impl Guard<'_> {
     /// The domain whose grace period this guard holds open.
     pub fn domain(&self) -> &Arc<Domain> {
         &self.reader.domain
+    }
+
+    /// `Ok` if this guard is pinned in `domain`.
+    #[inline]
+    pub fn check(&self, domain: &Arc<Domain>) -> Result<(), ForeignGuard> {
+        if Arc::ptr_eq(&self.reader.domain, domain) {
+            Ok(())
+        } else {
+            Err(ForeignGuard)
+        }
     }
 }
 

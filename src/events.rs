@@ -1,32 +1,80 @@
 //! Code events: what a heap tells its listeners when code is published, moved or
-//! freed. Writers emit them under the heap lock, so a listener sees one heap's
-//! events in the order they happened; lookups never touch listeners.
+//! freed.
+//!
+//! Writers only *enqueue* an event, under the heap lock, so the events of one heap
+//! are queued in the order they happened and a Load's timestamp is taken before its
+//! code became visible. A dispatcher thread, one per [`Listeners`], delivers them
+//! in queue order, off every heap lock: a listener may do file I/O, take its time,
+//! call [`crate::CodeHeap::stats`] or even publish code, and a listener that panics
+//! is contained and counted. The queue is bounded: a writer whose event finds it
+//! full waits, after releasing its heap lock, until the dispatcher catches up.
+//! Lookups never touch listeners.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use std::sync::atomic::{AtomicUsize, Ordering};
+//! use jitmap::events::{CodeEvent, CodeListener};
+//! use jitmap::{CodeInfo, ExecutionManager, HeapConfig, JitKind};
+//!
+//! struct Count(AtomicUsize);
+//! impl CodeListener for Count {
+//!     fn on_event(&self, event: &CodeEvent) {
+//!         if let CodeEvent::Load(load) = event {
+//!             assert_eq!(load.info.name, "f");
+//!             self.0.fetch_add(1, Ordering::Relaxed);
+//!         }
+//!     }
+//! }
+//!
+//! let manager = ExecutionManager::new(4);
+//! let count = Arc::new(Count(AtomicUsize::new(0)));
+//! manager.listeners().add(count.clone())?;
+//! let heap = manager.create_heap(HeapConfig { span: 1 << 20, ..HeapConfig::default() })?;
+//! let mut r = heap.reserve(1)?;
+//! r.code_mut()[0] = 0xC3;
+//! r.publish(CodeInfo::new(1, "f", JitKind::Optimized))?;
+//! manager.listeners().flush(); // wait until every event so far is delivered
+//! assert_eq!(count.0.load(Ordering::Relaxed), 1);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
+use std::collections::VecDeque;
+use std::io;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::thread::{JoinHandle, ThreadId};
 
-use parking_lot::RwLock;
+use parking_lot::{Condvar, Mutex, RwLock};
 
-use crate::heap::{CodeInfo, JitKind};
+use crate::info::CodeInfo;
+
+/// Events a queue holds before writers wait for the dispatcher.
+pub const QUEUE_CAPACITY: usize = 1024;
 
 /// A method became visible.
-#[derive(Clone, Copy, Debug)]
-pub struct CodeLoad<'a> {
+#[derive(Clone, Debug)]
+pub struct CodeLoad {
     /// CLOCK_MONOTONIC nanoseconds, taken before the code became visible.
     pub timestamp: u64,
+    /// Kernel thread id of the thread that published the code.
+    pub tid: u32,
     /// Address of the first code byte.
     pub start: usize,
-    /// The code bytes as published.
-    pub code: &'a [u8],
+    /// A copy of the code bytes as published (the block may be freed and its
+    /// bytes reused before a listener sees the event).
+    pub code: Box<[u8]>,
     /// The method's info (name, debug rows, unwind data, `.eh_frame`).
-    pub info: &'a CodeInfo,
+    pub info: Arc<CodeInfo>,
 }
 
 /// A method was copied to a new address (and the old copy freed).
-#[derive(Clone, Copy, Debug)]
-pub struct CodeMove<'a> {
+#[derive(Clone, Debug)]
+pub struct CodeMove {
     /// CLOCK_MONOTONIC nanoseconds, taken before the new copy became visible.
     pub timestamp: u64,
+    /// Kernel thread id of the thread that moved the code.
+    pub tid: u32,
     /// Old address of the first code byte.
     pub old_start: usize,
     /// New address of the first code byte.
@@ -34,11 +82,11 @@ pub struct CodeMove<'a> {
     /// Code size in bytes.
     pub size: u64,
     /// The method's info.
-    pub info: &'a CodeInfo,
+    pub info: Arc<CodeInfo>,
 }
 
 /// A method was unpublished.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct CodeFree {
     /// CLOCK_MONOTONIC nanoseconds.
     pub timestamp: u64,
@@ -46,78 +94,226 @@ pub struct CodeFree {
     pub start: usize,
     /// Code size in bytes.
     pub size: u64,
-    /// The runtime's method id.
-    pub method_id: u64,
-    /// Tier of the freed code.
-    pub kind: JitKind,
+    /// The freed method's info.
+    pub info: Arc<CodeInfo>,
 }
 
 /// One code event.
-#[derive(Clone, Copy, Debug)]
-pub enum CodeEvent<'a> {
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub enum CodeEvent {
     /// Publish.
-    Load(CodeLoad<'a>),
+    Load(CodeLoad),
     /// Move.
-    Move(CodeMove<'a>),
+    Move(CodeMove),
     /// Free.
     Free(CodeFree),
 }
 
-/// Receives code events. Called by writers with the heap lock held: it must not
-/// call back into the heap's writer operations, and should be quick.
+/// Receives code events, on the dispatcher thread of the [`Listeners`] it was
+/// added to, one event at a time, in the order writers emitted them.
 pub trait CodeListener: Send + Sync {
-    /// Handles one event.
-    fn on_event(&self, event: &CodeEvent<'_>);
+    /// Handles one event. A panic here is caught and counted
+    /// ([`Listeners::panics`]); it never reaches the heap.
+    fn on_event(&self, event: &CodeEvent);
+}
+
+type ListenerList = Arc<[Arc<dyn CodeListener>]>;
+
+struct Queue {
+    events: VecDeque<CodeEvent>,
+    /// Events ever enqueued.
+    enqueued: u64,
+    /// Events ever delivered (to every listener).
+    delivered: u64,
+    /// Set when the owning `Listeners` drops: deliver what is left, then exit.
+    closed: bool,
+}
+
+struct Shared {
+    list: RwLock<ListenerList>,
+    /// `list.len()`, readable without the lock by writers that have nothing to emit.
+    count: AtomicUsize,
+    queue: Mutex<Queue>,
+    /// Signalled when an event is enqueued or the queue closes.
+    ready: Condvar,
+    /// Signalled when an event has been delivered.
+    drained: Condvar,
+    panics: AtomicU64,
 }
 
 /// A shared, growable set of listeners (one per heap, or one per manager shared
-/// by all its heaps).
-#[derive(Default)]
+/// by all its heaps) and the queue and thread that deliver events to them.
 pub struct Listeners {
-    list: RwLock<Vec<Arc<dyn CodeListener>>>,
-    /// `list.len()`, readable without the lock by writers that have nothing to emit.
-    count: AtomicUsize,
+    shared: Arc<Shared>,
+    /// The dispatcher, started by the first [`Listeners::add`].
+    dispatcher: Mutex<Option<(ThreadId, JoinHandle<()>)>>,
+}
+
+impl Default for Listeners {
+    fn default() -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                list: RwLock::new(Arc::new([])),
+                count: AtomicUsize::new(0),
+                queue: Mutex::new(Queue {
+                    events: VecDeque::new(),
+                    enqueued: 0,
+                    delivered: 0,
+                    closed: false,
+                }),
+                ready: Condvar::new(),
+                drained: Condvar::new(),
+                panics: AtomicU64::new(0),
+            }),
+            dispatcher: Mutex::new(None),
+        }
+    }
 }
 
 impl std::fmt::Debug for Listeners {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Listeners")
-            .field("len", &self.list.read().len())
+            .field("len", &self.shared.list.read().len())
+            .field("panics", &self.panics())
             .finish()
     }
 }
 
 impl Listeners {
-    /// Adds a listener; it sees every event emitted after this call.
-    pub fn add(&self, listener: Arc<dyn CodeListener>) {
-        let mut list = self.list.write();
-        list.push(listener);
+    /// Adds a listener; it sees every event delivered after this call. The first
+    /// call starts the dispatcher thread, and fails only if it cannot be spawned.
+    pub fn add(&self, listener: Arc<dyn CodeListener>) -> io::Result<()> {
+        self.start_dispatcher()?;
+        let mut list = self.shared.list.write();
+        let mut next: Vec<_> = list.iter().cloned().collect();
+        next.push(listener);
+        *list = next.into();
         // Relaxed: a publish racing with this call may miss the new listener;
         // every later event is ordered by the list's lock.
-        self.count.store(list.len(), Ordering::Relaxed);
+        self.shared.count.store(list.len(), Ordering::Relaxed);
+        Ok(())
     }
 
-    /// Removes every listener that is `listener` (by pointer).
+    /// Removes every listener that is `listener` (by pointer). Events already
+    /// queued may still reach it.
     pub fn remove(&self, listener: &Arc<dyn CodeListener>) {
-        let mut list = self.list.write();
-        list.retain(|l| !Arc::ptr_eq(l, listener));
+        let mut list = self.shared.list.write();
+        let next: Vec<_> = list
+            .iter()
+            .filter(|l| !Arc::ptr_eq(l, listener))
+            .cloned()
+            .collect();
+        *list = next.into();
         // Relaxed: as in `add`.
-        self.count.store(list.len(), Ordering::Relaxed);
+        self.shared.count.store(list.len(), Ordering::Relaxed);
     }
 
     /// Whether no listener is registered.
     pub fn is_empty(&self) -> bool {
         // Relaxed: as in `add`.
-        self.count.load(Ordering::Relaxed) == 0
+        self.shared.count.load(Ordering::Relaxed) == 0
     }
 
-    /// Delivers `event` to every listener.
-    pub(crate) fn emit(&self, event: &CodeEvent<'_>) {
-        if self.is_empty() {
+    /// Panics raised by listeners so far (each was caught; delivery went on).
+    pub fn panics(&self) -> u64 {
+        // Relaxed: a statistic.
+        self.shared.panics.load(Ordering::Relaxed)
+    }
+
+    /// Waits until every event enqueued before this call has been delivered.
+    /// Returns at once on the dispatcher thread itself (a listener that flushes).
+    pub fn flush(&self) {
+        if self.on_dispatcher() {
             return;
         }
-        for l in self.list.read().iter() {
-            l.on_event(event);
+        let mut q = self.shared.queue.lock();
+        let target = q.enqueued;
+        while q.delivered < target && !q.closed {
+            self.shared.drained.wait(&mut q);
+        }
+    }
+
+    /// Queues `event`. Called by writers under their heap lock, so one heap's
+    /// events are queued in order. Never blocks on a listener.
+    pub(crate) fn emit(&self, event: CodeEvent) {
+        let mut q = self.shared.queue.lock();
+        q.events.push_back(event);
+        q.enqueued += 1;
+        self.shared.ready.notify_one();
+    }
+
+    /// Waits, outside any heap lock, while the queue is over capacity: the
+    /// backpressure that keeps it bounded. Not on the dispatcher thread.
+    pub(crate) fn throttle(&self) {
+        if self.is_empty() || self.on_dispatcher() {
+            return;
+        }
+        let mut q = self.shared.queue.lock();
+        while q.events.len() > QUEUE_CAPACITY && !q.closed {
+            self.shared.drained.wait(&mut q);
+        }
+    }
+
+    fn on_dispatcher(&self) -> bool {
+        let current = std::thread::current().id();
+        matches!(&*self.dispatcher.lock(), Some((id, _)) if *id == current)
+    }
+
+    fn start_dispatcher(&self) -> io::Result<()> {
+        let mut slot = self.dispatcher.lock();
+        if slot.is_none() {
+            let shared = Arc::clone(&self.shared);
+            let handle = std::thread::Builder::new()
+                .name("jitmap-events".into())
+                .spawn(move || dispatch(&shared))?;
+            *slot = Some((handle.thread().id(), handle));
+        }
+        Ok(())
+    }
+}
+
+/// The dispatcher's loop: deliver events in queue order until the queue closes
+/// and is empty.
+fn dispatch(shared: &Shared) {
+    let mut q = shared.queue.lock();
+    loop {
+        let Some(event) = q.events.pop_front() else {
+            if q.closed {
+                return;
+            }
+            shared.ready.wait(&mut q);
+            continue;
+        };
+        drop(q);
+        let list = Arc::clone(&shared.list.read());
+        for listener in list.iter() {
+            if catch_unwind(AssertUnwindSafe(|| listener.on_event(&event))).is_err() {
+                // Relaxed: a statistic.
+                shared.panics.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        q = shared.queue.lock();
+        q.delivered += 1;
+        shared.drained.notify_all();
+    }
+}
+
+impl Drop for Listeners {
+    /// Delivers every queued event, then stops the dispatcher.
+    fn drop(&mut self) {
+        {
+            let mut q = self.shared.queue.lock();
+            q.closed = true;
+            self.shared.ready.notify_all();
+            self.shared.drained.notify_all();
+        }
+        if let Some((id, handle)) = self.dispatcher.get_mut().take()
+            && id != std::thread::current().id()
+        {
+            // A listener's panic was caught inside the loop, so the thread ends
+            // normally; there is nothing to report if it did not.
+            let _ = handle.join();
         }
     }
 }
@@ -131,4 +327,10 @@ pub fn monotonic_ns() -> u64 {
     // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always exists.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// The calling thread's kernel thread id.
+pub fn current_tid() -> u32 {
+    // SAFETY: gettid has no preconditions and cannot fail.
+    unsafe { libc::gettid() as u32 }
 }

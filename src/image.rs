@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::ops::Range;
 
-use crate::heap::{DebugEntry, GcInfo};
+use crate::info::{DebugEntry, GcInfo};
 
 /// One runtime function: a method's main body, a funclet, or a cold fragment.
 /// Offsets are relative to the image base.
@@ -62,9 +62,12 @@ pub struct ImageInfo {
 
 /// Why an image was rejected.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ImageError {
     /// Size 0.
     Empty,
+    /// Larger than 4 GiB, which 32-bit function offsets cannot address.
+    TooLarge { size: usize },
     /// A function is empty or reaches past the image.
     FunctionOutOfRange { index: usize },
     /// A function starts before the previous one.
@@ -87,6 +90,7 @@ impl fmt::Display for ImageError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self {
             Self::Empty => f.write_str("image of size 0"),
+            Self::TooLarge { size } => write!(f, "image of {size:#x} bytes is over 4 GiB"),
             Self::FunctionOutOfRange { index } => {
                 write!(f, "function {index} is empty or past the image")
             }
@@ -150,6 +154,9 @@ impl ImageSection {
     pub fn new(info: ImageInfo) -> Result<Self, ImageError> {
         if info.size == 0 {
             return Err(ImageError::Empty);
+        }
+        if info.size as u64 > 1 << 32 {
+            return Err(ImageError::TooLarge { size: info.size });
         }
         let f = &info.functions;
         for (index, func) in f.iter().enumerate() {

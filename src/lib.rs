@@ -10,6 +10,8 @@ pub mod heap;
 #[cfg(not(loom))]
 pub mod image;
 #[cfg(not(loom))]
+pub mod info;
+#[cfg(not(loom))]
 pub mod manager;
 #[cfg(not(loom))]
 mod mapping;
@@ -20,9 +22,11 @@ pub mod range;
 pub mod sync;
 pub mod words;
 
-pub use epoch::{Domain, EpochError, Guard, Reader};
+pub use epoch::{Domain, EpochError, ForeignGuard, Guard, Reader};
 #[cfg(not(loom))]
-pub use heap::{CodeHeap, CodeInfo, CodeRef, HeapConfig, HeapError, MemoryMode, Reservation};
+pub use heap::{CodeHeap, CodeRef, HeapConfig, HeapError, MemoryMode, Reservation};
+#[cfg(not(loom))]
+pub use info::{CodeInfo, JitKind};
 #[cfg(not(loom))]
 pub use manager::{CodeBlock, ExecutionManager, HeapSection, Lookup, ManagedHeap};
 pub use nibble::{MapError, MapVersion, MapWriter, NibbleMap};

@@ -5,12 +5,13 @@ use std::fmt;
 use std::ops::Deref;
 use std::sync::Arc;
 
-use crate::epoch::{Domain, EpochError, Guard, Reader};
+use crate::epoch::{Domain, EpochError, ForeignGuard, Guard, Reader};
 use crate::events::Listeners;
 use crate::heap::{
     BlockKind, CodeHeader, CodeHeap, DebugEntry, GcInfo, HeapBlock, HeapConfig, HeapError,
     HeapLookup, Hit, JitKind,
 };
+use crate::perf::{PerfConfig, PerfError, PerfOutput};
 use crate::image::{ImageError, ImageHit, ImageInfo, ImageSection, RegionInfo};
 use crate::range::{RangeError, RangeSectionMap, Section};
 
@@ -38,15 +39,23 @@ impl HeapSection {
     }
 }
 
-/// A rejected manager operation.
+/// A rejected manager operation; the manager is unchanged.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ManagerError {
     /// Creating the heap failed.
     Heap(HeapError),
-    /// The range map refused (overlap, out of range, unknown section).
+    /// The range map refused (overlap, out of range, too large, unknown section).
     Range(RangeError),
     /// The image failed validation.
     Image(ImageError),
+    /// `unload_image` was given the base of something that is not an image (a
+    /// code heap is unregistered only by dropping its handle).
+    NotAnImage { base: usize },
+    /// A guard from another manager's domain.
+    ForeignGuard,
+    /// The reader registry refused.
+    Epoch(EpochError),
 }
 
 impl fmt::Display for ManagerError {
@@ -55,11 +64,44 @@ impl fmt::Display for ManagerError {
             Self::Heap(e) => write!(f, "{e}"),
             Self::Range(e) => write!(f, "{e}"),
             Self::Image(e) => write!(f, "{e}"),
+            Self::NotAnImage { base } => write!(f, "the section at {base:#x} is not an image"),
+            Self::ForeignGuard => write!(f, "{ForeignGuard}"),
+            Self::Epoch(e) => write!(f, "{e}"),
         }
     }
 }
 
 impl std::error::Error for ManagerError {}
+
+impl From<HeapError> for ManagerError {
+    fn from(e: HeapError) -> Self {
+        Self::Heap(e)
+    }
+}
+
+impl From<RangeError> for ManagerError {
+    fn from(e: RangeError) -> Self {
+        Self::Range(e)
+    }
+}
+
+impl From<ImageError> for ManagerError {
+    fn from(e: ImageError) -> Self {
+        Self::Image(e)
+    }
+}
+
+impl From<ForeignGuard> for ManagerError {
+    fn from(_: ForeignGuard) -> Self {
+        Self::ForeignGuard
+    }
+}
+
+impl From<EpochError> for ManagerError {
+    fn from(e: EpochError) -> Self {
+        Self::Epoch(e)
+    }
+}
 
 /// Routes any address to its heap or image and answers for the block there.
 pub struct ExecutionManager {
@@ -134,10 +176,26 @@ impl ExecutionManager {
         self.domain().register()
     }
 
-    /// Creates a code heap and registers its range.
+    /// Turns on the profiler output that `JITMAP_PERF` (`jitdump`, `map`, `both` or
+    /// `off`) and `JITMAP_PERF_DIR` (default `/tmp`) ask for, for every heap of
+    /// this manager. A host calls it once, right after creating the manager: the
+    /// library reads no environment variable on its own.
+    ///
+    /// ```
+    /// let manager = jitmap::ExecutionManager::new(8);
+    /// let output = manager.perf_from_env()?; // JITMAP_PERF unset: nothing opened
+    /// assert!(output.jitdump.is_none() && output.perf_map.is_none());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn perf_from_env(&self) -> Result<PerfOutput, PerfError> {
+        PerfConfig::from_env()?.install(&self.listeners)
+    }
+
+    /// Creates a code heap and registers its range. Also reclaims sections removed
+    /// earlier whose grace period has passed (as every manager writer call does).
     pub fn create_heap(&self, config: HeapConfig) -> Result<ManagedHeap<'_>, ManagerError> {
-        let heap = CodeHeap::with_listeners(config, self.domain(), Arc::clone(&self.listeners))
-            .map_err(ManagerError::Heap)?;
+        self.ranges.try_reclaim();
+        let heap = CodeHeap::with_listeners(config, self.domain(), Arc::clone(&self.listeners))?;
         let heap = Arc::new(heap);
         let (begin, end) = (heap.base(), heap.base() + heap.span() as usize);
         let section = HeapSection {
@@ -155,6 +213,7 @@ impl ExecutionManager {
 
     /// Validates and registers an image; returns its base.
     pub fn load_image(&self, info: ImageInfo) -> Result<usize, ManagerError> {
+        self.ranges.try_reclaim();
         let (base, size) = (info.base, info.size);
         let image = ImageSection::new(info).map_err(ManagerError::Image)?;
         let end = base
@@ -169,13 +228,24 @@ impl ExecutionManager {
         Ok(base)
     }
 
-    /// Unregisters the image loaded at `base`.
+    /// Unregisters the image loaded at `base`. Anything else there (a code heap)
+    /// is refused with [`ManagerError::NotAnImage`] and stays registered.
     pub fn unload_image(&self, base: usize) -> Result<(), ManagerError> {
-        self.ranges.remove(base).map_err(ManagerError::Range)
+        match self
+            .ranges
+            .remove_if(base, |kind| matches!(kind, SectionKind::Image(_)))
+        {
+            Err(RangeError::WrongKind { .. }) => Err(ManagerError::NotAnImage { base }),
+            other => Ok(other?),
+        }
     }
 
     /// Frees removed sections (and unmaps retired heaps no one else holds) whose
     /// grace period has passed. Returns the number of sections freed.
+    ///
+    /// Removal reclaims at once when no reader is pinned; a section removed while
+    /// one was is freed by the next manager writer call (`create_heap`,
+    /// `load_image`, `unload_image`, a heap handle's drop) or by this one.
     pub fn try_reclaim(&self) -> usize {
         self.ranges.try_reclaim()
     }
@@ -185,20 +255,32 @@ impl ExecutionManager {
         &'g self,
         guard: &'g Guard<'_>,
         ip: usize,
-    ) -> Option<&'g Section<SectionKind>> {
+    ) -> Result<Option<&'g Section<SectionKind>>, ForeignGuard> {
         self.ranges.find(guard, ip)
     }
 
-    /// Classifies `ip`. Lock-free, bounded, allocation-free: signal-safe.
+    /// Classifies `ip`. Lock-free, allocation-free, no system call: signal-safe.
+    /// Bounded in v2 heaps and images; in a v1 heap the map walk grows with the
+    /// method's size (see [`crate::MapVersion`]).
     #[inline]
-    pub fn classify<'g>(&'g self, guard: &'g Guard<'_>, ip: usize) -> Lookup<'g> {
-        let Some(section) = self.ranges.find(guard, ip) else {
-            return Lookup::Nothing;
-        };
+    pub fn classify<'g>(
+        &'g self,
+        guard: &'g Guard<'_>,
+        ip: usize,
+    ) -> Result<Lookup<'g>, ForeignGuard> {
+        Ok(match self.ranges.find(guard, ip)? {
+            Some(section) => Self::classify_in(section, ip),
+            None => Lookup::Nothing,
+        })
+    }
+
+    /// What is at `ip` inside `section` (which contains it).
+    #[inline]
+    fn classify_in(section: &Section<SectionKind>, ip: usize) -> Lookup<'_> {
         match section.value() {
-            // SAFETY: the section's `Arc` keeps the heap alive while the section is
-            // reachable, and `guard` (checked by the range map to be pinned in the
-            // domain every managed heap shares) keeps the section reachable for 'g.
+            // SAFETY: `classify` found the section under a guard the range map
+            // checked to be pinned in the domain every managed heap shares, which
+            // keeps the section, and the `Arc` in it keeps the heap, alive for 'g.
             SectionKind::Heap(s) => {
                 // SAFETY: as above.
                 let Some(hit) = (unsafe { s.lookup.find(ip) }) else {
@@ -252,20 +334,50 @@ impl ExecutionManager {
     /// The method block containing `ip`, or `None` (stubs, thunks, free space,
     /// headers, no section). Exact: an address past a block's end is `None`.
     #[inline]
-    pub fn find<'g>(&'g self, guard: &'g Guard<'_>, ip: usize) -> Option<CodeBlock<'g>> {
-        match self.classify(guard, ip) {
+    pub fn find<'g>(
+        &'g self,
+        guard: &'g Guard<'_>,
+        ip: usize,
+    ) -> Result<Option<CodeBlock<'g>>, ForeignGuard> {
+        Ok(match self.classify(guard, ip)? {
             Lookup::Method(block) => Some(block),
             _ => None,
+        })
+    }
+
+    /// The method block containing the return address `ra`: looks up `ra - 1`.
+    ///
+    /// A stack walker holds return addresses, which point *after* a call. When a
+    /// call is a method's last instruction (a call to a function that never
+    /// returns, such as a throw helper), the return address is the first byte past
+    /// the method: the next method, or nothing. The call instruction itself, and
+    /// so the frame, ends at `ra - 1`. Only the innermost frame's pc (or a frame
+    /// interrupted by a signal) is looked up as is.
+    #[inline]
+    pub fn find_return_address<'g>(
+        &'g self,
+        guard: &'g Guard<'_>,
+        ra: usize,
+    ) -> Result<Option<CodeBlock<'g>>, ForeignGuard> {
+        match ra.checked_sub(1) {
+            Some(pc) => self.find(guard, pc),
+            None => guard.check(self.domain()).map(|()| None),
         }
     }
 
     /// The method id whose entry point is exactly `addr` (the analogue of
     /// `NonVirtualEntry2MethodDesc`).
-    pub fn entry_to_method(&self, guard: &Guard<'_>, addr: usize) -> Option<u64> {
-        let section = self.ranges.find(guard, addr)?;
-        match section.value() {
+    pub fn entry_to_method(
+        &self,
+        guard: &Guard<'_>,
+        addr: usize,
+    ) -> Result<Option<u64>, ForeignGuard> {
+        let Some(section) = self.ranges.find(guard, addr)? else {
+            return Ok(None);
+        };
+        Ok(match section.value() {
             SectionKind::Heap(s) => match s.heap.find(guard, addr)? {
-                b if b.offset == 0 => match b.kind {
+                Some(b) if b.offset == 0 => match b.kind {
                     BlockKind::Method(h) => Some(h.method_id()),
                     BlockKind::Stub(_) => None,
                 },
@@ -274,7 +386,7 @@ impl ExecutionManager {
             SectionKind::Image(image) => image
                 .method_at_entry((addr - section.begin()) as u64)
                 .map(|m| m.method_id),
-        }
+        })
     }
 }
 

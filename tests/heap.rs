@@ -112,7 +112,7 @@ fn every_byte_finds_its_block_and_nothing_else_does() {
                     .map(|(i, r)| (r.start(), (ip - r.start()) as u64, *i as u64 + 10));
                 inside += usize::from(expected.is_some());
                 assert_eq!(
-                    method_of(heap.find(&guard, ip)),
+                    method_of(heap.find(&guard, ip).unwrap()),
                     expected,
                     "{version} {mode:?} ip {ip:#x}"
                 );
@@ -127,7 +127,7 @@ fn every_byte_finds_its_block_and_nothing_else_does() {
                 heap.base() + heap.span() as usize,
                 usize::MAX,
             ] {
-                assert!(heap.find(&guard, ip).is_none());
+                assert!(heap.find(&guard, ip).unwrap().is_none());
             }
         }
     }
@@ -139,7 +139,7 @@ fn header_prefix_holds_size_and_slot() {
     let r = method(&heap, 5, 100);
     let reader = domain.register().unwrap();
     let guard = reader.pin().unwrap();
-    let BlockKind::Method(h) = heap.find(&guard, r.start()).unwrap().kind else {
+    let BlockKind::Method(h) = heap.find(&guard, r.start()).unwrap().unwrap().kind else {
         panic!()
     };
     // SAFETY: the prefix words of a live block are readable in RWX mode.
@@ -156,10 +156,10 @@ fn stubs_are_reported_as_stubs() {
     let stub = r.publish_stub(7).unwrap();
     let reader = domain.register().unwrap();
     let guard = reader.pin().unwrap();
-    let b = heap.find(&guard, stub.start() + 63).unwrap();
+    let b = heap.find(&guard, stub.start() + 63).unwrap().unwrap();
     assert!(matches!(b.kind, BlockKind::Stub(7)));
     assert_eq!((b.start, b.size, b.offset), (stub.start(), 64, 63));
-    assert!(heap.find(&guard, stub.start() + 64).is_none());
+    assert!(heap.find(&guard, stub.start() + 64).unwrap().is_none());
     for kind in [0, 16, 255] {
         let before = usage(&heap);
         let r = heap.reserve(64).unwrap();
@@ -178,9 +178,9 @@ fn abort_is_never_visible_and_space_is_reused() {
         let addr = r.address();
         let reader = domain.register().unwrap();
         let guard = reader.pin().unwrap();
-        assert!(heap.find(&guard, addr).is_none(), "reserved is not visible");
+        assert!(heap.find(&guard, addr).unwrap().is_none(), "reserved is not visible");
         r.abort();
-        assert!(heap.find(&guard, addr).is_none());
+        assert!(heap.find(&guard, addr).unwrap().is_none());
         assert_eq!(usage(&heap), before);
         assert_eq!(heap.map().nonzero_words().count(), 0);
         let r2 = heap.reserve(512).unwrap();
@@ -196,12 +196,12 @@ fn grace_period_keeps_header_and_bytes_until_unpin() {
     let a = method(&heap, 77, 1000);
     let reader = domain.register().unwrap();
     let guard = reader.pin().unwrap();
-    let BlockKind::Method(header) = heap.find(&guard, a.start() + 10).unwrap().kind else {
+    let BlockKind::Method(header) = heap.find(&guard, a.start() + 10).unwrap().unwrap().kind else {
         panic!()
     };
     heap.free(a).unwrap();
     assert!(
-        heap.find(&guard, a.start() + 10).is_none(),
+        heap.find(&guard, a.start() + 10).unwrap().is_none(),
         "unpublished at once"
     );
     assert_eq!(
@@ -226,13 +226,16 @@ fn grace_period_keeps_header_and_bytes_until_unpin() {
 }
 
 #[test]
-fn guard_from_another_domain_finds_nothing() {
+fn guard_from_another_domain_is_refused() {
     let (_d, heap) = heap(MapVersion::V2, MemoryMode::Rwx, 1 << 20);
     let a = method(&heap, 1, 64);
     let other = Domain::new(1);
     let reader = other.register().unwrap();
     let guard = reader.pin().unwrap();
-    assert!(heap.find(&guard, a.start()).is_none());
+    assert_eq!(
+        heap.find(&guard, a.start()).map(|b| b.map(|b| b.start)),
+        Err(jitmap::ForeignGuard)
+    );
 }
 
 #[test]

@@ -166,11 +166,12 @@ fn info(id: u64, name: &str, eh: bool) -> CodeInfo {
 fn writer_file_reads_back_exactly() {
     let dir = temp_dir("jitdump-writer");
     let (_domain, heap) = common::small_heap(2);
-    let dump = Arc::new(JitDump::create(&dir).unwrap());
+    let dump = JitDump::open(&dir).unwrap();
     let path = dump.path().to_owned();
     assert_eq!(path, dir.join(format!("jit-{}.dump", std::process::id())));
     heap.listeners()
-        .add(Arc::clone(&dump) as Arc<dyn CodeListener>);
+        .add(Arc::clone(&dump) as Arc<dyn CodeListener>)
+        .unwrap();
 
     let publish = |id, name: &str, bytes: &[u8], eh| {
         let mut r = heap.reserve(bytes.len() as u64).unwrap();
@@ -181,6 +182,7 @@ fn writer_file_reads_back_exactly() {
     let b = publish(2, "beta", &[0xCC; 9], false);
     let moved = heap.move_block(a).unwrap();
     heap.free(b).unwrap();
+    heap.listeners().flush();
     heap.listeners()
         .remove(&(Arc::clone(&dump) as Arc<dyn CodeListener>));
     assert_eq!(dump.errors(), 0);
@@ -481,9 +483,10 @@ fn validator_reports_each_violation() {
 fn perf_map_lines_match_published_blocks() {
     let dir = temp_dir("perf-map");
     let (_domain, heap) = common::small_heap(2);
-    let map = Arc::new(PerfMap::create(&dir).unwrap());
+    let map = PerfMap::open(&dir).unwrap();
     heap.listeners()
-        .add(Arc::clone(&map) as Arc<dyn CodeListener>);
+        .add(Arc::clone(&map) as Arc<dyn CodeListener>)
+        .unwrap();
     let mut expected = String::new();
     let mut refs = Vec::new();
     for (i, name) in ["one", "two\nlines", "tab\there"].into_iter().enumerate() {
@@ -504,6 +507,7 @@ fn perf_map_lines_match_published_blocks() {
     let moved = heap.move_block(refs[0]).unwrap();
     expected += &format!("{:x} 10 one\n", moved.start());
     heap.free(refs[1]).unwrap();
+    heap.listeners().flush();
     assert_eq!(std::fs::read_to_string(map.path()).unwrap(), expected);
     assert_eq!(map.errors(), 0);
     std::fs::remove_dir_all(&dir).unwrap();

@@ -58,7 +58,7 @@ fn jit_method_with_two_funclets() {
         (199, s + 150, true, 3, 20),
     ];
     for (off, funclet, is_funclet, tag, line) in cases {
-        let b = m.find(&g, s + off).unwrap();
+        let b = m.find(&g, s + off).unwrap().unwrap();
         assert_eq!(
             (b.method_id(), b.start(), b.relative_offset()),
             (0xFEED, s, off as u64)
@@ -89,11 +89,11 @@ fn jit_method_with_two_funclets() {
             }
         );
     }
-    assert!(m.find(&g, s + 200).is_none(), "past the end");
-    assert!(m.find(&g, s - 1).is_none(), "header slot");
-    assert_eq!(m.entry_to_method(&g, s), Some(0xFEED));
-    assert_eq!(m.entry_to_method(&g, s + 100), None);
-    assert_eq!(m.entry_to_method(&g, s + 1), None);
+    assert!(m.find(&g, s + 200).unwrap().is_none(), "past the end");
+    assert!(m.find(&g, s - 1).unwrap().is_none(), "header slot");
+    assert_eq!(m.entry_to_method(&g, s).unwrap(), Some(0xFEED));
+    assert_eq!(m.entry_to_method(&g, s + 100).unwrap(), None);
+    assert_eq!(m.entry_to_method(&g, s + 1).unwrap(), None);
 }
 
 #[test]
@@ -107,7 +107,7 @@ fn jit_cold_part_reports_regions() {
     let code = heap.reserve(0x100).unwrap().publish(info).unwrap();
     let reader = m.register().unwrap();
     let g = reader.pin().unwrap();
-    let b = m.find(&g, code.start() + 0x70).unwrap();
+    let b = m.find(&g, code.start() + 0x70).unwrap().unwrap();
     assert_eq!(
         b.region(),
         RegionInfo {
@@ -128,15 +128,15 @@ fn stubs_and_free_space() {
     let reader = m.register().unwrap();
     let g = reader.pin().unwrap();
     assert!(
-        matches!(m.classify(&g, stub.start() + 5), Lookup::Stub { kind: 2, start, size: 32 } if start == stub.start())
+        matches!(m.classify(&g, stub.start() + 5).unwrap(), Lookup::Stub { kind: 2, start, size: 32 } if start == stub.start())
     );
-    assert!(m.find(&g, stub.start() + 5).is_none());
-    assert_eq!(m.entry_to_method(&g, stub.start()), None);
+    assert!(m.find(&g, stub.start() + 5).unwrap().is_none());
+    assert_eq!(m.entry_to_method(&g, stub.start()).unwrap(), None);
     assert!(matches!(
-        m.classify(&g, stub.start() + 0x1000),
+        m.classify(&g, stub.start() + 0x1000).unwrap(),
         Lookup::Nothing
     ));
-    assert!(matches!(m.classify(&g, 0x10), Lookup::Nothing));
+    assert!(matches!(m.classify(&g, 0x10).unwrap(), Lookup::Nothing));
 }
 
 const IMG: usize = 0x5555_0000_0000;
@@ -204,7 +204,7 @@ fn image_main_body_funclet_cold_part_and_thunks() {
         (0x1300, 300, 0x1300, 0, 0x1300, 3),
     ];
     for (rel, id, start, offset, funclet, tag) in cases {
-        let b = m.find(&g, IMG + rel).unwrap();
+        let b = m.find(&g, IMG + rel).unwrap().unwrap();
         assert_eq!(
             (b.method_id(), b.start(), b.relative_offset()),
             (id, IMG + start, offset),
@@ -218,7 +218,7 @@ fn image_main_body_funclet_cold_part_and_thunks() {
             (IMG, JitKind::Precompiled, None)
         );
     }
-    let a = m.find(&g, IMG + 0x1000).unwrap();
+    let a = m.find(&g, IMG + 0x1000).unwrap().unwrap();
     assert_eq!(
         a.region(),
         RegionInfo {
@@ -228,7 +228,7 @@ fn image_main_body_funclet_cold_part_and_thunks() {
         }
     );
     assert_eq!(a.debug_at().map(|r| r.line), Some(5));
-    let b = m.find(&g, IMG + 0x8088).unwrap();
+    let b = m.find(&g, IMG + 0x8088).unwrap().unwrap();
     assert_eq!(
         b.region(),
         RegionInfo {
@@ -238,7 +238,7 @@ fn image_main_body_funclet_cold_part_and_thunks() {
         }
     );
     assert_eq!(b.gc_info().map(|g| g.version), Some(1));
-    let c = m.find(&g, IMG + 0x1300).unwrap();
+    let c = m.find(&g, IMG + 0x1300).unwrap().unwrap();
     assert_eq!(
         c.region(),
         RegionInfo {
@@ -247,26 +247,26 @@ fn image_main_body_funclet_cold_part_and_thunks() {
             cold_size: 0
         }
     );
-    assert!(matches!(m.classify(&g, IMG + 0x9000), Lookup::Thunk));
-    assert!(matches!(m.classify(&g, IMG + 0x90FF), Lookup::Thunk));
+    assert!(matches!(m.classify(&g, IMG + 0x9000).unwrap(), Lookup::Thunk));
+    assert!(matches!(m.classify(&g, IMG + 0x90FF).unwrap(), Lookup::Thunk));
     for gap in [0x0, 0xFFF, 0x1140, 0x11FF, 0x1310, 0x8090, 0x9100, 0xFFFF] {
         assert!(
-            matches!(m.classify(&g, IMG + gap), Lookup::Nothing),
+            matches!(m.classify(&g, IMG + gap).unwrap(), Lookup::Nothing),
             "{gap:#x}"
         );
     }
-    assert!(matches!(m.classify(&g, IMG + 0x10000), Lookup::Nothing));
-    assert_eq!(m.entry_to_method(&g, IMG + 0x1200), Some(200));
+    assert!(matches!(m.classify(&g, IMG + 0x10000).unwrap(), Lookup::Nothing));
+    assert_eq!(m.entry_to_method(&g, IMG + 0x1200).unwrap(), Some(200));
     assert_eq!(
-        m.entry_to_method(&g, IMG + 0x1100),
+        m.entry_to_method(&g, IMG + 0x1100).unwrap(),
         None,
         "a funclet is not an entry"
     );
-    assert_eq!(m.entry_to_method(&g, IMG + 0x1001), None);
+    assert_eq!(m.entry_to_method(&g, IMG + 0x1001).unwrap(), None);
     drop(g);
     m.unload_image(IMG).unwrap();
     let g = reader.pin().unwrap();
-    assert!(m.find(&g, IMG + 0x1010).is_none());
+    assert!(m.find(&g, IMG + 0x1010).unwrap().is_none());
 }
 
 #[test]
@@ -371,16 +371,16 @@ fn a_thousand_heaps() {
     let g = reader.pin().unwrap();
     for (i, (h, c)) in heaps.iter().zip(&codes).enumerate() {
         for ip in [c.start(), c.start() + 99] {
-            let b = m.find(&g, ip).unwrap();
+            let b = m.find(&g, ip).unwrap().unwrap();
             assert_eq!((b.method_id(), b.start()), (i as u64, c.start()));
         }
-        assert!(m.find(&g, c.start() + 100).is_none());
+        assert!(m.find(&g, c.start() + 100).unwrap().is_none());
         assert!(
-            m.section(&g, h.base())
+            m.section(&g, h.base()).unwrap()
                 .is_some_and(|s| s.begin() == h.base())
         );
         assert!(
-            m.section(&g, h.base() + 65535)
+            m.section(&g, h.base() + 65535).unwrap()
                 .is_some_and(|s| s.begin() == h.base())
         );
     }
@@ -401,11 +401,11 @@ fn dropping_a_heap_waits_for_readers_in_another_thread() {
         s.spawn(|| {
             let reader = m.register().unwrap();
             let g = reader.pin().unwrap();
-            let b = m.find(&g, code.start() + 3).unwrap();
+            let b = m.find(&g, code.start() + 3).unwrap().unwrap();
             pinned.wait();
             dropped.wait();
             // The heap is unregistered, but this guard keeps its memory mapped.
-            assert!(m.find(&g, code.start() + 3).is_none());
+            assert!(m.find(&g, code.start() + 3).unwrap().is_none());
             assert_eq!((b.method_id(), b.name()), (11, Some("doomed")));
             // SAFETY: the block's code bytes stay mapped while the guard is held.
             let bytes = unsafe { std::slice::from_raw_parts(b.start() as *const u8, 64) };
@@ -482,11 +482,11 @@ fn manager_agrees_with_the_heap_at_every_byte() {
                 + 600;
             let mut methods = 0;
             for ip in heap.base()..end {
-                let expected = heap.find(&g, ip).map(|b| match b.kind {
+                let expected = heap.find(&g, ip).unwrap().map(|b| match b.kind {
                     BlockKind::Method(h) => (false, b.start, b.offset, h.method_id()),
                     BlockKind::Stub(k) => (true, b.start, b.offset, u64::from(k)),
                 });
-                let got = match m.classify(&g, ip) {
+                let got = match m.classify(&g, ip).unwrap() {
                     Lookup::Method(b) => {
                         Some((false, b.start(), b.relative_offset(), b.method_id()))
                     }

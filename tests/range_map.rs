@@ -20,7 +20,7 @@ fn setup() -> (Arc<Domain>, RangeSectionMap<u64>) {
 fn at(map: &RangeSectionMap<u64>, domain: &Arc<Domain>, addr: usize) -> Option<u64> {
     let reader = domain.register().unwrap();
     let guard = reader.pin().unwrap();
-    map.find(&guard, addr).map(|s| *s.value())
+    map.find(&guard, addr).unwrap().map(|s| *s.value())
 }
 
 #[test]
@@ -163,14 +163,14 @@ fn matches_a_model_over_random_inserts_and_removes() {
                 .filter(|(_, (e, _))| addr < *e)
                 .map(|(_, &(_, v))| v);
             assert_eq!(
-                map.find(&guard, addr).map(|s| *s.value()),
+                map.find(&guard, addr).unwrap().map(|s| *s.value()),
                 expected,
                 "step {step} addr {addr:#x}"
             );
         }
         for (&b, &(e, v)) in &model {
-            assert_eq!(map.find(&guard, b).map(|s| *s.value()), Some(v));
-            assert_eq!(map.find(&guard, e - 1).map(|s| *s.value()), Some(v));
+            assert_eq!(map.find(&guard, b).unwrap().map(|s| *s.value()), Some(v));
+            assert_eq!(map.find(&guard, e - 1).unwrap().map(|s| *s.value()), Some(v));
         }
     }
     assert_eq!(map.len(), model.len());
@@ -185,9 +185,9 @@ fn removal_waits_for_pinned_readers() {
     map.insert(BASE, BASE + 0x1000, value).unwrap();
     let reader = domain.register().unwrap();
     let guard = reader.pin().unwrap();
-    let section = map.find(&guard, BASE + 8).unwrap();
+    let section = map.find(&guard, BASE + 8).unwrap().unwrap();
     map.remove(BASE).unwrap();
-    assert!(map.find(&guard, BASE + 8).is_none(), "unlinked at once");
+    assert!(map.find(&guard, BASE + 8).unwrap().is_none(), "unlinked at once");
     assert_eq!(map.try_reclaim(), 0);
     assert_eq!(
         (section.begin(), section.end(), section.value().as_str()),

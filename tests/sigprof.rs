@@ -20,7 +20,7 @@ static BAD: AtomicUsize = AtomicUsize::new(0);
 
 /// Exact method id and start of the block at `ip`, or None.
 fn method_at(heap: &CodeHeap, guard: &jitmap::Guard<'_>, ip: usize) -> Option<(u64, usize)> {
-    heap.find(guard, ip).and_then(|b| match b.kind {
+    heap.find(guard, ip).unwrap().and_then(|b| match b.kind {
         BlockKind::Method(h) => Some((h.method_id(), b.start)),
         BlockKind::Stub(_) => None,
     })
@@ -43,7 +43,7 @@ extern "C" fn on_sigprof(_: libc::c_int) {
         BAD.fetch_add(1, Ordering::Relaxed);
     }
     if heap
-        .find(&guard, FREED_IP.load(Ordering::Relaxed))
+        .find(&guard, FREED_IP.load(Ordering::Relaxed)).unwrap()
         .is_some()
     {
         BAD.fetch_add(1, Ordering::Relaxed);
@@ -66,7 +66,7 @@ fn sigprof_handler_nests_without_ending_outer_protection() {
     let reader = domain.register().unwrap();
 
     let outer = reader.pin().unwrap();
-    let BlockKind::Method(freed_header) = heap.find(&outer, freed.start() + 100).unwrap().kind
+    let BlockKind::Method(freed_header) = heap.find(&outer, freed.start() + 100).unwrap().unwrap().kind
     else {
         panic!("expected a method")
     };

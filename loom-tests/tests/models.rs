@@ -259,7 +259,7 @@ fn range_removal() {
         let reader = thread::spawn(move || {
             let r = d.register().unwrap();
             let g = r.pin().unwrap();
-            if let Some(s) = m.find(&g, BASE + 8) {
+            if let Some(s) = m.find(&g, BASE + 8).unwrap() {
                 assert_eq!((s.begin(), s.end()), (BASE, BASE + 0x100));
                 assert_eq!(
                     c.load(Ordering::SeqCst),
@@ -285,7 +285,7 @@ fn range_insert_is_seen_whole_or_not_at_all() {
         let writer = thread::spawn(move || m.insert(BASE, BASE + 0x100, 7u64).unwrap());
         let r = domain.register().unwrap();
         let g = r.pin().unwrap();
-        if let Some(s) = map.find(&g, BASE + 0xFF) {
+        if let Some(s) = map.find(&g, BASE + 0xFF).unwrap() {
             assert_eq!((s.begin(), s.end(), *s.value()), (BASE, BASE + 0x100, 7));
         }
         drop(g);

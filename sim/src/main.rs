@@ -258,7 +258,9 @@ fn run_spin(
         config.mode = PerfMode::JitDump;
     }
     let manager = jitmap::ExecutionManager::new(4);
-    let output = config.install(manager.listeners())?;
+    let output = config
+        .install(manager.listeners())
+        .map_err(io::Error::other)?;
     let report = jitmap_sim::spin::run(
         &manager,
         functions,

@@ -255,7 +255,10 @@ fn reader(
             continue;
         }
         let addr = start + rng.below(size);
-        let found = heap.find(&guard, addr as usize);
+        let Ok(found) = heap.find(&guard, addr as usize) else {
+            wrong += 1; // a refused lookup is a wrong answer
+            continue;
+        };
         // Acquire: if the lookup saw the unpublish, this load sees "dead".
         let s2 = entry.state.load(Ordering::Acquire);
         lookups += 1;

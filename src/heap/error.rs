@@ -2,13 +2,14 @@
 
 use std::fmt;
 
-use super::header::InfoError;
-use crate::epoch::EpochError;
+use crate::info::InfoError;
+use crate::epoch::{EpochError, ForeignGuard};
 use crate::nibble::MapError;
 
 /// A rejected heap operation. The heap is unchanged whenever one is returned
 /// (a failed publish gives the reservation's space back, as an abort does).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum HeapError {
     /// A reservation of 0 bytes.
     ZeroSize,
@@ -38,6 +39,8 @@ pub enum HeapError {
     Map(MapError),
     /// Mapping or protecting memory failed with this OS error.
     Memory { errno: i32 },
+    /// A lookup was given a guard from another reader domain.
+    ForeignGuard,
 }
 
 impl fmt::Display for HeapError {
@@ -70,6 +73,7 @@ impl fmt::Display for HeapError {
                 "memory mapping failed: {}",
                 std::io::Error::from_raw_os_error(*errno)
             ),
+            Self::ForeignGuard => write!(f, "{ForeignGuard}"),
         }
     }
 }
@@ -93,5 +97,17 @@ impl From<InfoError> for HeapError {
 impl From<EpochError> for HeapError {
     fn from(e: EpochError) -> Self {
         Self::Epoch(e)
+    }
+}
+
+impl From<MapError> for HeapError {
+    fn from(e: MapError) -> Self {
+        Self::Map(e)
+    }
+}
+
+impl From<ForeignGuard> for HeapError {
+    fn from(_: ForeignGuard) -> Self {
+        Self::ForeignGuard
     }
 }

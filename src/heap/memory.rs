@@ -104,6 +104,24 @@ impl CodeMemory {
         self.mode
     }
 
+    /// Makes `len` freshly written bytes at `offset` visible to instruction fetch
+    /// on this core, by their executable address: the cache maintenance of aarch64
+    /// (`__clear_cache`) works on virtual addresses, and in W^X mode the lines that
+    /// instruction fetch uses belong to the read-execute view, not the writable
+    /// alias. Other cores that may run the code need a context synchronization
+    /// event of their own before they do (an ISB, or membarrier's `SYNC_CORE`);
+    /// a thread that first reaches the code through the map's Acquire load after
+    /// this call is such a case only on aarch64, where the host must provide it.
+    pub(crate) fn flush_icache(&self, offset: usize, len: usize) {
+        let (start, len) = self.icache_range(offset, len);
+        flush_icache(start, len);
+    }
+
+    /// The range [`CodeMemory::flush_icache`] maintains: the executable view's.
+    pub(crate) fn icache_range(&self, offset: usize, len: usize) -> (*const u8, usize) {
+        (self.exec.as_ptr().wrapping_add(offset).cast_const(), len)
+    }
+
     /// Makes `[from, to)` accessible. Offsets are page-aligned and within the span.
     pub(crate) fn commit(&self, from: usize, to: usize) -> io::Result<()> {
         let len = to - from;
@@ -155,7 +173,7 @@ fn map_shared(fd: &OwnedFd, span: usize) -> io::Result<NonNull<u8>> {
 
 /// Makes freshly written code visible to instruction fetch.
 #[cfg(target_arch = "aarch64")]
-pub(crate) fn flush_icache(start: *const u8, len: usize) {
+fn flush_icache(start: *const u8, len: usize) {
     unsafe extern "C" {
         fn __clear_cache(start: *mut libc::c_char, end: *mut libc::c_char);
     }
@@ -166,4 +184,4 @@ pub(crate) fn flush_icache(start: *const u8, len: usize) {
 /// Makes freshly written code visible to instruction fetch. x86-64 keeps
 /// instruction fetch coherent with stores, so there is nothing to do.
 #[cfg(not(target_arch = "aarch64"))]
-pub(crate) fn flush_icache(_start: *const u8, _len: usize) {}
+fn flush_icache(_start: *const u8, _len: usize) {}

@@ -24,14 +24,16 @@ use parking_lot::Mutex;
 
 pub use alloc::PREFIX;
 pub use error::HeapError;
-pub use header::{
-    CodeHeader, CodeInfo, DebugEntry, EhFrame, GcInfo, InfoError, JitKind, UnwindEntry,
-};
+pub use header::CodeHeader;
+
+pub use crate::info::{CodeInfo, DebugEntry, EhFrame, GcInfo, InfoError, JitKind, UnwindEntry};
 pub use memory::MemoryMode;
 pub use reservation::Reservation;
 
-use crate::epoch::{Domain, Guard};
-use crate::events::{CodeEvent, CodeFree, CodeLoad, CodeMove, Listeners, monotonic_ns};
+use crate::epoch::{Domain, ForeignGuard, Guard};
+use crate::events::{
+    CodeEvent, CodeFree, CodeLoad, CodeMove, Listeners, current_tid, monotonic_ns,
+};
 use crate::mapping::HUGE_PAGE;
 use crate::nibble::encoding::MAX_SPAN;
 use crate::nibble::{MapVersion, MapWriter, NibbleMap};
@@ -39,12 +41,14 @@ use crate::words::MmapWords;
 use alloc::FreeSpace;
 use lookup::prefix_at;
 pub(crate) use lookup::{HeapLookup, Hit};
-use memory::{CodeMemory, flush_icache};
+use memory::CodeMemory;
 
 /// Granularity of committing memory as the heap grows (small pages).
 const COMMIT_CHUNK: u64 = 64 * 1024;
 /// Retired blocks accumulated before a free tries to reclaim.
 const RECLAIM_BATCH: usize = 32;
+/// Retired extent bytes accumulated before a free tries to reclaim.
+const RECLAIM_BYTES: u64 = 1 << 20;
 /// Largest stub kind; slot values above it are header pointers.
 pub const MAX_STUB_KIND: u8 = 15;
 
@@ -160,6 +164,8 @@ impl HeaderPtr {
 struct Live {
     generation: u64,
     extent: Range<u64>,
+    /// The alignment the block was reserved with (kept by moves).
+    align: u64,
     header: Option<HeaderPtr>,
 }
 
@@ -171,7 +177,7 @@ struct Retired {
 
 /// What a publish puts in the slot.
 pub(crate) enum Payload {
-    Method(CodeInfo),
+    Method(Arc<CodeInfo>),
     Stub(u8),
 }
 
@@ -182,6 +188,8 @@ struct Writer {
     committed: u64,
     live: HashMap<u64, Live>,
     retired: Vec<Retired>,
+    /// Extent bytes in `retired`.
+    retired_bytes: u64,
     next_generation: u64,
     reclaimed_bytes: u64,
 }
@@ -233,10 +241,10 @@ impl CodeHeap {
         listeners: Arc<Listeners>,
     ) -> Result<Self, HeapError> {
         let page = region::page::size() as u64;
-        let span = config.span.next_multiple_of(page);
-        if config.span == 0 || span >= MAX_SPAN {
-            return Err(HeapError::BadSpan { span: config.span });
-        }
+        let span = match config.span.checked_next_multiple_of(page) {
+            Some(span) if config.span != 0 && span < MAX_SPAN => span,
+            _ => return Err(HeapError::BadSpan { span: config.span }),
+        };
         check_align(config.align)?;
         let memory = CodeMemory::reserve(span as usize, config.mode, config.huge_pages)?;
         let map = MapWriter::with_huge_pages(config.version, span, config.huge_pages)
@@ -269,6 +277,7 @@ impl CodeHeap {
                 committed: 0,
                 live: HashMap::new(),
                 retired: Vec::new(),
+                retired_bytes: 0,
                 next_generation: 1,
                 reclaimed_bytes: 0,
             }),
@@ -326,15 +335,18 @@ impl CodeHeap {
         }
         check_align(align)?;
         let mut w = self.writer.lock();
-        let placement = match w.free.allocate(size, align) {
-            Some(p) => p,
-            None => {
-                self.reclaim(&mut w);
-                w.free
-                    .allocate(size, align)
-                    .ok_or(HeapError::HeapFull { size })?
+        let mut placement = w.free.allocate(size, align);
+        // Reclaim before failing, and before committing more memory: retired
+        // blocks never make the heap grow while their grace period has passed.
+        if placement.as_ref().is_none_or(|p| p.extent.end > w.committed)
+            && self.reclaim(&mut w) > 0
+        {
+            if let Some(p) = placement.take() {
+                w.free.release(p.extent);
             }
-        };
+            placement = w.free.allocate(size, align);
+        }
+        let placement = placement.ok_or(HeapError::HeapFull { size })?;
         if placement.extent.end > w.committed {
             let to = placement
                 .extent
@@ -351,20 +363,25 @@ impl CodeHeap {
             heap: self,
             start: placement.start,
             size,
+            align,
             extent: placement.extent,
         })
     }
 
     /// Finds the block containing `ip`: exact, lock-free, no allocation, no system
-    /// call; safe in a signal handler. A guard from another domain finds nothing.
+    /// call; safe in a signal handler. Bounded for v2 maps (two map words, then the
+    /// block's prefix); a v1 lookup walks back over the method, so its cost grows
+    /// with the method's size. A guard from another domain is refused.
     #[inline]
-    pub fn find<'a>(&'a self, guard: &'a Guard<'_>, ip: usize) -> Option<HeapBlock<'a>> {
-        if !Arc::ptr_eq(guard.domain(), &self.domain) {
-            return None;
-        }
+    pub fn find<'a>(
+        &'a self,
+        guard: &'a Guard<'_>,
+        ip: usize,
+    ) -> Result<Option<HeapBlock<'a>>, ForeignGuard> {
+        guard.check(&self.domain)?;
         // SAFETY: `self` outlives `'a`, and `guard` is pinned in this heap's domain
         // for `'a` (checked above).
-        unsafe { self.lookup.find(ip) }?.block()
+        Ok(unsafe { self.lookup.find(ip) }.and_then(Hit::block))
     }
 
     /// Whether this heap may hold stubs. Read after the Acquire load of the map
@@ -383,41 +400,56 @@ impl CodeHeap {
 
     /// Unpublishes a block at once; its bytes and header are reused only after every
     /// guard that might have seen it has dropped.
+    ///
+    /// Reclamation is automatic and runs on the writer side: a free reclaims once 32
+    /// blocks or 1 MiB await their grace period, and a reservation reclaims before
+    /// it would commit more memory or fail. So while no reader stays pinned, what
+    /// retired blocks hold is bounded by that batch. [`CodeHeap::try_reclaim`] does
+    /// it on demand.
+    ///
+    /// A guard protects *lookups*, not execution: the bytes of a method another
+    /// thread may still be running, or may return into, must not be freed this way
+    /// until that thread is known to be out of it.
     pub fn free(&self, code: CodeRef) -> Result<(), HeapError> {
         let offset = self.offset_of(code)?;
         let mut w = self.writer.lock();
         self.check_live(&w, code, offset)?;
-        let header = self.unpublish(&mut w, offset)?;
-        if let Some(h) = header.as_ref().filter(|_| !self.listeners.is_empty()) {
-            // SAFETY: the header is retired, not reclaimed, and we hold the lock
-            // that reclamation needs.
-            let h = unsafe { h.0.as_ref() };
-            self.listeners.emit(&CodeEvent::Free(CodeFree {
+        let info = self.unpublish(&mut w, offset)?;
+        if let Some(info) = info.filter(|_| !self.listeners.is_empty()) {
+            self.listeners.emit(CodeEvent::Free(CodeFree {
                 timestamp: monotonic_ns(),
                 start: code.start,
                 size: code.size,
-                method_id: h.method_id(),
-                kind: h.info().kind,
+                info,
             }));
         }
-        if w.retired.len() >= RECLAIM_BATCH {
+        if w.retired.len() >= RECLAIM_BATCH || w.retired_bytes >= RECLAIM_BYTES {
             self.reclaim(&mut w);
         }
+        drop(w);
+        self.listeners.throttle();
         Ok(())
     }
 
-    /// Moves a published method to a new address: copies its code and info into
-    /// a new block, publishes the copy, and frees the original through the grace
-    /// period, as one step under the heap lock. Emits a move event, not a load.
+    /// Moves a published method to a new address with the alignment it was
+    /// reserved with: copies its code and info into a new block, publishes the
+    /// copy, and frees the original through the grace period, as one step under
+    /// the heap lock. Emits a move event, not a load.
     pub fn move_block(&self, code: CodeRef) -> Result<CodeRef, HeapError> {
         let offset = self.offset_of(code)?;
-        let mut target = ManuallyDrop::new(self.reserve(code.size)?);
+        let align = {
+            let w = self.writer.lock();
+            self.check_live(&w, code, offset)?;
+            w.live.get(&offset).map_or(self.align, |l| l.align)
+        };
+        let mut target = ManuallyDrop::new(self.reserve_aligned(code.size, align)?);
         let mut w = self.writer.lock();
+        // Checked again: the block may have been freed while the lock was free.
         let info = match self.check_live(&w, code, offset) {
             Ok(header) => header.map(|h| {
                 // SAFETY: the block is live and we hold the lock, so its header
                 // cannot be retired or reclaimed meanwhile.
-                unsafe { h.0.as_ref() }.info().clone()
+                Arc::clone(unsafe { h.0.as_ref() }.shared_info())
             }),
             Err(e) => {
                 w.free.release(target.extent.clone());
@@ -439,13 +471,19 @@ impl CodeHeap {
         target.code_mut().copy_from_slice(source);
         let moved = self.publish_locked(
             &mut w,
-            target.start,
-            code.size,
-            target.extent.clone(),
-            Payload::Method(info),
+            Publish {
+                start: target.start,
+                size: code.size,
+                align,
+                extent: target.extent.clone(),
+                payload: Payload::Method(info),
+                code: None,
+            },
             Some(code.start),
         )?;
         self.unpublish(&mut w, offset)?;
+        drop(w);
+        self.listeners.throttle();
         Ok(moved)
     }
 
@@ -487,6 +525,7 @@ impl CodeHeap {
             }
         }
         w.retired = kept;
+        w.retired_bytes -= bytes;
         w.reclaimed_bytes += bytes;
         bytes
     }
@@ -496,28 +535,45 @@ impl CodeHeap {
         self.writer.lock().free.release(extent);
     }
 
-    fn publish(
-        &self,
-        start: u64,
-        size: u64,
-        extent: Range<u64>,
-        payload: Payload,
-    ) -> Result<CodeRef, HeapError> {
+    /// Publishes a reservation's block. The code bytes are copied for listeners
+    /// before the lock is taken (the reservation is private until the map store).
+    fn publish(&self, publish: Publish) -> Result<CodeRef, HeapError> {
+        let mut publish = publish;
+        if matches!(publish.payload, Payload::Method(_)) && !self.listeners.is_empty() {
+            // SAFETY: the reservation owns these committed bytes, and nobody else
+            // writes or frees them until it is published.
+            let code = unsafe {
+                std::slice::from_raw_parts(
+                    self.memory.write_base().add(publish.start as usize),
+                    publish.size as usize,
+                )
+            };
+            publish.code = Some(code.into());
+        }
         let mut w = self.writer.lock();
-        self.publish_locked(&mut w, start, size, extent, payload, None)
+        let result = self.publish_locked(&mut w, publish, None);
+        drop(w);
+        self.listeners.throttle();
+        result
     }
 
     /// Publishes a block; `moved_from` names the original of a move. On error the
-    /// extent is given back.
+    /// extent is given back. The block is recorded as live before any event is
+    /// queued, so the heap's state never depends on a listener.
     fn publish_locked(
         &self,
         w: &mut Writer,
-        start: u64,
-        size: u64,
-        extent: Range<u64>,
-        payload: Payload,
+        publish: Publish,
         moved_from: Option<usize>,
     ) -> Result<CodeRef, HeapError> {
+        let Publish {
+            start,
+            size,
+            align,
+            extent,
+            payload,
+            code,
+        } = publish;
         let checked = match &payload {
             Payload::Stub(kind) if *kind == 0 || *kind > MAX_STUB_KIND => {
                 Err(HeapError::BadStubKind { kind: *kind })
@@ -535,20 +591,20 @@ impl CodeHeap {
         } else {
             monotonic_ns()
         };
-        let (header, slot) = match payload {
+        let (header, slot, info) = match payload {
             Payload::Method(info) => {
-                let ptr = NonNull::from(Box::leak(Box::new(CodeHeader::new(info, size))));
-                (Some(HeaderPtr(ptr)), ptr.as_ptr() as usize)
+                let header = Box::new(CodeHeader::new(Arc::clone(&info), size));
+                let ptr = NonNull::from(Box::leak(header));
+                (Some(HeaderPtr(ptr)), ptr.as_ptr() as usize, Some(info))
             }
             Payload::Stub(kind) => {
                 // Relaxed: published by the map's Release store below; readers load
                 // it after their Acquire load of the map word.
                 self.stubs.store(true, Ordering::Relaxed);
-                (None, usize::from(kind))
+                (None, usize::from(kind), None)
             }
         };
         let generation = w.next_generation;
-        w.next_generation += 1;
         // SAFETY: `start` was placed by the allocator in this heap's committed
         // memory, and the write view lives as long as `self`.
         let prefix = unsafe { prefix_at(self.memory.write_base() as usize, start) };
@@ -556,30 +612,35 @@ impl CodeHeap {
         prefix.size.store(size as usize, Ordering::Relaxed);
         // Relaxed: as above.
         prefix.slot.store(slot, Ordering::Relaxed);
-        // SAFETY: the block's code bytes are committed memory owned by this publish.
-        let code = unsafe {
-            std::slice::from_raw_parts(self.memory.write_base().add(start as usize), size as usize)
-        };
-        flush_icache(code.as_ptr(), code.len());
+        self.memory.flush_icache(start as usize, size as usize);
         if let Err(e) = w.map.set_allocated(start, size) {
             drop(header.map(HeaderPtr::into_box));
             w.free.release(extent);
             return Err(HeapError::Map(e));
         }
+        w.next_generation += 1;
+        w.live.insert(
+            start,
+            Live {
+                generation,
+                extent,
+                align,
+                header,
+            },
+        );
         let new_start = self.base() + start as usize;
-        if let Some(h) = &header {
-            // SAFETY: the header was just created and is owned by this heap; it is
-            // not reclaimed while we hold the lock.
-            let info = unsafe { h.0.as_ref() }.info();
-            self.listeners.emit(&match moved_from {
+        if let Some(info) = info.filter(|_| !self.listeners.is_empty()) {
+            self.listeners.emit(match moved_from {
                 None => CodeEvent::Load(CodeLoad {
                     timestamp,
+                    tid: current_tid(),
                     start: new_start,
-                    code,
+                    code: code.unwrap_or_default(),
                     info,
                 }),
                 Some(old_start) => CodeEvent::Move(CodeMove {
                     timestamp,
+                    tid: current_tid(),
                     old_start,
                     new_start,
                     size,
@@ -587,14 +648,6 @@ impl CodeHeap {
                 }),
             });
         }
-        w.live.insert(
-            start,
-            Live {
-                generation,
-                extent,
-                header,
-            },
-        );
         Ok(CodeRef {
             heap: self.id,
             start: new_start,
@@ -627,27 +680,41 @@ impl CodeHeap {
         }
     }
 
-    /// Unpublishes the live block at `offset` and retires it; returns a handle to
-    /// its (retired, not yet reclaimed) header.
-    fn unpublish(&self, w: &mut Writer, offset: u64) -> Result<Option<RetiredHeader>, HeapError> {
+    /// Unpublishes the live block at `offset` and retires it; returns the
+    /// method's info (None for a stub).
+    fn unpublish(&self, w: &mut Writer, offset: u64) -> Result<Option<Arc<CodeInfo>>, HeapError> {
         w.map.delete(offset).map_err(HeapError::Map)?;
         let Some(live) = w.live.remove(&offset) else {
             return Ok(None);
         };
         let tag = self.domain.retire_tag();
-        let header = live.header.as_ref().map(|h| RetiredHeader(h.0));
+        let info = live.header.as_ref().map(|h| {
+            // SAFETY: the header was just retired, not reclaimed, and we hold the
+            // lock that reclamation needs.
+            Arc::clone(unsafe { h.0.as_ref() }.shared_info())
+        });
+        w.retired_bytes += live.extent.end - live.extent.start;
         w.retired.push(Retired {
             tag,
             extent: live.extent,
             header: live.header,
         });
-        Ok(header)
+        Ok(info)
     }
 }
 
-/// A header that was just retired; valid until the next reclamation (which needs
-/// the heap lock the holder has).
-struct RetiredHeader(NonNull<CodeHeader>);
+/// Everything a publish needs about the block.
+pub(crate) struct Publish {
+    /// Code start (offset from the heap base).
+    start: u64,
+    size: u64,
+    /// The alignment it was reserved with.
+    align: u64,
+    extent: Range<u64>,
+    payload: Payload,
+    /// A copy of the code bytes for a load event, when listeners want one.
+    code: Option<Box<[u8]>>,
+}
 
 impl Drop for CodeHeap {
     fn drop(&mut self) {

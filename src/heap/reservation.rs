@@ -2,9 +2,10 @@
 
 use std::mem::ManuallyDrop;
 use std::ops::Range;
+use std::sync::Arc;
 
-use super::header::CodeInfo;
-use super::{CodeHeap, CodeRef, HeapError, Payload};
+use super::{CodeHeap, CodeRef, HeapError, Payload, Publish};
+use crate::info::CodeInfo;
 
 /// Space reserved in a heap, invisible to every reader. It is consumed by
 /// [`Reservation::publish`] or [`Reservation::abort`]; dropping it aborts.
@@ -12,6 +13,7 @@ pub struct Reservation<'h> {
     pub(super) heap: &'h CodeHeap,
     pub(super) start: u64,
     pub(super) size: u64,
+    pub(super) align: u64,
     pub(super) extent: Range<u64>,
 }
 
@@ -47,25 +49,27 @@ impl Reservation<'_> {
     /// Publishes the code as a method. Only now can readers find it. On error the
     /// space is given back, as by `abort`.
     pub fn publish(self, info: CodeInfo) -> Result<CodeRef, HeapError> {
-        let this = ManuallyDrop::new(self);
-        this.heap.publish(
-            this.start,
-            this.size,
-            this.extent.clone(),
-            Payload::Method(info),
-        )
+        self.publish_payload(Payload::Method(Arc::new(info)))
     }
 
     /// Publishes the code as a stub of `kind` (1..=15). Stubs are found as stubs,
     /// never as methods. On error the space is given back.
     pub fn publish_stub(self, kind: u8) -> Result<CodeRef, HeapError> {
+        self.publish_payload(Payload::Stub(kind))
+    }
+
+    fn publish_payload(self, payload: Payload) -> Result<CodeRef, HeapError> {
+        // The publish consumes the extent (or gives it back on error), so the
+        // reservation's drop, which would abort, must not run.
         let this = ManuallyDrop::new(self);
-        this.heap.publish(
-            this.start,
-            this.size,
-            this.extent.clone(),
-            Payload::Stub(kind),
-        )
+        this.heap.publish(Publish {
+            start: this.start,
+            size: this.size,
+            align: this.align,
+            extent: this.extent.clone(),
+            payload,
+            code: None,
+        })
     }
 
     /// Gives the space back at once. Nothing was ever visible to readers.

@@ -11,7 +11,7 @@ mod write;
 use std::sync::Arc;
 
 pub use error::MapError;
-pub use read::{Starts, find_v1, find_v2, find_v2_covered};
+pub use read::{Capped, Starts, find_v1, find_v1_capped, find_v2, find_v2_covered};
 
 #[cfg(not(loom))]
 use crate::words::MmapWords;
@@ -21,11 +21,21 @@ use encoding::{MAX_SPAN, WORD_BYTES};
 /// Which encoding and lookup a map uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum MapVersion {
-    /// Start nibbles only; lookups walk back word by word (linear in method size).
+    /// Start nibbles only; lookups walk back word by word, so their cost is
+    /// linear in the method's size (a 4 GiB heap can need millions of reads).
+    /// Lock-free and signal-safe, but not bounded: a caller with a budget uses
+    /// [`find_v1_capped`] or refuses v1 heaps.
     V1,
     /// Start nibbles plus relative pointers in fully covered words; lookups read at
     /// most two words.
     V2,
+}
+
+impl MapVersion {
+    /// Whether a lookup reads a bounded number of words (two): true for v2 only.
+    pub fn is_bounded(self) -> bool {
+        self == Self::V2
+    }
 }
 
 impl std::str::FromStr for MapVersion {

@@ -19,6 +19,45 @@ pub fn find_v1<W: WordRead + ?Sized>(words: &W, offset: u64) -> Option<u64> {
         .find_map(|i| last_start_in(words.load(i), i))
 }
 
+/// What a capped version-1 lookup found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Capped {
+    /// The start at or before the offset.
+    Found(u64),
+    /// No start at or before the offset.
+    Nothing,
+    /// The walk read its cap of words without finding a start: the answer lies
+    /// further back. A caller with a budget (a signal handler, an eBPF program)
+    /// reports "too far", never a guess.
+    TooFar,
+}
+
+/// [`find_v1`] reading at most `max_words` words (the covering word included),
+/// the bounded form of the linear walk for callers that must finish in a fixed
+/// number of steps. A `max_words` of 0 reads nothing and is always `TooFar`.
+#[inline]
+pub fn find_v1_capped<W: WordRead + ?Sized>(words: &W, offset: u64, max_words: usize) -> Capped {
+    let index = word_index(offset);
+    if index >= words.word_count() {
+        return Capped::Nothing;
+    }
+    if max_words == 0 {
+        return Capped::TooFar;
+    }
+    if let Some(start) = start_at_or_before(words.load(index), index, offset) {
+        return Capped::Found(start);
+    }
+    let lowest = index.saturating_sub(max_words - 1);
+    match (lowest..index)
+        .rev()
+        .find_map(|i| last_start_in(words.load(i), i))
+    {
+        Some(start) => Capped::Found(start),
+        None if lowest == 0 => Capped::Nothing,
+        None => Capped::TooFar,
+    }
+}
+
 /// Version-2 lookup: reads at most two words.
 ///
 /// The covering word answers if it is a pointer or holds a start at or before

@@ -9,12 +9,18 @@ use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{self, IoSlice, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
+use super::{PerfError, Singleton};
+pub use crate::events::current_tid;
 use crate::events::{CodeEvent, CodeListener, monotonic_ns};
-use crate::heap::{DebugEntry, EhFrame};
+use crate::info::{DebugEntry, EhFrame};
+
+/// The process's jitdump writer, while one is open.
+static OPEN: Singleton<JitDump> = Singleton::new();
 
 /// `"JiTD"` read as a native-endian `u32`.
 pub const MAGIC: u32 = 0x4A69_5444;
@@ -206,11 +212,19 @@ impl std::fmt::Debug for JitDump {
 }
 
 impl JitDump {
-    /// Creates `dir/jit-<pid>.dump`, writes the header and maps the file
-    /// read+execute so that `perf record` notes it.
-    pub fn create(dir: &Path) -> io::Result<Self> {
+    /// The process's jitdump writer for `dir/jit-<pid>.dump`: the one already open
+    /// there, or a new one (the file is created, its header written, and it is
+    /// mapped read+execute so that `perf record` notes it). While a writer is open
+    /// in another directory this is [`PerfError::AlreadyOpen`]: two writers would
+    /// truncate and interleave one file.
+    pub fn open(dir: &Path) -> Result<Arc<Self>, PerfError> {
+        let path = dir.join(format!("jit-{}.dump", std::process::id()));
+        OPEN.open(path, Self::path, Self::create)
+    }
+
+    fn create(path: &Path) -> io::Result<Self> {
         let pid = std::process::id();
-        let path = dir.join(format!("jit-{pid}.dump"));
+        let path = path.to_path_buf();
         // Read-write: perf needs the exec mapping of a file opened for writing.
         let mut file = OpenOptions::new()
             .read(true)
@@ -250,8 +264,7 @@ impl JitDump {
         self.errors.load(Ordering::Relaxed)
     }
 
-    fn write_event(&self, event: &CodeEvent<'_>) -> io::Result<()> {
-        let tid = current_tid();
+    fn write_event(&self, event: &CodeEvent) -> io::Result<()> {
         let mut s = self.state.lock();
         match event {
             CodeEvent::Load(load) => {
@@ -269,7 +282,7 @@ impl JitDump {
                 let prefix = encode_load_prefix(
                     load.timestamp,
                     self.pid,
-                    tid,
+                    load.tid,
                     start,
                     load.code.len() as u64,
                     index,
@@ -281,7 +294,7 @@ impl JitDump {
                     .map(|b| IoSlice::new(b))
                     .collect();
                 bufs.push(IoSlice::new(&prefix));
-                bufs.push(IoSlice::new(load.code));
+                bufs.push(IoSlice::new(&load.code));
                 write_all_vectored(&mut s.file, &mut bufs)
             }
             CodeEvent::Move(mv) => {
@@ -292,7 +305,7 @@ impl JitDump {
                 let record = encode_move(
                     mv.timestamp,
                     self.pid,
-                    tid,
+                    mv.tid,
                     mv.old_start as u64,
                     mv.new_start as u64,
                     mv.size,
@@ -309,7 +322,7 @@ impl JitDump {
 }
 
 impl CodeListener for JitDump {
-    fn on_event(&self, event: &CodeEvent<'_>) {
+    fn on_event(&self, event: &CodeEvent) {
         if self.write_event(event).is_err() {
             // Relaxed: a statistic.
             self.errors.fetch_add(1, Ordering::Relaxed);
@@ -324,10 +337,4 @@ impl Drop for JitDump {
         // destructor has no one to report a failure to.
         let _ = self.state.get_mut().file.write_all(&record);
     }
-}
-
-/// The calling thread's kernel thread id.
-pub fn current_tid() -> u32 {
-    // SAFETY: gettid has no preconditions and cannot fail.
-    unsafe { libc::gettid() as u32 }
 }

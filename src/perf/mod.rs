@@ -7,7 +7,7 @@ pub mod perfmap;
 
 use std::fmt;
 use std::io;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 pub use jitdump::JitDump;
@@ -88,29 +88,134 @@ impl PerfConfig {
         Ok(Self { mode, dir })
     }
 
-    /// Creates the configured outputs and registers them with `listeners`.
-    pub fn install(&self, listeners: &Listeners) -> io::Result<PerfOutput> {
+    /// Opens the configured outputs and registers them with `listeners`.
+    ///
+    /// A process has one jitdump and one perf map (perf finds them by pid): a
+    /// second install in the same directory shares the open files, and one in
+    /// another directory is [`PerfError::AlreadyOpen`]. Nothing is registered
+    /// when an error is returned.
+    pub fn install(&self, listeners: &Listeners) -> Result<PerfOutput, PerfError> {
         let jitdump = matches!(self.mode, PerfMode::JitDump | PerfMode::Both)
-            .then(|| JitDump::create(&self.dir).map(Arc::new))
+            .then(|| JitDump::open(&self.dir))
             .transpose()?;
         let perf_map = matches!(self.mode, PerfMode::Map | PerfMode::Both)
-            .then(|| PerfMap::create(&self.dir).map(Arc::new))
+            .then(|| PerfMap::open(&self.dir))
             .transpose()?;
+        let io = |source| PerfError::Io {
+            path: self.dir.clone(),
+            source,
+        };
         if let Some(j) = &jitdump {
-            listeners.add(Arc::clone(j) as Arc<dyn CodeListener>);
+            listeners.add(Arc::clone(j) as Arc<dyn CodeListener>).map_err(io)?;
         }
         if let Some(m) = &perf_map {
-            listeners.add(Arc::clone(m) as Arc<dyn CodeListener>);
+            listeners.add(Arc::clone(m) as Arc<dyn CodeListener>).map_err(io)?;
         }
         Ok(PerfOutput { jitdump, perf_map })
     }
 }
 
-/// The outputs [`PerfConfig::install`] created.
+/// The outputs [`PerfConfig::install`] registered.
 #[derive(Debug, Default)]
 pub struct PerfOutput {
     /// The jitdump writer, if enabled.
     pub jitdump: Option<Arc<JitDump>>,
     /// The perf map writer, if enabled.
     pub perf_map: Option<Arc<PerfMap>>,
+}
+
+/// Why profiler output could not be set up.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum PerfError {
+    /// `JITMAP_PERF` holds an unknown mode.
+    Config(PerfConfigError),
+    /// This process already writes that file in another directory; two writers
+    /// would truncate and interleave one `jit-<pid>.dump` or `perf-<pid>.map`.
+    AlreadyOpen {
+        /// The file already being written.
+        existing: PathBuf,
+        /// The directory asked for now.
+        requested: PathBuf,
+    },
+    /// Creating or writing the file failed.
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// The OS error.
+        source: io::Error,
+    },
+}
+
+impl fmt::Display for PerfError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Config(e) => write!(f, "{e}"),
+            Self::AlreadyOpen {
+                existing,
+                requested,
+            } => write!(
+                f,
+                "{} is already open; this process cannot write another in {}",
+                existing.display(),
+                requested.display()
+            ),
+            Self::Io { path, source } => write!(f, "{}: {source}", path.display()),
+        }
+    }
+}
+
+impl std::error::Error for PerfError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Config(e) => Some(e),
+            Self::Io { source, .. } => Some(source),
+            Self::AlreadyOpen { .. } => None,
+        }
+    }
+}
+
+impl From<PerfConfigError> for PerfError {
+    fn from(e: PerfConfigError) -> Self {
+        Self::Config(e)
+    }
+}
+
+/// A process-wide slot for one output file: the open writer, while anyone holds it.
+pub(crate) struct Singleton<T>(parking_lot::Mutex<std::sync::Weak<T>>);
+
+impl<T> Singleton<T> {
+    pub(crate) const fn new() -> Self {
+        Self(parking_lot::const_mutex(std::sync::Weak::new()))
+    }
+
+    /// The open writer if its file is `path`, a new one from `create` if none is
+    /// open, or [`PerfError::AlreadyOpen`].
+    pub(crate) fn open(
+        &self,
+        path: PathBuf,
+        path_of: impl Fn(&T) -> &Path,
+        create: impl FnOnce(&Path) -> io::Result<T>,
+    ) -> Result<Arc<T>, PerfError> {
+        let mut slot = self.0.lock();
+        if let Some(open) = slot.upgrade() {
+            let same = |a: &Path, b: &Path| match (a.canonicalize(), b.canonicalize()) {
+                (Ok(a), Ok(b)) => a == b,
+                _ => a == b,
+            };
+            if same(path_of(&open), &path) {
+                return Ok(open);
+            }
+            return Err(PerfError::AlreadyOpen {
+                existing: path_of(&open).to_path_buf(),
+                requested: path.parent().map(Path::to_path_buf).unwrap_or_default(),
+            });
+        }
+        let created = Arc::new(create(&path).map_err(|source| PerfError::Io {
+            path: path.clone(),
+            source,
+        })?);
+        *slot = Arc::downgrade(&created);
+        Ok(created)
+    }
 }

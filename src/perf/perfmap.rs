@@ -4,11 +4,16 @@
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
+use super::{PerfError, Singleton};
 use crate::events::{CodeEvent, CodeListener};
+
+/// The process's perf map writer, while one is open.
+static OPEN: Singleton<PerfMap> = Singleton::new();
 
 /// One map line, with newlines and other control characters in the name
 /// replaced by spaces (a line per function is the format's only structure).
@@ -36,9 +41,16 @@ impl std::fmt::Debug for PerfMap {
 }
 
 impl PerfMap {
-    /// Creates (or truncates) `dir/perf-<pid>.map`.
-    pub fn create(dir: &Path) -> io::Result<Self> {
+    /// The process's perf map, `dir/perf-<pid>.map`: the one already open there,
+    /// or a new (truncated) file. While one is open in another directory this is
+    /// [`PerfError::AlreadyOpen`].
+    pub fn open(dir: &Path) -> Result<Arc<Self>, PerfError> {
         let path = dir.join(format!("perf-{}.map", std::process::id()));
+        OPEN.open(path, Self::path, Self::create)
+    }
+
+    fn create(path: &Path) -> io::Result<Self> {
+        let path = path.to_path_buf();
         let file = OpenOptions::new()
             .write(true)
             .create(true)
@@ -64,7 +76,7 @@ impl PerfMap {
 }
 
 impl CodeListener for PerfMap {
-    fn on_event(&self, event: &CodeEvent<'_>) {
+    fn on_event(&self, event: &CodeEvent) {
         let line = match event {
             CodeEvent::Load(l) => map_line(l.start, l.code.len() as u64, &l.info.name),
             CodeEvent::Move(m) => map_line(m.new_start, m.size, &m.info.name),

@@ -4,6 +4,7 @@ use std::fmt;
 
 /// A rejected range-map operation; the map is unchanged.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum RangeError {
     /// `begin >= end`.
     Empty { begin: usize, end: usize },
@@ -13,6 +14,12 @@ pub enum RangeError {
     Overlap { begin: usize, existing: usize },
     /// No section begins at this address.
     NotFound { begin: usize },
+    /// The section is larger than one section may be ([`super::MAX_SECTION_BYTES`]).
+    TooLarge { begin: usize, end: usize },
+    /// The section's fragments could not be allocated.
+    OutOfMemory { begin: usize, end: usize },
+    /// The section at `begin` is not of the kind the caller may remove.
+    WrongKind { begin: usize },
 }
 
 impl fmt::Display for RangeError {
@@ -29,6 +36,17 @@ impl fmt::Display for RangeError {
                 )
             }
             Self::NotFound { begin } => write!(f, "no section begins at {begin:#x}"),
+            Self::TooLarge { begin, end } => write!(
+                f,
+                "range {begin:#x}..{end:#x} is larger than a section may be ({:#x} bytes)",
+                super::MAX_SECTION_BYTES
+            ),
+            Self::OutOfMemory { begin, end } => {
+                write!(f, "no memory for the fragments of {begin:#x}..{end:#x}")
+            }
+            Self::WrongKind { begin } => {
+                write!(f, "the section at {begin:#x} is not of the kind to remove")
+            }
         }
     }
 }

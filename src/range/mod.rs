@@ -20,7 +20,7 @@ use parking_lot::Mutex;
 
 pub use error::RangeError;
 
-use crate::epoch::{Domain, Guard};
+use crate::epoch::{Domain, ForeignGuard, Guard};
 use crate::sync::{AtomicPtr, AtomicU64, Ordering};
 
 /// Entries per level.
@@ -31,6 +31,10 @@ pub const CHUNK_BITS: u32 = 17;
 pub const ADDRESS_BITS: u32 = 57;
 /// Number of levels.
 pub const LEVELS: usize = 5;
+/// The largest section: 4 GiB, the most a code heap spans or an image's 32-bit
+/// offsets can address. It costs 32,768 fragments of 64 bytes (2 MiB), which
+/// bounds what one insert may allocate.
+pub const MAX_SECTION_BYTES: usize = 1 << 32;
 
 /// Address bits below the index of level 2 (the hint's key is the bits above).
 const HINT_KEY_SHIFT: u32 = CHUNK_BITS + 16;
@@ -146,10 +150,21 @@ impl<T: Clone> RangeSectionMap<T> {
     }
 
     /// Finds the section containing `addr`. Lock-free and bounded. A guard from
-    /// another domain finds nothing.
+    /// another domain is refused.
     #[inline]
-    pub fn find<'g>(&'g self, guard: &'g Guard<'_>, addr: usize) -> Option<&'g Section<T>> {
-        if !Arc::ptr_eq(guard.domain(), &self.domain) || addr >> ADDRESS_BITS != 0 {
+    pub fn find<'g>(
+        &'g self,
+        guard: &'g Guard<'_>,
+        addr: usize,
+    ) -> Result<Option<&'g Section<T>>, ForeignGuard> {
+        guard.check(&self.domain)?;
+        Ok(self.find_pinned(addr))
+    }
+
+    /// [`RangeSectionMap::find`] once the guard is checked.
+    #[inline]
+    fn find_pinned(&self, addr: usize) -> Option<&Section<T>> {
+        if addr >> ADDRESS_BITS != 0 {
             return None;
         }
         // Acquire: the hinted level was installed (and initialized) before the hint.
@@ -194,13 +209,16 @@ impl<T: Clone> RangeSectionMap<T> {
     }
 
     /// Registers `[begin, end)` holding `value` (cloned into each 128 KiB chunk the
-    /// range touches).
+    /// range touches). A section spans at most [`MAX_SECTION_BYTES`].
     pub fn insert(&self, begin: usize, end: usize, value: T) -> Result<(), RangeError> {
         if begin >= end {
             return Err(RangeError::Empty { begin, end });
         }
         if (end - 1) >> ADDRESS_BITS != 0 {
             return Err(RangeError::OutOfRange { begin, end });
+        }
+        if end - begin > MAX_SECTION_BYTES {
+            return Err(RangeError::TooLarge { begin, end });
         }
         let mut w = self.writer.lock();
         if let Some((&other, live)) = w.live.range(..end).next_back()
@@ -212,19 +230,23 @@ impl<T: Clone> RangeSectionMap<T> {
             });
         }
         let chunks = (begin >> CHUNK_BITS)..=((end - 1) >> CHUNK_BITS);
-        let heads: Vec<&AtomicPtr<u8>> = chunks
-            .map(|chunk| &self.leaf_for(chunk << CHUNK_BITS).entries[index(chunk << CHUNK_BITS, 0)])
-            .collect();
-        let slab: Box<[Section<T>]> = heads
-            .iter()
-            .map(|head| Section {
-                begin,
-                end,
-                // Relaxed: writers are serialized by the lock.
-                next: AtomicPtr::new(head.load(Ordering::Relaxed)),
-                value: value.clone(),
-            })
-            .collect();
+        let count = chunks.clone().count();
+        let oom = |_| RangeError::OutOfMemory { begin, end };
+        let mut heads: Vec<&AtomicPtr<u8>> = Vec::new();
+        heads.try_reserve_exact(count).map_err(oom)?;
+        let mut slab: Vec<Section<T>> = Vec::new();
+        slab.try_reserve_exact(count).map_err(oom)?;
+        heads.extend(chunks.map(|chunk| {
+            &self.leaf_for(chunk << CHUNK_BITS).entries[index(chunk << CHUNK_BITS, 0)]
+        }));
+        slab.extend(heads.iter().map(|head| Section {
+            begin,
+            end,
+            // Relaxed: writers are serialized by the lock.
+            next: AtomicPtr::new(head.load(Ordering::Relaxed)),
+            value: value.clone(),
+        }));
+        let slab = slab.into_boxed_slice();
         // The slab never moves from here on: fragments are linked by address.
         let fragments = Box::into_raw(slab);
         for (n, head) in heads.iter().enumerate() {
@@ -240,7 +262,19 @@ impl<T: Clone> RangeSectionMap<T> {
     /// Unregisters the section that begins at `begin`. Readers stop finding it at
     /// once; its memory (and `T`) is dropped after the grace period.
     pub fn remove(&self, begin: usize) -> Result<(), RangeError> {
+        self.remove_if(begin, |_| true)
+    }
+
+    /// Unregisters the section that begins at `begin` if its value satisfies
+    /// `allowed`; otherwise [`RangeError::WrongKind`], and nothing changes.
+    pub fn remove_if(&self, begin: usize, allowed: impl FnOnce(&T) -> bool) -> Result<(), RangeError> {
         let mut w = self.writer.lock();
+        let live = w.live.get(&begin).ok_or(RangeError::NotFound { begin })?;
+        // SAFETY: a live slab is non-empty (one fragment per chunk) and freed only
+        // by this writer, whose lock we hold.
+        if !allowed(unsafe { &(*live.fragments)[0].value }) {
+            return Err(RangeError::WrongKind { begin });
+        }
         let live = w
             .live
             .remove(&begin)
