@@ -1,4 +1,76 @@
-#![doc = include_str!("../README.md")]
+//! An executable code heap for JIT compilers and language runtimes, with exact,
+//! lock-free, signal-safe lookup from an instruction pointer to its method.
+//!
+//! jitmap owns the memory JIT code lives in. A host reserves space, writes code,
+//! publishes it with its metadata, and frees, moves or aborts it. Any thread, a
+//! signal handler included, turns an address into its method: start, offset,
+//! funclet, hot and cold parts, unwind, debug and GC info. Lookups go through the
+//! .NET runtime's nibble maps, bit-exact with its encoding: version 2 reads at
+//! most two map words; version 1 walks back over the method, so its cost grows
+//! with the method's size. A [`range::RangeSectionMap`] routes any address to its
+//! heap or precompiled image.
+//!
+//! # A host in one screen
+//!
+//! ```
+//! use jitmap::{CodeInfo, ExecutionManager, HeapConfig, JitKind};
+//!
+//! let manager = ExecutionManager::new(64); // 64 reader slots
+//! let heap = manager.create_heap(HeapConfig { span: 1 << 20, ..HeapConfig::default() })?;
+//!
+//! // Compile: reserve, write, publish. Until publish, no reader can see the code.
+//! let mut r = heap.reserve(6)?;
+//! r.code_mut().copy_from_slice(&[0xB8, 0x2A, 0, 0, 0, 0xC3]); // mov eax, 42; ret
+//! let code = r.publish(CodeInfo::new(7, "answer", JitKind::Optimized))?;
+//!
+//! // Look up: register a reader once per thread (outside any signal handler),
+//! // then pin and find. No lock, no allocation, no system call.
+//! let reader = manager.register()?;
+//! let guard = reader.pin()?;
+//! let block = manager.find(&guard, code.start() + 3)?.expect("inside the method");
+//! assert_eq!((block.method_id(), block.start(), block.relative_offset()), (7, code.start(), 3));
+//! assert!(manager.find(&guard, code.start() + 6)?.is_none()); // exact: past the end is nothing
+//! drop(guard);
+//!
+//! // Free unpublishes at once; the bytes are reused after every reader has unpinned.
+//! heap.free(code)?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # What a guard protects
+//!
+//! A [`Guard`] protects *lookups*: while it is held, nothing a lookup under it
+//! could have reached (a block's header, its prefix words, a removed heap's range
+//! fragments, the heap's mapping) is reclaimed. Guards nest, including from a
+//! signal handler that interrupts another lookup on the same thread.
+//!
+//! A guard does not protect *execution*. A method that another thread is running,
+//! or will return into, is not pinned by anything: the host must not free it
+//! until that thread is known to be out of it.
+//!
+//! # Layers
+//!
+//! - [`nibble`]: the maps alone, [`NibbleMap`] and its single writer
+//!   [`MapWriter`], over any word storage ([`words`]).
+//! - [`heap`]: [`CodeHeap`], one heap without the manager.
+//! - [`epoch`]: [`Domain`], [`Reader`] and [`Guard`], the grace periods.
+//! - [`range`] and [`image`]: the range-section map and precompiled images.
+//! - [`manager`]: [`ExecutionManager`], one lookup for everything.
+//! - [`events`] and [`perf`]: code events, jitdump files and perf maps.
+//!
+//! Every misuse is a typed error that leaves the state unchanged; the layer
+//! errors convert into each other with `?`.
+//!
+//! # Platforms
+//!
+//! Linux only. x86-64 is tested; aarch64 compiles (its instruction-cache
+//! maintenance is in place, see [`heap::MemoryMode`]). Other targets are refused
+//! at compile time.
+
+#[cfg(not(target_os = "linux"))]
+compile_error!("jitmap supports Linux only (x86-64 tested, aarch64 compiles)");
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+compile_error!("jitmap supports x86-64 and aarch64 only");
 
 #[cfg(loom)]
 pub mod defect;

@@ -12,10 +12,37 @@ use jitmap::nibble::words_for_span;
 use jitmap::range::RangeSectionMap;
 use jitmap::words::VecWords;
 use jitmap::{Domain, MapVersion, MapWriter};
+use loom::cell::UnsafeCell;
 use loom::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use loom::thread;
 
 const SPAN: u64 = 0x800;
+
+/// A code header as the heap keeps it: plain memory, read by lookups without
+/// atomics and freed (here: poisoned) by reclamation. loom reports any read that
+/// is not ordered before the poisoning write, which atomic stand-ins would hide.
+struct Header(UnsafeCell<u64>);
+
+// SAFETY: access is ordered by the protocol under test; loom checks it.
+unsafe impl Sync for Header {}
+
+impl Header {
+    fn new() -> Arc<Self> {
+        Arc::new(Self(UnsafeCell::new(LIVE)))
+    }
+
+    /// A lookup's read of the header.
+    fn read(&self) -> u64 {
+        // SAFETY: the reader holds a guard; loom checks that reclamation waits.
+        self.0.with(|p| unsafe { *p })
+    }
+
+    /// Reclamation: the header's memory is reused.
+    fn reclaim(&self) {
+        // SAFETY: called only once the grace period has passed; loom checks it.
+        self.0.with_mut(|p| unsafe { *p = POISON });
+    }
+}
 const LIVE: u64 = 0xC0DE;
 const POISON: u64 = 0xDEAD;
 
@@ -135,17 +162,29 @@ fn aborted_or_unpublished_headers_are_never_seen() {
     header_published_with_block(MapVersion::V2);
 }
 
+/// How a reader ends after its lookup.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum After {
+    /// Unpins and stops.
+    Unpin,
+    /// Unpins, then pins again at depth 0 (the next profiler sample) and unpins.
+    Repin,
+    /// Unpins, then drops its `Reader` (the thread exits).
+    DropReader,
+}
+
 /// A reader pins (optionally nesting a second pin, as a signal handler does),
 /// looks up and reads the header; the writer unpublishes, retires and reclaims
-/// (poisons the header) when the grace period allows. The reader never sees the
-/// poison.
-fn grace_period(nested: bool) {
+/// (poisons the header) when the grace period allows. The reader's read is
+/// always ordered before the poisoning, whatever the reader does after its last
+/// unpin.
+fn grace_period(nested: bool, after: After) {
     model(move || {
         let domain = Domain::new(2);
         let mut w = writer(MapVersion::V2);
         w.set(0x100, 0x200).unwrap();
         let map = Arc::clone(w.map());
-        let header = Arc::new(AtomicU64::new(LIVE));
+        let header = Header::new();
         let (d, h) = (Arc::clone(&domain), Arc::clone(&header));
         let reader = thread::spawn(move || {
             let r = d.register().unwrap();
@@ -154,16 +193,19 @@ fn grace_period(nested: bool) {
                 drop(r.pin().unwrap());
             }
             if map.find(0x250) == Some(0x100) {
-                // Relaxed: protection comes from the epoch protocol, not this load.
-                assert_eq!(h.load(Ordering::Relaxed), LIVE);
+                assert_eq!(h.read(), LIVE);
             }
             drop(outer);
+            match after {
+                After::Unpin => {}
+                After::Repin => drop(r.pin().unwrap()),
+                After::DropReader => drop(r),
+            }
         });
         w.delete(0x100).unwrap();
         let tag = domain.retire_tag();
         if domain.is_safe(tag) {
-            // Relaxed: as above.
-            header.store(POISON, Ordering::Relaxed);
+            header.reclaim();
         }
         reader.join().unwrap();
     });
@@ -171,12 +213,22 @@ fn grace_period(nested: bool) {
 
 #[test]
 fn freed_memory_is_not_reclaimed_under_a_guard() {
-    grace_period(false);
+    grace_period(false, After::Unpin);
+}
+
+#[test]
+fn a_repin_after_the_last_unpin_keeps_earlier_reads_ordered() {
+    grace_period(false, After::Repin);
+}
+
+#[test]
+fn dropping_the_reader_keeps_earlier_reads_ordered() {
+    grace_period(false, After::DropReader);
 }
 
 #[test]
 fn nested_pin_keeps_the_outer_protection() {
-    grace_period(true);
+    grace_period(true, After::Unpin);
 }
 
 /// Two readers, one plain and one nesting a pin, against a writer that frees and
@@ -187,7 +239,7 @@ fn grace_period_two_readers() {
         let mut w = writer(MapVersion::V2);
         w.set(0x100, 0x200).unwrap();
         let map = Arc::clone(w.map());
-        let header = Arc::new(AtomicU64::new(LIVE));
+        let header = Header::new();
         let readers: Vec<_> = [false, true]
             .into_iter()
             .map(|nested| {
@@ -199,8 +251,7 @@ fn grace_period_two_readers() {
                         drop(r.pin().unwrap());
                     }
                     if m.find(0x250) == Some(0x100) {
-                        // Relaxed: protection comes from the epoch protocol.
-                        assert_eq!(h.load(Ordering::Relaxed), LIVE);
+                        assert_eq!(h.read(), LIVE);
                     }
                     drop(outer);
                 })
@@ -209,8 +260,7 @@ fn grace_period_two_readers() {
         w.delete(0x100).unwrap();
         let tag = domain.retire_tag();
         if domain.is_safe(tag) {
-            // Relaxed: as above.
-            header.store(POISON, Ordering::Relaxed);
+            header.reclaim();
         }
         for r in readers {
             r.join().unwrap();
@@ -317,13 +367,31 @@ fn seeded_pointers_before_nibble_is_caught() {
 
 #[test]
 fn seeded_skipped_grace_period_is_caught() {
-    assert!(caught(Defect::SkipGracePeriod, || grace_period(false)));
+    assert!(caught(Defect::SkipGracePeriod, || grace_period(
+        false,
+        After::Unpin
+    )));
     assert!(caught(Defect::SkipGracePeriod, range_removal));
     assert!(caught(Defect::SkipGracePeriod, grace_period_two_readers));
 }
 
 #[test]
 fn seeded_nested_unpin_clearing_the_outer_guard_is_caught() {
-    assert!(caught(Defect::NestedUnpinClears, || grace_period(true)));
+    assert!(caught(Defect::NestedUnpinClears, || grace_period(
+        true,
+        After::Unpin
+    )));
     assert!(caught(Defect::NestedUnpinClears, grace_period_two_readers));
+}
+
+#[test]
+fn seeded_relaxed_repin_is_caught() {
+    assert!(caught(Defect::RelaxedRepin, || grace_period(
+        false,
+        After::Repin
+    )));
+    assert!(caught(Defect::RelaxedRepin, || grace_period(
+        false,
+        After::DropReader
+    )));
 }
