@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use jitmap::heap::JitKind;
+use jitmap::perf::{PerfConfig, PerfMode};
 use jitmap::{CodeHeap, CodeInfo, Domain, HeapConfig, MapVersion};
 use jitmap_sim::rng::Rng;
 use jitmap_sim::workload::method_size;
@@ -112,7 +113,9 @@ fn find(c: &mut Criterion) {
         let mut i = 0;
         b.iter(|| {
             i = (i + 1) % ips.len();
-            heap.find(&guard, black_box(ips[i])).unwrap().map(|b| b.start)
+            heap.find(&guard, black_box(ips[i]))
+                .unwrap()
+                .map(|b| b.start)
         })
     });
     group.bench_function("pin_unpin", |b| {
@@ -121,5 +124,52 @@ fn find(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, write, find);
+/// Publish + free of a 64-byte method with profiler output off and on (jitdump and
+/// perf map, real files), side by side. `burst`: 256 pairs timed on the writer
+/// thread, the queue drained outside the timed region (what a compiler thread
+/// waits). `sustained`: back to back, so the queue's backpressure makes the file
+/// writing the limit.
+fn perf_output(c: &mut Criterion) {
+    let mut group = c.benchmark_group("perf_output");
+    let dir = std::env::temp_dir().join(format!("jitmap-bench-perf-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let info = CodeInfo::new(1, "bench::method", JitKind::Optimized);
+    for on in [false, true] {
+        let label = if on { "on" } else { "off" };
+        let heap = heap(MapVersion::V2);
+        let _output = on.then(|| {
+            PerfConfig {
+                mode: PerfMode::Both,
+                dir: dir.clone(),
+            }
+            .install(heap.listeners())
+            .unwrap()
+        });
+        let cycle = || {
+            let r = heap.reserve(64).unwrap();
+            heap.free(r.publish(info.clone()).unwrap()).unwrap();
+        };
+        group.bench_function(BenchmarkId::new("burst", label), |b| {
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                let mut left = iters;
+                while left > 0 {
+                    let n = left.min(256);
+                    let t = Instant::now();
+                    (0..n).for_each(|_| cycle());
+                    total += t.elapsed();
+                    heap.listeners().flush();
+                    left -= n;
+                }
+                total
+            })
+        });
+        group.bench_function(BenchmarkId::new("sustained", label), |b| b.iter(cycle));
+        heap.listeners().flush();
+    }
+    group.finish();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+criterion_group!(benches, write, find, perf_output);
 criterion_main!(benches);

@@ -49,14 +49,18 @@ fn manager(c: &mut Criterion) {
         let mut i = 0;
         b.iter(|| {
             i = (i + 1) % ips.len();
-            m.find(&guard, black_box(ips[i])).unwrap().map(|b| b.start())
+            m.find(&guard, black_box(ips[i]))
+                .unwrap()
+                .map(|b| b.start())
         })
     });
     group.bench_function("jit_find_method_id", |b| {
         let mut i = 0;
         b.iter(|| {
             i = (i + 1) % ips.len();
-            m.find(&guard, black_box(ips[i])).unwrap().map(|b| b.method_id())
+            m.find(&guard, black_box(ips[i]))
+                .unwrap()
+                .map(|b| b.method_id())
         })
     });
 
@@ -93,7 +97,8 @@ fn manager(c: &mut Criterion) {
         let mut i = 0;
         b.iter(|| {
             i = (i + 1) % image_ips.len();
-            m.find(&guard, black_box(image_ips[i])).unwrap()
+            m.find(&guard, black_box(image_ips[i]))
+                .unwrap()
                 .map(|b| b.method_id())
         })
     });

@@ -11,8 +11,8 @@ use crate::heap::{
     BlockKind, CodeHeader, CodeHeap, DebugEntry, GcInfo, HeapBlock, HeapConfig, HeapError,
     HeapLookup, Hit, JitKind,
 };
-use crate::perf::{PerfConfig, PerfError, PerfOutput};
 use crate::image::{ImageError, ImageHit, ImageInfo, ImageSection, RegionInfo};
+use crate::perf::{PerfConfig, PerfError, PerfOutput};
 use crate::range::{RangeError, RangeSectionMap, Section};
 
 /// What a range section holds (cloned into each chunk the section touches).

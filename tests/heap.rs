@@ -178,7 +178,10 @@ fn abort_is_never_visible_and_space_is_reused() {
         let addr = r.address();
         let reader = domain.register().unwrap();
         let guard = reader.pin().unwrap();
-        assert!(heap.find(&guard, addr).unwrap().is_none(), "reserved is not visible");
+        assert!(
+            heap.find(&guard, addr).unwrap().is_none(),
+            "reserved is not visible"
+        );
         r.abort();
         assert!(heap.find(&guard, addr).unwrap().is_none());
         assert_eq!(usage(&heap), before);

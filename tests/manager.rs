@@ -247,15 +247,24 @@ fn image_main_body_funclet_cold_part_and_thunks() {
             cold_size: 0
         }
     );
-    assert!(matches!(m.classify(&g, IMG + 0x9000).unwrap(), Lookup::Thunk));
-    assert!(matches!(m.classify(&g, IMG + 0x90FF).unwrap(), Lookup::Thunk));
+    assert!(matches!(
+        m.classify(&g, IMG + 0x9000).unwrap(),
+        Lookup::Thunk
+    ));
+    assert!(matches!(
+        m.classify(&g, IMG + 0x90FF).unwrap(),
+        Lookup::Thunk
+    ));
     for gap in [0x0, 0xFFF, 0x1140, 0x11FF, 0x1310, 0x8090, 0x9100, 0xFFFF] {
         assert!(
             matches!(m.classify(&g, IMG + gap).unwrap(), Lookup::Nothing),
             "{gap:#x}"
         );
     }
-    assert!(matches!(m.classify(&g, IMG + 0x10000).unwrap(), Lookup::Nothing));
+    assert!(matches!(
+        m.classify(&g, IMG + 0x10000).unwrap(),
+        Lookup::Nothing
+    ));
     assert_eq!(m.entry_to_method(&g, IMG + 0x1200).unwrap(), Some(200));
     assert_eq!(
         m.entry_to_method(&g, IMG + 0x1100).unwrap(),
@@ -376,11 +385,13 @@ fn a_thousand_heaps() {
         }
         assert!(m.find(&g, c.start() + 100).unwrap().is_none());
         assert!(
-            m.section(&g, h.base()).unwrap()
+            m.section(&g, h.base())
+                .unwrap()
                 .is_some_and(|s| s.begin() == h.base())
         );
         assert!(
-            m.section(&g, h.base() + 65535).unwrap()
+            m.section(&g, h.base() + 65535)
+                .unwrap()
                 .is_some_and(|s| s.begin() == h.base())
         );
     }

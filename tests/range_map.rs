@@ -170,7 +170,10 @@ fn matches_a_model_over_random_inserts_and_removes() {
         }
         for (&b, &(e, v)) in &model {
             assert_eq!(map.find(&guard, b).unwrap().map(|s| *s.value()), Some(v));
-            assert_eq!(map.find(&guard, e - 1).unwrap().map(|s| *s.value()), Some(v));
+            assert_eq!(
+                map.find(&guard, e - 1).unwrap().map(|s| *s.value()),
+                Some(v)
+            );
         }
     }
     assert_eq!(map.len(), model.len());
@@ -187,7 +190,10 @@ fn removal_waits_for_pinned_readers() {
     let guard = reader.pin().unwrap();
     let section = map.find(&guard, BASE + 8).unwrap().unwrap();
     map.remove(BASE).unwrap();
-    assert!(map.find(&guard, BASE + 8).unwrap().is_none(), "unlinked at once");
+    assert!(
+        map.find(&guard, BASE + 8).unwrap().is_none(),
+        "unlinked at once"
+    );
     assert_eq!(map.try_reclaim(), 0);
     assert_eq!(
         (section.begin(), section.end(), section.value().as_str()),

@@ -43,7 +43,8 @@ extern "C" fn on_sigprof(_: libc::c_int) {
         BAD.fetch_add(1, Ordering::Relaxed);
     }
     if heap
-        .find(&guard, FREED_IP.load(Ordering::Relaxed)).unwrap()
+        .find(&guard, FREED_IP.load(Ordering::Relaxed))
+        .unwrap()
         .is_some()
     {
         BAD.fetch_add(1, Ordering::Relaxed);
@@ -66,7 +67,11 @@ fn sigprof_handler_nests_without_ending_outer_protection() {
     let reader = domain.register().unwrap();
 
     let outer = reader.pin().unwrap();
-    let BlockKind::Method(freed_header) = heap.find(&outer, freed.start() + 100).unwrap().unwrap().kind
+    let BlockKind::Method(freed_header) = heap
+        .find(&outer, freed.start() + 100)
+        .unwrap()
+        .unwrap()
+        .kind
     else {
         panic!("expected a method")
     };

@@ -102,7 +102,12 @@ impl<'m> Fixture<'m> {
                 .map()
                 .find(addr.wrapping_sub(base) as u64)
                 .map(|s| base + s as usize),
-            Structure::Manager => self.manager.find(guard, addr).ok().flatten().map(|b| b.start()),
+            Structure::Manager => self
+                .manager
+                .find(guard, addr)
+                .ok()
+                .flatten()
+                .map(|b| b.start()),
             Structure::BTreeRwLock => self
                 .btree
                 .read()

@@ -2,8 +2,8 @@
 
 use std::fmt;
 
-use crate::info::InfoError;
 use crate::epoch::{EpochError, ForeignGuard};
+use crate::info::InfoError;
 use crate::nibble::MapError;
 
 /// A rejected heap operation. The heap is unchanged whenever one is returned

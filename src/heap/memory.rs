@@ -185,3 +185,21 @@ fn flush_icache(start: *const u8, len: usize) {
 /// instruction fetch coherent with stores, so there is nothing to do.
 #[cfg(not(target_arch = "aarch64"))]
 fn flush_icache(_start: *const u8, _len: usize) {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // 14. The aarch64 icache flush ran on the RW alias; instruction fetch uses the
+    // RX view's addresses, so that is the range maintained.
+    #[test]
+    fn the_icache_range_is_the_executable_view() {
+        let memory = CodeMemory::reserve(1 << 16, MemoryMode::WriteXorExecute, false).unwrap();
+        assert_ne!(memory.exec_base(), memory.write_base() as usize);
+        let (start, len) = memory.icache_range(0x40, 24);
+        assert_eq!((start as usize, len), (memory.exec_base() + 0x40, 24));
+        let rwx = CodeMemory::reserve(1 << 16, MemoryMode::Rwx, false).unwrap();
+        let (start, _) = rwx.icache_range(0x40, 24);
+        assert_eq!(start as usize, rwx.exec_base() + 0x40);
+    }
+}

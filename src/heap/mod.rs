@@ -338,7 +338,9 @@ impl CodeHeap {
         let mut placement = w.free.allocate(size, align);
         // Reclaim before failing, and before committing more memory: retired
         // blocks never make the heap grow while their grace period has passed.
-        if placement.as_ref().is_none_or(|p| p.extent.end > w.committed)
+        if placement
+            .as_ref()
+            .is_none_or(|p| p.extent.end > w.committed)
             && self.reclaim(&mut w) > 0
         {
             if let Some(p) = placement.take() {

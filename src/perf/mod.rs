@@ -106,10 +106,14 @@ impl PerfConfig {
             source,
         };
         if let Some(j) = &jitdump {
-            listeners.add(Arc::clone(j) as Arc<dyn CodeListener>).map_err(io)?;
+            listeners
+                .add(Arc::clone(j) as Arc<dyn CodeListener>)
+                .map_err(io)?;
         }
         if let Some(m) = &perf_map {
-            listeners.add(Arc::clone(m) as Arc<dyn CodeListener>).map_err(io)?;
+            listeners
+                .add(Arc::clone(m) as Arc<dyn CodeListener>)
+                .map_err(io)?;
         }
         Ok(PerfOutput { jitdump, perf_map })
     }

@@ -267,7 +267,11 @@ impl<T: Clone> RangeSectionMap<T> {
 
     /// Unregisters the section that begins at `begin` if its value satisfies
     /// `allowed`; otherwise [`RangeError::WrongKind`], and nothing changes.
-    pub fn remove_if(&self, begin: usize, allowed: impl FnOnce(&T) -> bool) -> Result<(), RangeError> {
+    pub fn remove_if(
+        &self,
+        begin: usize,
+        allowed: impl FnOnce(&T) -> bool,
+    ) -> Result<(), RangeError> {
         let mut w = self.writer.lock();
         let live = w.live.get(&begin).ok_or(RangeError::NotFound { begin })?;
         // SAFETY: a live slab is non-empty (one fragment per chunk) and freed only
