@@ -83,7 +83,10 @@ impl fmt::Debug for Domain {
 }
 
 impl Domain {
-    /// A domain with `slots` reader slots (at least one).
+    /// A domain with `slots` slots, shared by [`Reader`]s and [`Executor`]s. The
+    /// number is fixed: size it for every thread that will look up or run code
+    /// at once (a `slots` of 0 is taken as 1). Each slot is one cache line, and a
+    /// reclaiming writer scans them all.
     pub fn new(slots: usize) -> Arc<Self> {
         Arc::new(Self {
             epoch: CachePadded::new(AtomicU64::new(1)),
@@ -104,7 +107,43 @@ impl Domain {
     }
 
     /// Registers a reader. Call it outside signal handlers, once per thread.
+    /// Slots are fixed when the domain is created and shared by readers and
+    /// executors; when all are taken this is [`EpochError::NoSlots`], and a slot
+    /// is free again once its `Reader` or `Executor` drops.
     pub fn register(self: &Arc<Self>) -> Result<Reader, EpochError> {
+        Ok(Reader {
+            domain: Arc::clone(self),
+            index: self.claim_slot()?,
+            _not_sync: PhantomData,
+        })
+    }
+
+    /// Registers the calling thread as an executor of code whose memory this
+    /// domain reclaims: from now until the executor drops or goes
+    /// [`Executor::offline`], nothing freed is reused before this thread has
+    /// passed a quiescent point ([`Executor::quiescent`]) after the free. The
+    /// executor starts online.
+    ///
+    /// ```
+    /// let domain = jitmap::Domain::new(4);
+    /// let executor = domain.register_executor()?;
+    /// // ... run JIT code ...
+    /// executor.quiescent(); // between top-level calls: no frame of JIT code is live
+    /// executor.offline(); // parked: frees need not wait for this thread
+    /// executor.online(); // before running JIT code again
+    /// # Ok::<(), jitmap::EpochError>(())
+    /// ```
+    pub fn register_executor(self: &Arc<Self>) -> Result<Executor, EpochError> {
+        let executor = Executor {
+            domain: Arc::clone(self),
+            index: self.claim_slot()?,
+            _not_sync: PhantomData,
+        };
+        executor.online();
+        Ok(executor)
+    }
+
+    fn claim_slot(&self) -> Result<usize, EpochError> {
         for (index, slot) in self.slots.iter().enumerate() {
             // Acquire: the previous owner's last slot store (clearing it) happens
             // before we use the slot. Relaxed on failure: we just try the next slot.
@@ -113,11 +152,7 @@ impl Domain {
                 .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
                 .is_ok()
             {
-                return Ok(Reader {
-                    domain: Arc::clone(self),
-                    index,
-                    _not_sync: PhantomData,
-                });
+                return Ok(index);
             }
         }
         Err(EpochError::NoSlots {
@@ -244,6 +279,82 @@ impl Drop for Reader {
         slot.state.store(0, order);
         // Release: hands the slot to the next registrant, whose CAS is Acquire.
         slot.owned.store(false, Ordering::Release);
+    }
+}
+
+/// A thread that runs code from heaps of this domain. While it is online, a
+/// freed block's bytes (and a dropped heap's mapping) are reused only after it
+/// has passed a quiescent point following the free: a point where it holds no
+/// frame of JIT code, such as between two top-level calls into JIT code. That
+/// is how code that may still be running, or be returned into, stays intact,
+/// the way runtimes use safepoints. A [`Guard`] protects lookups only.
+///
+/// Used by one thread (it is `Send`, not `Sync`). Its calls are a few atomics and
+/// at most one fence, and async-signal-safe.
+pub struct Executor {
+    domain: Arc<Domain>,
+    index: usize,
+    _not_sync: PhantomData<Cell<()>>,
+}
+
+impl Executor {
+    /// Declares a quiescent point: this thread holds no frame of JIT code freed
+    /// before this call. Cheap when nothing was freed since the last one (two
+    /// loads); otherwise one store and a fence.
+    #[inline]
+    pub fn quiescent(&self) {
+        let slot = &self.domain.slots[self.index].state;
+        // Relaxed: a stale (older) epoch only delays reclamation.
+        let now = self.domain.epoch.load(Ordering::Relaxed) << DEPTH_BITS | 1;
+        // Relaxed: only this thread writes its executor slot.
+        if slot.load(Ordering::Relaxed) != now {
+            self.announce(now);
+        }
+    }
+
+    /// Goes online (after [`Executor::offline`]): from here on, frees wait for
+    /// this thread's quiescent points. Call it before running JIT code again.
+    pub fn online(&self) {
+        // Relaxed: as in `quiescent`.
+        self.announce(self.domain.epoch.load(Ordering::Relaxed) << DEPTH_BITS | 1);
+    }
+
+    /// Goes offline: the thread will run no JIT code (it parks, blocks in the
+    /// host, or leaves for good) until [`Executor::online`], so frees need not
+    /// wait for it.
+    pub fn offline(&self) {
+        // Release: everything this thread executed before is ordered before a
+        // writer's reclamation that reads this 0 with its Acquire scan.
+        self.domain.slots[self.index]
+            .state
+            .store(0, Ordering::Release);
+    }
+
+    /// The domain this executor is registered in.
+    pub fn domain(&self) -> &Arc<Domain> {
+        &self.domain
+    }
+
+    fn announce(&self, state: u64) {
+        let slot = &self.domain.slots[self.index].state;
+        // Release: the code this thread ran before the quiescent point happens
+        // before a reclamation that reads the newer epoch.
+        slot.store(state, Ordering::Release);
+        // SeqCst: as in `Reader::pin`, orders the store before this thread's next
+        // loads of code pointers (indirection cells), against the fence a writer
+        // issues between unlinking and scanning: either the writer sees this
+        // epoch, or this thread sees the unlinked cell.
+        fence(Ordering::SeqCst);
+    }
+}
+
+impl Drop for Executor {
+    fn drop(&mut self) {
+        self.offline();
+        // Release: hands the slot to the next registrant, whose CAS is Acquire.
+        self.domain.slots[self.index]
+            .owned
+            .store(false, Ordering::Release);
     }
 }
 

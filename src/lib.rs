@@ -44,9 +44,28 @@
 //! fragments, the heap's mapping) is reclaimed. Guards nest, including from a
 //! signal handler that interrupts another lookup on the same thread.
 //!
-//! A guard does not protect *execution*. A method that another thread is running,
-//! or will return into, is not pinned by anything: the host must not free it
-//! until that thread is known to be out of it.
+//! A guard does not protect *execution*. A method that another thread is
+//! running, or will return into, is protected by that thread being an
+//! [`Executor`]: executors declare quiescent points (between top-level calls into
+//! JIT code, or by going offline while parked), and freed bytes, like a dropped
+//! heap's mapping, are reused only after every online executor has passed one.
+//!
+//! ```
+//! use jitmap::{CodeInfo, ExecutionManager, HeapConfig, JitKind};
+//!
+//! let manager = ExecutionManager::new(8);
+//! let heap = manager.create_heap(HeapConfig { span: 1 << 20, ..HeapConfig::default() })?;
+//! let executor = manager.register_executor()?; // on each thread that runs JIT code
+//! let mut r = heap.reserve(1)?;
+//! r.code_mut()[0] = 0xC3;
+//! let old_tier = r.publish(CodeInfo::new(1, "f", JitKind::Baseline))?;
+//! // ... the host swaps its call cell to a new tier, then frees the old one:
+//! heap.free(old_tier)?;
+//! assert_eq!(heap.try_reclaim(), 0); // the executor may still be inside it
+//! executor.quiescent(); // back in the host, between calls
+//! assert!(heap.try_reclaim() > 0);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 //!
 //! # Layers
 //!
@@ -94,7 +113,7 @@ pub mod range;
 pub mod sync;
 pub mod words;
 
-pub use epoch::{Domain, EpochError, ForeignGuard, Guard, Reader};
+pub use epoch::{Domain, EpochError, Executor, ForeignGuard, Guard, Reader};
 #[cfg(not(loom))]
 pub use heap::{CodeHeap, CodeRef, HeapConfig, HeapError, MemoryMode, Reservation};
 #[cfg(not(loom))]

@@ -5,7 +5,7 @@ use std::fmt;
 use std::ops::Deref;
 use std::sync::Arc;
 
-use crate::epoch::{Domain, EpochError, ForeignGuard, Guard, Reader};
+use crate::epoch::{Domain, EpochError, Executor, ForeignGuard, Guard, Reader};
 use crate::events::Listeners;
 use crate::heap::{
     BlockKind, CodeHeader, CodeHeap, DebugEntry, GcInfo, HeapBlock, HeapConfig, HeapError,
@@ -153,7 +153,8 @@ pub enum Lookup<'g> {
 }
 
 impl ExecutionManager {
-    /// A manager whose readers pin in a domain of `reader_slots` slots.
+    /// A manager whose readers and executors share a domain of `reader_slots`
+    /// slots (see [`Domain::new`]).
     pub fn new(reader_slots: usize) -> Self {
         Self {
             ranges: RangeSectionMap::new(&Domain::new(reader_slots)),
@@ -169,6 +170,13 @@ impl ExecutionManager {
     /// The reader domain.
     pub fn domain(&self) -> &Arc<Domain> {
         self.ranges.domain()
+    }
+
+    /// Registers the calling thread as an executor of this manager's code (see
+    /// [`Executor`]): frees then wait for its quiescent points before reusing
+    /// bytes it may still be running.
+    pub fn register_executor(&self) -> Result<Executor, EpochError> {
+        self.domain().register_executor()
     }
 
     /// Registers a reader for the calling thread.

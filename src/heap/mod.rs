@@ -409,9 +409,11 @@ impl CodeHeap {
     /// retired blocks hold is bounded by that batch. [`CodeHeap::try_reclaim`] does
     /// it on demand.
     ///
-    /// A guard protects *lookups*, not execution: the bytes of a method another
-    /// thread may still be running, or may return into, must not be freed this way
-    /// until that thread is known to be out of it.
+    /// A guard protects *lookups*, not execution. Threads that run code from this
+    /// heap register as [`crate::Executor`]s of its domain; then freed bytes are
+    /// also held until every online executor has passed a quiescent point after
+    /// the free, so code that is still running, or will be returned into, stays
+    /// intact.
     pub fn free(&self, code: CodeRef) -> Result<(), HeapError> {
         let offset = self.offset_of(code)?;
         let mut w = self.writer.lock();

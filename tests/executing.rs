@@ -1,0 +1,163 @@
+//! Code that may still be running: a freed method's bytes are reused only after
+//! every online executor has passed a quiescent point. Real x86-64 code runs,
+//! and reused bytes are filled with `int3`, so running freed code would kill the
+//! test with SIGTRAP.
+#![cfg(target_arch = "x86_64")]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use jitmap::{CodeInfo, CodeRef, ExecutionManager, HeapConfig, JitKind, ManagedHeap};
+
+/// `mov rcx, n; l: dec rcx; jnz l; mov eax, 42; ret`: spins `n` iterations.
+fn spinner(n: u64) -> Vec<u8> {
+    let mut code = vec![0x48, 0xB9];
+    code.extend_from_slice(&n.to_le_bytes());
+    code.extend_from_slice(&[0x48, 0xFF, 0xC9, 0x75, 0xFB, 0xB8, 42, 0, 0, 0, 0xC3]);
+    code
+}
+
+/// `mov eax, 7; ret`.
+const SEVEN: [u8; 6] = [0xB8, 7, 0, 0, 0, 0xC3];
+
+fn publish(heap: &ManagedHeap<'_>, id: u64, code: &[u8]) -> CodeRef {
+    let mut r = heap.reserve(code.len() as u64).unwrap();
+    r.code_mut().copy_from_slice(code);
+    r.publish(CodeInfo::new(id, format!("f{id}"), JitKind::Optimized))
+        .unwrap()
+}
+
+/// Calls the JIT function at `addr`.
+fn call(addr: usize) -> u32 {
+    // SAFETY: `addr` is the entry of published code that follows the sysv64 ABI,
+    // takes no arguments and returns a 32-bit value; the executor protocol keeps
+    // it mapped and unchanged while this thread may run it.
+    let f: extern "sysv64" fn() -> u32 = unsafe { std::mem::transmute(addr) };
+    f()
+}
+
+fn wait_until(what: &str, done: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[test]
+fn freed_code_is_not_reused_while_an_executor_may_run_it() {
+    let m = ExecutionManager::new(4);
+    let heap = m
+        .create_heap(HeapConfig {
+            span: 1 << 20,
+            ..HeapConfig::default()
+        })
+        .unwrap();
+    // About a quarter of a second of spinning at a few GHz.
+    let slow = publish(&heap, 1, &spinner(600_000_000));
+    let fast = publish(&heap, 2, &SEVEN);
+    let cell = Arc::new(AtomicUsize::new(slow.start()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let started = Arc::new(AtomicBool::new(false));
+    // Quiescent points the executor has begun (counted before each one).
+    let quiescing = Arc::new(AtomicU64::new(0));
+    let results = Arc::new(AtomicU64::new(0));
+    let domain = Arc::clone(m.domain());
+    let x = {
+        let (cell, stop, started) = (cell.clone(), stop.clone(), started.clone());
+        let (quiescing, results) = (quiescing.clone(), results.clone());
+        std::thread::spawn(move || {
+            let executor = domain.register_executor().unwrap();
+            while !stop.load(Ordering::Acquire) {
+                let target = cell.load(Ordering::Acquire);
+                started.store(true, Ordering::Release);
+                let r = call(target);
+                assert!(r == 42 || r == 7, "a call returned {r}");
+                results.fetch_add(u64::from(r), Ordering::Relaxed);
+                quiescing.fetch_add(1, Ordering::SeqCst);
+                executor.quiescent();
+            }
+        })
+    };
+    wait_until("the executor to enter the slow method", || {
+        started.load(Ordering::Acquire)
+    });
+    std::thread::sleep(Duration::from_millis(20));
+    // Unlink, then free, while the executor is (almost surely) inside `slow`.
+    cell.store(fast.start(), Ordering::Release);
+    let (slow_start, slow_size) = (slow.start(), slow.size());
+    heap.free(slow).unwrap();
+    let reclaimed = heap.try_reclaim();
+    let passed = quiescing.load(Ordering::SeqCst);
+    assert!(
+        reclaimed == 0 || passed > 0,
+        "freed bytes reclaimed while the executor could be running them"
+    );
+    if passed == 0 {
+        // Still inside: a reservation of the same size must land elsewhere. Fill
+        // it with int3 and publish it: the canary.
+        let mut r = heap.reserve(slow_size).unwrap();
+        assert_ne!(r.address(), slow_start, "the running method's bytes were reused");
+        r.code_mut().fill(0xCC);
+        let canary = r
+            .publish(CodeInfo::new(3, "canary", JitKind::Optimized))
+            .unwrap();
+        heap.free(canary).unwrap();
+    }
+    // Once the executor has passed a quiescent point, the bytes come back.
+    wait_until("a quiescent point", || quiescing.load(Ordering::SeqCst) >= 2);
+    wait_until("reclamation", || heap.try_reclaim() > 0 || heap.stats().retired_blocks == 0);
+    let mut r = heap.reserve(slow_size).unwrap();
+    assert_eq!(r.address(), slow_start, "best fit reuses the freed extent");
+    r.code_mut().fill(0xCC);
+    let trap = r
+        .publish(CodeInfo::new(4, "int3", JitKind::Optimized))
+        .unwrap();
+    // The executor keeps calling through the cell, now `fast`, never the int3s.
+    let before = quiescing.load(Ordering::SeqCst);
+    wait_until("more calls", || quiescing.load(Ordering::SeqCst) >= before + 100);
+    stop.store(true, Ordering::Release);
+    x.join().unwrap();
+    let calls = quiescing.load(Ordering::SeqCst);
+    assert_eq!(results.load(Ordering::Relaxed), 42 + 7 * (calls - 1));
+    heap.free(trap).unwrap();
+}
+
+#[test]
+fn offline_and_dropped_executors_do_not_hold_frees() {
+    let m = ExecutionManager::new(3);
+    let heap = m
+        .create_heap(HeapConfig {
+            span: 1 << 20,
+            ..HeapConfig::default()
+        })
+        .unwrap();
+    let executor = m.register_executor().unwrap();
+    let a = publish(&heap, 1, &SEVEN);
+    heap.free(a).unwrap();
+    assert_eq!(heap.try_reclaim(), 0, "online, not yet quiescent");
+    executor.quiescent();
+    assert!(heap.try_reclaim() > 0);
+
+    let b = publish(&heap, 2, &SEVEN);
+    executor.offline();
+    heap.free(b).unwrap();
+    assert!(heap.try_reclaim() > 0, "an offline executor holds nothing");
+    executor.online();
+    let c = publish(&heap, 3, &SEVEN);
+    heap.free(c).unwrap();
+    assert_eq!(heap.try_reclaim(), 0);
+    drop(executor);
+    assert!(heap.try_reclaim() > 0, "a dropped executor holds nothing");
+
+    // Executors and readers share the domain's slots.
+    let e1 = m.register_executor().unwrap();
+    let r1 = m.register().unwrap();
+    let e2 = m.register_executor().unwrap();
+    assert_eq!(
+        m.register().err(),
+        Some(jitmap::EpochError::NoSlots { slots: 3 })
+    );
+    drop((e1, r1, e2));
+}
