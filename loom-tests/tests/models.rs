@@ -273,6 +273,43 @@ fn two_readers_hold_the_grace_period() {
     grace_period_two_readers();
 }
 
+/// Code that may still be running: an executor comes online, loads a code
+/// pointer from an indirection cell and "runs" the code (reads its bytes), then
+/// passes a quiescent point; the writer unlinks the cell, frees, and reuses the
+/// bytes (writes them) only when the grace period allows. Running is always
+/// ordered before the reuse, including for an executor that comes online while
+/// the writer frees.
+fn executor_quiescence() {
+    model(|| {
+        const OLD: usize = 1;
+        const NEW: usize = 2;
+        let domain = Domain::new(2);
+        let cell = Arc::new(AtomicUsize::new(OLD));
+        let code = Header::new();
+        let (d, c, k) = (Arc::clone(&domain), Arc::clone(&cell), Arc::clone(&code));
+        let executor = thread::spawn(move || {
+            let e = d.register_executor().unwrap();
+            // Relaxed: the executor protocol, not this load, orders the code.
+            if c.load(Ordering::Relaxed) == OLD {
+                assert_eq!(k.read(), LIVE, "ran reused code");
+            }
+            e.quiescent();
+        });
+        // Relaxed: as above; the free's fence orders the unlink.
+        cell.store(NEW, Ordering::Relaxed);
+        let tag = domain.retire_tag();
+        if domain.is_safe(tag) {
+            code.reclaim();
+        }
+        executor.join().unwrap();
+    });
+}
+
+#[test]
+fn freed_code_is_not_reused_before_the_executor_quiesces() {
+    executor_quiescence();
+}
+
 /// Counts live copies of a range-map value: fragments hold clones.
 struct Tracker(Arc<AtomicUsize>);
 
@@ -394,4 +431,9 @@ fn seeded_relaxed_repin_is_caught() {
         false,
         After::DropReader
     )));
+}
+
+#[test]
+fn seeded_skipped_grace_period_is_caught_for_executors() {
+    assert!(caught(Defect::SkipGracePeriod, executor_quiescence));
 }
