@@ -119,5 +119,5 @@ pub use heap::{CodeHeap, CodeRef, HeapConfig, HeapError, MemoryMode, Reservation
 #[cfg(not(loom))]
 pub use info::{CodeInfo, JitKind};
 #[cfg(not(loom))]
-pub use manager::{CodeBlock, ExecutionManager, HeapSection, Lookup, ManagedHeap};
+pub use manager::{CodeBlock, ExecutionManager, HeapSection, Lookup, ManagedHeap, OwnedHeap};
 pub use nibble::{MapError, MapVersion, MapWriter, NibbleMap};

@@ -9,7 +9,7 @@ use crate::epoch::{Domain, EpochError, Executor, ForeignGuard, Guard, Reader};
 use crate::events::Listeners;
 use crate::heap::{
     BlockKind, CodeHeader, CodeHeap, DebugEntry, GcInfo, HeapBlock, HeapConfig, HeapError,
-    HeapLookup, Hit, JitKind,
+    HeapLookup, Hit, JitKind, LiveBlock,
 };
 use crate::image::{ImageError, ImageHit, ImageInfo, ImageSection, RegionInfo};
 use crate::perf::{PerfConfig, PerfError, PerfOutput};
@@ -133,9 +133,56 @@ impl ManagedHeap<'_> {
 
 impl Drop for ManagedHeap<'_> {
     fn drop(&mut self) {
-        // The section was registered by `create_heap` and only this handle removes
-        // it, so it is present.
-        let _ = self.manager.ranges.remove(self.heap.base());
+        self.manager.unregister_heap(&self.heap);
+    }
+}
+
+/// A code heap registered with a shared manager, with no lifetime: a runtime
+/// keeps its `Arc<ExecutionManager>` and its heaps side by side in one struct.
+/// Dropping it unregisters the heap, as [`ManagedHeap`] does.
+///
+/// ```
+/// use std::sync::Arc;
+/// use jitmap::{ExecutionManager, HeapConfig, OwnedHeap};
+///
+/// struct Runtime {
+///     manager: Arc<ExecutionManager>,
+///     tier0: OwnedHeap,
+/// }
+/// let manager = Arc::new(ExecutionManager::new(8));
+/// let tier0 = manager.create_owned_heap(HeapConfig { span: 1 << 20, ..HeapConfig::default() })?;
+/// let runtime = Runtime { manager, tier0 };
+/// assert_eq!(runtime.manager.heaps().len(), 1);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct OwnedHeap {
+    heap: Arc<CodeHeap>,
+    manager: Arc<ExecutionManager>,
+}
+
+impl Deref for OwnedHeap {
+    type Target = CodeHeap;
+
+    fn deref(&self) -> &CodeHeap {
+        &self.heap
+    }
+}
+
+impl OwnedHeap {
+    /// The shared heap.
+    pub fn heap(&self) -> &Arc<CodeHeap> {
+        &self.heap
+    }
+
+    /// The manager the heap is registered with.
+    pub fn manager(&self) -> &Arc<ExecutionManager> {
+        &self.manager
+    }
+}
+
+impl Drop for OwnedHeap {
+    fn drop(&mut self) {
+        self.manager.unregister_heap(&self.heap);
     }
 }
 
@@ -202,6 +249,25 @@ impl ExecutionManager {
     /// Creates a code heap and registers its range. Also reclaims sections removed
     /// earlier whose grace period has passed (as every manager writer call does).
     pub fn create_heap(&self, config: HeapConfig) -> Result<ManagedHeap<'_>, ManagerError> {
+        Ok(ManagedHeap {
+            heap: self.register_heap(config)?,
+            manager: self,
+        })
+    }
+
+    /// [`ExecutionManager::create_heap`] for a shared manager: the handle owns an
+    /// `Arc` of the manager instead of borrowing it.
+    pub fn create_owned_heap(
+        self: &Arc<Self>,
+        config: HeapConfig,
+    ) -> Result<OwnedHeap, ManagerError> {
+        Ok(OwnedHeap {
+            heap: self.register_heap(config)?,
+            manager: Arc::clone(self),
+        })
+    }
+
+    fn register_heap(&self, config: HeapConfig) -> Result<Arc<CodeHeap>, ManagerError> {
         self.ranges.try_reclaim();
         let heap = CodeHeap::with_listeners(config, self.domain(), Arc::clone(&self.listeners))?;
         let heap = Arc::new(heap);
@@ -210,13 +276,32 @@ impl ExecutionManager {
             lookup: heap.lookup(),
             heap: Arc::clone(&heap),
         };
+        self.ranges.insert(begin, end, SectionKind::Heap(section))?;
+        Ok(heap)
+    }
+
+    fn unregister_heap(&self, heap: &CodeHeap) {
+        // The section was registered by `register_heap` and only the heap's one
+        // handle removes it, so it is present.
+        let _ = self.ranges.remove(heap.base());
+    }
+
+    /// The registered heaps, in address order (for a profiler or debugger that
+    /// attaches late).
+    pub fn heaps(&self) -> Vec<Arc<CodeHeap>> {
         self.ranges
-            .insert(begin, end, SectionKind::Heap(section))
-            .map_err(ManagerError::Range)?;
-        Ok(ManagedHeap {
-            heap,
-            manager: self,
-        })
+            .values()
+            .into_iter()
+            .filter_map(|kind| match kind {
+                SectionKind::Heap(s) => Some(s.heap),
+                SectionKind::Image(_) => None,
+            })
+            .collect()
+    }
+
+    /// Every live block of every heap, in address order within each heap.
+    pub fn live_blocks(&self) -> Vec<LiveBlock> {
+        self.heaps().iter().flat_map(|h| h.live_blocks()).collect()
     }
 
     /// Validates and registers an image; returns its base.

@@ -98,7 +98,11 @@ fn freed_code_is_not_reused_while_an_executor_may_run_it() {
         // Still inside: a reservation of the same size must land elsewhere. Fill
         // it with int3 and publish it: the canary.
         let mut r = heap.reserve(slow_size).unwrap();
-        assert_ne!(r.address(), slow_start, "the running method's bytes were reused");
+        assert_ne!(
+            r.address(),
+            slow_start,
+            "the running method's bytes were reused"
+        );
         r.code_mut().fill(0xCC);
         let canary = r
             .publish(CodeInfo::new(3, "canary", JitKind::Optimized))
@@ -106,8 +110,12 @@ fn freed_code_is_not_reused_while_an_executor_may_run_it() {
         heap.free(canary).unwrap();
     }
     // Once the executor has passed a quiescent point, the bytes come back.
-    wait_until("a quiescent point", || quiescing.load(Ordering::SeqCst) >= 2);
-    wait_until("reclamation", || heap.try_reclaim() > 0 || heap.stats().retired_blocks == 0);
+    wait_until("a quiescent point", || {
+        quiescing.load(Ordering::SeqCst) >= 2
+    });
+    wait_until("reclamation", || {
+        heap.try_reclaim() > 0 || heap.stats().retired_blocks == 0
+    });
     let mut r = heap.reserve(slow_size).unwrap();
     assert_eq!(r.address(), slow_start, "best fit reuses the freed extent");
     r.code_mut().fill(0xCC);
@@ -116,7 +124,9 @@ fn freed_code_is_not_reused_while_an_executor_may_run_it() {
         .unwrap();
     // The executor keeps calling through the cell, now `fast`, never the int3s.
     let before = quiescing.load(Ordering::SeqCst);
-    wait_until("more calls", || quiescing.load(Ordering::SeqCst) >= before + 100);
+    wait_until("more calls", || {
+        quiescing.load(Ordering::SeqCst) >= before + 100
+    });
     stop.store(true, Ordering::Release);
     x.join().unwrap();
     let calls = quiescing.load(Ordering::SeqCst);

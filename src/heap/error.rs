@@ -23,6 +23,8 @@ pub enum HeapError {
     BadSpan { span: u64 },
     /// The block was already freed.
     DoubleFree { start: usize },
+    /// The reference is a moved block's old one; the block now starts at `to`.
+    Moved { start: usize, to: usize },
     /// The reference belongs to another heap.
     ForeignRef,
     /// The reference was never handed out by this heap.
@@ -59,6 +61,12 @@ impl fmt::Display for HeapError {
                 write!(f, "heap span {span:#x} must be non-zero and under 4 GiB")
             }
             Self::DoubleFree { start } => write!(f, "block at {start:#x} was already freed"),
+            Self::Moved { start, to } => {
+                write!(
+                    f,
+                    "block at {start:#x} was moved to {to:#x}; use its new reference"
+                )
+            }
             Self::ForeignRef => f.write_str("code reference belongs to another heap"),
             Self::UnknownRef { start } => {
                 write!(f, "no block at {start:#x} was handed out by this heap")

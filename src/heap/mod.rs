@@ -13,7 +13,7 @@ mod lookup;
 mod memory;
 mod reservation;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::mem::ManuallyDrop;
 use std::ops::Range;
 use std::ptr::NonNull;
@@ -49,6 +49,9 @@ const COMMIT_CHUNK: u64 = 64 * 1024;
 const RECLAIM_BATCH: usize = 32;
 /// Retired extent bytes accumulated before a free tries to reclaim.
 const RECLAIM_BYTES: u64 = 1 << 20;
+/// Moves remembered, so that freeing a moved block's old reference is told apart
+/// from a double free.
+const MOVES_REMEMBERED: usize = 4096;
 /// Largest stub kind; slot values above it are header pointers.
 pub const MAX_STUB_KIND: u8 = 15;
 
@@ -126,6 +129,15 @@ pub enum BlockKind<'a> {
     Stub(u8),
 }
 
+/// A published block, as listed by [`CodeHeap::live_blocks`].
+#[derive(Clone, Debug)]
+pub struct LiveBlock {
+    /// The reference that frees or moves it.
+    pub code: CodeRef,
+    /// The method's info; `None` for a stub.
+    pub info: Option<Arc<CodeInfo>>,
+}
+
 /// Bytes and block counts of a heap.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct HeapStats {
@@ -163,6 +175,8 @@ impl HeaderPtr {
 
 struct Live {
     generation: u64,
+    /// Code size in bytes.
+    size: u64,
     extent: Range<u64>,
     /// The alignment the block was reserved with (kept by moves).
     align: u64,
@@ -190,6 +204,10 @@ struct Writer {
     retired: Vec<Retired>,
     /// Extent bytes in `retired`.
     retired_bytes: u64,
+    /// Generation of a moved block's old reference → its new start, for the last
+    /// [`MOVES_REMEMBERED`] moves (oldest first in `move_order`).
+    moved: HashMap<u64, usize>,
+    move_order: VecDeque<u64>,
     next_generation: u64,
     reclaimed_bytes: u64,
 }
@@ -278,6 +296,8 @@ impl CodeHeap {
                 live: HashMap::new(),
                 retired: Vec::new(),
                 retired_bytes: 0,
+                moved: HashMap::new(),
+                move_order: VecDeque::new(),
                 next_generation: 1,
                 reclaimed_bytes: 0,
             }),
@@ -486,6 +506,13 @@ impl CodeHeap {
             Some(code.start),
         )?;
         self.unpublish(&mut w, offset)?;
+        if w.move_order.len() == MOVES_REMEMBERED
+            && let Some(oldest) = w.move_order.pop_front()
+        {
+            w.moved.remove(&oldest);
+        }
+        w.moved.insert(code.generation, moved.start);
+        w.move_order.push_back(code.generation);
         drop(w);
         self.listeners.throttle();
         Ok(moved)
@@ -495,6 +522,31 @@ impl CodeHeap {
     /// extent bytes given back.
     pub fn try_reclaim(&self) -> u64 {
         self.reclaim(&mut self.writer.lock())
+    }
+
+    /// The published blocks, in address order: for a profiler or debugger that
+    /// attaches after code was published.
+    pub fn live_blocks(&self) -> Vec<LiveBlock> {
+        let w = self.writer.lock();
+        let mut blocks: Vec<LiveBlock> = w
+            .live
+            .iter()
+            .map(|(&offset, live)| LiveBlock {
+                code: CodeRef {
+                    heap: self.id,
+                    start: self.base() + offset as usize,
+                    size: live.size,
+                    generation: live.generation,
+                },
+                info: live.header.as_ref().map(|h| {
+                    // SAFETY: the block is live and we hold the lock that retiring
+                    // and reclaiming it need.
+                    Arc::clone(unsafe { h.0.as_ref() }.shared_info())
+                }),
+            })
+            .collect();
+        blocks.sort_by_key(|b| b.code.start);
+        blocks
     }
 
     /// Current usage.
@@ -627,6 +679,7 @@ impl CodeHeap {
             start,
             Live {
                 generation,
+                size,
                 extent,
                 align,
                 header,
@@ -677,6 +730,10 @@ impl CodeHeap {
     ) -> Result<Option<&'w HeaderPtr>, HeapError> {
         match w.live.get(&offset) {
             Some(live) if live.generation == code.generation => Ok(live.header.as_ref()),
+            _ if w.moved.contains_key(&code.generation) => Err(HeapError::Moved {
+                start: code.start,
+                to: w.moved[&code.generation],
+            }),
             _ if code.generation < w.next_generation => {
                 Err(HeapError::DoubleFree { start: code.start })
             }

@@ -319,6 +319,17 @@ impl<T: Clone> RangeSectionMap<T> {
         freed
     }
 
+    /// The values of the registered sections, in address order.
+    pub fn values(&self) -> Vec<T> {
+        let w = self.writer.lock();
+        w.live
+            .values()
+            // SAFETY: a live slab is non-empty and freed only by this writer,
+            // whose lock we hold.
+            .map(|live| unsafe { &(*live.fragments)[0] }.value.clone())
+            .collect()
+    }
+
     /// Number of registered sections.
     pub fn len(&self) -> usize {
         self.writer.lock().live.len()
