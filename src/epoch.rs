@@ -29,7 +29,10 @@ const DEPTH_MASK: u64 = (1 << DEPTH_BITS) - 1;
 #[non_exhaustive]
 pub enum EpochError {
     /// Every reader slot is registered.
-    NoSlots { slots: usize },
+    NoSlots {
+        /// Number of slots in the domain.
+        slots: usize,
+    },
     /// Pins nested more than 65,535 deep on one reader.
     TooDeep,
 }

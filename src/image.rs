@@ -67,21 +67,45 @@ pub enum ImageError {
     /// Size 0.
     Empty,
     /// Larger than 4 GiB, which 32-bit function offsets cannot address.
-    TooLarge { size: usize },
+    TooLarge {
+        /// Size in bytes.
+        size: usize,
+    },
     /// A function is empty or reaches past the image.
-    FunctionOutOfRange { index: usize },
+    FunctionOutOfRange {
+        /// Index in the table.
+        index: usize,
+    },
     /// A function starts before the previous one.
-    Unsorted { index: usize },
+    Unsorted {
+        /// Index in the table.
+        index: usize,
+    },
     /// A function overlaps the previous one.
-    Overlapping { index: usize },
+    Overlapping {
+        /// Index in the table.
+        index: usize,
+    },
     /// A method's entry is not the start of a hot function.
-    EntryNotFunction { entry: u32 },
+    EntryNotFunction {
+        /// Offset of the entry point.
+        entry: u32,
+    },
     /// Two methods share an entry.
-    DuplicateEntry { entry: u32 },
+    DuplicateEntry {
+        /// Offset of the entry point.
+        entry: u32,
+    },
     /// A hot function has no method entry at or before it.
-    Orphan { index: usize },
+    Orphan {
+        /// Index in the table.
+        index: usize,
+    },
     /// A hot/cold pair names a bad index, or pairs are out of order.
-    BadHotCold { pair: usize },
+    BadHotCold {
+        /// Index of the hot/cold pair.
+        pair: usize,
+    },
     /// The thunk range is empty or reaches past the image.
     ThunksOutOfRange,
 }

@@ -148,15 +148,32 @@ pub enum InfoError {
     /// The first unwind entry does not start at offset 0.
     MainBodyNotFirst,
     /// An unwind entry is empty or reaches past the code.
-    UnwindOutOfRange { begin: u32, end: u32 },
+    UnwindOutOfRange {
+        /// First address (or offset) of the range.
+        begin: u32,
+        /// One past the last address (or offset).
+        end: u32,
+    },
     /// Unwind entries overlap or are out of order.
-    UnwindUnsorted { begin: u32 },
+    UnwindUnsorted {
+        /// First address (or offset) of the range.
+        begin: u32,
+    },
     /// Debug rows are out of order.
-    DebugUnsorted { offset: u32 },
+    DebugUnsorted {
+        /// Offset in bytes.
+        offset: u32,
+    },
     /// A debug row lies past the code.
-    DebugOutOfRange { offset: u32 },
+    DebugOutOfRange {
+        /// Offset in bytes.
+        offset: u32,
+    },
     /// The cold part would be empty or cover the whole block.
-    ColdOutOfRange { offset: u32 },
+    ColdOutOfRange {
+        /// Offset in bytes.
+        offset: u32,
+    },
 }
 
 impl fmt::Display for InfoError {

@@ -86,6 +86,8 @@
 //! maintenance is in place, see [`heap::MemoryMode`]). Other targets are refused
 //! at compile time.
 
+#![warn(missing_docs)]
+
 #[cfg(not(target_os = "linux"))]
 compile_error!("jitmap supports Linux only (x86-64 tested, aarch64 compiles)");
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]

@@ -51,7 +51,10 @@ pub enum ManagerError {
     Image(ImageError),
     /// `unload_image` was given the base of something that is not an image (a
     /// code heap is unregistered only by dropping its handle).
-    NotAnImage { base: usize },
+    NotAnImage {
+        /// The base address given.
+        base: usize,
+    },
     /// A guard from another manager's domain.
     ForeignGuard,
     /// The reader registry refused.
@@ -192,7 +195,14 @@ pub enum Lookup<'g> {
     /// A method (JIT or image code).
     Method(CodeBlock<'g>),
     /// A stub block in a code heap.
-    Stub { kind: u8, start: usize, size: u64 },
+    Stub {
+        /// The stub kind.
+        kind: u8,
+        /// Address (or offset) of the block's first code byte.
+        start: usize,
+        /// Size in bytes.
+        size: u64,
+    },
     /// An image's delay-load thunks.
     Thunk,
     /// Nothing: no section, free space, headers, padding.

@@ -14,25 +14,56 @@ pub enum HeapError {
     /// A reservation of 0 bytes.
     ZeroSize,
     /// A reservation larger than the heap could ever hold.
-    TooLarge { size: u64, max: u64 },
+    TooLarge {
+        /// Size in bytes.
+        size: u64,
+        /// The largest size allowed.
+        max: u64,
+    },
     /// An alignment that is not a power of two between 8 and the page size.
-    BadAlignment { align: u64 },
+    BadAlignment {
+        /// The alignment asked for.
+        align: u64,
+    },
     /// No free range fits the reservation, even after reclaiming.
-    HeapFull { size: u64 },
+    HeapFull {
+        /// Size in bytes.
+        size: u64,
+    },
     /// A heap span of 0, or of 4 GiB or more.
-    BadSpan { span: u64 },
+    BadSpan {
+        /// The span asked for.
+        span: u64,
+    },
     /// The block was already freed.
-    DoubleFree { start: usize },
+    DoubleFree {
+        /// Address (or offset) of the block's first code byte.
+        start: usize,
+    },
     /// The reference is a moved block's old one; the block now starts at `to`.
-    Moved { start: usize, to: usize },
+    Moved {
+        /// Address (or offset) of the block's first code byte.
+        start: usize,
+        /// Where the block starts now.
+        to: usize,
+    },
     /// The reference belongs to another heap.
     ForeignRef,
     /// The reference was never handed out by this heap.
-    UnknownRef { start: usize },
+    UnknownRef {
+        /// Address (or offset) of the block's first code byte.
+        start: usize,
+    },
     /// The block is a stub, and the operation needs a method.
-    NotAMethod { start: usize },
+    NotAMethod {
+        /// Address (or offset) of the block's first code byte.
+        start: usize,
+    },
     /// A stub kind outside 1..=15.
-    BadStubKind { kind: u8 },
+    BadStubKind {
+        /// The stub kind.
+        kind: u8,
+    },
     /// The code info does not fit the block.
     Info(InfoError),
     /// The reader registry refused.
@@ -40,7 +71,10 @@ pub enum HeapError {
     /// The nibble map refused (an allocator invariant was broken).
     Map(MapError),
     /// Mapping or protecting memory failed with this OS error.
-    Memory { errno: i32 },
+    Memory {
+        /// The OS error number.
+        errno: i32,
+    },
     /// A lookup was given a guard from another reader domain.
     ForeignGuard,
 }

@@ -6,19 +6,43 @@ use std::fmt;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MapError {
     /// The start is not 4-byte aligned.
-    Misaligned { start: u64 },
+    Misaligned {
+        /// Address (or offset) of the block's first code byte.
+        start: u64,
+    },
     /// Another start already sits in the start's 32-byte bucket.
-    BucketOccupied { start: u64, existing: u64 },
+    BucketOccupied {
+        /// Address (or offset) of the block's first code byte.
+        start: u64,
+        /// Where the conflicting entry begins.
+        existing: u64,
+    },
     /// The block would overlap a live block that the map can see.
-    Overlap { start: u64, existing: u64 },
+    Overlap {
+        /// Address (or offset) of the block's first code byte.
+        start: u64,
+        /// Where the conflicting entry begins.
+        existing: u64,
+    },
     /// The block's start or end lies beyond the map.
-    OutOfRange { start: u64, size: u64 },
+    OutOfRange {
+        /// Address (or offset) of the block's first code byte.
+        start: u64,
+        /// Size in bytes.
+        size: u64,
+    },
     /// The map would span 4 GiB or more; offsets must fit in 32 bits.
-    SpanTooLarge { span: u64 },
+    SpanTooLarge {
+        /// The span asked for.
+        span: u64,
+    },
     /// A block of size 0.
     ZeroSize,
     /// No start is set at this offset.
-    NotPresent { start: u64 },
+    NotPresent {
+        /// Address (or offset) of the block's first code byte.
+        start: u64,
+    },
     /// The storage holds fewer words than the span needs.
     StoreTooSmall,
     /// The word storage could not be mapped.

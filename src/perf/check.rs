@@ -43,37 +43,63 @@ pub struct DebugRow {
 pub enum Body {
     /// A code load.
     Load {
+        /// Process id.
         pid: u32,
+        /// Thread id.
         tid: u32,
+        /// Virtual address of the code.
         vma: u64,
+        /// Address of the code.
         code_addr: u64,
+        /// Code size in bytes.
         code_size: u64,
+        /// The load's unique index.
         code_index: u64,
+        /// Function name.
         name: String,
+        /// The code bytes.
         code: Vec<u8>,
     },
     /// A code move.
     Move {
+        /// Process id.
         pid: u32,
+        /// Thread id.
         tid: u32,
+        /// Virtual address of the code.
         vma: u64,
+        /// Address before the move.
         old_addr: u64,
+        /// Address after the move.
         new_addr: u64,
+        /// Code size in bytes.
         code_size: u64,
+        /// The load's unique index.
         code_index: u64,
     },
     /// Debug info for the next load.
-    DebugInfo { code_addr: u64, rows: Vec<DebugRow> },
+    DebugInfo {
+        /// Address of the code.
+        code_addr: u64,
+        /// The debug rows.
+        rows: Vec<DebugRow>,
+    },
     /// Unwinding info for the next load: `.eh_frame` then `.eh_frame_hdr`.
     UnwindingInfo {
+        /// `.eh_frame` bytes.
         eh_frame: Vec<u8>,
+        /// `.eh_frame_hdr` bytes.
         eh_frame_hdr: Vec<u8>,
+        /// Bytes of unwinding data mapped next to the code (0: none).
         mapped_size: u64,
     },
     /// The close marker.
     Close,
     /// An id this reader does not know.
-    Unknown { id: u32 },
+    Unknown {
+        /// The record id.
+        id: u32,
+    },
 }
 
 /// A record and where it sits.
@@ -93,33 +119,81 @@ pub struct Record {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Violation {
     /// Shorter than a header.
-    ShortHeader { len: usize },
+    ShortHeader {
+        /// Bytes available.
+        len: usize,
+    },
     /// The magic is not `JiTD` in this machine's byte order.
-    BadMagic { magic: u32 },
+    BadMagic {
+        /// The magic read.
+        magic: u32,
+    },
     /// A version other than 1.
-    BadVersion { version: u32 },
+    BadVersion {
+        /// The version read.
+        version: u32,
+    },
     /// A header size other than 40.
-    BadHeaderSize { size: u32 },
+    BadHeaderSize {
+        /// Size in bytes.
+        size: u32,
+    },
     /// A record size below the 16-byte record header.
-    RecordTooSmall { offset: usize, size: u32 },
+    RecordTooSmall {
+        /// Offset in bytes.
+        offset: usize,
+        /// Size in bytes.
+        size: u32,
+    },
     /// The file ends inside a record.
     TruncatedTail {
+        /// Offset in bytes.
         offset: usize,
+        /// Size in bytes.
         size: u32,
+        /// Bytes left in the file.
         available: usize,
     },
     /// A record's fields do not fit its size, or a name is unterminated.
-    Malformed { offset: usize, what: &'static str },
+    Malformed {
+        /// Offset in bytes.
+        offset: usize,
+        /// What is wrong.
+        what: &'static str,
+    },
     /// A load record with bytes after its code (perf would misread the code).
-    LoadPadding { offset: usize, extra: usize },
+    LoadPadding {
+        /// Offset in bytes.
+        offset: usize,
+        /// Bytes after the code.
+        extra: usize,
+    },
     /// Debug rows whose addresses do not ascend.
-    UnsortedDebug { offset: usize },
+    UnsortedDebug {
+        /// Offset in bytes.
+        offset: usize,
+    },
     /// A move record whose size is not 64.
-    BadMoveSize { offset: usize, size: u32 },
+    BadMoveSize {
+        /// Offset in bytes.
+        offset: usize,
+        /// Size in bytes.
+        size: u32,
+    },
     /// A close record with a payload.
-    BadCloseSize { offset: usize, size: u32 },
+    BadCloseSize {
+        /// Offset in bytes.
+        offset: usize,
+        /// Size in bytes.
+        size: u32,
+    },
     /// A record id this reader does not know.
-    UnknownRecord { offset: usize, id: u32 },
+    UnknownRecord {
+        /// Offset in bytes.
+        offset: usize,
+        /// The record id.
+        id: u32,
+    },
 }
 
 impl fmt::Display for Violation {

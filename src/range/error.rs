@@ -7,19 +7,50 @@ use std::fmt;
 #[non_exhaustive]
 pub enum RangeError {
     /// `begin >= end`.
-    Empty { begin: usize, end: usize },
+    Empty {
+        /// First address (or offset) of the range.
+        begin: usize,
+        /// One past the last address (or offset).
+        end: usize,
+    },
     /// The range reaches address bit 57 or above.
-    OutOfRange { begin: usize, end: usize },
+    OutOfRange {
+        /// First address (or offset) of the range.
+        begin: usize,
+        /// One past the last address (or offset).
+        end: usize,
+    },
     /// The range overlaps the section that begins at `existing`.
-    Overlap { begin: usize, existing: usize },
+    Overlap {
+        /// First address (or offset) of the range.
+        begin: usize,
+        /// Where the conflicting entry begins.
+        existing: usize,
+    },
     /// No section begins at this address.
-    NotFound { begin: usize },
+    NotFound {
+        /// First address (or offset) of the range.
+        begin: usize,
+    },
     /// The section is larger than one section may be ([`super::MAX_SECTION_BYTES`]).
-    TooLarge { begin: usize, end: usize },
+    TooLarge {
+        /// First address (or offset) of the range.
+        begin: usize,
+        /// One past the last address (or offset).
+        end: usize,
+    },
     /// The section's fragments could not be allocated.
-    OutOfMemory { begin: usize, end: usize },
+    OutOfMemory {
+        /// First address (or offset) of the range.
+        begin: usize,
+        /// One past the last address (or offset).
+        end: usize,
+    },
     /// The section at `begin` is not of the kind the caller may remove.
-    WrongKind { begin: usize },
+    WrongKind {
+        /// First address (or offset) of the range.
+        begin: usize,
+    },
 }
 
 impl fmt::Display for RangeError {
