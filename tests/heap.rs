@@ -9,7 +9,11 @@ use jitmap::{
     CodeHeap, CodeInfo, Domain, EpochError, HeapConfig, HeapError, MapVersion, MemoryMode,
 };
 
-const MODES: [MemoryMode; 2] = [MemoryMode::Rwx, MemoryMode::WriteXorExecute];
+const MODES: [MemoryMode; 3] = [
+    MemoryMode::Rwx,
+    MemoryMode::WriteXorExecute,
+    MemoryMode::FlipOnPublish,
+];
 const VERSIONS: [MapVersion; 2] = [MapVersion::V1, MapVersion::V2];
 
 fn heap(version: MapVersion, mode: MemoryMode, span: u64) -> (Arc<Domain>, CodeHeap) {

@@ -1,5 +1,5 @@
 //! Reserve, publish, abort, free, move and find on a real `CodeHeap` (v1 or v2,
-//! RWX or W^X) against a model: every lookup is exact.
+//! RWX, W^X or flip) against a model: every lookup is exact.
 #![no_main]
 
 use arbitrary::Arbitrary;
@@ -26,6 +26,7 @@ enum Op {
 struct Input {
     v2: bool,
     wx: bool,
+    flip: bool,
     huge: bool,
     pin: bool,
     ops: Vec<Op>,
@@ -42,10 +43,10 @@ fuzz_target!(|input: Input| {
         } else {
             MapVersion::V1
         },
-        mode: if input.wx {
-            MemoryMode::WriteXorExecute
-        } else {
-            MemoryMode::Rwx
+        mode: match (input.wx, input.flip) {
+            (_, true) => MemoryMode::FlipOnPublish,
+            (true, false) => MemoryMode::WriteXorExecute,
+            (false, false) => MemoryMode::Rwx,
         },
         align: 16,
         huge_pages: input.huge,

@@ -27,15 +27,26 @@ pub(crate) struct FreeSpace {
     by_start: BTreeMap<u64, u64>,
     by_len: BTreeSet<(u64, u64)>,
     free_bytes: u64,
+    /// Extents begin and end on multiples of this: 8 normally, the page size when
+    /// each block's pages change protection on their own.
+    granule: u64,
 }
 
 impl FreeSpace {
-    /// All of `[0, span)` free.
+    /// All of `[0, span)` free, with extents on 8-byte boundaries.
+    #[cfg(test)]
     pub(crate) fn new(span: u64) -> Self {
+        Self::with_granule(span, 8)
+    }
+
+    /// All of `[0, span)` free, with extents on multiples of `granule` (a power of
+    /// two of at least 8 that divides `span`).
+    pub(crate) fn with_granule(span: u64, granule: u64) -> Self {
         let mut free = Self {
             by_start: BTreeMap::new(),
             by_len: BTreeSet::new(),
             free_bytes: 0,
+            granule,
         };
         free.insert(0, span);
         free
@@ -53,10 +64,12 @@ impl FreeSpace {
 
     /// Takes the smallest free range that fits `size` bytes of code at `align`.
     pub(crate) fn allocate(&mut self, size: u64, align: u64) -> Option<Placement> {
-        let (placement, range) = self
-            .by_len
-            .range((size + PREFIX, 0)..)
-            .find_map(|&(len, at)| place(at, at + len, size, align).map(|p| (p, (at, len))))?;
+        let (placement, range) =
+            self.by_len
+                .range((size + PREFIX, 0)..)
+                .find_map(|&(len, at)| {
+                    place(at, at + len, size, align, self.granule).map(|p| (p, (at, len)))
+                })?;
         self.remove(range.0, range.1);
         let (at, end) = (range.0, range.0 + range.1);
         if placement.extent.start > at {
@@ -97,14 +110,16 @@ impl FreeSpace {
     }
 }
 
-/// Places `size` bytes of code at `align` inside the free range `[at, end)`.
-fn place(at: u64, end: u64, size: u64, align: u64) -> Option<Placement> {
+/// Places `size` bytes of code at `align` inside the free range `[at, end)`, in an
+/// extent whose bounds are multiples of `granule`.
+fn place(at: u64, end: u64, size: u64, align: u64, granule: u64) -> Option<Placement> {
     let start = (at + PREFIX).next_multiple_of(align);
     let code_end = start.checked_add(size)?;
     let bucket_floor = start - start % BUCKET_BYTES + PREFIX;
-    let extent_end = code_end.max(bucket_floor).next_multiple_of(8);
+    let extent_start = (start - PREFIX) / granule * granule;
+    let extent_end = code_end.max(bucket_floor).next_multiple_of(granule);
     (extent_end <= end).then(|| Placement {
-        extent: start - PREFIX..extent_end,
+        extent: extent_start..extent_end,
         start,
     })
 }
@@ -163,6 +178,17 @@ mod tests {
         free.release(blocks[2].extent.clone());
         let small = free.allocate(900, 16).unwrap();
         assert_eq!(small.extent.start, blocks[0].extent.start);
+    }
+
+    #[test]
+    fn page_granules_give_each_block_its_own_pages() {
+        let mut free = FreeSpace::with_granule(1 << 16, 4096);
+        let a = free.allocate(100, 16).unwrap();
+        let b = free.allocate(5000, 64).unwrap();
+        let c = free.allocate(1, 16).unwrap();
+        assert_eq!((a.extent, a.start), (0..4096, 16));
+        assert_eq!((b.extent, b.start), (4096..12288, 4096 + 64));
+        assert_eq!((c.extent, c.start), (12288..16384, 12288 + 16));
     }
 
     #[test]

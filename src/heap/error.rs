@@ -77,6 +77,11 @@ pub enum HeapError {
     },
     /// A lookup was given a guard from another reader domain.
     ForeignGuard,
+    /// The heap keeps no writable alias of published code (flip mode).
+    NotPatchable {
+        /// Address of the block's first code byte.
+        start: usize,
+    },
 }
 
 impl fmt::Display for HeapError {
@@ -116,6 +121,10 @@ impl fmt::Display for HeapError {
                 std::io::Error::from_raw_os_error(*errno)
             ),
             Self::ForeignGuard => write!(f, "{ForeignGuard}"),
+            Self::NotPatchable { start } => write!(
+                f,
+                "block at {start:#x} is in a flip-mode heap, which cannot patch published code"
+            ),
         }
     }
 }

@@ -1,8 +1,10 @@
 //! The heap's memory: one span reserved up front, committed as the heap grows.
 //!
 //! In the default mode the span is a single read-write-execute mapping. In W^X
-//! mode a `memfd` is mapped twice: writers use a read-write view, while execution
-//! and lookups use a read-execute view at a different address.
+//! mode a `memfd` is mapped twice: writers use a read-write view, placed at a
+//! random address unrelated to the read-execute view that execution and lookups
+//! use. In flip mode there is one mapping, and each block's own pages are
+//! read-write while it is written and read-execute once published.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -15,8 +17,15 @@ use crate::mapping::AnonMap;
 pub enum MemoryMode {
     /// One read-write-execute mapping.
     Rwx,
-    /// A read-write view for writers and a read-execute view for execution.
+    /// A read-write view for writers, at a random address, and a read-execute
+    /// view for execution: no page is ever writable and executable at one address,
+    /// and published code can still be patched through the writable view.
     WriteXorExecute,
+    /// One mapping; a block's pages are read-write from reserve to publish and
+    /// read-execute from then on (what wasmtime's publish and cranelift-jit's
+    /// finalize do). Each block takes whole pages, and two `mprotect` calls. No
+    /// writable alias of code exists at all, so published code cannot be patched.
+    FlipOnPublish,
 }
 
 /// A reserved span of code memory with an executable view and a writable view.
@@ -43,7 +52,8 @@ impl CodeMemory {
     /// (a memfd's pages follow the system's shmem policy instead).
     pub(crate) fn reserve(span: usize, mode: MemoryMode, huge: bool) -> io::Result<Self> {
         match mode {
-            MemoryMode::Rwx => {
+            MemoryMode::Rwx | MemoryMode::FlipOnPublish => {
+                let huge = huge && mode == MemoryMode::Rwx;
                 let anon = AnonMap::new(span, region::Protection::NONE, huge)?;
                 let base = anon.base();
                 Ok(Self {
@@ -68,12 +78,12 @@ impl CodeMemory {
                 if unsafe { libc::ftruncate(memfd.as_raw_fd(), len) } != 0 {
                     return Err(io::Error::last_os_error());
                 }
-                let write = map_shared(&memfd, span)?;
-                let exec = match map_shared(&memfd, span) {
+                let exec = map_shared(&memfd, span, std::ptr::null_mut())?;
+                let write = match map_shared(&memfd, span, random_hint(span)) {
                     Ok(exec) => exec,
                     Err(e) => {
-                        // SAFETY: `write` is a mapping of `span` bytes made just above.
-                        unsafe { libc::munmap(write.as_ptr().cast(), span) };
+                        // SAFETY: `exec` is a mapping of `span` bytes made just above.
+                        unsafe { libc::munmap(exec.as_ptr().cast(), span) };
                         return Err(e);
                     }
                 };
@@ -133,6 +143,7 @@ impl CodeMemory {
         };
         match self.mode {
             MemoryMode::Rwx => protect(self.exec, region::Protection::READ_WRITE_EXECUTE),
+            MemoryMode::FlipOnPublish => protect(self.exec, region::Protection::READ_WRITE),
             MemoryMode::WriteXorExecute => {
                 protect(self.write, region::Protection::READ_WRITE)?;
                 protect(self.exec, region::Protection::READ_EXECUTE)
@@ -153,11 +164,51 @@ impl Drop for CodeMemory {
     }
 }
 
-fn map_shared(fd: &OwnedFd, span: usize) -> io::Result<NonNull<u8>> {
-    // SAFETY: a fresh shared mapping of our own memfd at an address the kernel picks.
+impl CodeMemory {
+    /// In flip mode, makes the pages of `[from, to)` (page-aligned offsets of one
+    /// block's extent) read-execute (`executable`) or read-write; elsewhere
+    /// nothing.
+    pub(crate) fn flip(&self, from: usize, to: usize, executable: bool) -> io::Result<()> {
+        if self.mode != MemoryMode::FlipOnPublish {
+            return Ok(());
+        }
+        let prot = if executable {
+            region::Protection::READ_EXECUTE
+        } else {
+            region::Protection::READ_WRITE
+        };
+        // SAFETY: the extent lies in committed memory of this mapping. Its pages
+        // belong to one block (extents are page-granular in this mode): the writer
+        // that owns the block changes them, and no reference to its bytes is alive
+        // across the change (readers only read published blocks' prefixes, which
+        // stay readable either way).
+        unsafe { region::protect(self.exec.as_ptr().add(from), to - from, prot) }
+            .map_err(io::Error::other)
+    }
+}
+
+/// A random, page-aligned address for the writable view of a W^X heap, in the
+/// lower 64 TiB of user space: nothing about it can be derived from the
+/// executable view's address. The kernel treats it as a hint and maps elsewhere
+/// if it is taken.
+fn random_hint(span: usize) -> *mut libc::c_void {
+    let mut bytes = [0u8; 8];
+    // SAFETY: `bytes` is writable for its length; flags 0 reads the urandom pool.
+    let got = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
+    if got != bytes.len() as isize {
+        return std::ptr::null_mut();
+    }
+    let top = (1usize << 46) - span;
+    let addr = (usize::from_ne_bytes(bytes) % top) & !0xFFFF;
+    addr.max(1 << 32) as *mut libc::c_void
+}
+
+fn map_shared(fd: &OwnedFd, span: usize, hint: *mut libc::c_void) -> io::Result<NonNull<u8>> {
+    // SAFETY: a fresh shared mapping of our own memfd; without MAP_FIXED the hint
+    // never replaces an existing mapping.
     let ptr = unsafe {
         libc::mmap(
-            std::ptr::null_mut(),
+            hint,
             span,
             libc::PROT_NONE,
             libc::MAP_SHARED,
@@ -169,6 +220,56 @@ fn map_shared(fd: &OwnedFd, span: usize) -> io::Result<NonNull<u8>> {
         return Err(io::Error::last_os_error());
     }
     NonNull::new(ptr.cast()).ok_or_else(|| io::Error::other("null mapping"))
+}
+
+/// `membarrier` commands (linux/membarrier.h).
+const MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE: libc::c_long = 1 << 5;
+const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE: libc::c_long = 1 << 6;
+
+/// Registers the process for core-serializing membarriers, once; the errno of a
+/// kernel that cannot.
+pub(crate) fn sync_cores_ready() -> io::Result<()> {
+    static REGISTERED: std::sync::OnceLock<Result<(), i32>> = std::sync::OnceLock::new();
+    let result = *REGISTERED.get_or_init(|| {
+        // SAFETY: a plain system call with integer arguments.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_membarrier,
+                MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE,
+                0,
+                0,
+            )
+        };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::ENOSYS))
+        }
+    });
+    result.map_err(io::Error::from_raw_os_error)
+}
+
+/// Makes every other thread of the process execute a core-serializing
+/// instruction before it next runs user code, so none keeps executing stale
+/// instructions of code that was just modified (cross-modifying code, on x86-64
+/// and aarch64 alike). Needs [`sync_cores_ready`] first.
+pub(crate) fn sync_cores() -> io::Result<()> {
+    // SAFETY: a plain system call with integer arguments.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_membarrier,
+            MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE,
+            0,
+            0,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
 }
 
 /// Makes freshly written code visible to instruction fetch.

@@ -291,7 +291,14 @@ impl CodeHeap {
             memory,
             writer: Mutex::new(Writer {
                 map,
-                free: FreeSpace::new(span),
+                free: FreeSpace::with_granule(
+                    span,
+                    if config.mode == MemoryMode::FlipOnPublish {
+                        page
+                    } else {
+                        8
+                    },
+                ),
                 committed: 0,
                 live: HashMap::new(),
                 retired: Vec::new(),
@@ -380,6 +387,15 @@ impl CodeHeap {
                 return Err(e.into());
             }
             w.committed = to;
+        }
+        // Reused pages may still be read-execute from their previous block.
+        let extent = &placement.extent;
+        if let Err(e) = self
+            .memory
+            .flip(extent.start as usize, extent.end as usize, false)
+        {
+            w.free.release(placement.extent);
+            return Err(e.into());
         }
         Ok(Reservation {
             heap: self,
@@ -516,6 +532,78 @@ impl CodeHeap {
         drop(w);
         self.listeners.throttle();
         Ok(moved)
+    }
+
+    /// Patches a published method in place: `patch` gets the block's code bytes,
+    /// writable, under the heap lock (inline caches, call sites, counters).
+    /// Afterwards the instruction cache is maintained for the executable
+    /// addresses, and every other thread is made to serialize its instruction
+    /// stream before it next runs user code
+    /// (`membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE)`, on x86-64 and
+    /// aarch64 alike), so none executes a stale mix after this call returns.
+    ///
+    /// In W^X mode the bytes are written through the writable view; in RWX mode
+    /// in place. Flip mode keeps no writable alias of published code (a thread
+    /// running it would fault while its pages were writable), so it refuses with
+    /// [`HeapError::NotPatchable`]. What other threads may see *while* `patch`
+    /// runs is the host's design: on x86-64 a naturally aligned store of up to 8
+    /// bytes inside one cache line is seen whole by a concurrent executor.
+    /// Nothing changes when an error is returned.
+    ///
+    /// ```
+    /// # #[cfg(target_arch = "x86_64")] {
+    /// use jitmap::{CodeHeap, CodeInfo, Domain, HeapConfig, JitKind, MemoryMode};
+    /// let heap = CodeHeap::new(
+    ///     HeapConfig { span: 1 << 20, mode: MemoryMode::WriteXorExecute, ..HeapConfig::default() },
+    ///     &Domain::new(1),
+    /// )?;
+    /// let mut r = heap.reserve(6)?;
+    /// r.code_mut().copy_from_slice(&[0xB8, 1, 0, 0, 0, 0xC3]); // mov eax, 1; ret
+    /// let code = r.publish(CodeInfo::new(1, "one", JitKind::Optimized))?;
+    /// heap.patch(code, |bytes| bytes[1] = 2)?; // now mov eax, 2
+    /// // SAFETY: the bytes are a complete sysv64 function taking nothing.
+    /// let f: extern "sysv64" fn() -> u32 = unsafe { std::mem::transmute(code.start()) };
+    /// assert_eq!(f(), 2);
+    /// # }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn patch(&self, code: CodeRef, patch: impl FnOnce(&mut [u8])) -> Result<(), HeapError> {
+        let offset = self.offset_of(code)?;
+        if self.memory.mode() == MemoryMode::FlipOnPublish {
+            return Err(HeapError::NotPatchable { start: code.start });
+        }
+        let w = self.writer.lock();
+        self.check_live(&w, code, offset)?;
+        memory::sync_cores_ready()?;
+        // SAFETY: the block is live (checked under the lock, which free and move
+        // need), so its committed bytes are not reused meanwhile; the writable view
+        // lives as long as `self`, and the lock makes this the only writer.
+        let bytes = unsafe {
+            std::slice::from_raw_parts_mut(
+                self.memory.write_base().add(offset as usize),
+                code.size as usize,
+            )
+        };
+        patch(bytes);
+        self.memory
+            .flush_icache(offset as usize, code.size as usize);
+        memory::sync_cores()?;
+        drop(w);
+        Ok(())
+    }
+
+    /// The writable address of a live block's first code byte: the random,
+    /// unrelated alias in W^X mode, the code itself in RWX mode. Flip mode keeps
+    /// no writable alias ([`HeapError::NotPatchable`]). Writing through it skips
+    /// the cache and cross-core handling that [`CodeHeap::patch`] does, so it is
+    /// for inspection and for hosts that do that handling themselves.
+    pub fn write_address(&self, code: CodeRef) -> Result<usize, HeapError> {
+        let offset = self.offset_of(code)?;
+        if self.memory.mode() == MemoryMode::FlipOnPublish {
+            return Err(HeapError::NotPatchable { start: code.start });
+        }
+        self.check_live(&self.writer.lock(), code, offset)?;
+        Ok(self.memory.write_base() as usize + offset as usize)
     }
 
     /// Reclaims every retired block whose grace period has passed; returns the
@@ -669,6 +757,14 @@ impl CodeHeap {
         // Relaxed: as above.
         prefix.slot.store(slot, Ordering::Relaxed);
         self.memory.flush_icache(start as usize, size as usize);
+        if let Err(e) = self
+            .memory
+            .flip(extent.start as usize, extent.end as usize, true)
+        {
+            drop(header.map(HeaderPtr::into_box));
+            w.free.release(extent);
+            return Err(e.into());
+        }
         if let Err(e) = w.map.set_allocated(start, size) {
             drop(header.map(HeaderPtr::into_box));
             w.free.release(extent);

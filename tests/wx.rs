@@ -1,0 +1,158 @@
+//! W^X done right: an unpredictable writable alias, a flip mode with no alias at
+//! all, and patching of published code with the cache and cross-core handling.
+#![cfg(target_arch = "x86_64")]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use jitmap::{CodeHeap, CodeInfo, CodeRef, Domain, HeapConfig, HeapError, JitKind, MemoryMode};
+
+fn heap(mode: MemoryMode) -> CodeHeap {
+    CodeHeap::new(
+        HeapConfig {
+            span: 1 << 20,
+            mode,
+            ..HeapConfig::default()
+        },
+        &Domain::new(2),
+    )
+    .unwrap()
+}
+
+/// `mov eax, imm32; ret`
+fn returns(heap: &CodeHeap, value: u32) -> CodeRef {
+    let mut r = heap.reserve(6).unwrap();
+    r.code_mut()[0] = 0xB8;
+    r.code_mut()[1..5].copy_from_slice(&value.to_le_bytes());
+    r.code_mut()[5] = 0xC3;
+    r.publish(CodeInfo::new(u64::from(value), "ret", JitKind::Optimized))
+        .unwrap()
+}
+
+fn call(addr: usize) -> u32 {
+    // SAFETY: `addr` is a published sysv64 function taking nothing and returning
+    // a 32-bit value; the caller keeps its heap alive.
+    let f: extern "sysv64" fn() -> u32 = unsafe { std::mem::transmute(addr) };
+    f()
+}
+
+/// The permissions `/proc/self/maps` shows for the page holding `addr`.
+fn permissions(addr: usize) -> String {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    for line in maps.lines() {
+        let (range, rest) = line.split_once(' ').unwrap();
+        let (lo, hi) = range.split_once('-').unwrap();
+        let (lo, hi) = (
+            usize::from_str_radix(lo, 16).unwrap(),
+            usize::from_str_radix(hi, 16).unwrap(),
+        );
+        if (lo..hi).contains(&addr) {
+            return rest[..4].to_owned();
+        }
+    }
+    panic!("{addr:#x} is not mapped");
+}
+
+#[test]
+fn the_writable_view_is_not_at_a_predictable_address() {
+    let heaps: Vec<CodeHeap> = (0..8).map(|_| heap(MemoryMode::WriteXorExecute)).collect();
+    let mut deltas = Vec::new();
+    for h in &heaps {
+        let code = returns(h, 1);
+        let write = h.write_address(code).unwrap();
+        assert_eq!(permissions(code.start()), "r-xs");
+        assert_eq!(permissions(write), "rw-s");
+        let delta = write.abs_diff(code.start());
+        assert!(delta > 1 << 32, "alias {delta:#x} bytes from the code");
+        deltas.push(write.wrapping_sub(code.start()));
+    }
+    deltas.sort();
+    deltas.dedup();
+    assert_eq!(deltas.len(), 8, "every alias at its own offset");
+    let rwx = heap(MemoryMode::Rwx);
+    let code = returns(&rwx, 1);
+    assert_eq!(rwx.write_address(code), Ok(code.start()));
+}
+
+#[test]
+fn flip_mode_pages_are_writable_until_published_then_executable() {
+    let h = heap(MemoryMode::FlipOnPublish);
+    let mut r = h.reserve(6).unwrap();
+    let at = r.address();
+    assert_eq!(permissions(at), "rw-p");
+    r.code_mut().copy_from_slice(&[0xB8, 9, 0, 0, 0, 0xC3]);
+    let code = r
+        .publish(CodeInfo::new(9, "nine", JitKind::Optimized))
+        .unwrap();
+    assert_eq!(permissions(at), "r-xp");
+    assert_eq!(call(code.start()), 9);
+    // Its neighbour, on its own page, is still writable while reserved.
+    let next = h.reserve(6).unwrap();
+    assert_eq!(next.address() / 4096, at / 4096 + 1);
+    assert_eq!(permissions(next.address()), "rw-p");
+    drop(next);
+    assert_eq!(
+        h.patch(code, |b| b[1] = 10),
+        Err(HeapError::NotPatchable { start: at })
+    );
+    assert_eq!(
+        h.write_address(code),
+        Err(HeapError::NotPatchable { start: at })
+    );
+    // Lookups work from the executable pages.
+    let reader = h.domain().register().unwrap();
+    {
+        let g = reader.pin().unwrap();
+        let b = h.find(&g, at + 5).unwrap().unwrap();
+        assert_eq!((b.start, b.offset, b.size), (at, 5, 6));
+    }
+    // Reuse flips the pages back.
+    h.free(code).unwrap();
+    h.try_reclaim();
+    let again = h.reserve(6).unwrap();
+    assert_eq!(again.address(), at);
+    assert_eq!(permissions(at), "rw-p");
+}
+
+#[test]
+fn published_code_is_patched_while_another_thread_runs_it() {
+    for mode in [MemoryMode::Rwx, MemoryMode::WriteXorExecute] {
+        let h = Arc::new(heap(mode));
+        let code = returns(&h, 1);
+        let patched = Arc::new(AtomicBool::new(false));
+        let stop = Arc::new(AtomicBool::new(false));
+        let after = Arc::new(AtomicU64::new(0));
+        let runner = {
+            let (patched, stop, after) = (patched.clone(), stop.clone(), after.clone());
+            let start = code.start();
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Acquire) {
+                    let was_patched = patched.load(Ordering::Acquire);
+                    let r = call(start);
+                    assert!(r == 1 || r == 2, "torn code returned {r}");
+                    if was_patched {
+                        assert_eq!(r, 2, "stale code ran after the patch returned");
+                        after.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+        };
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        h.patch(code, |bytes| bytes[1] = 2).unwrap();
+        patched.store(true, Ordering::Release);
+        while after.load(Ordering::Relaxed) < 1000 {
+            std::thread::yield_now();
+        }
+        stop.store(true, Ordering::Release);
+        runner.join().unwrap();
+        assert_eq!(call(code.start()), 2);
+        // A freed block can no longer be patched, and nothing is written.
+        h.free(code).unwrap();
+        assert_eq!(
+            h.patch(code, |b| b[1] = 3),
+            Err(HeapError::DoubleFree {
+                start: code.start()
+            })
+        );
+    }
+}
