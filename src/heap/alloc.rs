@@ -118,7 +118,7 @@ fn place(at: u64, end: u64, size: u64, align: u64, granule: u64) -> Option<Place
     let bucket_floor = start - start % BUCKET_BYTES + PREFIX;
     let extent_start = (start - PREFIX) / granule * granule;
     let extent_end = code_end.max(bucket_floor).next_multiple_of(granule);
-    (extent_end <= end).then(|| Placement {
+    (extent_end <= end).then_some(Placement {
         extent: extent_start..extent_end,
         start,
     })
