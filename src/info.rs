@@ -144,6 +144,7 @@ impl CodeInfo {
 
 /// Why a [`CodeInfo`] was rejected.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum InfoError {
     /// The first unwind entry does not start at offset 0.
     MainBodyNotFirst,
@@ -169,6 +170,11 @@ pub enum InfoError {
         /// Offset in bytes.
         offset: u32,
     },
+    /// The `.eh_frame` to register is not a chain of records within its bytes.
+    BadEhFrame {
+        /// Offset of the first bad record.
+        offset: u32,
+    },
     /// The cold part would be empty or cover the whole block.
     ColdOutOfRange {
         /// Offset in bytes.
@@ -192,6 +198,12 @@ impl fmt::Display for InfoError {
             Self::DebugUnsorted { offset } => write!(f, "debug row at {offset:#x} is out of order"),
             Self::DebugOutOfRange { offset } => {
                 write!(f, "debug row at {offset:#x} is past the code")
+            }
+            Self::BadEhFrame { offset } => {
+                write!(
+                    f,
+                    ".eh_frame record at {offset:#x} is malformed or runs past the data"
+                )
             }
             Self::ColdOutOfRange { offset } => {
                 write!(f, "cold part at {offset:#x} is empty or the whole block")

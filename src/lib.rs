@@ -99,6 +99,8 @@ pub mod epoch;
 #[cfg(not(loom))]
 pub mod events;
 #[cfg(not(loom))]
+mod gdb;
+#[cfg(not(loom))]
 pub mod heap;
 #[cfg(not(loom))]
 pub mod image;

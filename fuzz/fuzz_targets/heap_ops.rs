@@ -50,6 +50,7 @@ fuzz_target!(|input: Input| {
         },
         align: 16,
         huge_pages: input.huge,
+        ..HeapConfig::default()
     };
     let heap = CodeHeap::new(config, &domain).unwrap();
     let reader = domain.register().unwrap();

@@ -60,6 +60,9 @@ enum Command {
         /// Each round, move one function and republish another.
         #[arg(long)]
         churn: bool,
+        /// Announce the functions to gdb through its JIT interface.
+        #[arg(long)]
+        gdb: bool,
     },
     /// Writers publish, abort and free code while readers check every lookup.
     Stress {
@@ -103,7 +106,8 @@ fn main() -> ExitCode {
             seconds,
             perf,
             churn,
-        }) => run_spin(functions, seconds, perf, churn),
+            gdb,
+        }) => run_spin(functions, seconds, perf, churn, gdb),
         Some(Command::Stress {
             map,
             wx,
@@ -246,6 +250,7 @@ fn run_spin(
     seconds: f64,
     perf: Option<PerfMode>,
     churn: bool,
+    gdb: bool,
 ) -> io::Result<ExitCode> {
     if !cfg!(target_arch = "x86_64") {
         eprintln!("jitmap-sim spin: the demo functions are x86-64 machine code");
@@ -266,6 +271,7 @@ fn run_spin(
         functions,
         Duration::from_secs_f64(seconds.max(0.0)),
         churn,
+        gdb,
     )
     .map_err(io::Error::other)?;
     let mut out = io::stdout().lock();

@@ -4,6 +4,7 @@
 use std::time::{Duration, Instant};
 
 use jitmap::heap::{DebugEntry, JitKind};
+use jitmap::manager::ManagerError;
 use jitmap::{CodeInfo, CodeRef, ExecutionManager, HeapConfig, HeapError};
 
 /// Iterations of each function's inner loop.
@@ -73,22 +74,20 @@ fn publish(heap: &jitmap::CodeHeap, id: u32) -> Result<CodeRef, HeapError> {
 
 /// Publishes `functions` functions in a heap of `manager` and calls them round
 /// robin for `duration`. With `churn`, each round also moves one function and
-/// frees and republishes another. Needs x86-64.
+/// frees and republishes another; with `gdb`, the heap announces its functions
+/// through the GDB JIT interface. Needs x86-64.
 pub fn run(
     manager: &ExecutionManager,
     functions: u32,
     duration: Duration,
     churn: bool,
-) -> Result<SpinReport, HeapError> {
-    let heap = manager
-        .create_heap(HeapConfig {
-            span: 16 << 20,
-            ..HeapConfig::default()
-        })
-        .map_err(|e| match e {
-            jitmap::manager::ManagerError::Heap(h) => h,
-            _ => HeapError::BadSpan { span: 16 << 20 },
-        })?;
+    gdb: bool,
+) -> Result<SpinReport, ManagerError> {
+    let heap = manager.create_heap(HeapConfig {
+        span: 16 << 20,
+        gdb_jit: gdb,
+        ..HeapConfig::default()
+    })?;
     let mut refs = (0..functions)
         .map(|id| publish(&heap, id))
         .collect::<Result<Vec<_>, _>>()?;

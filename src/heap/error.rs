@@ -77,6 +77,12 @@ pub enum HeapError {
     },
     /// A lookup was given a guard from another reader domain.
     ForeignGuard,
+    /// The method's registered `.eh_frame` holds its absolute address, so it
+    /// cannot move.
+    PositionDependent {
+        /// Address of the block's first code byte.
+        start: usize,
+    },
     /// The heap keeps no writable alias of published code (flip mode).
     NotPatchable {
         /// Address of the block's first code byte.
@@ -121,6 +127,10 @@ impl fmt::Display for HeapError {
                 std::io::Error::from_raw_os_error(*errno)
             ),
             Self::ForeignGuard => write!(f, "{ForeignGuard}"),
+            Self::PositionDependent { start } => write!(
+                f,
+                "block at {start:#x} has a registered .eh_frame with absolute addresses and cannot move"
+            ),
             Self::NotPatchable { start } => write!(
                 f,
                 "block at {start:#x} is in a flip-mode heap, which cannot patch published code"

@@ -4,7 +4,17 @@
 use std::fmt;
 use std::sync::Arc;
 
+use super::unwind::FrameRegistration;
+use crate::gdb::GdbRegistration;
 use crate::info::{CodeInfo, DebugEntry, UnwindEntry};
+
+/// What a header registered outside the heap on the method's behalf; withdrawn
+/// when the header is reclaimed, after every reader and executor has left.
+#[derive(Default)]
+pub(crate) struct Registrations {
+    pub(crate) _frame: Option<FrameRegistration>,
+    pub(crate) _gdb: Option<GdbRegistration>,
+}
 
 /// A published method's header. The first fields are `#[repr(C)]` with a fixed
 /// layout, so an out-of-process reader can read the id, size and name.
@@ -15,6 +25,7 @@ pub struct CodeHeader {
     name_ptr: *const u8,
     name_len: usize,
     info: Arc<CodeInfo>,
+    _registrations: Registrations,
 }
 
 // SAFETY: a header is immutable once published; `name_ptr` points into `info.name`,
@@ -24,8 +35,9 @@ unsafe impl Send for CodeHeader {}
 unsafe impl Sync for CodeHeader {}
 
 impl CodeHeader {
-    pub(crate) fn new(info: Arc<CodeInfo>, code_size: u64) -> Self {
+    pub(crate) fn new(info: Arc<CodeInfo>, code_size: u64, registrations: Registrations) -> Self {
         Self {
+            _registrations: registrations,
             method_id: info.method_id,
             code_size,
             name_ptr: info.name.as_ptr(),

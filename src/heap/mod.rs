@@ -12,6 +12,7 @@ mod header;
 mod lookup;
 mod memory;
 mod reservation;
+mod unwind;
 
 use std::collections::{HashMap, VecDeque};
 use std::mem::ManuallyDrop;
@@ -25,6 +26,8 @@ use parking_lot::Mutex;
 pub use alloc::PREFIX;
 pub use error::HeapError;
 pub use header::CodeHeader;
+use header::Registrations;
+use unwind::FrameRegistration;
 
 pub use crate::info::{CodeInfo, DebugEntry, EhFrame, GcInfo, InfoError, JitKind, UnwindEntry};
 pub use memory::MemoryMode;
@@ -34,6 +37,7 @@ use crate::epoch::{Domain, ForeignGuard, Guard};
 use crate::events::{
     CodeEvent, CodeFree, CodeLoad, CodeMove, Listeners, current_tid, monotonic_ns,
 };
+use crate::gdb::GdbRegistration;
 use crate::mapping::HUGE_PAGE;
 use crate::nibble::encoding::MAX_SPAN;
 use crate::nibble::{MapVersion, MapWriter, NibbleMap};
@@ -71,6 +75,15 @@ pub struct HeapConfig {
     /// allows (RWX mode): fewer TLB misses for lookups of random addresses, at the
     /// cost of committing memory 2 MiB at a time.
     pub huge_pages: bool,
+    /// Register each method's `.eh_frame` ([`CodeInfo::eh_frame`]) with the
+    /// process's unwinder when it is published, so panics, C++ exceptions and
+    /// backtraces unwind through JIT frames. The host builds the section for the
+    /// code's final address ([`Reservation::address`]); such a method cannot move.
+    /// The registration is withdrawn when the method is reclaimed.
+    pub register_unwind: bool,
+    /// Announce each method to debuggers through the GDB JIT interface (an
+    /// in-memory ELF object naming it), withdrawn when it is reclaimed.
+    pub gdb_jit: bool,
 }
 
 impl Default for HeapConfig {
@@ -81,6 +94,8 @@ impl Default for HeapConfig {
             mode: MemoryMode::Rwx,
             align: 16,
             huge_pages: true,
+            register_unwind: false,
+            gdb_jit: false,
         }
     }
 }
@@ -228,6 +243,10 @@ pub struct CodeHeap {
     /// Whether a stub was ever published here. Until one is, a lookup that a v2
     /// pointer word answers needs no prefix read to know it found a method.
     stubs: AtomicBool,
+    /// [`HeapConfig::register_unwind`].
+    register_unwind: bool,
+    /// [`HeapConfig::gdb_jit`].
+    gdb_jit: bool,
     memory: CodeMemory,
     writer: Mutex<Writer>,
 }
@@ -284,6 +303,8 @@ impl CodeHeap {
             id: NEXT_HEAP_ID.fetch_add(1, Ordering::Relaxed),
             span,
             align: config.align,
+            register_unwind: config.register_unwind,
+            gdb_jit: config.gdb_jit,
             map: Arc::clone(map.map()),
             domain: Arc::clone(domain),
             listeners,
@@ -500,6 +521,10 @@ impl CodeHeap {
             w.free.release(target.extent.clone());
             return Err(HeapError::NotAMethod { start: code.start });
         };
+        if self.register_unwind && info.eh_frame.is_some() {
+            w.free.release(target.extent.clone());
+            return Err(HeapError::PositionDependent { start: code.start });
+        }
         // SAFETY: the source block is live (checked under the lock that free needs),
         // so its bytes are committed and unchanging; the target is our reservation.
         let source = unsafe {
@@ -735,9 +760,19 @@ impl CodeHeap {
         } else {
             monotonic_ns()
         };
+        let registrations = match &payload {
+            Payload::Method(info) => match self.registrations(info, start, size) {
+                Ok(r) => r,
+                Err(e) => {
+                    w.free.release(extent);
+                    return Err(e);
+                }
+            },
+            Payload::Stub(_) => Registrations::default(),
+        };
         let (header, slot, info) = match payload {
             Payload::Method(info) => {
-                let header = Box::new(CodeHeader::new(Arc::clone(&info), size));
+                let header = Box::new(CodeHeader::new(Arc::clone(&info), size, registrations));
                 let ptr = NonNull::from(Box::leak(header));
                 (Some(HeaderPtr(ptr)), ptr.as_ptr() as usize, Some(info))
             }
@@ -806,6 +841,27 @@ impl CodeHeap {
             start: new_start,
             size,
             generation,
+        })
+    }
+
+    /// What the heap registers outside itself for a method about to be published
+    /// at offset `start`: its `.eh_frame` with the unwinder, its name with gdb.
+    fn registrations(
+        &self,
+        info: &CodeInfo,
+        start: u64,
+        size: u64,
+    ) -> Result<Registrations, HeapError> {
+        let frame = match &info.eh_frame {
+            Some(eh) if self.register_unwind => Some(FrameRegistration::new(&eh.frame)?),
+            _ => None,
+        };
+        let gdb = self
+            .gdb_jit
+            .then(|| GdbRegistration::new(&info.name, (self.base() as u64) + start, size));
+        Ok(Registrations {
+            _frame: frame,
+            _gdb: gdb,
         })
     }
 

@@ -1,0 +1,139 @@
+//! Unwinding through JIT frames: a method's `.eh_frame`, registered with the
+//! process's unwinder, lets a Rust panic raised in a function that JIT code
+//! called unwind through the JIT frame to a `catch_unwind` above it.
+#![cfg(target_arch = "x86_64")]
+
+use gimli::write::{
+    Address, CallFrameInstruction, CommonInformationEntry, EhFrame, EndianVec,
+    FrameDescriptionEntry, FrameTable,
+};
+use gimli::{Encoding, Format, RunTimeEndian, X86_64};
+use jitmap::heap::EhFrame as JitEhFrame;
+use jitmap::info::InfoError;
+use jitmap::{CodeHeap, CodeInfo, Domain, HeapConfig, HeapError, JitKind};
+
+/// `push rbp; mov rbp, rsp; mov rax, target; call rax; pop rbp; ret`
+fn calls(target: usize) -> Vec<u8> {
+    let mut code = vec![0x55, 0x48, 0x89, 0xE5, 0x48, 0xB8];
+    code.extend_from_slice(&(target as u64).to_le_bytes());
+    code.extend_from_slice(&[0xFF, 0xD0, 0x5D, 0xC3]);
+    code
+}
+
+/// The `.eh_frame` describing [`calls`] placed at `start`, built with gimli.
+fn eh_frame(start: usize, len: u32) -> Vec<u8> {
+    let encoding = Encoding {
+        format: Format::Dwarf32,
+        version: 1,
+        address_size: 8,
+    };
+    let mut cie = CommonInformationEntry::new(encoding, 1, -8, X86_64::RA);
+    cie.add_instruction(CallFrameInstruction::Cfa(X86_64::RSP, 8));
+    cie.add_instruction(CallFrameInstruction::Offset(X86_64::RA, -8));
+    let mut table = FrameTable::default();
+    let cie = table.add_cie(cie);
+    let mut fde = FrameDescriptionEntry::new(Address::Constant(start as u64), len);
+    fde.add_instruction(1, CallFrameInstruction::CfaOffset(16));
+    fde.add_instruction(1, CallFrameInstruction::Offset(X86_64::RBP, -16));
+    fde.add_instruction(4, CallFrameInstruction::CfaRegister(X86_64::RBP));
+    fde.add_instruction(17, CallFrameInstruction::Cfa(X86_64::RSP, 8));
+    table.add_fde(cie, fde);
+    let mut out = EhFrame(EndianVec::new(RunTimeEndian::Little));
+    table.write_eh_frame(&mut out).unwrap();
+    out.0.into_vec()
+}
+
+extern "C-unwind" fn boom() {
+    panic!("raised below a JIT frame");
+}
+
+fn heap(register_unwind: bool) -> CodeHeap {
+    CodeHeap::new(
+        HeapConfig {
+            span: 1 << 20,
+            register_unwind,
+            ..HeapConfig::default()
+        },
+        &Domain::new(1),
+    )
+    .unwrap()
+}
+
+#[test]
+fn a_panic_unwinds_through_a_jit_frame() {
+    let heap = heap(true);
+    let code = calls(boom as usize);
+    let mut r = heap.reserve(code.len() as u64).unwrap();
+    let start = r.address();
+    r.code_mut().copy_from_slice(&code);
+    let info = CodeInfo {
+        eh_frame: Some(JitEhFrame {
+            frame: eh_frame(start, code.len() as u32).into(),
+            header: Box::new([]),
+        }),
+        ..CodeInfo::new(1, "calls_boom", JitKind::Optimized)
+    };
+    let published = r.publish(info).unwrap();
+    // SAFETY: a complete sysv64 function with its unwind info registered; it
+    // calls `boom`, whose panic unwinds through it.
+    let jit: extern "C-unwind" fn() = unsafe { std::mem::transmute(start) };
+    for _ in 0..3 {
+        let caught = std::panic::catch_unwind(|| jit()).unwrap_err();
+        assert_eq!(
+            caught.downcast_ref::<&str>(),
+            Some(&"raised below a JIT frame")
+        );
+    }
+    // The registered address is absolute: such a method cannot move.
+    assert_eq!(
+        heap.move_block(published),
+        Err(HeapError::PositionDependent { start })
+    );
+    heap.free(published).unwrap();
+    assert!(
+        heap.try_reclaim() > 0,
+        "deregistered with the reclaimed header"
+    );
+}
+
+#[test]
+fn malformed_eh_frames_are_refused_before_registration() {
+    let heap = heap(true);
+    drop(heap.reserve(8).unwrap()); // commits the first pages
+    let before = heap.stats();
+    for (frame, offset) in [
+        (vec![], 0),
+        (vec![0, 0, 0, 0], 0),
+        (vec![8, 0, 0, 0, 1, 2, 3], 0),
+        (vec![4, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF], 8),
+        (vec![2, 0, 0, 0, 9, 9], 0),
+    ] {
+        let mut r = heap.reserve(8).unwrap();
+        r.code_mut().fill(0xC3);
+        let info = CodeInfo {
+            eh_frame: Some(JitEhFrame {
+                frame: frame.into(),
+                header: Box::new([]),
+            }),
+            ..CodeInfo::new(1, "bad", JitKind::Optimized)
+        };
+        assert_eq!(
+            r.publish(info).err(),
+            Some(HeapError::Info(InfoError::BadEhFrame { offset }))
+        );
+    }
+    assert_eq!(heap.stats(), before);
+    // Without registration the same bytes are just data for profilers.
+    let plain = self::heap(false);
+    let mut r = plain.reserve(8).unwrap();
+    r.code_mut().fill(0xC3);
+    let info = CodeInfo {
+        eh_frame: Some(JitEhFrame {
+            frame: vec![1, 2, 3].into(),
+            header: Box::new([]),
+        }),
+        ..CodeInfo::new(1, "data", JitKind::Optimized)
+    };
+    let code = r.publish(info).unwrap();
+    plain.move_block(code).unwrap();
+}
