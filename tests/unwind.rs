@@ -62,7 +62,7 @@ fn heap(register_unwind: bool) -> CodeHeap {
 #[test]
 fn a_panic_unwinds_through_a_jit_frame() {
     let heap = heap(true);
-    let code = calls(boom as usize);
+    let code = calls(boom as *const () as usize);
     let mut r = heap.reserve(code.len() as u64).unwrap();
     let start = r.address();
     r.code_mut().copy_from_slice(&code);
