@@ -102,6 +102,7 @@ pub mod events;
 mod gdb;
 #[cfg(not(loom))]
 pub mod heap;
+mod hex;
 #[cfg(not(loom))]
 pub mod image;
 #[cfg(not(loom))]

@@ -157,3 +157,24 @@ fn return_addresses_are_looked_up_one_byte_back() {
     assert_eq!((inside.method_id(), inside.relative_offset()), (2, 0));
     assert!(m.find_return_address(&g, 0).unwrap().is_none());
 }
+
+#[test]
+fn debug_output_shows_addresses_in_hex() {
+    let m = ExecutionManager::new(1);
+    let heap = m.create_heap(config()).unwrap();
+    let a = publish(&heap, 1, 0x40);
+    heap.free(a).unwrap();
+    let err = heap.free(a).unwrap_err();
+    assert_eq!(
+        format!("{err:?}"),
+        format!("DoubleFree {{ start: {:#x} }}", a.start())
+    );
+    assert!(format!("{a:?}").starts_with(&format!(
+        "CodeRef {{ start: {:#x}, size: 0x40, ",
+        a.start()
+    )));
+    assert_eq!(
+        format!("{:?}", jitmap::range::RangeError::NotFound { begin: 4096 }),
+        "NotFound { begin: 0x1000 }"
+    );
+}

@@ -3,12 +3,13 @@
 use std::fmt;
 
 use crate::epoch::{EpochError, ForeignGuard};
+use crate::hex::hex_struct;
 use crate::info::InfoError;
 use crate::nibble::MapError;
 
 /// A rejected heap operation. The heap is unchanged whenever one is returned
 /// (a failed publish gives the reservation's space back, as an abort does).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum HeapError {
     /// A reservation of 0 bytes.
@@ -170,5 +171,36 @@ impl From<MapError> for HeapError {
 impl From<ForeignGuard> for HeapError {
     fn from(_: ForeignGuard) -> Self {
         Self::ForeignGuard
+    }
+}
+
+impl fmt::Debug for HeapError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Self::ZeroSize => f.write_str("ZeroSize"),
+            Self::TooLarge { size, max } => {
+                hex_struct!(f, "TooLarge", "size" => size, "max" => max)
+            }
+            Self::BadAlignment { align } => hex_struct!(f, "BadAlignment", "align" => align),
+            Self::HeapFull { size } => hex_struct!(f, "HeapFull", "size" => size),
+            Self::BadSpan { span } => hex_struct!(f, "BadSpan", "span" => span),
+            Self::DoubleFree { start } => hex_struct!(f, "DoubleFree", "start" => start),
+            Self::Moved { start, to } => hex_struct!(f, "Moved", "start" => start, "to" => to),
+            Self::ForeignRef => f.write_str("ForeignRef"),
+            Self::UnknownRef { start } => hex_struct!(f, "UnknownRef", "start" => start),
+            Self::NotAMethod { start } => hex_struct!(f, "NotAMethod", "start" => start),
+            Self::BadStubKind { kind } => {
+                f.debug_struct("BadStubKind").field("kind", &kind).finish()
+            }
+            Self::Info(e) => f.debug_tuple("Info").field(&e).finish(),
+            Self::Epoch(e) => f.debug_tuple("Epoch").field(&e).finish(),
+            Self::Map(e) => f.debug_tuple("Map").field(&e).finish(),
+            Self::Memory { errno } => f.debug_struct("Memory").field("errno", &errno).finish(),
+            Self::ForeignGuard => f.write_str("ForeignGuard"),
+            Self::PositionDependent { start } => {
+                hex_struct!(f, "PositionDependent", "start" => start)
+            }
+            Self::NotPatchable { start } => hex_struct!(f, "NotPatchable", "start" => start),
+        }
     }
 }

@@ -38,6 +38,7 @@ use crate::events::{
     CodeEvent, CodeFree, CodeLoad, CodeMove, Listeners, current_tid, monotonic_ns,
 };
 use crate::gdb::GdbRegistration;
+use crate::hex::hex_struct;
 use crate::mapping::HUGE_PAGE;
 use crate::nibble::encoding::MAX_SPAN;
 use crate::nibble::{MapVersion, MapWriter, NibbleMap};
@@ -102,12 +103,18 @@ impl Default for HeapConfig {
 
 /// A handle to a published block, used to free it. Carries a generation, so a
 /// stale handle is recognised as a double free.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct CodeRef {
     heap: u64,
     start: usize,
     size: u64,
     generation: u64,
+}
+
+impl std::fmt::Debug for CodeRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        hex_struct!(f, "CodeRef", "start" => self.start, "size" => self.size, "heap" => self.heap, "generation" => self.generation)
+    }
 }
 
 impl CodeRef {
@@ -123,7 +130,7 @@ impl CodeRef {
 }
 
 /// What a lookup found.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy)]
 pub struct HeapBlock<'a> {
     /// Address of the first code byte.
     pub start: usize,
@@ -133,6 +140,17 @@ pub struct HeapBlock<'a> {
     pub offset: u64,
     /// Method or stub.
     pub kind: BlockKind<'a>,
+}
+
+impl std::fmt::Debug for HeapBlock<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HeapBlock")
+            .field("start", &crate::hex::Hex(self.start as u64))
+            .field("size", &crate::hex::Hex(self.size))
+            .field("offset", &crate::hex::Hex(self.offset))
+            .field("kind", &self.kind)
+            .finish()
+    }
 }
 
 /// Whether a block is a method (with its header) or a stub.

@@ -2,8 +2,10 @@
 
 use std::fmt;
 
+use crate::hex::hex_struct;
+
 /// A rejected range-map operation; the map is unchanged.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum RangeError {
     /// `begin >= end`.
@@ -83,3 +85,25 @@ impl fmt::Display for RangeError {
 }
 
 impl std::error::Error for RangeError {}
+
+impl fmt::Debug for RangeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Self::Empty { begin, end } => hex_struct!(f, "Empty", "begin" => begin, "end" => end),
+            Self::OutOfRange { begin, end } => {
+                hex_struct!(f, "OutOfRange", "begin" => begin, "end" => end)
+            }
+            Self::Overlap { begin, existing } => {
+                hex_struct!(f, "Overlap", "begin" => begin, "existing" => existing)
+            }
+            Self::NotFound { begin } => hex_struct!(f, "NotFound", "begin" => begin),
+            Self::TooLarge { begin, end } => {
+                hex_struct!(f, "TooLarge", "begin" => begin, "end" => end)
+            }
+            Self::OutOfMemory { begin, end } => {
+                hex_struct!(f, "OutOfMemory", "begin" => begin, "end" => end)
+            }
+            Self::WrongKind { begin } => hex_struct!(f, "WrongKind", "begin" => begin),
+        }
+    }
+}
