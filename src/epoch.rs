@@ -35,6 +35,8 @@ pub enum EpochError {
     },
     /// Pins nested more than 65,535 deep on one reader.
     TooDeep,
+    /// The calling thread already has a bound reader.
+    AlreadyBound,
 }
 
 impl fmt::Display for EpochError {
@@ -42,6 +44,7 @@ impl fmt::Display for EpochError {
         match self {
             Self::NoSlots { slots } => write!(f, "all {slots} reader slots are registered"),
             Self::TooDeep => f.write_str("pins nested too deep"),
+            Self::AlreadyBound => f.write_str("this thread already has a bound reader"),
         }
     }
 }
@@ -359,6 +362,86 @@ impl Drop for Executor {
             .owned
             .store(false, Ordering::Release);
     }
+}
+
+std::thread_local! {
+    /// The reader bound to this thread, or null. A `const` initializer and a type
+    /// without a destructor: accessing it never initializes anything lazily or
+    /// registers a destructor, so a signal handler may read it.
+    static CURRENT: Cell<*const Reader> = const { Cell::new(std::ptr::null()) };
+}
+
+/// A reader bound to the thread that made it, so that code with no other way to
+/// reach it (a signal handler) finds it with [`with_current_reader`]. Unbound
+/// when dropped; it cannot leave its thread.
+///
+/// The binding lives in a `const`-initialized thread-local with no destructor,
+/// which is a plain thread-pointer-relative load in an executable and in
+/// libraries linked at startup. In a library loaded later with `dlopen`, the
+/// first access on a thread may go through `__tls_get_addr`, which can allocate:
+/// such a host should call [`with_current_reader`] once on each thread outside
+/// any handler (binding does), or pass the reader to its handler itself (as a
+/// timer's `sigev_value` can).
+pub struct BoundReader {
+    reader: Box<Reader>,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl BoundReader {
+    /// The bound reader.
+    pub fn reader(&self) -> &Reader {
+        &self.reader
+    }
+}
+
+impl Drop for BoundReader {
+    fn drop(&mut self) {
+        CURRENT.with(|c| c.set(std::ptr::null()));
+    }
+}
+
+impl Domain {
+    /// Registers a reader and binds it to the calling thread (outside any signal
+    /// handler). A thread holds one binding at a time:
+    /// [`EpochError::AlreadyBound`] otherwise.
+    pub fn bind_current_thread(self: &Arc<Self>) -> Result<BoundReader, EpochError> {
+        if CURRENT.with(|c| !c.get().is_null()) {
+            return Err(EpochError::AlreadyBound);
+        }
+        let reader = Box::new(self.register()?);
+        CURRENT.with(|c| c.set(&*reader));
+        Ok(BoundReader {
+            reader,
+            _not_send: PhantomData,
+        })
+    }
+}
+
+/// Runs `f` with the calling thread's bound reader ([`Domain::bind_current_thread`]),
+/// or returns `None` if the thread has none. Async-signal-safe: one thread-local
+/// load, no allocation, no lock, no system call.
+///
+/// ```
+/// use jitmap::ExecutionManager;
+/// use jitmap::epoch::with_current_reader;
+///
+/// let manager = ExecutionManager::new(4);
+/// let _bound = manager.domain().bind_current_thread()?; // on each sampled thread
+/// // In the SIGPROF handler, with the interrupted pc:
+/// let pc = 0x1234;
+/// let method = with_current_reader(|reader| {
+///     let guard = reader.pin().ok()?;
+///     let block = manager.find(&guard, pc).ok()??;
+///     Some(block.method_id())
+/// });
+/// assert_eq!(method, Some(None)); // bound, and nothing at that pc
+/// # Ok::<(), jitmap::EpochError>(())
+/// ```
+pub fn with_current_reader<R>(f: impl FnOnce(&Reader) -> R) -> Option<R> {
+    let reader = CURRENT.with(Cell::get);
+    // SAFETY: a non-null binding points into the `BoundReader` of this thread,
+    // which clears it before the reader is dropped; the box never moves.
+    (!reader.is_null()).then(|| f(unsafe { &*reader }))
 }
 
 /// Proof that the holder's reader is pinned. Lookups take `&Guard`.

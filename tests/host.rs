@@ -169,10 +169,9 @@ fn debug_output_shows_addresses_in_hex() {
         format!("{err:?}"),
         format!("DoubleFree {{ start: {:#x} }}", a.start())
     );
-    assert!(format!("{a:?}").starts_with(&format!(
-        "CodeRef {{ start: {:#x}, size: 0x40, ",
-        a.start()
-    )));
+    assert!(
+        format!("{a:?}").starts_with(&format!("CodeRef {{ start: {:#x}, size: 0x40, ", a.start()))
+    );
     assert_eq!(
         format!("{:?}", jitmap::range::RangeError::NotFound { begin: 4096 }),
         "NotFound { begin: 0x1000 }"

@@ -1,0 +1,132 @@
+//! The per-thread reader helper from a real SIGPROF handler: the handler finds
+//! its thread's reader with no other help, looks up a method exactly, and
+//! allocates nothing (a counting global allocator watches it).
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+
+use jitmap::epoch::with_current_reader;
+use jitmap::{CodeInfo, EpochError, ExecutionManager, HeapConfig, JitKind, ManagedHeap};
+
+/// Counts allocations made while a handler runs.
+struct Counting;
+
+static IN_HANDLER: AtomicBool = AtomicBool::new(false);
+static HANDLER_ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: forwards to the system allocator; the counters are atomics.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if IN_HANDLER.load(Ordering::Relaxed) {
+            HANDLER_ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        }
+        // SAFETY: the caller's layout contract is passed on unchanged.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        if IN_HANDLER.load(Ordering::Relaxed) {
+            HANDLER_ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        }
+        // SAFETY: as above.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+static MANAGER: OnceLock<ExecutionManager> = OnceLock::new();
+static IP: AtomicUsize = AtomicUsize::new(0);
+static FOUND: AtomicU64 = AtomicU64::new(0);
+static UNBOUND: AtomicU64 = AtomicU64::new(0);
+static WRONG: AtomicU64 = AtomicU64::new(0);
+
+extern "C" fn on_sigprof(_: libc::c_int) {
+    IN_HANDLER.store(true, Ordering::Relaxed);
+    let Some(manager) = MANAGER.get() else {
+        IN_HANDLER.store(false, Ordering::Relaxed);
+        return;
+    };
+    let ip = IP.load(Ordering::Relaxed);
+    let id = with_current_reader(|reader| {
+        let guard = reader.pin().ok()?;
+        let block = manager.find(&guard, ip).ok()??;
+        Some(block.method_id())
+    });
+    match id {
+        None => UNBOUND.fetch_add(1, Ordering::Relaxed),
+        Some(Some(42)) => FOUND.fetch_add(1, Ordering::Relaxed),
+        Some(_) => WRONG.fetch_add(1, Ordering::Relaxed),
+    };
+    IN_HANDLER.store(false, Ordering::Relaxed);
+}
+
+fn heap(m: &ExecutionManager) -> ManagedHeap<'_> {
+    m.create_heap(HeapConfig {
+        span: 1 << 20,
+        ..HeapConfig::default()
+    })
+    .unwrap()
+}
+
+#[test]
+fn a_handler_finds_its_threads_reader_without_allocating() {
+    let manager = MANAGER.get_or_init(|| ExecutionManager::new(4));
+    let heap = heap(manager);
+    let mut r = heap.reserve(64).unwrap();
+    r.code_mut().fill(0xC3);
+    let code = r
+        .publish(CodeInfo::new(42, "sampled", JitKind::Optimized))
+        .unwrap();
+    IP.store(code.start() + 10, Ordering::Relaxed);
+    // SAFETY: installs a handler that only touches atomics, a const thread-local
+    // and lock-free lookups.
+    unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = on_sigprof as *const () as usize;
+        action.sa_flags = libc::SA_RESTART;
+        libc::sigemptyset(&mut action.sa_mask);
+        assert_eq!(
+            libc::sigaction(libc::SIGPROF, &action, std::ptr::null_mut()),
+            0
+        );
+    }
+    let raise = || {
+        // SAFETY: raising a signal whose handler is installed above.
+        assert_eq!(unsafe { libc::raise(libc::SIGPROF) }, 0);
+    };
+    raise();
+    assert_eq!(UNBOUND.load(Ordering::Relaxed), 1, "not bound yet");
+
+    let bound = manager.domain().bind_current_thread().unwrap();
+    assert_eq!(
+        manager.domain().bind_current_thread().err(),
+        Some(EpochError::AlreadyBound)
+    );
+    for i in 0..5_000 {
+        if i % 2 == 0 {
+            // The handler nests under a pin of the same reader.
+            let guard = bound.reader().pin().unwrap();
+            raise();
+            let b = manager.find(&guard, code.start()).unwrap().unwrap();
+            assert_eq!(b.method_id(), 42);
+        } else {
+            raise();
+        }
+    }
+    drop(bound);
+    raise();
+    assert_eq!(FOUND.load(Ordering::Relaxed), 5_000);
+    assert_eq!(WRONG.load(Ordering::Relaxed), 0);
+    assert_eq!(
+        UNBOUND.load(Ordering::Relaxed),
+        2,
+        "unbound again after drop"
+    );
+    assert_eq!(HANDLER_ALLOCATIONS.load(Ordering::Relaxed), 0);
+    // Rebinding after the drop works, and the slot was given back.
+    let again = manager.domain().bind_current_thread().unwrap();
+    drop(again);
+}
