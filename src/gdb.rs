@@ -9,12 +9,20 @@
 //! JIT library that defines them too (LLVM's, wasmtime's) cannot be linked in.
 //!
 //! Each object carries a `.text` section without contents at the method's
-//! address, and one function symbol covering the method.
+//! address and one function symbol covering the method; when the method has
+//! debug rows, also DWARF (a compile unit, a subprogram and a line table, built
+//! with gimli), so gdb shows file and line inside JIT code.
 
 use std::ptr;
 
+use gimli::write::{
+    Address, AttributeValue, DwarfUnit, EndianVec, LineProgram, LineString, Sections,
+};
+use gimli::{Encoding, Format, LineEncoding, LittleEndian};
 use object::elf;
 use object::write::elf::{FileHeader, SectionHeader, Sym, Writer};
+
+use crate::info::DebugEntry;
 
 use parking_lot::Mutex;
 
@@ -76,9 +84,10 @@ unsafe impl Send for GdbRegistration {}
 unsafe impl Sync for GdbRegistration {}
 
 impl GdbRegistration {
-    /// Announces `name` at `[addr, addr + size)`.
-    pub(crate) fn new(name: &str, addr: u64, size: u64) -> Self {
-        let object = elf_object(name, addr, size).into_boxed_slice();
+    /// Announces `name` at `[addr, addr + size)`, with its debug rows.
+    pub(crate) fn new(name: &str, addr: u64, size: u64, rows: &[DebugEntry]) -> Self {
+        let object =
+            elf_object(name, addr, size, &dwarf(name, addr, size, rows)).into_boxed_slice();
         let mut entry = Box::new(JitCodeEntry {
             next: ptr::null_mut(),
             prev: ptr::null_mut(),
@@ -134,15 +143,102 @@ impl Drop for GdbRegistration {
     }
 }
 
-/// A relocatable ELF object with a contentless `.text` section at `addr` and one
-/// global function symbol `name` covering it.
-fn elf_object(name: &str, addr: u64, size: u64) -> Vec<u8> {
+/// A name gimli accepts in a line program: not empty, no NUL.
+fn line_string(s: &str) -> LineString {
+    let bytes: Vec<u8> = s.bytes().map(|b| if b == 0 { b'?' } else { b }).collect();
+    LineString::String(if bytes.is_empty() {
+        b"?".to_vec()
+    } else {
+        bytes
+    })
+}
+
+/// DWARF sections (name, contents) for a method with debug rows; none without.
+/// Addresses are absolute, so the object needs no relocations.
+fn dwarf(name: &str, addr: u64, size: u64, rows: &[DebugEntry]) -> Vec<(&'static str, Vec<u8>)> {
+    let Some(first) = rows.first() else {
+        return Vec::new();
+    };
+    let encoding = Encoding {
+        format: Format::Dwarf32,
+        version: 4,
+        address_size: 8,
+    };
+    let mut unit = DwarfUnit::new(encoding);
+    let mut program = LineProgram::new(
+        encoding,
+        LineEncoding::default(),
+        LineString::String(b"/".to_vec()),
+        line_string(&first.file),
+        None,
+    );
+    let directory = program.default_directory();
+    program.begin_sequence(Some(Address::Constant(addr)));
+    for row in rows {
+        let file = program.add_file(line_string(&row.file), directory, None);
+        let r = program.row();
+        r.address_offset = u64::from(row.offset);
+        r.file = file;
+        r.line = u64::from(row.line);
+        r.column = u64::from(row.column);
+        program.generate_row();
+    }
+    program.end_sequence(size);
+    unit.unit.line_program = program;
+    let root = unit.unit.root();
+    let name_id = unit.strings.add(name.as_bytes().to_vec());
+    let file_id = unit.strings.add(first.file.as_bytes().to_vec());
+    let cu = unit.unit.get_mut(root);
+    cu.set(gimli::DW_AT_name, AttributeValue::StringRef(file_id));
+    cu.set(
+        gimli::DW_AT_low_pc,
+        AttributeValue::Address(Address::Constant(addr)),
+    );
+    cu.set(gimli::DW_AT_high_pc, AttributeValue::Udata(size));
+    let subprogram = unit.unit.add(root, gimli::DW_TAG_subprogram);
+    let sp = unit.unit.get_mut(subprogram);
+    sp.set(gimli::DW_AT_name, AttributeValue::StringRef(name_id));
+    sp.set(gimli::DW_AT_external, AttributeValue::Flag(true));
+    sp.set(
+        gimli::DW_AT_low_pc,
+        AttributeValue::Address(Address::Constant(addr)),
+    );
+    sp.set(gimli::DW_AT_high_pc, AttributeValue::Udata(size));
+    let mut sections = Sections::new(EndianVec::new(LittleEndian));
+    if unit.write(&mut sections).is_err() {
+        // Only an inconsistent unit fails to write; the symbol alone still helps.
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    let _ = sections.for_each(|id, data| {
+        if !data.slice().is_empty() {
+            out.push((id.name(), data.slice().to_vec()));
+        }
+        Ok::<(), ()>(())
+    });
+    out
+}
+
+/// A relocatable ELF object with a contentless `.text` section at `addr`, one
+/// global function symbol `name` covering it, and the given `dwarf` sections.
+fn elf_object(name: &str, addr: u64, size: u64, dwarf: &[(&'static str, Vec<u8>)]) -> Vec<u8> {
     let mut buffer = Vec::new();
     let mut w = Writer::new(object::Endianness::Little, true, &mut buffer);
     w.reserve_file_header();
     w.reserve_null_section_index();
     let text_name = w.add_section_name(b".text");
     let text = w.reserve_section_index();
+    let debug: Vec<_> = dwarf
+        .iter()
+        .map(|(section, data)| {
+            let name = w.add_section_name(section.as_bytes());
+            (name, w.reserve_section_index(), data)
+        })
+        .collect();
+    let offsets: Vec<usize> = debug
+        .iter()
+        .map(|(_, _, data)| w.reserve(data.len(), 1))
+        .collect();
     let symbol_name = w.add_string(name.as_bytes());
     w.reserve_null_symbol_index();
     w.reserve_symbol_index(Some(text));
@@ -167,6 +263,9 @@ fn elf_object(name: &str, addr: u64, size: u64) -> Vec<u8> {
         e_entry: 0,
         e_flags: 0,
     });
+    for (_, _, data) in &debug {
+        w.write(data);
+    }
     w.write_null_symbol();
     w.write_symbol(&Sym {
         name: Some(symbol_name),
@@ -194,6 +293,20 @@ fn elf_object(name: &str, addr: u64, size: u64) -> Vec<u8> {
         sh_addralign: 1,
         sh_entsize: 0,
     });
+    for ((name, _, data), offset) in debug.iter().zip(offsets) {
+        w.write_section_header(&SectionHeader {
+            name: Some(*name),
+            sh_type: elf::SHT_PROGBITS,
+            sh_flags: 0,
+            sh_addr: 0,
+            sh_offset: offset as u64,
+            sh_size: data.len() as u64,
+            sh_link: 0,
+            sh_info: 0,
+            sh_addralign: 1,
+            sh_entsize: 0,
+        });
+    }
     w.write_symtab_section_header(1);
     w.write_strtab_section_header();
     w.write_shstrtab_section_header();
@@ -208,7 +321,7 @@ mod tests {
 
     #[test]
     fn the_object_names_the_method_at_its_address() {
-        let bytes = elf_object("tier1::answer", 0x7f00_1234_0010, 0x40);
+        let bytes = elf_object("tier1::answer", 0x7f00_1234_0010, 0x40, &[]);
         let file = object::File::parse(&*bytes).unwrap();
         let text = file.section_by_name(".text").unwrap();
         assert_eq!((text.address(), text.size()), (0x7f00_1234_0010, 0x40));

@@ -874,9 +874,9 @@ impl CodeHeap {
             Some(eh) if self.register_unwind => Some(FrameRegistration::new(&eh.frame)?),
             _ => None,
         };
-        let gdb = self
-            .gdb_jit
-            .then(|| GdbRegistration::new(&info.name, (self.base() as u64) + start, size));
+        let gdb = self.gdb_jit.then(|| {
+            GdbRegistration::new(&info.name, (self.base() as u64) + start, size, &info.debug)
+        });
         Ok(Registrations {
             _frame: frame,
             _gdb: gdb,
