@@ -11,6 +11,7 @@ use crate::heap::{
     BlockKind, CodeHeader, CodeHeap, DebugEntry, GcInfo, HeapBlock, HeapConfig, HeapError,
     HeapLookup, Hit, JitKind, LiveBlock,
 };
+use crate::hex::hex_struct;
 use crate::image::{ImageError, ImageHit, ImageInfo, ImageSection, RegionInfo};
 use crate::perf::{PerfConfig, PerfError, PerfOutput};
 use crate::range::{RangeError, RangeSectionMap, Section};
@@ -40,7 +41,7 @@ impl HeapSection {
 }
 
 /// A rejected manager operation; the manager is unchanged.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ManagerError {
     /// Creating the heap failed.
@@ -75,6 +76,19 @@ impl fmt::Display for ManagerError {
 }
 
 impl std::error::Error for ManagerError {}
+
+impl fmt::Debug for ManagerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Heap(e) => f.debug_tuple("Heap").field(e).finish(),
+            Self::Range(e) => f.debug_tuple("Range").field(e).finish(),
+            Self::Image(e) => f.debug_tuple("Image").field(e).finish(),
+            Self::NotAnImage { base } => hex_struct!(f, "NotAnImage", "base" => *base),
+            Self::ForeignGuard => f.write_str("ForeignGuard"),
+            Self::Epoch(e) => f.debug_tuple("Epoch").field(e).finish(),
+        }
+    }
+}
 
 impl From<HeapError> for ManagerError {
     fn from(e: HeapError) -> Self {

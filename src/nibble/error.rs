@@ -4,6 +4,7 @@ use std::fmt;
 
 /// A rejected map operation. The map is unchanged whenever one is returned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum MapError {
     /// The start is not 4-byte aligned.
     Misaligned {

@@ -44,6 +44,7 @@ impl std::str::FromStr for PerfMode {
 
 /// A bad `JITMAP_PERF` value.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum PerfConfigError {
     /// Not one of `jitdump`, `map`, `both`, `off`.
     UnknownMode(String),
