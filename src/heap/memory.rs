@@ -226,27 +226,24 @@ fn map_shared(fd: &OwnedFd, span: usize, hint: *mut libc::c_void) -> io::Result<
 const MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE: libc::c_long = 1 << 5;
 const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE: libc::c_long = 1 << 6;
 
+/// One `membarrier(cmd, 0, 0)` call.
+fn membarrier(cmd: libc::c_long) -> io::Result<()> {
+    // SAFETY: a plain system call with integer arguments.
+    let rc = unsafe { libc::syscall(libc::SYS_membarrier, cmd, 0, 0) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 /// Registers the process for core-serializing membarriers, once; the errno of a
 /// kernel that cannot.
 pub(crate) fn sync_cores_ready() -> io::Result<()> {
     static REGISTERED: std::sync::OnceLock<Result<(), i32>> = std::sync::OnceLock::new();
     let result = *REGISTERED.get_or_init(|| {
-        // SAFETY: a plain system call with integer arguments.
-        let rc = unsafe {
-            libc::syscall(
-                libc::SYS_membarrier,
-                MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE,
-                0,
-                0,
-            )
-        };
-        if rc == 0 {
-            Ok(())
-        } else {
-            Err(io::Error::last_os_error()
-                .raw_os_error()
-                .unwrap_or(libc::ENOSYS))
-        }
+        membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE)
+            .map_err(|e| e.raw_os_error().unwrap_or(libc::ENOSYS))
     });
     result.map_err(io::Error::from_raw_os_error)
 }
@@ -256,20 +253,7 @@ pub(crate) fn sync_cores_ready() -> io::Result<()> {
 /// instructions of code that was just modified (cross-modifying code, on x86-64
 /// and aarch64 alike). Needs [`sync_cores_ready`] first.
 pub(crate) fn sync_cores() -> io::Result<()> {
-    // SAFETY: a plain system call with integer arguments.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_membarrier,
-            MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE,
-            0,
-            0,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE)
 }
 
 /// Makes freshly written code visible to instruction fetch.
