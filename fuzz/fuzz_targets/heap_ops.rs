@@ -59,7 +59,8 @@ fuzz_target!(|input: Input| {
     let mut pending = Vec::new();
     // (ref, method id or stub kind, is_stub)
     let mut live: Vec<(CodeRef, u64, bool)> = Vec::new();
-    let mut freed: Vec<CodeRef> = Vec::new();
+    // Freed references, with the new start of the moved ones.
+    let mut freed: Vec<(CodeRef, Option<usize>)> = Vec::new();
     let mut next_id = 1u64;
     for op in input.ops.iter().take(200) {
         match *op {
@@ -104,14 +105,16 @@ fuzz_target!(|input: Input| {
             Op::Free { index } if !live.is_empty() => {
                 let (code, ..) = live.swap_remove(usize::from(index) % live.len());
                 heap.free(code).unwrap();
-                freed.push(code);
+                freed.push((code, None));
             }
             Op::DoubleFree { index } if !freed.is_empty() => {
-                let code = freed[usize::from(index) % freed.len()];
+                let (code, moved_to) = freed[usize::from(index) % freed.len()];
+                let start = code.start();
                 assert_eq!(
                     heap.free(code),
-                    Err(HeapError::DoubleFree {
-                        start: code.start()
+                    Err(match moved_to {
+                        Some(to) => HeapError::Moved { start, to },
+                        None => HeapError::DoubleFree { start },
                     })
                 );
             }
@@ -122,7 +125,7 @@ fuzz_target!(|input: Input| {
                     Ok(moved) => {
                         assert!(!stub);
                         live[i] = (moved, id, false);
-                        freed.push(code);
+                        freed.push((code, Some(moved.start())));
                     }
                     Err(HeapError::NotAMethod { .. }) => assert!(stub),
                     Err(HeapError::HeapFull { .. }) => {}
