@@ -80,7 +80,10 @@ pub struct HeapConfig {
     /// process's unwinder when it is published, so panics, C++ exceptions and
     /// backtraces unwind through JIT frames. The host builds the section for the
     /// code's final address ([`Reservation::address`]); such a method cannot move.
-    /// The registration is withdrawn when the method is reclaimed.
+    /// The registration is withdrawn when the method is reclaimed. It uses
+    /// libgcc's `__register_frame` (a whole `.eh_frame` section per call), the
+    /// unwinder of Linux GNU targets; a host that links LLVM's libunwind instead,
+    /// which takes one FDE per call, must register its frames itself.
     pub register_unwind: bool,
     /// Announce each method to debuggers through the GDB JIT interface (an
     /// in-memory ELF object naming it), withdrawn when it is reclaimed.
