@@ -49,6 +49,8 @@ const JIT_REGISTER_FN: u32 = 1;
 const JIT_UNREGISTER_FN: u32 = 2;
 
 /// The descriptor gdb finds by name. Written only under [`LOCK`].
+// SAFETY: the GDB JIT interface fixes this name; no other item of this crate
+// exports it, and the module docs say a process can hold only one.
 #[unsafe(no_mangle)]
 #[used]
 pub static mut __jit_debug_descriptor: JitDescriptor = JitDescriptor {
@@ -59,6 +61,7 @@ pub static mut __jit_debug_descriptor: JitDescriptor = JitDescriptor {
 };
 
 /// gdb puts a breakpoint here and reads the descriptor when it is hit.
+// SAFETY: as for `__jit_debug_descriptor`: a name the interface fixes, exported once.
 #[unsafe(no_mangle)]
 #[inline(never)]
 pub extern "C" fn __jit_debug_register_code() {
