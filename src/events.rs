@@ -11,7 +11,7 @@
 //! Lookups never touch listeners.
 //!
 //! ```
-//! use std::sync::Arc;
+//! use std::sync::{Arc, OnceLock};
 //! use std::sync::atomic::{AtomicUsize, Ordering};
 //! use jitmap::events::{CodeEvent, CodeListener};
 //! use jitmap::{CodeInfo, ExecutionManager, HeapConfig, JitKind};
@@ -21,6 +21,7 @@
 //!     fn on_event(&self, event: &CodeEvent) {
 //!         if let CodeEvent::Load(load) = event {
 //!             assert_eq!(load.info.name, "f");
+//!             // Relaxed: a counter, read after `flush` has ordered delivery.
 //!             self.0.fetch_add(1, Ordering::Relaxed);
 //!         }
 //!     }
@@ -41,8 +42,8 @@
 use std::collections::VecDeque;
 use std::io;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::thread::{JoinHandle, ThreadId};
 
 use parking_lot::{Condvar, Mutex, RwLock};
@@ -147,7 +148,9 @@ struct Shared {
 pub struct Listeners {
     shared: Arc<Shared>,
     /// The dispatcher, started by the first [`Listeners::add`].
-    dispatcher: Mutex<Option<(ThreadId, JoinHandle<()>)>>,
+    dispatcher: Mutex<Option<JoinHandle<()>>>,
+    /// Its thread id, readable without the lock (writers ask on every publish).
+    dispatcher_id: OnceLock<ThreadId>,
 }
 
 impl Default for Listeners {
@@ -167,6 +170,7 @@ impl Default for Listeners {
                 panics: AtomicU64::new(0),
             }),
             dispatcher: Mutex::new(None),
+            dispatcher_id: OnceLock::new(),
         }
     }
 }
@@ -256,8 +260,7 @@ impl Listeners {
     }
 
     fn on_dispatcher(&self) -> bool {
-        let current = std::thread::current().id();
-        matches!(&*self.dispatcher.lock(), Some((id, _)) if *id == current)
+        self.dispatcher_id.get() == Some(&std::thread::current().id())
     }
 
     fn start_dispatcher(&self) -> io::Result<()> {
@@ -267,7 +270,9 @@ impl Listeners {
             let handle = std::thread::Builder::new()
                 .name("jitmap-events".into())
                 .spawn(move || dispatch(&shared))?;
-            *slot = Some((handle.thread().id(), handle));
+            // Set once: the slot is empty only before the first spawn.
+            let _ = self.dispatcher_id.set(handle.thread().id());
+            *slot = Some(handle);
         }
         Ok(())
     }
@@ -308,8 +313,8 @@ impl Drop for Listeners {
             self.shared.ready.notify_all();
             self.shared.drained.notify_all();
         }
-        if let Some((id, handle)) = self.dispatcher.get_mut().take()
-            && id != std::thread::current().id()
+        if let Some(handle) = self.dispatcher.get_mut().take()
+            && !self.on_dispatcher()
         {
             // A listener's panic was caught inside the loop, so the thread ends
             // normally; there is nothing to report if it did not.

@@ -126,3 +126,8 @@ pub use info::{CodeInfo, JitKind};
 #[cfg(not(loom))]
 pub use manager::{CodeBlock, ExecutionManager, HeapSection, Lookup, ManagedHeap, OwnedHeap};
 pub use nibble::{MapError, MapVersion, MapWriter, NibbleMap};
+
+/// The README's examples, run as doctests so that they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -28,6 +28,14 @@ fn publish(heap: &ManagedHeap<'_>, id: u64, code: &[u8]) -> CodeRef {
         .unwrap()
 }
 
+fn heap(m: &ExecutionManager) -> ManagedHeap<'_> {
+    m.create_heap(HeapConfig {
+        span: 1 << 20,
+        ..HeapConfig::default()
+    })
+    .unwrap()
+}
+
 /// Calls the JIT function at `addr`.
 fn call(addr: usize) -> u32 {
     // SAFETY: `addr` is the entry of published code that follows the sysv64 ABI,
@@ -48,12 +56,7 @@ fn wait_until(what: &str, done: impl Fn() -> bool) {
 #[test]
 fn freed_code_is_not_reused_while_an_executor_may_run_it() {
     let m = ExecutionManager::new(4);
-    let heap = m
-        .create_heap(HeapConfig {
-            span: 1 << 20,
-            ..HeapConfig::default()
-        })
-        .unwrap();
+    let heap = heap(&m);
     // About a quarter of a second of spinning at a few GHz.
     let slow = publish(&heap, 1, &spinner(600_000_000));
     let fast = publish(&heap, 2, &SEVEN);
@@ -69,26 +72,34 @@ fn freed_code_is_not_reused_while_an_executor_may_run_it() {
         let (quiescing, results) = (quiescing.clone(), results.clone());
         std::thread::spawn(move || {
             let executor = domain.register_executor().unwrap();
+            // Acquire: pairs with the Release store of `stop` below.
             while !stop.load(Ordering::Acquire) {
+                // Acquire: sees the cell the test thread swapped in (Release) before its free.
                 let target = cell.load(Ordering::Acquire);
+                // Release: the test thread waits for this flag before swapping the cell.
                 started.store(true, Ordering::Release);
                 let r = call(target);
                 assert!(r == 42 || r == 7, "a call returned {r}");
+                // Relaxed: a sum read after `join`, which orders it.
                 results.fetch_add(u64::from(r), Ordering::Relaxed);
+                // SeqCst: counted before the quiescent point, so a reclaim that relied on it sees the count.
                 quiescing.fetch_add(1, Ordering::SeqCst);
                 executor.quiescent();
             }
         })
     };
     wait_until("the executor to enter the slow method", || {
+        // Acquire: pairs with the executor's Release store of `started`.
         started.load(Ordering::Acquire)
     });
     std::thread::sleep(Duration::from_millis(20));
     // Unlink, then free, while the executor is (almost surely) inside `slow`.
+    // Release: the new target is visible to the executor's Acquire load of the cell.
     cell.store(fast.start(), Ordering::Release);
     let (slow_start, slow_size) = (slow.start(), slow.size());
     heap.free(slow).unwrap();
     let reclaimed = heap.try_reclaim();
+    // SeqCst: read after the reclaim attempt, in the order the executor counted.
     let passed = quiescing.load(Ordering::SeqCst);
     assert!(
         reclaimed == 0 || passed > 0,
@@ -111,6 +122,7 @@ fn freed_code_is_not_reused_while_an_executor_may_run_it() {
     }
     // Once the executor has passed a quiescent point, the bytes come back.
     wait_until("a quiescent point", || {
+        // SeqCst: as above.
         quiescing.load(Ordering::SeqCst) >= 2
     });
     wait_until("reclamation", || {
@@ -123,13 +135,18 @@ fn freed_code_is_not_reused_while_an_executor_may_run_it() {
         .publish(CodeInfo::new(4, "int3", JitKind::Optimized))
         .unwrap();
     // The executor keeps calling through the cell, now `fast`, never the int3s.
+    // SeqCst: as above.
     let before = quiescing.load(Ordering::SeqCst);
     wait_until("more calls", || {
+        // SeqCst: as above.
         quiescing.load(Ordering::SeqCst) >= before + 100
     });
+    // Release: pairs with the executor's Acquire load of `stop`.
     stop.store(true, Ordering::Release);
     x.join().unwrap();
+    // SeqCst: read after `join`; as above.
     let calls = quiescing.load(Ordering::SeqCst);
+    // Relaxed: read after `join`, which orders it.
     assert_eq!(results.load(Ordering::Relaxed), 42 + 7 * (calls - 1));
     heap.free(trap).unwrap();
 }
@@ -137,12 +154,7 @@ fn freed_code_is_not_reused_while_an_executor_may_run_it() {
 #[test]
 fn offline_and_dropped_executors_do_not_hold_frees() {
     let m = ExecutionManager::new(3);
-    let heap = m
-        .create_heap(HeapConfig {
-            span: 1 << 20,
-            ..HeapConfig::default()
-        })
-        .unwrap();
+    let heap = heap(&m);
     let executor = m.register_executor().unwrap();
     let a = publish(&heap, 1, &SEVEN);
     heap.free(a).unwrap();

@@ -151,6 +151,7 @@ struct Panicker {
 
 impl CodeListener for Panicker {
     fn on_event(&self, event: &CodeEvent) {
+        // Relaxed: a counter read after `flush`, which orders delivery before it.
         self.seen.fetch_add(1, Ordering::Relaxed);
         if matches!(event, CodeEvent::Load(_)) {
             panic!("a listener that panics on every load");
@@ -182,6 +183,7 @@ fn a_panicking_listener_leaves_the_heap_consistent() {
     heap.free(b).unwrap();
     heap.listeners().flush();
     // Two loads (panicked) and two frees (delivered): delivery went on.
+    // Relaxed: as in `on_event`.
     assert_eq!(listener.seen.load(Ordering::Relaxed), 4);
     assert_eq!(heap.listeners().panics(), 2);
     assert_eq!(heap.stats().live_blocks, 0);
@@ -429,6 +431,7 @@ impl WordRead for Counting<'_> {
     }
 
     fn load(&self, index: usize) -> u32 {
+        // Relaxed: a read counter, used by this thread only.
         self.loads.fetch_add(1, Ordering::Relaxed);
         self.words.load(index)
     }
@@ -457,8 +460,10 @@ fn a_capped_v1_walk_reads_at_most_its_cap() {
         (256, Capped::Found(0x100), 256),
         (10_000, Capped::Found(0x100), 256),
     ] {
+        // Relaxed: as in `load`.
         words.loads.store(0, Ordering::Relaxed);
         assert_eq!(find_v1_capped(&words, tail, cap), expected, "cap {cap}");
+        // Relaxed: as in `load`.
         assert_eq!(words.loads.load(Ordering::Relaxed), reads, "cap {cap}");
     }
     // Agreement with the uncapped walk at every address, with a generous cap.

@@ -7,6 +7,8 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use jitmap::epoch::with_current_reader;
+mod signals;
+
 use jitmap::{CodeInfo, EpochError, ExecutionManager, HeapConfig, JitKind, ManagedHeap};
 
 /// Counts allocations made while a handler runs.
@@ -18,7 +20,9 @@ static HANDLER_ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
 // SAFETY: forwards to the system allocator; the counters are atomics.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // Relaxed: the handler and the allocator run on the same thread (a signal handler is sequenced with the code it interrupts).
         if IN_HANDLER.load(Ordering::Relaxed) {
+            // Relaxed: a counter read by the same thread.
             HANDLER_ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
         }
         // SAFETY: the caller's layout contract is passed on unchanged.
@@ -26,7 +30,9 @@ unsafe impl GlobalAlloc for Counting {
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // Relaxed: as in `alloc`.
         if IN_HANDLER.load(Ordering::Relaxed) {
+            // Relaxed: as in `alloc`.
             HANDLER_ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
         }
         // SAFETY: as above.
@@ -44,11 +50,14 @@ static UNBOUND: AtomicU64 = AtomicU64::new(0);
 static WRONG: AtomicU64 = AtomicU64::new(0);
 
 extern "C" fn on_sigprof(_: libc::c_int) {
+    // Relaxed: read by this same thread's allocator.
     IN_HANDLER.store(true, Ordering::Relaxed);
     let Some(manager) = MANAGER.get() else {
+        // Relaxed: as above.
         IN_HANDLER.store(false, Ordering::Relaxed);
         return;
     };
+    // Relaxed: set by the interrupted thread before it raised the signal.
     let ip = IP.load(Ordering::Relaxed);
     let id = with_current_reader(|reader| {
         let guard = reader.pin().ok()?;
@@ -56,10 +65,12 @@ extern "C" fn on_sigprof(_: libc::c_int) {
         Some(block.method_id())
     });
     match id {
+        // Relaxed: counters read by the same thread after the handler returns.
         None => UNBOUND.fetch_add(1, Ordering::Relaxed),
         Some(Some(42)) => FOUND.fetch_add(1, Ordering::Relaxed),
         Some(_) => WRONG.fetch_add(1, Ordering::Relaxed),
     };
+    // Relaxed: as at entry.
     IN_HANDLER.store(false, Ordering::Relaxed);
 }
 
@@ -80,24 +91,17 @@ fn a_handler_finds_its_threads_reader_without_allocating() {
     let code = r
         .publish(CodeInfo::new(42, "sampled", JitKind::Optimized))
         .unwrap();
+    // Relaxed: read by this thread's own signal handler.
     IP.store(code.start() + 10, Ordering::Relaxed);
     // SAFETY: installs a handler that only touches atomics, a const thread-local
     // and lock-free lookups.
-    unsafe {
-        let mut action: libc::sigaction = std::mem::zeroed();
-        action.sa_sigaction = on_sigprof as *const () as usize;
-        action.sa_flags = libc::SA_RESTART;
-        libc::sigemptyset(&mut action.sa_mask);
-        assert_eq!(
-            libc::sigaction(libc::SIGPROF, &action, std::ptr::null_mut()),
-            0
-        );
-    }
+    unsafe { signals::install_sigprof(on_sigprof) };
     let raise = || {
         // SAFETY: raising a signal whose handler is installed above.
         assert_eq!(unsafe { libc::raise(libc::SIGPROF) }, 0);
     };
     raise();
+    // Relaxed: written by this thread's handler, which has returned.
     assert_eq!(UNBOUND.load(Ordering::Relaxed), 1, "not bound yet");
 
     let bound = manager.domain().bind_current_thread().unwrap();
@@ -118,13 +122,17 @@ fn a_handler_finds_its_threads_reader_without_allocating() {
     }
     drop(bound);
     raise();
+    // Relaxed: as above.
     assert_eq!(FOUND.load(Ordering::Relaxed), 5_000);
+    // Relaxed: as above.
     assert_eq!(WRONG.load(Ordering::Relaxed), 0);
     assert_eq!(
+        // Relaxed: as above.
         UNBOUND.load(Ordering::Relaxed),
         2,
         "unbound again after drop"
     );
+    // Relaxed: as above.
     assert_eq!(HANDLER_ALLOCATIONS.load(Ordering::Relaxed), 0);
     // Rebinding after the drop works, and the slot was given back.
     let again = manager.domain().bind_current_thread().unwrap();

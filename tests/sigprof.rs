@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 use std::time::Duration;
 
 mod common;
+mod signals;
 
 use jitmap::heap::{BlockKind, JitKind};
 use jitmap::{CodeHeap, CodeInfo, Reader};
@@ -84,16 +85,7 @@ fn sigprof_handler_nests_without_ending_outer_protection() {
     READER.store(&reader as *const _ as *mut _, Ordering::Release);
 
     // SAFETY: installs a handler that only touches atomics and lock-free lookups.
-    unsafe {
-        let mut action: libc::sigaction = std::mem::zeroed();
-        action.sa_sigaction = on_sigprof as *const () as usize;
-        action.sa_flags = libc::SA_RESTART;
-        libc::sigemptyset(&mut action.sa_mask);
-        assert_eq!(
-            libc::sigaction(libc::SIGPROF, &action, std::ptr::null_mut()),
-            0
-        );
-    }
+    unsafe { signals::install_sigprof(on_sigprof) };
 
     // SAFETY: pthread_self has no preconditions.
     let target = unsafe { libc::pthread_self() };

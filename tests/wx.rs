@@ -126,12 +126,15 @@ fn published_code_is_patched_while_another_thread_runs_it() {
             let (patched, stop, after) = (patched.clone(), stop.clone(), after.clone());
             let start = code.start();
             std::thread::spawn(move || {
+                // Acquire: pairs with the Release store of `stop`.
                 while !stop.load(Ordering::Acquire) {
+                    // Acquire: pairs with the Release store after `patch` returned.
                     let was_patched = patched.load(Ordering::Acquire);
                     let r = call(start);
                     assert!(r == 1 || r == 2, "torn code returned {r}");
                     if was_patched {
                         assert_eq!(r, 2, "stale code ran after the patch returned");
+                        // Relaxed: a progress counter; the test thread only polls it.
                         after.fetch_add(1, Ordering::Relaxed);
                     }
                 }
@@ -139,10 +142,13 @@ fn published_code_is_patched_while_another_thread_runs_it() {
         };
         std::thread::sleep(std::time::Duration::from_millis(10));
         h.patch(code, |bytes| bytes[1] = 2).unwrap();
+        // Release: orders the completed patch before the runner's Acquire load.
         patched.store(true, Ordering::Release);
+        // Relaxed: as in the runner.
         while after.load(Ordering::Relaxed) < 1000 {
             std::thread::yield_now();
         }
+        // Release: pairs with the runner's Acquire load of `stop`.
         stop.store(true, Ordering::Release);
         runner.join().unwrap();
         assert_eq!(call(code.start()), 2);

@@ -4,19 +4,13 @@
 
 use std::process::Command;
 
+mod tools;
+
 const SIM: &str = env!("CARGO_BIN_EXE_jitmap-sim");
 
 #[test]
 fn real_gdb_breaks_in_and_names_a_jit_function() {
-    let must_run = std::env::var("CI").is_ok_and(|v| v == "true");
-    if !cfg!(target_arch = "x86_64") {
-        assert!(!must_run, "CI must run the gdb end-to-end test on x86-64");
-        println!("skipped: the spin functions are x86-64 code");
-        return;
-    }
-    if Command::new("gdb").arg("--version").output().is_err() {
-        assert!(!must_run, "gdb is not installed; .ci/run installs it");
-        println!("skipped: gdb is not installed");
+    if !tools::available("gdb") {
         return;
     }
     let out = Command::new("gdb")
