@@ -76,6 +76,7 @@
 //! - [`range`] and [`image`]: the range-section map and precompiled images.
 //! - [`manager`]: [`ExecutionManager`], one lookup for everything.
 //! - [`events`] and [`perf`]: code events, jitdump files and perf maps.
+//! - [`agent`]: the sampling profiler and the probes JIT code calls.
 //!
 //! Every misuse is a typed error that leaves the state unchanged; the layer
 //! errors convert into each other with `?`.
@@ -93,6 +94,8 @@ compile_error!("jitmap supports Linux only (x86-64 tested, aarch64 compiles)");
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 compile_error!("jitmap supports x86-64 and aarch64 only");
 
+#[cfg(not(loom))]
+pub mod agent;
 #[cfg(loom)]
 pub mod defect;
 pub mod epoch;
@@ -124,7 +127,9 @@ pub use heap::{CodeHeap, CodeRef, HeapConfig, HeapError, MemoryMode, Reservation
 #[cfg(not(loom))]
 pub use info::{CodeInfo, JitKind};
 #[cfg(not(loom))]
-pub use manager::{CodeBlock, ExecutionManager, HeapSection, Lookup, ManagedHeap, OwnedHeap};
+pub use manager::{
+    CodeBlock, CodeVersion, ExecutionManager, HeapSection, Lookup, ManagedHeap, OwnedHeap,
+};
 pub use nibble::{MapError, MapVersion, MapWriter, NibbleMap};
 
 /// The README's examples, run as doctests so that they stay true.

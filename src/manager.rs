@@ -13,6 +13,7 @@ use crate::heap::{
 };
 use crate::hex::hex_struct;
 use crate::image::{ImageError, ImageHit, ImageInfo, ImageSection, RegionInfo};
+use crate::info::CodeInfo;
 use crate::perf::{PerfConfig, PerfError, PerfOutput};
 use crate::range::{RangeError, RangeSectionMap, Section};
 
@@ -525,6 +526,29 @@ fn jit_header(hit: Hit<'_>) -> &CodeHeader {
     unsafe { hit.header() }
 }
 
+/// The identity of one published version of a method: see [`CodeBlock::version`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CodeVersion {
+    /// JIT code: the address of its shared [`CodeInfo`].
+    Jit(usize),
+    /// A precompiled image's method: its id.
+    Image(u64),
+}
+
+impl CodeVersion {
+    /// The version that a block published with `info` reports.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use jitmap::{CodeInfo, JitKind, manager::CodeVersion};
+    /// let info = Arc::new(CodeInfo::new(1, "f", JitKind::Optimized));
+    /// assert_eq!(CodeVersion::of(&info), CodeVersion::Jit(Arc::as_ptr(&info) as usize));
+    /// ```
+    pub fn of(info: &Arc<CodeInfo>) -> Self {
+        Self::Jit(Arc::as_ptr(info) as usize)
+    }
+}
+
 /// The method block containing a looked-up address. Fields beyond the start and
 /// offset are read on demand, so a lookup touches no more memory than it needs.
 #[derive(Clone, Copy)]
@@ -653,6 +677,23 @@ impl<'g> CodeBlock<'g> {
         match self.source {
             Source::Jit { hit, .. } => jit_header(hit).info().kind,
             Source::Image { .. } => JitKind::Precompiled,
+        }
+    }
+
+    /// Which published version of the method this is, without copying anything.
+    ///
+    /// For JIT code it is the address of the [`CodeInfo`] the host published
+    /// (the `Arc` that [`crate::events::CodeLoad`] carries, see
+    /// [`CodeVersion::of`]): a re-jitted method gets a new one, a moved block
+    /// keeps its own, and the address cannot be reused while anyone holds that
+    /// `Arc`. A profiler records it in a signal handler and names the method
+    /// later from its code events. Image methods have no versions: their id.
+    pub fn version(&self) -> CodeVersion {
+        match self.source {
+            Source::Jit { hit, .. } => {
+                CodeVersion::Jit(Arc::as_ptr(jit_header(hit).shared_info()) as usize)
+            }
+            Source::Image { image, hit } => CodeVersion::Image(image.method(hit.method).method_id),
         }
     }
 

@@ -3,8 +3,10 @@
 //! benches.
 
 pub mod compare;
+pub mod demo;
 pub mod fixture;
 pub mod model;
+pub mod profile;
 pub mod replay;
 pub mod rng;
 pub mod spin;

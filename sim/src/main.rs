@@ -5,10 +5,11 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use jitmap::MapVersion;
+use jitmap::agent::Clock;
 use jitmap::perf::check::{Body, check};
 use jitmap::perf::{PerfConfig, PerfMode};
-use jitmap_sim::replay;
 use jitmap_sim::stress::{self, StressConfig};
+use jitmap_sim::{profile, replay};
 use std::time::Duration;
 
 #[derive(Parser)]
@@ -64,6 +65,26 @@ enum Command {
         #[arg(long)]
         gdb: bool,
     },
+    /// Run the demo host (leaf_1x, leaf_2x, leaf_4x under middle and top) under
+    /// the in-process agent; write report.txt, stacks.folded, flamegraph.svg and
+    /// profile.pb.gz.
+    Profile {
+        /// Samples per second.
+        #[arg(long, default_value_t = 1000)]
+        hz: u32,
+        /// Seconds to run.
+        #[arg(long, default_value_t = 3.0)]
+        seconds: f64,
+        /// The sampling clock: cpu (the thread's CPU time) or wall.
+        #[arg(long, default_value = "cpu")]
+        clock: ClockArg,
+        /// Directory for the outputs.
+        #[arg(long, default_value = "jitmap-profile")]
+        out: std::path::PathBuf,
+        /// Print the report as one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
     /// Writers publish, abort and free code while readers check every lookup.
     Stress {
         /// Map version.
@@ -82,6 +103,13 @@ enum Command {
         #[arg(long, default_value_t = 1)]
         seed: u64,
     },
+}
+
+/// `--clock` values.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum ClockArg {
+    Cpu,
+    Wall,
 }
 
 /// The spec's worked example, replayed when no command is given.
@@ -108,6 +136,13 @@ fn main() -> ExitCode {
             churn,
             gdb,
         }) => run_spin(functions, seconds, perf, churn, gdb),
+        Some(Command::Profile {
+            hz,
+            seconds,
+            clock,
+            out,
+            json,
+        }) => run_profile(hz, seconds, clock, &out, json),
         Some(Command::Stress {
             map,
             wx,
@@ -287,6 +322,55 @@ fn run_spin(
         writeln!(out, "perf-map {}", m.path().display())?;
     }
     Ok(if report.wrong == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+fn run_profile(
+    hz: u32,
+    seconds: f64,
+    clock: ClockArg,
+    dir: &std::path::Path,
+    json: bool,
+) -> io::Result<ExitCode> {
+    if !cfg!(target_arch = "x86_64") {
+        eprintln!("jitmap-sim profile: the demo functions are x86-64 machine code");
+        return Ok(ExitCode::from(2));
+    }
+    if !(seconds.is_finite() && seconds > 0.0 && seconds <= 3600.0) {
+        eprintln!("jitmap-sim profile: --seconds must be in (0, 3600]");
+        return Ok(ExitCode::from(2));
+    }
+    let clock = match clock {
+        ClockArg::Cpu => Clock::Cpu,
+        ClockArg::Wall => Clock::Wall,
+    };
+    let manager = std::sync::Arc::new(jitmap::ExecutionManager::new(16));
+    let _perf = manager.perf_from_env().map_err(io::Error::other)?;
+    let run = match profile::run(&manager, hz, clock, Duration::from_secs_f64(seconds)) {
+        Ok(run) => run,
+        Err(e) => {
+            eprintln!("jitmap-sim profile: {e}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    profile::write_outputs(&run, dir)?;
+    let mut out = io::stdout().lock();
+    if json {
+        writeln!(out, "{}", profile::json(&run))?;
+    } else {
+        write!(out, "{}", run.profile.report(10))?;
+        writeln!(
+            out,
+            "\ndemo: {} calls, {} wrong results; outputs in {}",
+            run.calls,
+            run.wrong,
+            dir.display()
+        )?;
+    }
+    Ok(if run.wrong == 0 {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE

@@ -1,0 +1,282 @@
+//! The agent's demo host: real x86-64 JIT functions, assembled with
+//! `iced-x86`, that call each other through indirection cells.
+//!
+//! `top` loops over `middle`, which calls `leaf_1x`, `leaf_2x` and `leaf_4x`.
+//! The leaves run the same loop with iteration counts in the ratio 1:2:4, so a
+//! correct profiler gives them 1/7, 2/7 and 4/7 of the samples. The base count
+//! is read from a cell that the host changes on every call: a fixed period
+//! would phase-lock with a periodic sampler and bias the shares. Every function
+//! keeps a frame pointer, and each returns a value the host can predict, so a
+//! wrong answer shows.
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use iced_x86::IcedError;
+use iced_x86::code_asm::{
+    CodeAssembler, dword_ptr, ecx, qword_ptr, r12, rax, rbp, rbx, rcx, rdi, rsp,
+};
+use jitmap::heap::DebugEntry;
+use jitmap::manager::ManagerError;
+use jitmap::{CodeInfo, CodeRef, ExecutionManager, HeapConfig, HeapError, JitKind, OwnedHeap};
+
+/// The leaves' names, in the order of their work (1, 2 and 4 units).
+pub const LEAVES: [&str; 3] = ["leaf_1x", "leaf_2x", "leaf_4x"];
+/// The function that calls the leaves.
+pub const MIDDLE: &str = "middle";
+/// The function that loops over `middle`.
+pub const TOP: &str = "top";
+/// The native function that calls `top`: the outermost frame the agent names.
+pub const NATIVE_CALLER: &str = "jitmap_sim::demo::call_top";
+
+/// Why the demo could not be built.
+#[derive(Debug)]
+pub enum DemoError {
+    /// Assembling failed.
+    Assemble(IcedError),
+    /// The heap refused.
+    Heap(HeapError),
+    /// The manager refused.
+    Manager(ManagerError),
+}
+
+impl fmt::Display for DemoError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Assemble(e) => write!(f, "assembling the demo: {e}"),
+            Self::Heap(e) => write!(f, "publishing the demo: {e}"),
+            Self::Manager(e) => write!(f, "creating the demo heap: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for DemoError {}
+
+impl From<IcedError> for DemoError {
+    fn from(e: IcedError) -> Self {
+        Self::Assemble(e)
+    }
+}
+
+impl From<HeapError> for DemoError {
+    fn from(e: HeapError) -> Self {
+        Self::Heap(e)
+    }
+}
+
+impl From<ManagerError> for DemoError {
+    fn from(e: ManagerError) -> Self {
+        Self::Manager(e)
+    }
+}
+
+/// Indirection cells: callers load a callee's address from here, so a host can
+/// swap an implementation with one store.
+const CELL_LEAVES: usize = 0;
+const CELL_MIDDLE: usize = 3;
+/// The base iteration count (a data cell, not code).
+const CELL_WORK: usize = 4;
+
+/// The published demo.
+pub struct Demo {
+    heap: OwnedHeap,
+    /// Cell `i` holds the address of leaf `i` (0..3), then `middle`, then
+    /// the base iteration count.
+    cells: Box<[AtomicUsize; 5]>,
+    code: Vec<(String, CodeRef)>,
+}
+
+impl fmt::Debug for Demo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Demo")
+            .field("code", &self.code)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Sum of 1..=n: what a leaf of `n` iterations returns.
+fn triangle(n: u64) -> u64 {
+    n * (n + 1) / 2
+}
+
+impl Demo {
+    /// Publishes the five functions in a new heap of `manager`.
+    pub fn publish(manager: &Arc<ExecutionManager>) -> Result<Self, DemoError> {
+        let heap = manager.create_owned_heap(HeapConfig {
+            span: 1 << 20,
+            ..HeapConfig::default()
+        })?;
+        let cells: Box<[AtomicUsize; 5]> = Box::new(Default::default());
+        let work_cell = &cells[CELL_WORK] as *const AtomicUsize as u64;
+        let mut code = Vec::new();
+        for (i, name) in LEAVES.iter().enumerate() {
+            let r = publish(&heap, name, 1 + i as u64, |a| leaf(a, work_cell, i as u32))?;
+            // Relaxed: the cells are read by code that runs after `publish`
+            // returns, on this thread or after a spawn that synchronizes.
+            cells[CELL_LEAVES + i].store(r.start(), Ordering::Relaxed);
+            code.push((name.to_string(), r));
+        }
+        let leaf_cells = [0, 1, 2].map(|i| &cells[CELL_LEAVES + i] as *const AtomicUsize as u64);
+        let r = publish(&heap, MIDDLE, 4, |a| middle(a, leaf_cells))?;
+        // Relaxed: as above.
+        cells[CELL_MIDDLE].store(r.start(), Ordering::Relaxed);
+        code.push((MIDDLE.to_string(), r));
+        let middle_cell = &cells[CELL_MIDDLE] as *const AtomicUsize as u64;
+        let r = publish(&heap, TOP, 5, |a| top(a, middle_cell))?;
+        code.push((TOP.to_string(), r));
+        Ok(Self { heap, cells, code })
+    }
+
+    /// Each function's name and where it is.
+    pub fn functions(&self) -> &[(String, CodeRef)] {
+        &self.code
+    }
+
+    /// The heap the demo lives in.
+    pub fn heap(&self) -> &OwnedHeap {
+        &self.heap
+    }
+
+    /// What `run(rounds, base)` returns when the right code ran.
+    pub fn expected(rounds: u64, base: u32) -> u64 {
+        let b = u64::from(base);
+        rounds * (triangle(b) + triangle(2 * b) + triangle(4 * b))
+    }
+
+    /// Calls `top(rounds)`: `rounds` calls of `middle`, each calling the three
+    /// leaves, which run `base`, `2 * base` and `4 * base` iterations (`base`
+    /// at most 2^29). Returns what the JIT code computed.
+    pub fn run(&self, rounds: u64, base: u32) -> u64 {
+        // Relaxed: read by JIT code on this same thread.
+        self.cells[CELL_WORK].store(base.min(1 << 29) as usize, Ordering::Relaxed);
+        let top = self.code[4].1.start();
+        // Keep the cells alive and unmoved while the code reads them.
+        let _cells = &self.cells;
+        // SAFETY: `top` is a complete, published function with the C ABI that
+        // takes one u64 and returns one (assembled below); the functions and
+        // cells it reaches stay published and alive as long as `self`.
+        let f: extern "C" fn(u64) -> u64 = unsafe { std::mem::transmute(top) };
+        call_top(f, rounds)
+    }
+}
+
+/// The native caller of `top`, kept out of line so that it is a real frame.
+#[inline(never)]
+pub fn call_top(top: extern "C" fn(u64) -> u64, rounds: u64) -> u64 {
+    let result = top(std::hint::black_box(rounds));
+    // Work after the call keeps it from being a tail call.
+    std::hint::black_box(result)
+}
+
+/// Assembles a function at its reserved address and publishes it.
+fn publish(
+    heap: &OwnedHeap,
+    name: &str,
+    method_id: u64,
+    body: impl FnOnce(&mut CodeAssembler) -> Result<(), IcedError>,
+) -> Result<CodeRef, DemoError> {
+    let mut a = CodeAssembler::new(64)?;
+    body(&mut a)?;
+    // Position-independent (relative branches, absolute cell addresses):
+    // assembled once for its size, then at its real address.
+    let size = a.assemble(0)?.len() as u64;
+    let mut r = heap.reserve(size)?;
+    let bytes = a.assemble(r.address() as u64)?;
+    r.code_mut().copy_from_slice(&bytes);
+    let info = CodeInfo {
+        debug: vec![DebugEntry {
+            offset: 0,
+            line: 1,
+            column: 1,
+            file: "demo.jit".into(),
+        }],
+        ..CodeInfo::new(method_id, name, JitKind::Optimized)
+    };
+    Ok(r.publish(info)?)
+}
+
+/// `leaf()`: sum of 1..=n in a countdown loop, for n = the work cell << `shift`.
+fn leaf(a: &mut CodeAssembler, work_cell: u64, shift: u32) -> Result<(), IcedError> {
+    a.push(rbp)?;
+    a.mov(rbp, rsp)?;
+    a.mov(rcx, work_cell)?;
+    a.mov(ecx, dword_ptr(rcx))?;
+    a.shl(ecx, shift)?;
+    a.xor(rax, rax)?;
+    let mut top = a.create_label();
+    a.set_label(&mut top)?;
+    a.add(rax, rcx)?;
+    a.dec(ecx)?;
+    a.jnz(top)?;
+    a.pop(rbp)?;
+    a.ret()
+}
+
+/// `middle()`: the three leaves' results added up, each called through its cell.
+fn middle(a: &mut CodeAssembler, cells: [u64; 3]) -> Result<(), IcedError> {
+    a.push(rbp)?;
+    a.mov(rbp, rsp)?;
+    a.push(rbx)?;
+    a.sub(rsp, 8)?; // keep calls 16-byte aligned
+    a.xor(rbx, rbx)?;
+    for cell in cells {
+        a.mov(rax, cell)?;
+        a.call(qword_ptr(rax))?;
+        a.add(rbx, rax)?;
+    }
+    a.mov(rax, rbx)?;
+    a.add(rsp, 8)?;
+    a.pop(rbx)?;
+    a.pop(rbp)?;
+    a.ret()
+}
+
+/// `top(rounds)`: calls `middle` `rounds` times through its cell; returns the sum.
+fn top(a: &mut CodeAssembler, middle_cell: u64) -> Result<(), IcedError> {
+    a.push(rbp)?;
+    a.mov(rbp, rsp)?;
+    a.push(rbx)?;
+    a.push(r12)?;
+    a.mov(r12, rdi)?;
+    a.xor(rbx, rbx)?;
+    let mut done = a.create_label();
+    a.test(r12, r12)?;
+    a.jz(done)?;
+    let mut again = a.create_label();
+    a.set_label(&mut again)?;
+    a.mov(rax, middle_cell)?;
+    a.call(qword_ptr(rax))?;
+    a.add(rbx, rax)?;
+    a.dec(r12)?;
+    a.jnz(again)?;
+    a.set_label(&mut done)?;
+    a.mov(rax, rbx)?;
+    a.pop(r12)?;
+    a.pop(rbx)?;
+    a.pop(rbp)?;
+    a.ret()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_function_computes_what_the_host_predicts() {
+        let manager = Arc::new(ExecutionManager::new(4));
+        let demo = Demo::publish(&manager).unwrap();
+        assert_eq!(demo.run(0, 100), 0);
+        assert_eq!(demo.run(3, 100), 3 * (5050 + 20100 + 80200));
+        assert_eq!(Demo::expected(3, 100), 3 * (5050 + 20100 + 80200));
+        assert_eq!(demo.run(1, 7), 28 + 105 + 406);
+        let names: Vec<_> = demo.functions().iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["leaf_1x", "leaf_2x", "leaf_4x", "middle", "top"]);
+        // Each function starts with `push rbp; mov rbp, rsp`.
+        for (_, r) in demo.functions() {
+            // SAFETY: published code, readable for the demo's lifetime.
+            let head = unsafe { std::slice::from_raw_parts(r.start() as *const u8, 4) };
+            assert_eq!(head, [0x55, 0x48, 0x89, 0xE5]);
+        }
+    }
+}

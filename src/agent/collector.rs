@@ -1,0 +1,416 @@
+//! The collector: drains the rings, names what the handlers recorded from the
+//! heaps' code events, and aggregates the profile. It runs on its own thread
+//! (and once more when the agent stops), never in a handler.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use crate::events::{CodeEvent, CodeListener};
+use crate::manager::CodeVersion;
+use crate::{CodeInfo, ExecutionManager};
+
+use super::profile::{MethodVersion, ProbeCounts, ProbeEvent, Profile, Sample, SampleFrame, Stack};
+use super::record::{FrameKind, ProbeKind, RawFrame, ThreadRecord};
+
+/// The code events the collector has not applied yet.
+#[derive(Default)]
+pub(crate) struct EventLog {
+    events: Mutex<Vec<LogEntry>>,
+}
+
+enum LogEntry {
+    Loaded { info: Arc<CodeInfo>, start: usize },
+    Freed { info: Arc<CodeInfo>, tag: u64 },
+}
+
+/// Listens on the manager's code events for the collector.
+pub(crate) struct EventListener {
+    pub(crate) log: Arc<EventLog>,
+    pub(crate) manager: Arc<ExecutionManager>,
+}
+
+impl CodeListener for EventListener {
+    fn on_event(&self, event: &CodeEvent) {
+        let entry = match event {
+            CodeEvent::Load(load) => LogEntry::Loaded {
+                info: Arc::clone(&load.info),
+                start: load.start,
+            },
+            // A move keeps the info, and so the version.
+            CodeEvent::Move(_) => return,
+            CodeEvent::Free(free) => LogEntry::Freed {
+                info: Arc::clone(&free.info),
+                // Every handler that could still find the freed block pinned
+                // before this tag; once it is safe, their samples are in the rings.
+                tag: self.manager.domain().retire_tag(),
+            },
+        };
+        self.log.events.lock().push(entry);
+    }
+}
+
+/// A method version the collector can name.
+struct Known {
+    info: Arc<CodeInfo>,
+    start: usize,
+    /// Its index in the profile's methods, once a sample named it.
+    method: Option<usize>,
+    /// The retire tag of its free.
+    freed: Option<u64>,
+}
+
+/// A frame as aggregated: without offsets, native frames by address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum FrameKey {
+    Jit(usize),
+    Image(u64),
+    Stub(u64),
+    Native(usize),
+    Unattributed,
+}
+
+/// A drained sample whose JIT versions are not all known yet (its load event
+/// was still on its way).
+struct Pending {
+    tid: u32,
+    begin_ns: u64,
+    end_ns: u64,
+    frames: Vec<RawFrame>,
+}
+
+/// The collector's state.
+pub(crate) struct Collector {
+    keep: bool,
+    known: HashMap<usize, Known>,
+    methods: Vec<MethodVersion>,
+    stacks: HashMap<Vec<FrameKey>, u64>,
+    pending: Vec<Pending>,
+    samples: u64,
+    unattributed: u64,
+    probes: ProbeCounts,
+    kept_samples: Vec<Sample>,
+    kept_probes: Vec<ProbeEvent>,
+    /// (ticks, ns) at the start, for converting probe times.
+    clock_origin: (u64, u64),
+    ns_per_tick: f64,
+}
+
+impl Collector {
+    /// A collector that knows `live` (the code published before it listened).
+    pub(crate) fn new(keep: bool, live: impl IntoIterator<Item = (Arc<CodeInfo>, usize)>) -> Self {
+        let known = live
+            .into_iter()
+            .map(|(info, start)| {
+                let key = version_key(&info);
+                (
+                    key,
+                    Known {
+                        info,
+                        start,
+                        method: None,
+                        freed: None,
+                    },
+                )
+            })
+            .collect();
+        Self {
+            keep,
+            known,
+            methods: Vec::new(),
+            stacks: HashMap::new(),
+            pending: Vec::new(),
+            samples: 0,
+            unattributed: 0,
+            probes: ProbeCounts::default(),
+            kept_samples: Vec::new(),
+            kept_probes: Vec::new(),
+            clock_origin: (super::probes::ticks(), crate::events::monotonic_ns()),
+            ns_per_tick: 1.0,
+        }
+    }
+
+    /// One collection pass over `records`: applies the logged events, drains
+    /// every ring, names what it can, and forgets freed versions no handler
+    /// can still be recording. Only one pass runs at a time (the caller holds
+    /// the collector's lock, which makes it each ring's one consumer).
+    pub(crate) fn collect(
+        &mut self,
+        manager: &ExecutionManager,
+        log: &EventLog,
+        records: &[&ThreadRecord],
+    ) {
+        // Every handler pinned before this point has finished its sample by
+        // the time `safe` says so; computed before the drain, it covers them.
+        let safe = manager.domain().safe_before();
+        manager.listeners().flush();
+        for entry in std::mem::take(&mut *log.events.lock()) {
+            match entry {
+                LogEntry::Loaded { info, start } => {
+                    self.known.insert(
+                        version_key(&info),
+                        Known {
+                            info,
+                            start,
+                            method: None,
+                            freed: None,
+                        },
+                    );
+                }
+                LogEntry::Freed { info, tag } => {
+                    if let Some(k) = self.known.get_mut(&version_key(&info)) {
+                        k.freed = Some(tag);
+                    }
+                }
+            }
+        }
+        self.calibrate();
+        let mut drained = Vec::new();
+        for record in records {
+            // SAFETY: the caller holds the collector lock: the one consumer.
+            unsafe {
+                record.samples.drain(|h, frames| {
+                    drained.push(Pending {
+                        tid: record.tid,
+                        begin_ns: h.begin_ns,
+                        end_ns: h.end_ns,
+                        frames: frames[..h.depth as usize].to_vec(),
+                    })
+                })
+            };
+            // SAFETY: as above.
+            unsafe {
+                record.probes.drain(|p, _| {
+                    match p.kind {
+                        ProbeKind::Enter => self.probes.enters += 1,
+                        ProbeKind::Value => self.probes.values += 1,
+                    }
+                    if self.keep {
+                        let time_ns = self.ticks_to_ns(p.ticks);
+                        self.kept_probes.push(ProbeEvent {
+                            tid: record.tid,
+                            time_ns,
+                            method_id: p.method_id,
+                            value: (p.kind == ProbeKind::Value).then_some(p.value),
+                        });
+                    }
+                })
+            };
+        }
+        let mut waiting = std::mem::take(&mut self.pending);
+        waiting.append(&mut drained);
+        for sample in waiting {
+            if !self.add(&sample) {
+                self.pending.push(sample);
+            }
+        }
+        // Freed versions whose grace period had passed before this pass: every
+        // sample that named them was drained above.
+        let pending = &self.pending;
+        self.known.retain(|key, k| {
+            k.freed.is_none_or(|tag| tag >= safe)
+                || pending.iter().any(|p| {
+                    p.frames
+                        .iter()
+                        .any(|f| f.kind == FrameKind::Jit && f.key as usize == *key)
+                })
+        });
+    }
+
+    /// Refreshes the cycle-counter rate from the time since the start.
+    fn calibrate(&mut self) {
+        let (t0, n0) = self.clock_origin;
+        let (t, n) = (super::probes::ticks(), crate::events::monotonic_ns());
+        if t > t0 + 1_000_000 && n > n0 {
+            self.ns_per_tick = (n - n0) as f64 / (t - t0) as f64;
+        }
+    }
+
+    fn ticks_to_ns(&self, ticks: u64) -> u64 {
+        let (t0, n0) = self.clock_origin;
+        let delta = (ticks as f64 - t0 as f64) * self.ns_per_tick;
+        (n0 as f64 + delta).max(0.0) as u64
+    }
+
+    /// Aggregates one sample; false if a JIT version in it is not known yet.
+    fn add(&mut self, sample: &Pending) -> bool {
+        let mut keys = Vec::with_capacity(sample.frames.len());
+        let mut kept = Vec::new();
+        for f in &sample.frames {
+            let (key, frame) = match f.kind {
+                FrameKind::Jit => {
+                    let Some(method) = self.method_of(f.key as usize) else {
+                        return false;
+                    };
+                    (
+                        FrameKey::Jit(method),
+                        SampleFrame::Jit {
+                            addr: f.addr,
+                            method,
+                            offset: f.offset,
+                        },
+                    )
+                }
+                FrameKind::Image => (
+                    FrameKey::Image(f.key),
+                    SampleFrame::Image {
+                        addr: f.addr,
+                        method_id: f.key,
+                        offset: f.offset,
+                    },
+                ),
+                FrameKind::Stub => (
+                    FrameKey::Stub(f.key),
+                    SampleFrame::Stub {
+                        addr: f.addr,
+                        kind: f.key as u8,
+                    },
+                ),
+                FrameKind::Native => (
+                    FrameKey::Native(f.addr),
+                    SampleFrame::Native { addr: f.addr },
+                ),
+                FrameKind::Unattributed => (
+                    FrameKey::Unattributed,
+                    SampleFrame::Unattributed { addr: f.addr },
+                ),
+            };
+            keys.push(key);
+            if self.keep {
+                kept.push(frame);
+            }
+        }
+        self.samples += 1;
+        if keys.first() == Some(&FrameKey::Unattributed) {
+            self.unattributed += 1;
+        }
+        *self.stacks.entry(keys).or_default() += 1;
+        if self.keep {
+            self.kept_samples.push(Sample {
+                tid: sample.tid,
+                begin_ns: sample.begin_ns,
+                end_ns: sample.end_ns,
+                frames: kept,
+            });
+        }
+        true
+    }
+
+    /// The profile index of a known version, assigned on first use.
+    fn method_of(&mut self, key: usize) -> Option<usize> {
+        let known = self.known.get_mut(&key)?;
+        if let Some(m) = known.method {
+            return Some(m);
+        }
+        let index = self.methods.len();
+        self.methods.push(MethodVersion {
+            method_id: known.info.method_id,
+            name: known.info.name.clone(),
+            label: known.info.name.clone(),
+            kind: known.info.kind,
+            start: known.start,
+            freed: false,
+        });
+        known.method = Some(index);
+        Some(index)
+    }
+
+    /// The finished profile. Samples still waiting for their versions are
+    /// counted as unattributed; native frames are symbolized here.
+    pub(crate) fn finish(mut self, base: Profile) -> Profile {
+        for sample in std::mem::take(&mut self.pending) {
+            self.samples += 1;
+            self.unattributed += 1;
+            let keys = sample
+                .frames
+                .iter()
+                .map(|_| FrameKey::Unattributed)
+                .collect();
+            *self.stacks.entry(keys).or_default() += 1;
+        }
+        let live: std::collections::HashSet<usize> = self
+            .known
+            .values()
+            .filter_map(|k| k.method.filter(|_| k.freed.is_none()))
+            .collect();
+        for (index, m) in self.methods.iter_mut().enumerate() {
+            m.freed = !live.contains(&index);
+        }
+        label_versions(&mut self.methods);
+        let mut symbols: HashMap<usize, String> = HashMap::new();
+        let mut named: HashMap<Vec<String>, u64> = HashMap::new();
+        for (keys, count) in &self.stacks {
+            let frames = keys
+                .iter()
+                .enumerate()
+                .map(|(depth, key)| match *key {
+                    FrameKey::Jit(m) => self.methods[m].label.clone(),
+                    FrameKey::Image(id) => format!("[image method {id}]"),
+                    FrameKey::Stub(kind) => format!("[stub {kind}]"),
+                    FrameKey::Unattributed => "[unattributed]".to_owned(),
+                    FrameKey::Native(addr) => symbols
+                        .entry(addr)
+                        .or_insert_with(|| symbolize(addr, depth > 0))
+                        .clone(),
+                })
+                .collect();
+            *named.entry(frames).or_default() += count;
+        }
+        let mut stacks: Vec<Stack> = named
+            .into_iter()
+            .map(|(frames, count)| Stack { frames, count })
+            .collect();
+        stacks.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.frames.cmp(&b.frames)));
+        Profile {
+            samples: self.samples,
+            unattributed: self.unattributed,
+            stacks,
+            methods: self.methods,
+            probes: ProbeCounts {
+                dropped: base.probes.dropped,
+                ..self.probes
+            },
+            kept_samples: self.kept_samples,
+            kept_probes: self.kept_probes,
+            ..base
+        }
+    }
+}
+
+/// The key of a version in the collector's table.
+fn version_key(info: &Arc<CodeInfo>) -> usize {
+    match CodeVersion::of(info) {
+        CodeVersion::Jit(addr) => addr,
+        CodeVersion::Image(id) => id as usize,
+    }
+}
+
+/// Gives versions that share a name distinct labels: `f`, `f [v2]`, ...
+fn label_versions(methods: &mut [MethodVersion]) {
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    for m in methods.iter_mut() {
+        let n = seen.entry(m.name.clone()).or_default();
+        *n += 1;
+        if *n > 1 {
+            m.label = format!("{} [v{n}]", m.name);
+        }
+    }
+}
+
+/// The name of the native function at `addr` (a return address if
+/// `is_return`), or the address in hex.
+fn symbolize(addr: usize, is_return: bool) -> String {
+    let at = if is_return {
+        addr.saturating_sub(1)
+    } else {
+        addr
+    };
+    let mut name = None;
+    backtrace::resolve(at as *mut std::ffi::c_void, |symbol| {
+        if name.is_none() {
+            name = symbol.name().map(|n| format!("{n:#}"));
+        }
+    });
+    name.unwrap_or_else(|| format!("{addr:#x}"))
+}

@@ -1,0 +1,196 @@
+//! Profile outputs for other tools: a flamegraph SVG drawn by `inferno`, and a
+//! gzipped pprof `profile.proto` written with `prost` (read by `go tool pprof`,
+//! Pyroscope, Parca and most profiling UIs). Behind the `export` feature.
+
+use std::collections::HashMap;
+use std::io::{self, Write};
+
+use flate2::Compression;
+use flate2::write::GzEncoder;
+use prost::Message;
+
+use super::Profile;
+
+/// The messages of pprof's `profile.proto` this writer fills, with the
+/// field numbers of the published schema.
+pub mod proto {
+    /// A profile.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Profile {
+        /// What each sample value means.
+        #[prost(message, repeated, tag = "1")]
+        pub sample_type: Vec<ValueType>,
+        /// The samples.
+        #[prost(message, repeated, tag = "2")]
+        pub sample: Vec<Sample>,
+        /// Locations (one per frame name here).
+        #[prost(message, repeated, tag = "4")]
+        pub location: Vec<Location>,
+        /// Functions.
+        #[prost(message, repeated, tag = "5")]
+        pub function: Vec<Function>,
+        /// Every string; index 0 is "".
+        #[prost(string, repeated, tag = "6")]
+        pub string_table: Vec<String>,
+        /// Wall time the profile ended, ns since the epoch.
+        #[prost(int64, tag = "9")]
+        pub time_nanos: i64,
+        /// How long it ran.
+        #[prost(int64, tag = "10")]
+        pub duration_nanos: i64,
+        /// What the period counts.
+        #[prost(message, optional, tag = "11")]
+        pub period_type: Option<ValueType>,
+        /// Sampling period.
+        #[prost(int64, tag = "12")]
+        pub period: i64,
+    }
+
+    /// A value's type and unit, as string-table indices.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct ValueType {
+        /// Type name.
+        #[prost(int64, tag = "1")]
+        pub r#type: i64,
+        /// Unit name.
+        #[prost(int64, tag = "2")]
+        pub unit: i64,
+    }
+
+    /// One stack and its values.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Sample {
+        /// Location ids, innermost first.
+        #[prost(uint64, repeated, tag = "1")]
+        pub location_id: Vec<u64>,
+        /// One value per sample type.
+        #[prost(int64, repeated, tag = "2")]
+        pub value: Vec<i64>,
+    }
+
+    /// A location.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Location {
+        /// Its id (1-based).
+        #[prost(uint64, tag = "1")]
+        pub id: u64,
+        /// The function it is in.
+        #[prost(message, repeated, tag = "4")]
+        pub line: Vec<Line>,
+    }
+
+    /// A location's function.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Line {
+        /// Function id.
+        #[prost(uint64, tag = "1")]
+        pub function_id: u64,
+        /// Source line (0: unknown).
+        #[prost(int64, tag = "2")]
+        pub line: i64,
+    }
+
+    /// A function.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Function {
+        /// Its id (1-based).
+        #[prost(uint64, tag = "1")]
+        pub id: u64,
+        /// Name (string-table index).
+        #[prost(int64, tag = "2")]
+        pub name: i64,
+        /// System name (string-table index).
+        #[prost(int64, tag = "3")]
+        pub system_name: i64,
+    }
+}
+
+impl Profile {
+    /// Draws the folded stacks as a flamegraph SVG.
+    pub fn write_flamegraph(&self, title: &str, out: impl Write) -> io::Result<()> {
+        let folded = self.folded();
+        let mut options = inferno::flamegraph::Options::default();
+        options.title = title.to_owned();
+        options.count_name = "samples".to_owned();
+        inferno::flamegraph::from_lines(&mut options, folded.lines(), out)
+            .map_err(|e| io::Error::other(e.to_string()))
+    }
+
+    /// The profile as a pprof message: sample types `samples/count` and
+    /// `cpu/nanoseconds` (count × `period_ns`), one function and location per
+    /// frame name.
+    pub fn to_pprof(&self, period_ns: u64) -> proto::Profile {
+        let mut strings = vec![String::new()];
+        let mut string_ids: HashMap<String, i64> = HashMap::new();
+        let mut intern = |s: &str| -> i64 {
+            if let Some(&id) = string_ids.get(s) {
+                return id;
+            }
+            strings.push(s.to_owned());
+            let id = strings.len() as i64 - 1;
+            string_ids.insert(s.to_owned(), id);
+            id
+        };
+        let value_type = |t: i64, u: i64| proto::ValueType { r#type: t, unit: u };
+        let sample_type = vec![
+            value_type(intern("samples"), intern("count")),
+            value_type(intern("cpu"), intern("nanoseconds")),
+        ];
+        let period_type = Some(value_type(intern("cpu"), intern("nanoseconds")));
+        let mut function = Vec::new();
+        let mut location = Vec::new();
+        let mut ids: HashMap<&str, u64> = HashMap::new();
+        let mut sample = Vec::with_capacity(self.stacks.len());
+        for stack in &self.stacks {
+            let location_id = stack
+                .frames
+                .iter()
+                .map(|name| {
+                    *ids.entry(name).or_insert_with(|| {
+                        let id = function.len() as u64 + 1;
+                        let name_id = intern(name);
+                        function.push(proto::Function {
+                            id,
+                            name: name_id,
+                            system_name: name_id,
+                        });
+                        location.push(proto::Location {
+                            id,
+                            line: vec![proto::Line {
+                                function_id: id,
+                                line: 0,
+                            }],
+                        });
+                        id
+                    })
+                })
+                .collect();
+            sample.push(proto::Sample {
+                location_id,
+                value: vec![stack.count as i64, (stack.count * period_ns) as i64],
+            });
+        }
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as i64);
+        proto::Profile {
+            sample_type,
+            sample,
+            location,
+            function,
+            string_table: strings,
+            time_nanos: now,
+            duration_nanos: self.duration.as_nanos() as i64,
+            period_type,
+            period: period_ns as i64,
+        }
+    }
+
+    /// Writes [`Profile::to_pprof`] gzipped, as pprof files are stored.
+    pub fn write_pprof(&self, period_ns: u64, out: impl Write) -> io::Result<()> {
+        let mut gz = GzEncoder::new(out, Compression::default());
+        gz.write_all(&self.to_pprof(period_ns).encode_to_vec())?;
+        gz.finish()?;
+        Ok(())
+    }
+}

@@ -1,0 +1,343 @@
+//! The sampling signal handler: registers from the `ucontext`, a bounded and
+//! validated frame-pointer walk, one lookup per frame under a pinned guard, one
+//! record into the thread's ring.
+//!
+//! It allocates nothing, takes no lock and makes one call outside its own code,
+//! `clock_gettime` (async-signal-safe, and a vDSO read on Linux). It reaches
+//! everything through the record that the timer's `sigev_value` points at, so it
+//! needs no thread-local storage.
+
+use std::sync::atomic::{AtomicUsize, Ordering, compiler_fence};
+
+use crate::manager::{CodeVersion, Lookup};
+use crate::{ExecutionManager, Guard};
+
+use super::record::{FrameKind, RECORD_MAGIC, RawFrame, SampleHeader, ThreadRecord};
+
+/// Handlers running now, process-wide: `stop` waits for zero.
+pub(crate) static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
+
+/// The interrupted thread's registers.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Registers {
+    pub(crate) pc: usize,
+    pub(crate) fp: usize,
+    pub(crate) sp: usize,
+}
+
+/// Reads pc, frame pointer and stack pointer from an x86-64 `ucontext_t`.
+///
+/// # Safety
+/// `context` is the third argument of an `SA_SIGINFO` handler.
+#[cfg(target_arch = "x86_64")]
+unsafe fn registers(context: *mut libc::c_void) -> Registers {
+    // SAFETY: the kernel passes a valid ucontext_t (the caller's contract).
+    let gregs = unsafe { &(*context.cast::<libc::ucontext_t>()).uc_mcontext.gregs };
+    Registers {
+        pc: gregs[libc::REG_RIP as usize] as usize,
+        fp: gregs[libc::REG_RBP as usize] as usize,
+        sp: gregs[libc::REG_RSP as usize] as usize,
+    }
+}
+
+/// Reads pc, frame pointer (x29) and stack pointer from an aarch64 `ucontext_t`.
+///
+/// # Safety
+/// `context` is the third argument of an `SA_SIGINFO` handler.
+#[cfg(target_arch = "aarch64")]
+unsafe fn registers(context: *mut libc::c_void) -> Registers {
+    // SAFETY: the kernel passes a valid ucontext_t (the caller's contract).
+    let mc = unsafe { &(*context.cast::<libc::ucontext_t>()).uc_mcontext };
+    Registers {
+        pc: mc.pc as usize,
+        fp: mc.regs[29] as usize,
+        sp: mc.sp as usize,
+    }
+}
+
+/// The signal handler installed by [`super::Agent::start`].
+pub(crate) extern "C" fn on_signal(
+    _signal: libc::c_int,
+    info: *mut libc::siginfo_t,
+    context: *mut libc::c_void,
+) {
+    // SAFETY: errno is a thread-local the C library keeps at a fixed address;
+    // reading it is async-signal-safe.
+    let errno = unsafe { *libc::__errno_location() };
+    // SeqCst: `stop` must see this handler as running before it restores the
+    // previous disposition, or see none of its memory accesses.
+    IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
+    // SAFETY: an SA_SIGINFO handler receives a valid siginfo_t.
+    let (code, value) = unsafe { ((*info).si_code, (*info).si_value().sival_ptr) };
+    let record = value.cast_const().cast::<ThreadRecord>();
+    // Only our timers' signals carry a record; `kill` from elsewhere does not.
+    if code == libc::SI_TIMER && !record.is_null() {
+        // SAFETY: the record outlives its timer and any signal it queued: the
+        // thread's handle deletes the timer and consumes a pending signal before
+        // releasing it (see `attach`).
+        let record = unsafe { &*record };
+        if record.magic == RECORD_MAGIC {
+            // SAFETY: the kernel passes a valid ucontext_t.
+            let regs = unsafe { registers(context) };
+            sample(record, regs);
+        }
+    }
+    // Release: the sample's writes happen before `stop` sees zero.
+    IN_FLIGHT.fetch_sub(1, Ordering::Release);
+    // SAFETY: as above; restoring the interrupted code's errno.
+    unsafe { *libc::__errno_location() = errno };
+}
+
+/// Takes one sample of the interrupted thread into its ring.
+pub(crate) fn sample(record: &ThreadRecord, regs: Registers) {
+    // Relaxed: a statistic; `fetch_add` because a synchronous sample on the
+    // same thread may be between its own load and store.
+    record.taken.fetch_add(1, Ordering::Relaxed);
+    // Relaxed: written only by this same thread (a synchronous sample, below),
+    // which a compiler fence orders; the handler runs on that thread.
+    if record.busy.load(Ordering::Relaxed) {
+        // The interrupted code is pushing to the ring: a second producer would
+        // corrupt it, so this sample is dropped.
+        record.samples.count_drop();
+        return;
+    }
+    push_sample(record, regs);
+}
+
+/// Samples the calling thread's own stack now, through the handler's code
+/// path: frame 0 is in this function, then the frame-pointer chain from the
+/// frame pointer it was called with.
+#[inline(never)]
+pub(crate) fn sample_synchronously(record: &ThreadRecord) {
+    // Relaxed + compiler fence: only this thread and its own signal handler
+    // read the flag, and the fence keeps the store before the push.
+    record.busy.store(true, Ordering::Relaxed);
+    compiler_fence(Ordering::SeqCst);
+    // Relaxed: as in `sample`.
+    record.taken.fetch_add(1, Ordering::Relaxed);
+    push_sample(record, current_registers());
+    compiler_fence(Ordering::SeqCst);
+    // Relaxed: as above.
+    record.busy.store(false, Ordering::Relaxed);
+}
+
+/// Pins, walks and pushes one sample; the caller is the ring's only producer.
+#[inline(always)]
+fn push_sample(record: &ThreadRecord, regs: Registers) {
+    let Ok(guard) = record.reader.0.pin() else {
+        // Nested too deeply to pin: count the sample as dropped.
+        record.samples.count_drop();
+        return;
+    };
+    let begin_ns = crate::events::monotonic_ns();
+    let manager = &*record.manager;
+    let mut lookups = 0u64;
+    // SAFETY: one producer at a time: the handler (its signal is blocked while
+    // it runs, so it does not nest) or a synchronous sample, during which the
+    // handler does not push (`busy`).
+    unsafe {
+        record.samples.push(|header, frames| {
+            let depth = walk(manager, &guard, record, regs, frames);
+            lookups = depth as u64;
+            *header = SampleHeader {
+                begin_ns,
+                end_ns: crate::events::monotonic_ns(),
+                depth: depth as u32,
+            };
+        })
+    };
+    drop(guard);
+    // Relaxed: a statistic; `fetch_add` as for `taken`.
+    record.lookups.fetch_add(lookups, Ordering::Relaxed);
+}
+
+/// This function's pc, and the frame and stack pointers it runs with.
+#[inline(always)]
+#[cfg(target_arch = "x86_64")]
+fn current_registers() -> Registers {
+    let (pc, fp, sp): (usize, usize, usize);
+    // SAFETY: reads three registers; touches no memory and no flags.
+    unsafe {
+        core::arch::asm!(
+            "lea {pc}, [rip]",
+            "mov {fp}, rbp",
+            "mov {sp}, rsp",
+            pc = out(reg) pc,
+            fp = out(reg) fp,
+            sp = out(reg) sp,
+            options(nomem, nostack, preserves_flags)
+        )
+    };
+    Registers { pc, fp, sp }
+}
+
+/// This function's pc, and the frame and stack pointers it runs with.
+#[inline(always)]
+#[cfg(target_arch = "aarch64")]
+fn current_registers() -> Registers {
+    let (pc, fp, sp): (usize, usize, usize);
+    // SAFETY: reads three registers; touches no memory and no flags.
+    unsafe {
+        core::arch::asm!(
+            "adr {pc}, .",
+            "mov {fp}, x29",
+            "mov {sp}, sp",
+            pc = out(reg) pc,
+            fp = out(reg) fp,
+            sp = out(reg) sp,
+            options(nomem, nostack, preserves_flags)
+        )
+    };
+    Registers { pc, fp, sp }
+}
+
+/// Walks the stack from `regs` into `frames`; returns the frames written.
+pub(crate) fn walk(
+    manager: &ExecutionManager,
+    guard: &Guard<'_>,
+    record: &ThreadRecord,
+    regs: Registers,
+    frames: &mut [RawFrame],
+) -> usize {
+    if frames.is_empty() {
+        return 0;
+    }
+    let stack = Stack {
+        lo: record.stack_lo.max(regs.sp),
+        hi: record.stack_hi,
+    };
+    let (first, established) = classify(manager, guard, regs.pc, false);
+    frames[0] = first;
+    let mut n = 1;
+    // The leaf may be in its prologue or at its `ret`: then the return address
+    // is on top of the stack and the frame pointer still names the caller's frame.
+    if first.kind == FrameKind::Jit
+        && let Some(ra_slot) = established.and_then(|b| unsettled_return_slot(regs, b))
+    {
+        let Some(ra) = stack.read(ra_slot) else {
+            return n;
+        };
+        if n == frames.len() {
+            return n;
+        }
+        frames[n] = classify(manager, guard, ra, true).0;
+        n += 1;
+    }
+    let mut fp = regs.fp;
+    let mut previous = 0usize;
+    while n < frames.len() {
+        // Each frame pointer must lie on this thread's stack, be aligned, and
+        // move strictly towards the stack's base; anything else ends the walk.
+        if fp <= previous || !fp.is_multiple_of(8) {
+            break;
+        }
+        let (Some(next), Some(ra)) = (stack.read(fp), stack.read(fp + 8)) else {
+            break;
+        };
+        if ra == 0 {
+            break;
+        }
+        frames[n] = classify(manager, guard, ra, true).0;
+        n += 1;
+        previous = fp;
+        fp = next;
+    }
+    n
+}
+
+/// The thread's stack, for validated reads.
+struct Stack {
+    lo: usize,
+    hi: usize,
+}
+
+impl Stack {
+    /// The word at `addr`, if it lies inside the stack.
+    #[inline]
+    fn read(&self, addr: usize) -> Option<usize> {
+        if addr < self.lo || !addr.is_multiple_of(8) || addr.checked_add(8)? > self.hi {
+            return None;
+        }
+        // SAFETY: `addr` is aligned and inside the interrupted thread's own
+        // stack, between its stack pointer and its base: mapped and readable.
+        Some(unsafe { std::ptr::read_volatile(addr as *const usize) })
+    }
+}
+
+/// Where the leaf's return address is if the leaf has not set up its frame (at
+/// its first instruction, `push rbp`, or just after it) or has torn it down (at
+/// `ret`); `None` if its frame is established. `code` is the leaf's start and
+/// the pc's offset in it.
+#[cfg(target_arch = "x86_64")]
+fn unsettled_return_slot(regs: Registers, (start, offset): (usize, u64)) -> Option<usize> {
+    const PUSH_RBP: u8 = 0x55;
+    const RET: u8 = 0xC3;
+    // SAFETY: the pc lies inside a published block that the pinned guard keeps
+    // mapped, and so does its first byte.
+    let (at_pc, first) = unsafe { (*(regs.pc as *const u8), *(start as *const u8)) };
+    match (offset, at_pc, first) {
+        (0, PUSH_RBP, _) | (_, RET, _) => Some(regs.sp),
+        (1, _, PUSH_RBP) => regs.sp.checked_add(8),
+        _ => None,
+    }
+}
+
+/// On aarch64 the return address is in the link register until the prologue
+/// saves it; the walk starts from the frame record, which may skip the caller of
+/// a leaf sampled in its prologue.
+#[cfg(target_arch = "aarch64")]
+fn unsettled_return_slot(_regs: Registers, _code: (usize, u64)) -> Option<usize> {
+    None
+}
+
+/// Classifies `addr` (a return address if `is_return`: looked up at `addr - 1`).
+/// Also returns a JIT method's start and offset for the prologue check.
+#[inline]
+fn classify(
+    manager: &ExecutionManager,
+    guard: &Guard<'_>,
+    addr: usize,
+    is_return: bool,
+) -> (RawFrame, Option<(usize, u64)>) {
+    let at = if is_return {
+        addr.saturating_sub(1)
+    } else {
+        addr
+    };
+    let mut frame = RawFrame {
+        addr,
+        ..RawFrame::default()
+    };
+    let mut established = None;
+    match manager.classify(guard, at) {
+        Ok(Lookup::Method(block)) => {
+            frame.offset = block.relative_offset() as u32;
+            match block.version() {
+                CodeVersion::Jit(info) => {
+                    frame.kind = FrameKind::Jit;
+                    frame.key = info as u64;
+                    established = Some((block.start(), block.relative_offset()));
+                }
+                CodeVersion::Image(id) => {
+                    frame.kind = FrameKind::Image;
+                    frame.key = id;
+                }
+            }
+        }
+        Ok(Lookup::Stub { kind, start, .. }) => {
+            frame.kind = FrameKind::Stub;
+            frame.key = u64::from(kind);
+            frame.offset = (at - start) as u32;
+        }
+        Ok(Lookup::Thunk) => frame.kind = FrameKind::Unattributed,
+        Ok(Lookup::Nothing) => {
+            if matches!(manager.section(guard, at), Ok(Some(_))) {
+                frame.kind = FrameKind::Unattributed;
+            }
+        }
+        // The guard is the record's own reader, registered in this manager's
+        // domain: never foreign. Record the address as native if it ever were.
+        Err(_) => {}
+    }
+    (frame, established)
+}

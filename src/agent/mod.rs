@@ -1,0 +1,779 @@
+//! The in-process agent: a sampling profiler whose signal handler is really
+//! async-signal-safe, and probes that JIT code calls directly.
+//!
+//! # How a host uses it
+//!
+//! Start one [`Agent`] per process on the [`ExecutionManager`] whose heaps hold
+//! the JIT code. Each thread that runs code worth profiling opts in with
+//! [`Agent::attach_current_thread`]; a thread that never attached is never
+//! signalled. [`Agent::stop`] returns the [`Profile`]: its report, folded
+//! stacks and, with the `export` feature, a flamegraph and a pprof file.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use jitmap::ExecutionManager;
+//! use jitmap::agent::{Agent, AgentConfig, Clock};
+//!
+//! let manager = Arc::new(ExecutionManager::new(16));
+//! let agent = Agent::start(&manager, AgentConfig { hz: 1000, clock: Clock::Cpu, ..AgentConfig::default() })?;
+//! let attached = agent.attach_current_thread()?; // on every thread to sample
+//! let mut x = 0u64;
+//! for i in 0..20_000_000u64 { x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i)); }
+//! drop(attached); // detach (on the same thread)
+//! let profile = agent.stop()?;
+//! assert_eq!(profile.threads, 1);
+//! assert_eq!(profile.samples + profile.dropped, profile.taken);
+//! println!("{}", profile.report(10));
+//! # Ok::<(), jitmap::agent::AgentError>(())
+//! ```
+//!
+//! # What the handler does, and what it does not
+//!
+//! Each attached thread gets a POSIX timer (`timer_create` with
+//! `SIGEV_THREAD_ID`) on its own CPU clock ([`Clock::Cpu`]) or on the monotonic
+//! clock ([`Clock::Wall`]). The timer's `sigev_value` points at the thread's
+//! record, allocated when it attached: a registered [`crate::Reader`], a sample
+//! ring, a probe ring and the thread's stack bounds. The handler:
+//!
+//! - saves and restores `errno`;
+//! - reads pc, frame pointer and stack pointer from the `ucontext`;
+//! - walks the frame-pointer chain up to [`AgentConfig::max_depth`] frames,
+//!   checking each frame pointer before reading through it (on the thread's
+//!   stack, aligned, strictly rising): a corrupt chain ends the walk, it never
+//!   faults. A JIT leaf caught in its prologue or at its `ret` is handled;
+//! - classifies each address under a pinned guard: JIT method (its version and
+//!   offset), stub, image method, or native. Return addresses are looked up at
+//!   `ra - 1`;
+//! - writes one fixed-size record into the thread's ring, or counts a drop.
+//!
+//! It allocates nothing, takes no lock, uses no thread-local storage and calls
+//! nothing but `clock_gettime`. Names, symbols and aggregation happen later, in
+//! the collector thread. JIT code must keep frame pointers (as the .NET and
+//! HotSpot JITs do by default); native code without them ends the walk early
+//! or contributes frames that are only as good as its frame pointer.
+//!
+//! # Naming code that is freed and re-jitted
+//!
+//! The handler records a JIT frame by its [`crate::CodeVersion`], the address
+//! of the method's published info. The collector keeps every version it
+//! learns of from the code events (and the code already live when it
+//! started), and forgets a freed version only after the epoch says that no
+//! handler can still be recording it. So a method freed after it was sampled
+//! is still named, and a re-jitted method's versions stay apart.
+//!
+//! # Probes
+//!
+//! See [`probes`]: a call counter for tiered compilation, an entry probe and a
+//! value probe, called by JIT code through an absolute address.
+
+mod collector;
+#[cfg(feature = "export")]
+pub mod export;
+mod handler;
+pub mod probes;
+mod profile;
+mod record;
+mod ring;
+mod timer;
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::events::CodeListener;
+use crate::{EpochError, ExecutionManager};
+
+use collector::{Collector, EventListener, EventLog};
+use record::{HandlerReader, RECORD_MAGIC, ThreadRecord};
+use ring::Ring;
+use timer::Timer;
+
+pub use probes::{
+    CallCounters, CounterCell, ProbeContext, jitmap_probe_count, jitmap_probe_enter,
+    jitmap_probe_value,
+};
+pub use profile::{
+    MethodSummary, MethodVersion, ProbeCounts, ProbeEvent, Profile, Sample, SampleFrame, Stack,
+};
+
+/// Highest sampling frequency accepted.
+pub const MAX_HZ: u32 = 100_000;
+/// Deepest stack walk accepted.
+pub const MAX_DEPTH: usize = 256;
+/// Largest ring accepted, in records.
+pub const MAX_RING_CAPACITY: usize = 1 << 20;
+
+/// Which clock drives a thread's sampling timer.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Clock {
+    /// The thread's own CPU time: samples where it computes.
+    #[default]
+    Cpu,
+    /// Real time: samples where it computes or waits.
+    Wall,
+}
+
+/// How the agent samples. Start from [`AgentConfig::default`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AgentConfig {
+    /// Samples per second per thread, 1 to [`MAX_HZ`]. Default 1000.
+    pub hz: u32,
+    /// The timers' clock. Default [`Clock::Cpu`]. The kernel checks CPU-time
+    /// timers on its scheduler tick (`CONFIG_HZ`, often 250 or 1000 Hz), so a
+    /// `Cpu` rate above the tick rate yields about one sample per tick; `Wall`
+    /// timers are high-resolution.
+    pub clock: Clock,
+    /// Frames per sample, 1 to [`MAX_DEPTH`]. Default 64.
+    pub max_depth: usize,
+    /// Samples each thread's ring holds between collections, 1 to
+    /// [`MAX_RING_CAPACITY`]. Default 256.
+    pub ring_capacity: usize,
+    /// Probe records each thread's ring holds, 1 to [`MAX_RING_CAPACITY`].
+    /// Default 4096.
+    pub probe_capacity: usize,
+    /// The signal the timers send. Default `SIGPROF`.
+    pub signal: i32,
+    /// How often the collector drains the rings. Default 20 ms.
+    pub collect_every: Duration,
+    /// Keep every sample and probe record in the profile, not only the
+    /// aggregates. Default false.
+    pub keep_samples: bool,
+}
+
+impl Default for AgentConfig {
+    fn default() -> Self {
+        Self {
+            hz: 1000,
+            clock: Clock::Cpu,
+            max_depth: 64,
+            ring_capacity: 256,
+            probe_capacity: 4096,
+            signal: libc::SIGPROF,
+            collect_every: Duration::from_millis(20),
+            keep_samples: false,
+        }
+    }
+}
+
+impl AgentConfig {
+    /// Checks every field.
+    pub fn validate(&self) -> Result<(), AgentError> {
+        match self.hz {
+            0 => return Err(AgentError::ZeroFrequency),
+            hz if hz > MAX_HZ => return Err(AgentError::FrequencyTooHigh { hz }),
+            _ => {}
+        }
+        match self.max_depth {
+            0 => return Err(AgentError::ZeroDepth),
+            depth if depth > MAX_DEPTH => return Err(AgentError::DepthTooLarge { depth }),
+            _ => {}
+        }
+        for capacity in [self.ring_capacity, self.probe_capacity] {
+            match capacity {
+                0 => return Err(AgentError::ZeroCapacity),
+                c if c > MAX_RING_CAPACITY => {
+                    return Err(AgentError::CapacityTooLarge { capacity: c });
+                }
+                _ => {}
+            }
+        }
+        let s = self.signal;
+        let synchronous = [
+            libc::SIGKILL,
+            libc::SIGSTOP,
+            libc::SIGSEGV,
+            libc::SIGBUS,
+            libc::SIGILL,
+            libc::SIGFPE,
+            libc::SIGTRAP,
+        ];
+        if s < 1 || s > libc::SIGRTMAX() || synchronous.contains(&s) {
+            return Err(AgentError::BadSignal { signal: s });
+        }
+        if self.collect_every.is_zero() {
+            return Err(AgentError::ZeroInterval);
+        }
+        Ok(())
+    }
+
+    fn interval_ns(&self) -> u64 {
+        (1_000_000_000 / u64::from(self.hz)).max(1)
+    }
+}
+
+/// What went wrong in the agent. The agent and its threads are unchanged.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AgentError {
+    /// `hz` was 0.
+    ZeroFrequency,
+    /// `hz` was over [`MAX_HZ`].
+    FrequencyTooHigh {
+        /// The frequency asked for.
+        hz: u32,
+    },
+    /// `max_depth` was 0.
+    ZeroDepth,
+    /// `max_depth` was over [`MAX_DEPTH`].
+    DepthTooLarge {
+        /// The depth asked for.
+        depth: usize,
+    },
+    /// A ring capacity was 0.
+    ZeroCapacity,
+    /// A ring capacity was over [`MAX_RING_CAPACITY`].
+    CapacityTooLarge {
+        /// The capacity asked for.
+        capacity: usize,
+    },
+    /// The signal cannot carry samples (out of range, or one the kernel sends
+    /// for faults, or one that cannot be caught).
+    BadSignal {
+        /// The signal asked for.
+        signal: i32,
+    },
+    /// `collect_every` was zero.
+    ZeroInterval,
+    /// An agent is already running in this process (the signal handler is
+    /// process-wide).
+    AlreadyRunning,
+    /// The agent has stopped: no thread can attach.
+    Stopped,
+    /// This thread is already attached.
+    AlreadyAttached {
+        /// Its kernel thread id.
+        tid: u32,
+    },
+    /// A counter table needs at least one method and a threshold of 1 or more.
+    BadCounters {
+        /// Methods asked for.
+        methods: u32,
+        /// Threshold asked for.
+        threshold: u32,
+    },
+    /// No counter with this index.
+    NoSuchCounter {
+        /// The index.
+        index: u32,
+    },
+    /// The counter has not crossed, or its crossing was not taken yet.
+    NotCrossed {
+        /// The index.
+        index: u32,
+    },
+    /// No reader slot for the thread.
+    Epoch(EpochError),
+    /// A system call failed.
+    Os {
+        /// Which call.
+        call: &'static str,
+        /// Its errno.
+        errno: i32,
+    },
+}
+
+impl AgentError {
+    fn os(call: &'static str) -> Self {
+        Self::Os {
+            call,
+            errno: std::io::Error::last_os_error().raw_os_error().unwrap_or(0),
+        }
+    }
+}
+
+impl fmt::Display for AgentError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::ZeroFrequency => write!(f, "the sampling frequency must be at least 1 Hz"),
+            Self::FrequencyTooHigh { hz } => {
+                write!(f, "{hz} Hz is over the agent's limit of {MAX_HZ} Hz")
+            }
+            Self::ZeroDepth => write!(f, "the stack depth must be at least 1"),
+            Self::DepthTooLarge { depth } => {
+                write!(f, "depth {depth} is over the agent's limit of {MAX_DEPTH}")
+            }
+            Self::ZeroCapacity => write!(f, "a ring must hold at least one record"),
+            Self::CapacityTooLarge { capacity } => write!(
+                f,
+                "a ring of {capacity} records is over the limit of {MAX_RING_CAPACITY}"
+            ),
+            Self::BadSignal { signal } => write!(f, "signal {signal} cannot carry samples"),
+            Self::ZeroInterval => write!(f, "the collection interval must not be zero"),
+            Self::AlreadyRunning => write!(f, "an agent is already running in this process"),
+            Self::Stopped => write!(f, "the agent has stopped"),
+            Self::AlreadyAttached { tid } => write!(f, "thread {tid} is already attached"),
+            Self::BadCounters { methods, threshold } => write!(
+                f,
+                "a counter table needs methods > 0 and threshold > 0 (got {methods}, {threshold})"
+            ),
+            Self::NoSuchCounter { index } => write!(f, "no counter {index}"),
+            Self::NotCrossed { index } => {
+                write!(f, "counter {index} has not crossed, or was not taken yet")
+            }
+            Self::Epoch(e) => write!(f, "registering the thread's reader: {e}"),
+            Self::Os { call, errno } => write!(
+                f,
+                "{call} failed: {}",
+                std::io::Error::from_raw_os_error(*errno)
+            ),
+        }
+    }
+}
+
+impl std::error::Error for AgentError {}
+
+impl From<EpochError> for AgentError {
+    fn from(e: EpochError) -> Self {
+        Self::Epoch(e)
+    }
+}
+
+/// Whether an agent is running in this process.
+static ACTIVE: AtomicBool = AtomicBool::new(false);
+
+/// An attached thread's record and its timer.
+struct Attachment {
+    record: ThreadRecord,
+    /// Taken (and so deleted) by whichever of detach and stop comes first.
+    timer: Mutex<Option<Timer>>,
+    /// Set by the thread's detach, after its last sample and probe record.
+    detached: AtomicBool,
+}
+
+/// Counters of threads that detached and were collected for the last time.
+#[derive(Default)]
+struct Totals {
+    threads: usize,
+    taken: u64,
+    dropped: u64,
+    probe_dropped: u64,
+    lookups: u64,
+}
+
+struct Shared {
+    manager: Arc<ExecutionManager>,
+    config: AgentConfig,
+    /// Attached threads; also the lock that orders attach against stop.
+    threads: Mutex<Threads>,
+    collector: Mutex<Option<Collector>>,
+    log: Arc<EventLog>,
+    /// Set to stop the collector thread.
+    stopping: Mutex<bool>,
+    wake: Condvar,
+}
+
+struct Threads {
+    running: bool,
+    list: Vec<Arc<Attachment>>,
+    totals: Totals,
+}
+
+impl Shared {
+    /// One collection pass; drops the records of threads that have detached.
+    fn collect(&self) {
+        let mut collector = self.collector.lock();
+        let Some(collector) = collector.as_mut() else {
+            return;
+        };
+        let list: Vec<Arc<Attachment>> = self.threads.lock().list.clone();
+        // Acquire: pairs with detach's Release, so a thread seen detached here
+        // has no record left to push after the drain below.
+        let gone: Vec<bool> = list
+            .iter()
+            .map(|a| a.detached.load(Ordering::Acquire))
+            .collect();
+        let records: Vec<&ThreadRecord> = list.iter().map(|a| &a.record).collect();
+        collector.collect(&self.manager, &self.log, &records);
+        let mut threads = self.threads.lock();
+        for (a, gone) in list.iter().zip(gone) {
+            if gone {
+                threads.totals.threads += 1;
+                threads.totals.taken += a.record.taken();
+                threads.totals.dropped += a.record.samples.dropped();
+                threads.totals.probe_dropped += a.record.probes.dropped();
+                threads.totals.lookups += a.record.lookups();
+                threads.list.retain(|x| !Arc::ptr_eq(x, a));
+            }
+        }
+    }
+}
+
+/// The running agent. One per process at a time.
+pub struct Agent {
+    shared: Arc<Shared>,
+    listener: Arc<dyn CodeListener>,
+    collector_thread: Option<JoinHandle<()>>,
+    previous: libc::sigaction,
+    started: Instant,
+    ring_bytes: usize,
+}
+
+impl fmt::Debug for Agent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Agent")
+            .field("config", &self.shared.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Agent {
+    /// Installs the signal handler, starts the collector and listens to the
+    /// manager's code events. Threads are sampled once they attach.
+    pub fn start(manager: &Arc<ExecutionManager>, config: AgentConfig) -> Result<Self, AgentError> {
+        config.validate()?;
+        // Acquire: a previous agent's teardown happens before this one starts.
+        if ACTIVE
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            return Err(AgentError::AlreadyRunning);
+        }
+        match Self::start_active(manager, config) {
+            Ok(agent) => Ok(agent),
+            Err(e) => {
+                // Release: this failed start's changes are undone before the next.
+                ACTIVE.store(false, Ordering::Release);
+                Err(e)
+            }
+        }
+    }
+
+    fn start_active(
+        manager: &Arc<ExecutionManager>,
+        config: AgentConfig,
+    ) -> Result<Self, AgentError> {
+        let log = Arc::new(EventLog::default());
+        let listener: Arc<dyn CodeListener> = Arc::new(EventListener {
+            log: Arc::clone(&log),
+            manager: Arc::clone(manager),
+        });
+        manager
+            .listeners()
+            .add(Arc::clone(&listener))
+            .map_err(|e| AgentError::Os {
+                call: "spawning the event dispatcher",
+                errno: e.raw_os_error().unwrap_or(0),
+            })?;
+        // Code published before the listener was added: known from the start.
+        let live = manager
+            .live_blocks()
+            .into_iter()
+            .filter_map(|b| b.info.map(|info| (info, b.code.start())));
+        let collector = Collector::new(config.keep_samples, live);
+        let shared = Arc::new(Shared {
+            manager: Arc::clone(manager),
+            config,
+            threads: Mutex::new(Threads {
+                running: true,
+                list: Vec::new(),
+                totals: Totals::default(),
+            }),
+            collector: Mutex::new(Some(collector)),
+            log,
+            stopping: Mutex::new(false),
+            wake: Condvar::new(),
+        });
+        let previous = match install_handler(config.signal) {
+            Ok(previous) => previous,
+            Err(e) => {
+                manager.listeners().remove(&listener);
+                return Err(e);
+            }
+        };
+        let thread_shared = Arc::clone(&shared);
+        let collector_thread = std::thread::Builder::new()
+            .name("jitmap-collector".into())
+            .spawn(move || collector_loop(&thread_shared));
+        let collector_thread = match collector_thread {
+            Ok(handle) => handle,
+            Err(e) => {
+                restore_handler(config.signal, &previous);
+                manager.listeners().remove(&listener);
+                return Err(AgentError::Os {
+                    call: "spawning the collector",
+                    errno: e.raw_os_error().unwrap_or(0),
+                });
+            }
+        };
+        let ring_bytes = config.ring_capacity
+            * (size_of::<record::SampleHeader>()
+                + config.max_depth * size_of::<record::RawFrame>())
+            + config.probe_capacity * size_of::<record::ProbeRecord>();
+        Ok(Self {
+            shared,
+            listener,
+            collector_thread: Some(collector_thread),
+            previous,
+            started: Instant::now(),
+            ring_bytes,
+        })
+    }
+
+    /// The configuration the agent runs with.
+    pub fn config(&self) -> &AgentConfig {
+        &self.shared.config
+    }
+
+    /// Ring memory each attached thread holds, in bytes.
+    pub fn ring_bytes_per_thread(&self) -> usize {
+        self.ring_bytes
+    }
+
+    /// Starts sampling the calling thread: allocates its record, registers its
+    /// reader and arms its timer. Call it outside signal handlers; drop the
+    /// handle on the same thread to detach.
+    pub fn attach_current_thread(&self) -> Result<AttachedThread, AgentError> {
+        let config = &self.shared.config;
+        let tid = crate::events::current_tid();
+        let mut threads = self.shared.threads.lock();
+        if !threads.running {
+            return Err(AgentError::Stopped);
+        }
+        if threads
+            .list
+            .iter()
+            // Acquire: as in `Shared::collect`.
+            .any(|a| a.record.tid == tid && !a.detached.load(Ordering::Acquire))
+        {
+            return Err(AgentError::AlreadyAttached { tid });
+        }
+        let (stack_lo, stack_hi) = record::current_stack().map_err(|e| AgentError::Os {
+            call: "pthread_getattr_np",
+            errno: e.raw_os_error().unwrap_or(0),
+        })?;
+        let reader = self.shared.manager.register()?;
+        let attachment = Arc::new(Attachment {
+            record: ThreadRecord {
+                magic: RECORD_MAGIC,
+                tid,
+                manager: Arc::clone(&self.shared.manager),
+                reader: HandlerReader(reader),
+                stack_lo,
+                stack_hi,
+                samples: Ring::new(config.ring_capacity, config.max_depth),
+                probes: Ring::new(config.probe_capacity, 0),
+                taken: Default::default(),
+                lookups: Default::default(),
+                busy: Default::default(),
+            },
+            timer: Mutex::new(None),
+            detached: AtomicBool::new(false),
+        });
+        let value = (&attachment.record as *const ThreadRecord).cast::<libc::c_void>();
+        let timer = Timer::create(config.clock, config.signal, value, tid)?;
+        timer.set(config.interval_ns())?;
+        *attachment.timer.lock() = Some(timer);
+        threads.list.push(Arc::clone(&attachment));
+        Ok(AttachedThread {
+            attachment,
+            signal: config.signal,
+            _not_send: PhantomData,
+        })
+    }
+
+    /// Stops sampling and returns the profile: disarms every timer, waits for
+    /// handlers in flight, restores the signal's previous disposition, drains
+    /// the rings a last time and names everything.
+    pub fn stop(mut self) -> Result<Profile, AgentError> {
+        Ok(self.shutdown())
+    }
+
+    fn shutdown(&mut self) -> Profile {
+        let Some(collector_thread) = self.collector_thread.take() else {
+            return Profile::default();
+        };
+        let signal = self.shared.config.signal;
+        {
+            let mut threads = self.shared.threads.lock();
+            threads.running = false;
+            for a in &threads.list {
+                drop(a.timer.lock().take());
+            }
+        }
+        // No timer is left to send the signal. Setting it to be ignored drops
+        // any instance still pending for any thread, so none reaches the
+        // previous disposition.
+        wait_for_handlers();
+        let ignore = libc::sigaction {
+            sa_sigaction: libc::SIG_IGN,
+            // SAFETY: an all-zero sigaction is valid; the fields used are set.
+            ..unsafe { std::mem::zeroed() }
+        };
+        // SAFETY: `ignore` is a valid disposition for a catchable signal.
+        unsafe { libc::sigaction(signal, &ignore, std::ptr::null_mut()) };
+        wait_for_handlers();
+        restore_handler(signal, &self.previous);
+        *self.shared.stopping.lock() = true;
+        self.shared.wake.notify_all();
+        // The collector loop cannot panic short of a bug; its state is below.
+        let _ = collector_thread.join();
+        self.shared.collect();
+        self.shared.manager.listeners().remove(&self.listener);
+        let collector = self.shared.collector.lock().take();
+        let threads = self.shared.threads.lock();
+        let mut base = Profile {
+            duration: self.started.elapsed(),
+            threads: threads.totals.threads + threads.list.len(),
+            ring_bytes_per_thread: self.ring_bytes,
+            taken: threads.totals.taken,
+            dropped: threads.totals.dropped,
+            lookups: threads.totals.lookups,
+            probes: ProbeCounts {
+                dropped: threads.totals.probe_dropped,
+                ..ProbeCounts::default()
+            },
+            ..Profile::default()
+        };
+        for a in &threads.list {
+            base.taken += a.record.taken();
+            base.dropped += a.record.samples.dropped();
+            base.probes.dropped += a.record.probes.dropped();
+            base.lookups += a.record.lookups();
+        }
+        drop(threads);
+        // Release: this agent's teardown happens before the next start.
+        ACTIVE.store(false, Ordering::Release);
+        collector.map_or(base.clone(), |c| c.finish(base))
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+fn collector_loop(shared: &Shared) {
+    loop {
+        {
+            let mut stopping = shared.stopping.lock();
+            if !*stopping {
+                shared
+                    .wake
+                    .wait_for(&mut stopping, shared.config.collect_every);
+            }
+            if *stopping {
+                return;
+            }
+        }
+        shared.collect();
+    }
+}
+
+/// Spins until no handler is running.
+fn wait_for_handlers() {
+    // Acquire: pairs with the handlers' Release decrement, so their ring writes
+    // are visible to the final drain.
+    while handler::IN_FLIGHT.load(Ordering::Acquire) != 0 {
+        std::thread::yield_now();
+    }
+}
+
+fn install_handler(signal: i32) -> Result<libc::sigaction, AgentError> {
+    // SAFETY: an all-zero sigaction is valid; the fields used are set below.
+    let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
+    action.sa_sigaction = handler::on_signal as *const () as libc::sighandler_t;
+    action.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+    // SAFETY: `sa_mask` is valid storage.
+    unsafe { libc::sigemptyset(&mut action.sa_mask) };
+    // SAFETY: as above.
+    let mut previous: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: `action` is a valid disposition whose handler is async-signal-safe;
+    // `previous` is writable.
+    if unsafe { libc::sigaction(signal, &action, &mut previous) } != 0 {
+        return Err(AgentError::os("sigaction"));
+    }
+    Ok(previous)
+}
+
+fn restore_handler(signal: i32, previous: &libc::sigaction) {
+    // SAFETY: `previous` is the disposition `sigaction` returned for this signal.
+    unsafe { libc::sigaction(signal, previous, std::ptr::null_mut()) };
+}
+
+/// A thread's attachment to the agent; dropping it (on the same thread)
+/// detaches the thread. Not `Send`.
+pub struct AttachedThread {
+    attachment: Arc<Attachment>,
+    signal: i32,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl fmt::Debug for AttachedThread {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AttachedThread")
+            .field("tid", &self.attachment.record.tid)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AttachedThread {
+    /// The context this thread's JIT code passes to [`jitmap_probe_enter`] and
+    /// [`jitmap_probe_value`]; valid until this handle drops.
+    pub fn probe_context(&self) -> *const ProbeContext {
+        (&self.attachment.record as *const ThreadRecord).cast()
+    }
+
+    /// The thread's kernel id.
+    pub fn tid(&self) -> u32 {
+        self.attachment.record.tid
+    }
+
+    /// Records a sample of this thread's stack now, through the same code as
+    /// the signal handler (so it is as cheap, and as safe, in any context): for
+    /// a host that samples on its own events, such as allocations or lock
+    /// waits. Frame 0 is inside this function; the walk continues from the
+    /// frame pointer it was called with, so a caller that keeps no frame
+    /// pointer of its own is skipped.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use jitmap::{ExecutionManager, agent::{Agent, AgentConfig}};
+    /// # let manager = Arc::new(ExecutionManager::new(4));
+    /// let agent = Agent::start(&manager, AgentConfig { hz: 1, ..AgentConfig::default() })?;
+    /// let attached = agent.attach_current_thread()?;
+    /// attached.sample_now();
+    /// drop(attached);
+    /// let profile = agent.stop()?;
+    /// assert!(profile.samples >= 1);
+    /// # Ok::<(), jitmap::agent::AgentError>(())
+    /// ```
+    pub fn sample_now(&self) {
+        handler::sample_synchronously(&self.attachment.record);
+    }
+}
+
+impl Drop for AttachedThread {
+    fn drop(&mut self) {
+        // Block the signal, delete the timer, then take any instance it already
+        // queued for this thread: after that, nothing can deliver a signal that
+        // points at this record.
+        // SAFETY: sigset_t is plain storage, initialized by sigemptyset.
+        let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+        // SAFETY: `set` and `old` are valid sigsets; the signal was validated.
+        unsafe {
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, self.signal);
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
+        }
+        drop(self.attachment.timer.lock().take());
+        let none = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: valid set and timeout; a null info pointer is allowed.
+        while unsafe { libc::sigtimedwait(&set, std::ptr::null_mut(), &none) } == self.signal {}
+        // SAFETY: restores the mask saved above.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+        // Release: the thread's last samples and probe records happen before a
+        // collector that sees the flag drains its rings for the last time.
+        self.attachment.detached.store(true, Ordering::Release);
+    }
+}

@@ -1,0 +1,361 @@
+//! The profile the collector builds: stacks with counts, the method versions
+//! they name, and the counters. Also its text report and folded stacks.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use crate::JitKind;
+
+/// One version of a JIT method that appears in the profile.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MethodVersion {
+    /// The runtime's method id.
+    pub method_id: u64,
+    /// The name it was published with.
+    pub name: String,
+    /// The name used in stacks: the name, or, when several versions of one name
+    /// were sampled, the name and its version number (`f [v2]`).
+    pub label: String,
+    /// The tier that produced it.
+    pub kind: JitKind,
+    /// Where it was when it was published (it may have moved since).
+    pub start: usize,
+    /// Whether it was freed while the agent ran.
+    pub freed: bool,
+}
+
+/// One frame of a kept sample ([`super::AgentConfig::keep_samples`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SampleFrame {
+    /// A JIT method version: an index into [`Profile::methods`].
+    Jit {
+        /// The pc or return address.
+        addr: usize,
+        /// Index into [`Profile::methods`].
+        method: usize,
+        /// Offset of the looked-up address in the method.
+        offset: u32,
+    },
+    /// A method of a precompiled image.
+    Image {
+        /// The pc or return address.
+        addr: usize,
+        /// Its method id.
+        method_id: u64,
+        /// Offset in the method.
+        offset: u32,
+    },
+    /// A stub block.
+    Stub {
+        /// The pc or return address.
+        addr: usize,
+        /// Its kind.
+        kind: u8,
+    },
+    /// Native code (outside every heap and image).
+    Native {
+        /// The pc or return address.
+        addr: usize,
+    },
+    /// Inside a heap or image but in no method or stub.
+    Unattributed {
+        /// The pc or return address.
+        addr: usize,
+    },
+}
+
+/// One sample, kept whole ([`super::AgentConfig::keep_samples`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Sample {
+    /// Kernel thread id of the sampled thread.
+    pub tid: u32,
+    /// CLOCK_MONOTONIC ns when the handler started walking.
+    pub begin_ns: u64,
+    /// CLOCK_MONOTONIC ns after its last lookup.
+    pub end_ns: u64,
+    /// Frames, innermost first.
+    pub frames: Vec<SampleFrame>,
+}
+
+/// One probe record, kept whole ([`super::AgentConfig::keep_samples`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProbeEvent {
+    /// Kernel thread id of the calling thread.
+    pub tid: u32,
+    /// CLOCK_MONOTONIC ns, converted from the CPU's cycle counter.
+    pub time_ns: u64,
+    /// The method id the JIT code passed.
+    pub method_id: u64,
+    /// The value, for [`super::jitmap_probe_value`]; `None` for an entry.
+    pub value: Option<u64>,
+}
+
+/// What the probes recorded.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProbeCounts {
+    /// [`super::jitmap_probe_enter`] records.
+    pub enters: u64,
+    /// [`super::jitmap_probe_value`] records.
+    pub values: u64,
+    /// Records dropped because a thread's probe ring was full.
+    pub dropped: u64,
+}
+
+/// A distinct stack and how many samples had it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stack {
+    /// Frame names, innermost first.
+    pub frames: Vec<String>,
+    /// Samples.
+    pub count: u64,
+}
+
+/// A name's samples: as the innermost frame (self) and anywhere (total).
+#[derive(Clone, Debug, PartialEq)]
+pub struct MethodSummary {
+    /// The frame name.
+    pub name: String,
+    /// Samples with it innermost.
+    pub self_samples: u64,
+    /// Samples with it anywhere in the stack.
+    pub total_samples: u64,
+    /// `self_samples` over all samples.
+    pub self_share: f64,
+    /// `total_samples` over all samples.
+    pub total_share: f64,
+}
+
+/// A finished profile, from [`super::Agent::stop`].
+#[derive(Clone, Debug, Default)]
+pub struct Profile {
+    /// How long the agent ran.
+    pub duration: Duration,
+    /// Signals the handlers ran for.
+    pub taken: u64,
+    /// Samples in the profile.
+    pub samples: u64,
+    /// Samples lost: a full ring, or a handler that could not pin.
+    pub dropped: u64,
+    /// Samples whose pc was in a heap or image but in no method or stub.
+    pub unattributed: u64,
+    /// Lookups the handlers made (one per frame).
+    pub lookups: u64,
+    /// Threads that were attached.
+    pub threads: usize,
+    /// Ring memory per attached thread, in bytes (samples and probes).
+    pub ring_bytes_per_thread: usize,
+    /// Distinct stacks, most samples first.
+    pub stacks: Vec<Stack>,
+    /// The JIT method versions the stacks name.
+    pub methods: Vec<MethodVersion>,
+    /// Probe counts.
+    pub probes: ProbeCounts,
+    /// Every sample, if kept.
+    pub kept_samples: Vec<Sample>,
+    /// Every probe record, if kept.
+    pub kept_probes: Vec<ProbeEvent>,
+}
+
+impl Profile {
+    /// Self and total samples of every frame name, most self samples first
+    /// (then most total samples, then by name).
+    pub fn summary(&self) -> Vec<MethodSummary> {
+        let mut by_name: HashMap<&str, (u64, u64)> = HashMap::new();
+        for stack in &self.stacks {
+            if let Some(leaf) = stack.frames.first() {
+                by_name.entry(leaf).or_default().0 += stack.count;
+            }
+            let mut seen: Vec<&str> = Vec::with_capacity(stack.frames.len());
+            for frame in &stack.frames {
+                if !seen.contains(&frame.as_str()) {
+                    seen.push(frame);
+                    by_name.entry(frame).or_default().1 += stack.count;
+                }
+            }
+        }
+        let all = self.samples.max(1) as f64;
+        let mut summary: Vec<_> = by_name
+            .into_iter()
+            .map(|(name, (own, total))| MethodSummary {
+                name: name.to_owned(),
+                self_samples: own,
+                total_samples: total,
+                self_share: own as f64 / all,
+                total_share: total as f64 / all,
+            })
+            .collect();
+        summary.sort_by(|a, b| {
+            (b.self_samples, b.total_samples)
+                .cmp(&(a.self_samples, a.total_samples))
+                .then_with(|| a.name.cmp(&b.name))
+        });
+        summary
+    }
+
+    /// Folded stacks: one line per stack, outermost frame first, frames joined
+    /// by `;`, then a space and the count (the input of flamegraph tools).
+    ///
+    /// ```
+    /// use jitmap::agent::{Profile, Stack};
+    /// let profile = Profile {
+    ///     samples: 3,
+    ///     stacks: vec![
+    ///         Stack { frames: vec!["leaf".into(), "main".into()], count: 2 },
+    ///         Stack { frames: vec!["main".into()], count: 1 },
+    ///     ],
+    ///     ..Profile::default()
+    /// };
+    /// assert_eq!(profile.folded(), "main;leaf 2\nmain 1\n");
+    /// ```
+    pub fn folded(&self) -> String {
+        let mut out = String::new();
+        for stack in &self.stacks {
+            let names: Vec<String> = stack
+                .frames
+                .iter()
+                .rev()
+                .map(|f| f.replace(';', ":"))
+                .collect();
+            let _ = writeln!(out, "{} {}", names.join(";"), stack.count);
+        }
+        out
+    }
+
+    /// Lookups per second of the agent's run.
+    pub fn lookups_per_second(&self) -> f64 {
+        self.lookups as f64 / self.duration.as_secs_f64().max(1e-9)
+    }
+
+    /// The text report: counters, then the top `top` names by self and by total
+    /// samples, with their shares of all samples.
+    pub fn report(&self, top: usize) -> String {
+        let mut out = String::new();
+        let secs = self.duration.as_secs_f64();
+        let _ = writeln!(
+            out,
+            "samples: {} in {:.2} s on {} thread(s); taken {}, dropped {}, unattributed {}",
+            self.samples, secs, self.threads, self.taken, self.dropped, self.unattributed
+        );
+        let _ = writeln!(
+            out,
+            "lookups: {} ({:.0} per second); ring memory per thread: {} bytes",
+            self.lookups,
+            self.lookups_per_second(),
+            self.ring_bytes_per_thread
+        );
+        let _ = writeln!(
+            out,
+            "probes: {} entries, {} values, {} dropped",
+            self.probes.enters, self.probes.values, self.probes.dropped
+        );
+        let mut summary = self.summary();
+        let _ = writeln!(out, "\ntop by self samples:");
+        let _ = writeln!(
+            out,
+            "{:>8} {:>7} {:>8} {:>7}  name",
+            "self", "self%", "total", "total%"
+        );
+        for m in summary.iter().take(top) {
+            let _ = writeln!(
+                out,
+                "{:>8} {:>6.1}% {:>8} {:>6.1}%  {}",
+                m.self_samples,
+                m.self_share * 100.0,
+                m.total_samples,
+                m.total_share * 100.0,
+                m.name
+            );
+        }
+        summary.sort_by(|a, b| {
+            b.total_samples
+                .cmp(&a.total_samples)
+                .then_with(|| a.name.cmp(&b.name))
+        });
+        let _ = writeln!(out, "\ntop by total samples:");
+        let _ = writeln!(
+            out,
+            "{:>8} {:>7} {:>8} {:>7}  name",
+            "total", "total%", "self", "self%"
+        );
+        for m in summary.iter().take(top) {
+            let _ = writeln!(
+                out,
+                "{:>8} {:>6.1}% {:>8} {:>6.1}%  {}",
+                m.total_samples,
+                m.total_share * 100.0,
+                m.self_samples,
+                m.self_share * 100.0,
+                m.name
+            );
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Profile, Stack};
+
+    fn profile() -> Profile {
+        let stack = |frames: &[&str], count| Stack {
+            frames: frames.iter().map(|s| s.to_string()).collect(),
+            count,
+        };
+        Profile {
+            samples: 10,
+            stacks: vec![
+                stack(&["leaf", "mid", "main"], 6),
+                stack(&["mid", "main"], 3),
+                stack(&["a;b", "main"], 1),
+            ],
+            ..Profile::default()
+        }
+    }
+
+    #[test]
+    fn summary_counts_self_and_total_once_per_stack() {
+        let s = profile().summary();
+        let rows: Vec<_> = s
+            .iter()
+            .map(|m| (m.name.as_str(), m.self_samples, m.total_samples))
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                ("leaf", 6, 6),
+                ("mid", 3, 9),
+                ("a;b", 1, 1),
+                ("main", 0, 10)
+            ]
+        );
+        assert_eq!(s[1].self_share, 0.3);
+        assert_eq!(s[1].total_share, 0.9);
+    }
+
+    #[test]
+    fn folded_is_outermost_first_and_escapes_separators() {
+        assert_eq!(
+            profile().folded(),
+            "main;mid;leaf 6\nmain;mid 3\nmain;a:b 1\n"
+        );
+    }
+
+    #[test]
+    fn report_lists_shares() {
+        let report = profile().report(2);
+        assert!(
+            report.contains(
+                "samples: 10 in 0.00 s on 0 thread(s); taken 0, dropped 0, unattributed 0"
+            )
+        );
+        assert!(
+            report.contains("       6   60.0%        6   60.0%  leaf\n"),
+            "{report}"
+        );
+        assert!(
+            report.contains("      10  100.0%        0    0.0%  main\n"),
+            "{report}"
+        );
+    }
+}

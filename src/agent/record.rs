@@ -1,0 +1,138 @@
+//! The per-thread record: everything the signal handler and the probes of one
+//! thread touch, allocated when the thread attaches.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use crate::ExecutionManager;
+use crate::epoch::Reader;
+
+use super::ring::Ring;
+
+/// Marks a live record, so that a stray pointer is caught before it is used.
+pub(crate) const RECORD_MAGIC: u64 = 0x6a69_746d_6170_7468; // "jitmapth"
+
+/// What a frame's address turned out to be.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub(crate) enum FrameKind {
+    /// Outside every section: native code, symbolized later.
+    #[default]
+    Native,
+    /// A JIT method; `key` is its [`crate::CodeVersion::Jit`] address.
+    Jit,
+    /// An image method; `key` is its method id.
+    Image,
+    /// A stub block; `key` is its kind.
+    Stub,
+    /// Inside a heap or image, but in no method or stub (free space, padding,
+    /// thunks).
+    Unattributed,
+}
+
+/// One frame as the handler records it. Fixed size, no pointers to follow.
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(C)]
+pub(crate) struct RawFrame {
+    /// The pc (frame 0) or return address (later frames).
+    pub(crate) addr: usize,
+    /// See [`FrameKind`].
+    pub(crate) key: u64,
+    /// Offset of the looked-up address in its method.
+    pub(crate) offset: u32,
+    pub(crate) kind: FrameKind,
+}
+
+/// One sample's fixed part; its frames follow in the ring.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct SampleHeader {
+    /// CLOCK_MONOTONIC ns before the walk and after the last lookup.
+    pub(crate) begin_ns: u64,
+    pub(crate) end_ns: u64,
+    /// Frames recorded.
+    pub(crate) depth: u32,
+}
+
+/// What a probe record says.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum ProbeKind {
+    #[default]
+    Enter,
+    Value,
+}
+
+/// One probe call's record.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct ProbeRecord {
+    pub(crate) kind: ProbeKind,
+    pub(crate) method_id: u64,
+    pub(crate) value: u64,
+    /// The CPU's cycle counter (see `probes::ticks`).
+    pub(crate) ticks: u64,
+}
+
+/// The reader the handler pins, shared with the collector only to be kept alive.
+pub(crate) struct HandlerReader(pub(crate) Reader);
+
+// SAFETY: only the attached thread and its signal handler pin this reader (the
+// same discipline as a plain `Reader`); other threads only hold the record,
+// never touch the reader, and may drop it after the thread detached.
+unsafe impl Sync for HandlerReader {}
+
+/// Everything one attached thread's handler and probes use. Never moves: the
+/// timer's `sigev_value` and the probe context point at it.
+pub(crate) struct ThreadRecord {
+    pub(crate) magic: u64,
+    pub(crate) tid: u32,
+    pub(crate) manager: Arc<ExecutionManager>,
+    pub(crate) reader: HandlerReader,
+    /// The thread's stack: frame pointers outside [lo, hi) end a walk.
+    pub(crate) stack_lo: usize,
+    pub(crate) stack_hi: usize,
+    pub(crate) samples: Ring<SampleHeader, RawFrame>,
+    pub(crate) probes: Ring<ProbeRecord, ()>,
+    /// Signals handled (each one a sample, kept or dropped).
+    pub(crate) taken: AtomicU64,
+    /// Lookups the handler made.
+    pub(crate) lookups: AtomicU64,
+    /// Set while the thread itself samples synchronously: the handler then
+    /// drops its sample instead of becoming a second producer.
+    pub(crate) busy: AtomicBool,
+}
+
+impl ThreadRecord {
+    /// Signals this thread's handler has run for.
+    pub(crate) fn taken(&self) -> u64 {
+        // Relaxed: a statistic, exact once the handler has stopped running.
+        self.taken.load(Ordering::Relaxed)
+    }
+
+    /// Lookups this thread's handler has made.
+    pub(crate) fn lookups(&self) -> u64 {
+        // Relaxed: as `taken`.
+        self.lookups.load(Ordering::Relaxed)
+    }
+}
+
+/// The calling thread's stack bounds, from the C library.
+pub(crate) fn current_stack() -> std::io::Result<(usize, usize)> {
+    // SAFETY: an all-zero pthread_attr_t is valid storage for
+    // `pthread_getattr_np` to initialize.
+    let mut attr: libc::pthread_attr_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `attr` is writable storage; pthread_self is this thread.
+    let rc = unsafe { libc::pthread_getattr_np(libc::pthread_self(), &mut attr) };
+    if rc != 0 {
+        return Err(std::io::Error::from_raw_os_error(rc));
+    }
+    let mut addr = std::ptr::null_mut();
+    let mut size = 0usize;
+    // SAFETY: `attr` was initialized above; the out pointers are valid.
+    let rc = unsafe { libc::pthread_attr_getstack(&attr, &mut addr, &mut size) };
+    // SAFETY: `attr` was initialized above and is destroyed once.
+    unsafe { libc::pthread_attr_destroy(&mut attr) };
+    if rc != 0 {
+        return Err(std::io::Error::from_raw_os_error(rc));
+    }
+    Ok((addr as usize, addr as usize + size))
+}

@@ -1,0 +1,199 @@
+//! A single-producer, single-consumer ring of fixed-size records, allocated once.
+//!
+//! The producer is one thread's signal handler (samples) or one thread's probes
+//! (probe records); the consumer is the collector. Pushing is a few loads and
+//! stores into memory that already exists: no allocation, no lock, no system
+//! call. A full ring drops the new record and counts it.
+
+use std::cell::UnsafeCell;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+use crossbeam_utils::CachePadded;
+
+/// A ring of `capacity` records of type `T`, each with `width` trailing items of
+/// type `F` (a sample's frames; zero for probe records).
+pub(crate) struct Ring<T, F> {
+    /// Records the consumer has finished with (it alone writes this).
+    head: CachePadded<AtomicUsize>,
+    /// Records the producer has completed (it alone writes this).
+    tail: CachePadded<AtomicUsize>,
+    dropped: AtomicU64,
+    records: Box<[UnsafeCell<T>]>,
+    items: Box<[UnsafeCell<F>]>,
+    width: usize,
+}
+
+// SAFETY: a slot is written only by the one producer while it lies outside
+// [head, tail), and read only by the one consumer while it lies inside; the
+// Release/Acquire pair on `tail` and on `head` hands each slot over. The owner
+// guarantees one producer and one consumer at a time.
+unsafe impl<T: Send, F: Send> Sync for Ring<T, F> {}
+
+impl<T: Copy + Default, F: Copy + Default> Ring<T, F> {
+    /// A ring of `capacity` (at least 1) records with `width` items each.
+    pub(crate) fn new(capacity: usize, width: usize) -> Self {
+        Self {
+            head: CachePadded::new(AtomicUsize::new(0)),
+            tail: CachePadded::new(AtomicUsize::new(0)),
+            dropped: AtomicU64::new(0),
+            records: (0..capacity)
+                .map(|_| UnsafeCell::new(T::default()))
+                .collect(),
+            items: (0..capacity * width)
+                .map(|_| UnsafeCell::new(F::default()))
+                .collect(),
+            width,
+        }
+    }
+
+    /// Bytes this ring holds (records and items).
+    #[cfg(test)]
+    pub(crate) fn bytes(&self) -> usize {
+        self.records.len() * size_of::<T>() + self.items.len() * size_of::<F>()
+    }
+
+    /// Records dropped because the ring was full.
+    pub(crate) fn dropped(&self) -> u64 {
+        // Relaxed: a statistic; the collector reads it after draining.
+        self.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Counts a record dropped without trying (the producer could not write).
+    /// Any thread; async-signal-safe.
+    pub(crate) fn count_drop(&self) {
+        // Relaxed: a statistic.
+        self.dropped.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Producer: fills the next free slot with `fill` and publishes it. Returns
+    /// false, and counts a drop, when the ring is full.
+    ///
+    /// # Safety
+    /// Only one producer at a time: one thread, or its signal handler for a
+    /// signal that cannot nest, but never both for the same ring.
+    #[inline]
+    pub(crate) unsafe fn push(&self, fill: impl FnOnce(&mut T, &mut [F])) -> bool {
+        // Relaxed: only this producer writes `tail`.
+        let tail = self.tail.load(Ordering::Relaxed);
+        // Acquire: the consumer's reads of a slot happen before it advanced
+        // `head` past it (Release), so the slot may be overwritten now.
+        let head = self.head.load(Ordering::Acquire);
+        let capacity = self.records.len();
+        if tail.wrapping_sub(head) >= capacity {
+            self.count_drop();
+            return false;
+        }
+        let index = tail % capacity;
+        // SAFETY: slot `index` lies outside [head, tail), so the consumer does not
+        // read it, and this is the only producer (the caller's contract).
+        let record = unsafe { &mut *self.records[index].get() };
+        let items = &self.items[index * self.width..(index + 1) * self.width];
+        // SAFETY: `UnsafeCell<F>` has the layout of `F`, and the slot's items
+        // belong to the producer as above.
+        let items = unsafe {
+            std::slice::from_raw_parts_mut(UnsafeCell::raw_get(items.as_ptr()), items.len())
+        };
+        fill(record, items);
+        // Release: the slot's contents happen before the consumer's Acquire load
+        // of `tail` that lets it read them.
+        self.tail.store(tail.wrapping_add(1), Ordering::Release);
+        true
+    }
+
+    /// Consumer: hands every published record to `take`, oldest first, then
+    /// frees their slots. Returns how many there were.
+    ///
+    /// # Safety
+    /// Only one consumer at a time.
+    pub(crate) unsafe fn drain(&self, mut take: impl FnMut(&T, &[F])) -> usize {
+        // Relaxed: only this consumer writes `head`.
+        let head = self.head.load(Ordering::Relaxed);
+        // Acquire: pairs with the producer's Release store of `tail`, so the
+        // slots below it are complete.
+        let tail = self.tail.load(Ordering::Acquire);
+        let capacity = self.records.len();
+        let count = tail.wrapping_sub(head);
+        for n in 0..count {
+            let index = head.wrapping_add(n) % capacity;
+            // SAFETY: slot `index` lies inside [head, tail): published, and the
+            // producer does not write it until `head` moves past it.
+            let record = unsafe { &*self.records[index].get() };
+            let items = &self.items[index * self.width..(index + 1) * self.width];
+            // SAFETY: as above, for the slot's items; `UnsafeCell<F>` has the
+            // layout of `F`.
+            let items =
+                unsafe { std::slice::from_raw_parts(items.as_ptr().cast::<F>(), items.len()) };
+            take(record, items);
+        }
+        // Release: the reads above happen before the producer's Acquire load of
+        // `head` that lets it reuse these slots.
+        self.head.store(tail, Ordering::Release);
+        count
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Ring;
+
+    #[test]
+    fn fills_drops_and_drains_in_order() {
+        let ring: Ring<u64, u32> = Ring::new(3, 2);
+        for i in 0..5u64 {
+            // SAFETY: one producer (this thread).
+            let pushed = unsafe {
+                ring.push(|r, items| {
+                    *r = i;
+                    items.copy_from_slice(&[i as u32, i as u32 * 10]);
+                })
+            };
+            assert_eq!(pushed, i < 3);
+        }
+        assert_eq!(ring.dropped(), 2);
+        let mut seen = Vec::new();
+        // SAFETY: one consumer (this thread).
+        let n = unsafe { ring.drain(|r, items| seen.push((*r, items.to_vec()))) };
+        assert_eq!(n, 3);
+        assert_eq!(
+            seen,
+            vec![(0, vec![0, 0]), (1, vec![1, 10]), (2, vec![2, 20])]
+        );
+        // Space again after the drain, and wrapping keeps the order.
+        for i in 10..12u64 {
+            // SAFETY: one producer.
+            assert!(unsafe { ring.push(|r, _| *r = i) });
+        }
+        seen.clear();
+        // SAFETY: one consumer.
+        unsafe { ring.drain(|r, _| seen.push((*r, Vec::new()))) };
+        assert_eq!(seen.iter().map(|s| s.0).collect::<Vec<_>>(), vec![10, 11]);
+        assert_eq!(ring.bytes(), 3 * 8 + 6 * 4);
+    }
+
+    #[test]
+    fn concurrent_producer_and_consumer_lose_nothing_they_kept() {
+        let ring: Ring<u64, u64> = Ring::new(64, 1);
+        let total = 200_000u64;
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                for i in 0..total {
+                    // SAFETY: the only producer.
+                    unsafe { ring.push(|r, items| (*r, items[0]) = (i, !i)) };
+                }
+            });
+            let mut last = None;
+            let mut got = 0u64;
+            while got + ring.dropped() < total {
+                // SAFETY: the only consumer.
+                got += unsafe {
+                    ring.drain(|r, items| {
+                        assert_eq!(items[0], !*r, "a torn slot");
+                        assert!(last.is_none_or(|l| *r > l), "out of order");
+                        last = Some(*r);
+                    })
+                } as u64;
+            }
+            assert_eq!(got + ring.dropped(), total);
+        });
+    }
+}
