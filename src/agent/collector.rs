@@ -21,8 +21,21 @@ pub(crate) struct EventLog {
 }
 
 enum LogEntry {
-    Loaded { info: Arc<CodeInfo>, start: usize },
-    Freed { info: Arc<CodeInfo>, tag: u64 },
+    Loaded {
+        info: Arc<CodeInfo>,
+        start: usize,
+        size: u64,
+        at_ns: u64,
+    },
+    Moved {
+        info: Arc<CodeInfo>,
+        start: usize,
+        at_ns: u64,
+    },
+    Freed {
+        info: Arc<CodeInfo>,
+        tag: u64,
+    },
 }
 
 /// Listens on the manager's code events for the collector.
@@ -37,13 +50,20 @@ impl CodeListener for EventListener {
             CodeEvent::Load(load) => LogEntry::Loaded {
                 info: Arc::clone(&load.info),
                 start: load.start,
+                size: load.code.len() as u64,
+                at_ns: load.timestamp,
             },
             // A move keeps the info, and so the version.
-            CodeEvent::Move(_) => return,
+            CodeEvent::Move(moved) => LogEntry::Moved {
+                info: Arc::clone(&moved.info),
+                start: moved.new_start,
+                at_ns: moved.timestamp,
+            },
             CodeEvent::Free(free) => LogEntry::Freed {
                 info: Arc::clone(&free.info),
-                // Every handler that could still find the freed block pinned
-                // before this tag; once it is safe, their samples are in the rings.
+                // Every handler that could still find the freed block, and every
+                // executor that could still run it, holds a slot older than this
+                // tag; once it is safe, their samples are in the rings.
                 tag: self.manager.domain().retire_tag(),
             },
         };
@@ -55,9 +75,13 @@ impl CodeListener for EventListener {
 struct Known {
     info: Arc<CodeInfo>,
     start: usize,
+    size: u64,
+    /// CLOCK_MONOTONIC ns when it was published at `start` (0: before the
+    /// agent started).
+    placed_ns: u64,
     /// Its index in the profile's methods, once a sample named it.
     method: Option<usize>,
-    /// The retire tag of its free.
+    /// The domain's retire tag, taken after its free.
     freed: Option<u64>,
 }
 
@@ -74,6 +98,8 @@ enum FrameKey {
 /// A drained sample whose JIT versions are not all known yet (its load event
 /// was still on its way).
 struct Pending {
+    /// Collection passes that could not name it yet.
+    attempts: u32,
     tid: u32,
     begin_ns: u64,
     end_ns: u64,
@@ -99,16 +125,21 @@ pub(crate) struct Collector {
 
 impl Collector {
     /// A collector that knows `live` (the code published before it listened).
-    pub(crate) fn new(keep: bool, live: impl IntoIterator<Item = (Arc<CodeInfo>, usize)>) -> Self {
+    pub(crate) fn new(
+        keep: bool,
+        live: impl IntoIterator<Item = (Arc<CodeInfo>, usize, u64)>,
+    ) -> Self {
         let known = live
             .into_iter()
-            .map(|(info, start)| {
+            .map(|(info, start, size)| {
                 let key = version_key(&info);
                 (
                     key,
                     Known {
                         info,
                         start,
+                        size,
+                        placed_ns: 0,
                         method: None,
                         freed: None,
                     },
@@ -147,16 +178,29 @@ impl Collector {
         manager.listeners().flush();
         for entry in std::mem::take(&mut *log.events.lock()) {
             match entry {
-                LogEntry::Loaded { info, start } => {
+                LogEntry::Loaded {
+                    info,
+                    start,
+                    size,
+                    at_ns,
+                } => {
                     self.known.insert(
                         version_key(&info),
                         Known {
                             info,
                             start,
+                            size,
+                            placed_ns: at_ns,
                             method: None,
                             freed: None,
                         },
                     );
+                }
+                LogEntry::Moved { info, start, at_ns } => {
+                    if let Some(k) = self.known.get_mut(&version_key(&info)) {
+                        k.start = start;
+                        k.placed_ns = at_ns;
+                    }
                 }
                 LogEntry::Freed { info, tag } => {
                     if let Some(k) = self.known.get_mut(&version_key(&info)) {
@@ -172,6 +216,7 @@ impl Collector {
             unsafe {
                 record.samples.drain(|h, frames| {
                     drained.push(Pending {
+                        attempts: 0,
                         tid: record.tid,
                         begin_ns: h.begin_ns,
                         end_ns: h.end_ns,
@@ -200,8 +245,9 @@ impl Collector {
         }
         let mut waiting = std::mem::take(&mut self.pending);
         waiting.append(&mut drained);
-        for sample in waiting {
+        for mut sample in waiting {
             if !self.add(&sample) {
+                sample.attempts += 1;
                 self.pending.push(sample);
             }
         }
@@ -233,7 +279,27 @@ impl Collector {
         (n0 as f64 + delta).max(0.0) as u64
     }
 
+    /// The freed version whose bytes held `addr` when a sample that ended at
+    /// `end_ns` saw nothing there. Freed code keeps running until its threads
+    /// leave it (its bytes stay until their executors pass a quiescent point),
+    /// but the maps no longer know it. The occupant is the version placed there
+    /// last before the sample; `None` if none is known or if that one's free
+    /// has not been seen yet.
+    fn freed_at(&self, addr: usize, end_ns: u64) -> Option<usize> {
+        let (_, key, freed) = self
+            .known
+            .iter()
+            .filter_map(|(key, k)| {
+                let inside = addr >= k.start && ((addr - k.start) as u64) < k.size;
+                (inside && k.placed_ns <= end_ns).then_some((k.placed_ns, *key, k.freed.is_some()))
+            })
+            .max()?;
+        freed.then_some(key)
+    }
+
     /// Aggregates one sample; false if a JIT version in it is not known yet.
+    /// An unattributed frame that may be in freed code is retried once before
+    /// it counts as unattributed (its free event may still be on its way).
     fn add(&mut self, sample: &Pending) -> bool {
         let mut keys = Vec::with_capacity(sample.frames.len());
         let mut kept = Vec::new();
@@ -271,10 +337,34 @@ impl Collector {
                     FrameKey::Native(f.addr),
                     SampleFrame::Native { addr: f.addr },
                 ),
-                FrameKind::Unattributed => (
-                    FrameKey::Unattributed,
-                    SampleFrame::Unattributed { addr: f.addr },
-                ),
+                FrameKind::Unattributed => {
+                    let at = if keys.is_empty() {
+                        f.addr
+                    } else {
+                        f.addr.saturating_sub(1)
+                    };
+                    match self.freed_at(at, sample.end_ns) {
+                        Some(key) => {
+                            let Some(method) = self.method_of(key) else {
+                                return false;
+                            };
+                            let offset = (at - self.known[&key].start) as u32;
+                            (
+                                FrameKey::Jit(method),
+                                SampleFrame::Jit {
+                                    addr: f.addr,
+                                    method,
+                                    offset,
+                                },
+                            )
+                        }
+                        None if sample.attempts < 2 => return false,
+                        None => (
+                            FrameKey::Unattributed,
+                            SampleFrame::Unattributed { addr: f.addr },
+                        ),
+                    }
+                }
             };
             keys.push(key);
             if self.keep {

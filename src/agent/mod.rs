@@ -463,7 +463,7 @@ impl Agent {
         let live = manager
             .live_blocks()
             .into_iter()
-            .filter_map(|b| b.info.map(|info| (info, b.code.start())));
+            .filter_map(|b| b.info.map(|info| (info, b.code.start(), b.code.size())));
         let collector = Collector::new(config.keep_samples, live);
         let shared = Arc::new(Shared {
             manager: Arc::clone(manager),

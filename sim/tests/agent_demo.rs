@@ -1,0 +1,217 @@
+//! The agent on the demo host: the leaves' shares, their exact stacks, and
+//! agreement with real `perf` on the same run.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+use jitmap::ExecutionManager;
+use jitmap::agent::Clock;
+use jitmap_sim::demo::{LEAVES, MIDDLE, NATIVE_CALLER, TOP};
+use jitmap_sim::profile;
+
+mod tools;
+
+const SIM: &str = env!("CARGO_BIN_EXE_jitmap-sim");
+/// 1/7, 2/7 and 4/7, in percent.
+const EXPECTED: [f64; 3] = [100.0 / 7.0, 200.0 / 7.0, 400.0 / 7.0];
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("jitmap-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[test]
+fn leaves_get_their_share_and_their_exact_stack() {
+    if !cfg!(target_arch = "x86_64") {
+        println!("skipped: the demo is x86-64 code");
+        return;
+    }
+    let manager = Arc::new(ExecutionManager::new(16));
+    // Wall clock: a high-resolution timer (CPU-time timers tick at CONFIG_HZ).
+    let run = profile::run(&manager, 2000, Clock::Wall, Duration::from_millis(1600)).unwrap();
+    let p = &run.profile;
+    assert_eq!(run.wrong, 0, "the JIT code computed a wrong result");
+    assert!(p.samples >= 2000, "only {} samples", p.samples);
+    assert_eq!(
+        p.unattributed, 0,
+        "a sample in a JIT range was unattributed"
+    );
+    assert_eq!(p.samples + p.dropped, p.taken);
+    let summary = p.summary();
+    for (leaf, expected) in LEAVES.iter().zip(EXPECTED) {
+        let m = summary.iter().find(|m| m.name == *leaf).unwrap();
+        let share = m.self_share * 100.0;
+        assert!(
+            (share - expected).abs() <= 3.0,
+            "{leaf}: {share:.1}% of {} samples, expected {expected:.1}%",
+            p.samples
+        );
+    }
+    // Every sample in a leaf has exactly leaf;middle;top;native caller inside.
+    let mut in_leaves = 0;
+    for stack in &p.stacks {
+        if LEAVES.contains(&stack.frames[0].as_str()) {
+            in_leaves += stack.count;
+            assert!(stack.frames.len() >= 4, "{:?}", stack.frames);
+            assert_eq!(
+                stack.frames[1..4],
+                [MIDDLE, TOP, NATIVE_CALLER],
+                "{:?}",
+                stack.frames
+            );
+        }
+    }
+    assert!(
+        in_leaves * 10 >= p.samples * 9,
+        "{in_leaves} of {}",
+        p.samples
+    );
+    // The five JIT functions are the method versions the profile names.
+    let mut names: Vec<_> = p.methods.iter().map(|m| m.label.as_str()).collect();
+    names.sort_unstable();
+    assert_eq!(names, ["leaf_1x", "leaf_2x", "leaf_4x", "middle", "top"]);
+}
+
+/// Runs perf with its caches inside `dir`.
+fn perf(dir: &Path, args: &[&str]) -> std::process::Output {
+    Command::new("perf")
+        .args(args)
+        .current_dir(dir)
+        .env("HOME", dir)
+        .env("JITMAP_PERF", "jitdump")
+        .env("JITMAP_PERF_DIR", dir)
+        .output()
+        .expect("perf runs")
+}
+
+/// Each leaf's share of the three leaves' samples, in percent.
+fn normalized(shares: [f64; 3]) -> [f64; 3] {
+    let sum: f64 = shares.iter().sum();
+    shares.map(|s| s * 100.0 / sum)
+}
+
+#[test]
+fn agent_and_perf_agree_on_one_run() {
+    if !tools::available("perf") {
+        return;
+    }
+    let must_run = std::env::var("CI").is_ok_and(|v| v == "true");
+    let dir = temp_dir("agent-perf");
+    let data = dir.join("perf.data");
+    let out_dir = dir.join("out");
+    let record = perf(
+        &dir,
+        &[
+            "record",
+            "-k",
+            "1",
+            "-e",
+            "cpu-clock",
+            "-F",
+            "1000",
+            "-o",
+            data.to_str().unwrap(),
+            "--",
+            SIM,
+            "profile",
+            "--clock",
+            "wall",
+            "--hz",
+            "1000",
+            "--seconds",
+            "3",
+            "--json",
+            "--out",
+            out_dir.to_str().unwrap(),
+        ],
+    );
+    if !record.status.success() {
+        let err = String::from_utf8_lossy(&record.stderr);
+        assert!(!must_run, "perf record failed in CI: {err}");
+        println!("skipped: perf cannot record here: {err}");
+        return;
+    }
+    let agent: serde_json::Value = serde_json::from_slice(&record.stdout).unwrap();
+    assert_eq!(agent["wrong"], 0);
+    assert_eq!(agent["unattributed"], 0);
+    let agent_share = |name: &str| {
+        agent["methods"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["name"] == name)
+            .and_then(|m| m["self_share"].as_f64())
+            .unwrap_or_else(|| panic!("{name} missing from the agent's report"))
+    };
+    let jit = dir.join("perf.jit.data");
+    let inject = perf(
+        &dir,
+        &[
+            "inject",
+            "--jit",
+            "-i",
+            data.to_str().unwrap(),
+            "-o",
+            jit.to_str().unwrap(),
+        ],
+    );
+    assert!(
+        inject.status.success(),
+        "{}",
+        String::from_utf8_lossy(&inject.stderr)
+    );
+    let report = perf(
+        &dir,
+        &[
+            "report",
+            "-i",
+            jit.to_str().unwrap(),
+            "--stdio",
+            "--sort",
+            "sym",
+        ],
+    );
+    assert!(
+        report.status.success(),
+        "{}",
+        String::from_utf8_lossy(&report.stderr)
+    );
+    let text = String::from_utf8_lossy(&report.stdout);
+    let perf_share = |name: &str| -> f64 {
+        let line = text
+            .lines()
+            .find(|l| l.split_whitespace().last() == Some(name))
+            .unwrap_or_else(|| panic!("{name} missing from perf report:\n{text}"));
+        line.split_whitespace()
+            .next()
+            .unwrap()
+            .trim_end_matches('%')
+            .parse()
+            .unwrap()
+    };
+    let from_agent = normalized(LEAVES.map(agent_share));
+    let from_perf = normalized(LEAVES.map(perf_share));
+    for i in 0..3 {
+        assert!(
+            (from_agent[i] - from_perf[i]).abs() <= 3.0,
+            "{}: agent {:.1}%, perf {:.1}% (of the leaves' samples)",
+            LEAVES[i],
+            from_agent[i],
+            from_perf[i]
+        );
+        assert!((from_agent[i] - EXPECTED[i]).abs() <= 3.0, "{from_agent:?}");
+    }
+    for file in [
+        "report.txt",
+        "stacks.folded",
+        "flamegraph.svg",
+        "profile.pb.gz",
+    ] {
+        assert!(out_dir.join(file).is_file(), "{file} not written");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -1,0 +1,500 @@
+//! The agent: configuration errors and misuse, the signal disposition it
+//! restores, the probes, and sampling while methods are freed and re-jitted.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use jitmap::agent::{
+    Agent, AgentConfig, AgentError, CallCounters, Clock, ProbeEvent, SampleFrame,
+    jitmap_probe_count, jitmap_probe_enter, jitmap_probe_value,
+};
+use jitmap::{CodeInfo, CodeRef, ExecutionManager, HeapConfig, JitKind};
+
+/// One agent per process: the tests that start one take turns.
+fn one_agent() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn manager() -> Arc<ExecutionManager> {
+    Arc::new(ExecutionManager::new(16))
+}
+
+#[test]
+fn every_bad_config_is_its_own_error() {
+    let ok = AgentConfig::default();
+    let cases = [
+        (AgentConfig { hz: 0, ..ok }, AgentError::ZeroFrequency),
+        (
+            AgentConfig { hz: 100_001, ..ok },
+            AgentError::FrequencyTooHigh { hz: 100_001 },
+        ),
+        (AgentConfig { max_depth: 0, ..ok }, AgentError::ZeroDepth),
+        (
+            AgentConfig {
+                max_depth: 257,
+                ..ok
+            },
+            AgentError::DepthTooLarge { depth: 257 },
+        ),
+        (
+            AgentConfig {
+                ring_capacity: 0,
+                ..ok
+            },
+            AgentError::ZeroCapacity,
+        ),
+        (
+            AgentConfig {
+                probe_capacity: 0,
+                ..ok
+            },
+            AgentError::ZeroCapacity,
+        ),
+        (
+            AgentConfig {
+                ring_capacity: (1 << 20) + 1,
+                ..ok
+            },
+            AgentError::CapacityTooLarge {
+                capacity: (1 << 20) + 1,
+            },
+        ),
+        (
+            AgentConfig { signal: 0, ..ok },
+            AgentError::BadSignal { signal: 0 },
+        ),
+        (
+            AgentConfig {
+                signal: libc::SIGKILL,
+                ..ok
+            },
+            AgentError::BadSignal {
+                signal: libc::SIGKILL,
+            },
+        ),
+        (
+            AgentConfig {
+                signal: libc::SIGSEGV,
+                ..ok
+            },
+            AgentError::BadSignal {
+                signal: libc::SIGSEGV,
+            },
+        ),
+        (
+            AgentConfig { signal: 65, ..ok },
+            AgentError::BadSignal { signal: 65 },
+        ),
+        (
+            AgentConfig {
+                collect_every: Duration::ZERO,
+                ..ok
+            },
+            AgentError::ZeroInterval,
+        ),
+    ];
+    let _one = one_agent();
+    let manager = manager();
+    for (config, error) in cases {
+        assert_eq!(Agent::start(&manager, config).unwrap_err(), error);
+    }
+    // The limits themselves are accepted, and the failed starts left nothing
+    // behind: an agent starts now.
+    let edge = AgentConfig {
+        hz: 100_000,
+        max_depth: 256,
+        ring_capacity: 1,
+        probe_capacity: 1,
+        signal: libc::SIGRTMIN() + 3,
+        ..ok
+    };
+    assert_eq!(edge.validate(), Ok(()));
+    Agent::start(&manager, edge).unwrap().stop().unwrap();
+}
+
+#[test]
+fn one_agent_at_a_time_and_one_attachment_per_thread() {
+    let _one = one_agent();
+    let manager = manager();
+    let agent = Agent::start(&manager, AgentConfig::default()).unwrap();
+    assert_eq!(
+        Agent::start(&manager, AgentConfig::default()).unwrap_err(),
+        AgentError::AlreadyRunning
+    );
+    let attached = agent.attach_current_thread().unwrap();
+    let tid = attached.tid();
+    assert_eq!(
+        agent.attach_current_thread().unwrap_err(),
+        AgentError::AlreadyAttached { tid }
+    );
+    drop(attached);
+    // Detached: the thread may attach again.
+    let again = agent.attach_current_thread().unwrap();
+    drop(again);
+    agent.stop().unwrap();
+    // Stopped: the next agent may start.
+    Agent::start(&manager, AgentConfig::default())
+        .unwrap()
+        .stop()
+        .unwrap();
+}
+
+extern "C" fn host_handler(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc::c_void) {}
+
+/// The kernel's flag for glibc's signal-return trampoline, which glibc adds to
+/// every disposition it installs.
+const SA_RESTORER: libc::c_int = 0x0400_0000;
+
+fn disposition(signal: i32) -> (libc::sighandler_t, libc::c_int) {
+    // SAFETY: all-zero is a valid sigaction to be overwritten.
+    let mut current: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: a query (null new action) into valid storage.
+    assert_eq!(
+        unsafe { libc::sigaction(signal, std::ptr::null(), &mut current) },
+        0
+    );
+    (current.sa_sigaction, current.sa_flags & !SA_RESTORER)
+}
+
+#[test]
+fn stop_restores_the_previous_disposition() {
+    let _one = one_agent();
+    let manager = manager();
+    let signal = libc::SIGRTMIN() + 5;
+    // The host's own handler, with flags of its own.
+    // SAFETY: all-zero is a valid sigaction; the handler does nothing.
+    let mut host: libc::sigaction = unsafe { std::mem::zeroed() };
+    host.sa_sigaction = host_handler as *const () as libc::sighandler_t;
+    host.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
+    // SAFETY: installs a valid, async-signal-safe (empty) handler.
+    assert_eq!(
+        unsafe { libc::sigaction(signal, &host, std::ptr::null_mut()) },
+        0
+    );
+    let before = disposition(signal);
+    assert_eq!(before, (host.sa_sigaction, host.sa_flags));
+    let config = AgentConfig {
+        signal,
+        hz: 5000,
+        clock: Clock::Wall,
+        ..AgentConfig::default()
+    };
+    let agent = Agent::start(&manager, config).unwrap();
+    assert_ne!(
+        disposition(signal).0,
+        before.0,
+        "the agent's handler is installed"
+    );
+    let attached = agent.attach_current_thread().unwrap();
+    let until = Instant::now() + Duration::from_millis(100);
+    while Instant::now() < until {
+        std::hint::spin_loop();
+    }
+    // Stopped while the thread is still attached and its timer was firing.
+    let profile = agent.stop().unwrap();
+    assert_eq!(disposition(signal), before);
+    assert!(profile.taken > 0);
+    assert_eq!(profile.samples + profile.dropped, profile.taken);
+    drop(attached);
+    assert_eq!(disposition(signal), before);
+    // SIG_DFL, the usual case, comes back as SIG_DFL.
+    let dfl = libc::SIGRTMIN() + 6;
+    let agent = Agent::start(
+        &manager,
+        AgentConfig {
+            signal: dfl,
+            ..AgentConfig::default()
+        },
+    )
+    .unwrap();
+    agent.stop().unwrap();
+    assert_eq!(disposition(dfl).0, libc::SIG_DFL);
+}
+
+#[test]
+fn the_call_counter_crosses_exactly_once_under_contention() {
+    let counters = CallCounters::new(3, 1000).unwrap();
+    let cell = counters.cell(1).unwrap() as usize;
+    let crossings = AtomicU32::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..4 {
+            s.spawn(|| {
+                for _ in 0..20_000 {
+                    // SAFETY: the cell belongs to `counters`, alive for the scope.
+                    let r = unsafe { jitmap_probe_count(cell as *const _) };
+                    // Relaxed: a sum read after the threads are joined.
+                    crossings.fetch_add(r, Ordering::Relaxed);
+                }
+            });
+        }
+    });
+    // Relaxed: the scope joined every thread.
+    assert_eq!(crossings.load(Ordering::Relaxed), 1);
+    assert_eq!(counters.remaining(1), Some(0));
+    assert_eq!(counters.remaining(0), Some(1000));
+    assert_eq!(counters.take_crossed(), [1]);
+    assert_eq!(counters.take_crossed(), Vec::<u32>::new());
+    // Re-armed, it crosses once more.
+    counters.rearm(1, 2).unwrap();
+    // SAFETY: as above.
+    let calls: Vec<u32> = (0..4)
+        .map(|_| unsafe { jitmap_probe_count(cell as *const _) })
+        .collect();
+    assert_eq!(calls, [0, 1, 0, 0]);
+    assert_eq!(counters.take_crossed(), [1]);
+    // Misuse is typed.
+    assert_eq!(
+        CallCounters::new(0, 5).err(),
+        Some(AgentError::BadCounters {
+            methods: 0,
+            threshold: 5
+        })
+    );
+    assert_eq!(
+        CallCounters::new(5, 0).err(),
+        Some(AgentError::BadCounters {
+            methods: 5,
+            threshold: 0
+        })
+    );
+    assert_eq!(
+        counters.rearm(3, 1),
+        Err(AgentError::NoSuchCounter { index: 3 })
+    );
+    assert_eq!(
+        counters.rearm(0, 1),
+        Err(AgentError::NotCrossed { index: 0 })
+    );
+    assert!(counters.cell(3).is_none());
+    // SAFETY: a null cell is allowed and ignored.
+    assert_eq!(unsafe { jitmap_probe_count(std::ptr::null()) }, 0);
+}
+
+#[test]
+fn entry_and_value_probes_land_in_the_thread_ring_in_order() {
+    let _one = one_agent();
+    let manager = manager();
+    let config = AgentConfig {
+        hz: 1,
+        probe_capacity: 8,
+        keep_samples: true,
+        // Long enough that the collector does not drain mid-test.
+        collect_every: Duration::from_secs(60),
+        ..AgentConfig::default()
+    };
+    let agent = Agent::start(&manager, config).unwrap();
+    let attached = agent.attach_current_thread().unwrap();
+    let context = attached.probe_context();
+    // Called through plain function pointers, as JIT code calls them.
+    let enter: unsafe extern "C" fn(*const _, u64) = jitmap_probe_enter;
+    let value: unsafe extern "C" fn(*const _, u64, u64) = jitmap_probe_value;
+    let start = jitmap::events::monotonic_ns();
+    // SAFETY: this thread's own context, attached.
+    unsafe {
+        enter(context, 7);
+        value(context, 7, 0xdead_beef);
+        enter(context, 8);
+        enter(std::ptr::null(), 9); // ignored
+    }
+    // 7 more fill the ring of 8; the last 2 are dropped.
+    for i in 0..7 {
+        // SAFETY: as above.
+        unsafe { value(context, 100, i) };
+    }
+    let end = jitmap::events::monotonic_ns();
+    drop(attached);
+    let profile = agent.stop().unwrap();
+    assert_eq!(profile.probes.enters, 2);
+    assert_eq!(profile.probes.values, 6);
+    assert_eq!(profile.probes.dropped, 2);
+    let tid = jitmap::events::current_tid();
+    let seen: Vec<(u32, u64, Option<u64>)> = profile
+        .kept_probes
+        .iter()
+        .map(|p: &ProbeEvent| (p.tid, p.method_id, p.value))
+        .collect();
+    let mut expected = vec![(tid, 7, None), (tid, 7, Some(0xdead_beef)), (tid, 8, None)];
+    expected.extend((0..5).map(|i| (tid, 100, Some(i))));
+    assert_eq!(seen, expected);
+    // Cycle counts converted to the monotonic clock, within a generous margin.
+    for p in &profile.kept_probes {
+        assert!(
+            p.time_ns + 50_000_000 >= start && p.time_ns <= end + 50_000_000,
+            "{} not in [{start}, {end}]",
+            p.time_ns
+        );
+    }
+}
+
+/// A version the churn thread published: when, where, and when it was freed.
+#[derive(Clone, Debug)]
+struct Version {
+    name: String,
+    start: usize,
+    size: u64,
+    published_ns: u64,
+    freed_ns: u64,
+}
+
+/// Machine code for a function that counts down and returns `id`.
+fn function_code(id: u32) -> Vec<u8> {
+    jitmap_sim::spin::function_code(id)
+}
+
+#[test]
+fn samples_name_the_right_version_while_methods_are_rejitted() {
+    if !cfg!(target_arch = "x86_64") {
+        println!("skipped: the functions are x86-64 code");
+        return;
+    }
+    let _one = one_agent();
+    let manager = manager();
+    let heap = manager
+        .create_owned_heap(HeapConfig {
+            span: 1 << 20,
+            ..HeapConfig::default()
+        })
+        .unwrap();
+    const SLOTS: usize = 4;
+    let shadow: Mutex<HashMap<u64, Version>> = Mutex::new(HashMap::new());
+    let publish = |slot: usize, generation: u32| -> (CodeRef, u64) {
+        let id = (slot as u32) << 24 | generation;
+        let code = function_code(id);
+        let mut r = heap.reserve(code.len() as u64).unwrap();
+        r.code_mut().copy_from_slice(&code);
+        let name = format!("m{slot}_g{generation}");
+        let published_ns = jitmap::events::monotonic_ns();
+        let info = CodeInfo::new(u64::from(id), name.clone(), JitKind::Optimized);
+        let code = r.publish(info).unwrap();
+        shadow.lock().unwrap().insert(
+            u64::from(id),
+            Version {
+                name,
+                start: code.start(),
+                size: code.size(),
+                published_ns,
+                freed_ns: u64::MAX,
+            },
+        );
+        (code, u64::from(id))
+    };
+    let mut current: Vec<(CodeRef, u64)> = (0..SLOTS).map(|slot| publish(slot, 0)).collect();
+    let cells: Vec<AtomicUsize> = current
+        .iter()
+        .map(|(code, _)| AtomicUsize::new(code.start()))
+        .collect();
+    let agent = Agent::start(
+        &manager,
+        AgentConfig {
+            hz: 5000,
+            clock: Clock::Wall,
+            keep_samples: true,
+            ..AgentConfig::default()
+        },
+    )
+    .unwrap();
+    let stop = AtomicBool::new(false);
+    let (calls, wrong, rejits) = std::thread::scope(|s| {
+        let churn = s.spawn(|| {
+            let mut rejits = 0u32;
+            let mut generation = 1;
+            // Relaxed: a stop flag; the scope's join orders everything else.
+            while !stop.load(Ordering::Relaxed) {
+                let slot = generation as usize % SLOTS;
+                let new = publish(slot, generation);
+                // Release: callers that load the new address see its code.
+                cells[slot].store(new.0.start(), Ordering::Release);
+                let (old, old_id) = std::mem::replace(&mut current[slot], new);
+                heap.free(old).unwrap();
+                shadow.lock().unwrap().get_mut(&old_id).unwrap().freed_ns =
+                    jitmap::events::monotonic_ns();
+                heap.try_reclaim();
+                generation += 1;
+                rejits += 1;
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            rejits
+        });
+        let executor = manager.register_executor().unwrap();
+        let attached = agent.attach_current_thread().unwrap();
+        let (mut calls, mut wrong) = (0u64, 0u64);
+        let until = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < until {
+            for cell in &cells {
+                // Acquire: the code behind the address is published.
+                let start = cell.load(Ordering::Acquire);
+                // SAFETY: a published function with the C ABI; this thread is an
+                // online executor, so the bytes stay until its next quiescent point.
+                let f: extern "C" fn() -> u32 = unsafe { std::mem::transmute(start) };
+                let got = u64::from(f());
+                // The function returns its own id: the version behind the cell ran.
+                let right = shadow
+                    .lock()
+                    .unwrap()
+                    .get(&got)
+                    .is_some_and(|v| v.start == start);
+                wrong += u64::from(!right);
+                calls += 1;
+                executor.quiescent();
+            }
+        }
+        drop(attached);
+        // Relaxed: see the churn loop.
+        stop.store(true, Ordering::Relaxed);
+        (calls, wrong, churn.join().unwrap())
+    });
+    let profile = agent.stop().unwrap();
+    let shadow = shadow.into_inner().unwrap();
+    assert_eq!(wrong, 0);
+    assert!(
+        calls > 1000 && rejits > 100,
+        "calls {calls} rejits {rejits}"
+    );
+    assert_eq!(profile.unattributed, 0);
+    let mut checked = 0;
+    let mut freed_later = 0;
+    let mut ran_after_free = 0;
+    for sample in &profile.kept_samples {
+        let Some(&SampleFrame::Jit {
+            addr,
+            method,
+            offset,
+        }) = sample.frames.first()
+        else {
+            continue;
+        };
+        let m = &profile.methods[method];
+        let v = shadow
+            .get(&m.method_id)
+            .unwrap_or_else(|| panic!("sampled method {} was never published", m.method_id));
+        assert_eq!(m.name, v.name);
+        assert_eq!(addr - v.start, offset as usize, "{m:?} {v:?}");
+        assert!((offset as u64) < v.size);
+        // The version whose bytes were at the address then: the latest one
+        // covering it that was published before the sample ended. (A freed
+        // version keeps running until the executor leaves it, and its bytes
+        // are reused only after the executor's next quiescent point, which
+        // comes after the handler returns.)
+        let occupant = shadow
+            .iter()
+            .filter(|(_, o)| {
+                addr >= o.start
+                    && ((addr - o.start) as u64) < o.size
+                    && o.published_ns <= sample.end_ns
+            })
+            .max_by_key(|(_, o)| o.published_ns)
+            .map(|(id, _)| *id);
+        assert_eq!(occupant, Some(m.method_id), "sample {sample:?} named {m:?}");
+        ran_after_free += u32::from(sample.begin_ns > v.freed_ns);
+        freed_later += u32::from(m.freed);
+        checked += 1;
+    }
+    assert!(checked >= 1000, "only {checked} samples in JIT code");
+    assert!(freed_later > 0, "no sampled version was freed later");
+    println!("{checked} JIT samples checked; {ran_after_free} in code freed while it ran");
+    // Versions of one slot share no name, so every label is its name.
+    assert!(profile.methods.iter().all(|m| m.label == m.name));
+}
