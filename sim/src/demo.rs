@@ -107,7 +107,7 @@ impl Demo {
             span: 1 << 20,
             ..HeapConfig::default()
         })?;
-        let cells: Box<[AtomicUsize; 5]> = Box::new(Default::default());
+        let cells: Box<[AtomicUsize; 5]> = Box::default();
         let work_cell = &cells[CELL_WORK] as *const AtomicUsize as u64;
         let mut code = Vec::new();
         for (i, name) in LEAVES.iter().enumerate() {

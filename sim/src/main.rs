@@ -84,6 +84,11 @@ enum Command {
         /// Print the report as one JSON object.
         #[arg(long)]
         json: bool,
+        /// Instead of profiling, measure the agent's cost on the demo: its
+        /// throughput at 1 kHz and 10 kHz over no agent, in rounds of
+        /// --seconds each, side by side.
+        #[arg(long)]
+        overhead: bool,
     },
     /// Writers publish, abort and free code while readers check every lookup.
     Stress {
@@ -142,7 +147,14 @@ fn main() -> ExitCode {
             clock,
             out,
             json,
-        }) => run_profile(hz, seconds, clock, &out, json),
+            overhead,
+        }) => {
+            if overhead {
+                run_overhead(seconds)
+            } else {
+                run_profile(hz, seconds, clock, &out, json)
+            }
+        }
         Some(Command::Stress {
             map,
             wx,
@@ -375,6 +387,38 @@ fn run_profile(
     } else {
         ExitCode::FAILURE
     })
+}
+
+fn run_overhead(seconds: f64) -> io::Result<ExitCode> {
+    if !(seconds.is_finite() && seconds > 0.0 && seconds <= 60.0) {
+        eprintln!("jitmap-sim profile --overhead: --seconds must be in (0, 60]");
+        return Ok(ExitCode::from(2));
+    }
+    let manager = std::sync::Arc::new(jitmap::ExecutionManager::new(16));
+    let rows = profile::overhead(
+        &manager,
+        &[1000, 10_000],
+        Duration::from_secs_f64(seconds),
+        5,
+    )
+    .map_err(|e| io::Error::other(e.to_string()))?;
+    let mut out = io::stdout().lock();
+    for row in rows {
+        let ratios: Vec<String> = row.ratios.iter().map(|r| format!("{r:.4}")).collect();
+        let floor: Vec<String> = row.floor.iter().map(|r| format!("{r:.4}")).collect();
+        writeln!(
+            out,
+            "{} Hz (wall), throughput over no agent, median of {}: agent {:.4} [{}], \
+             empty handler (floor) {:.4} [{}]",
+            row.hz,
+            row.ratios.len(),
+            profile::median(&row.ratios),
+            ratios.join(" "),
+            profile::median(&row.floor),
+            floor.join(" ")
+        )?;
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn run_stress(configs: &[StressConfig]) -> io::Result<ExitCode> {

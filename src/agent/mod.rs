@@ -724,6 +724,13 @@ impl AttachedThread {
         self.attachment.record.tid
     }
 
+    /// Samples and probe records in this thread's rings that the collector
+    /// has not taken yet: a backlog near the ring capacities means drops.
+    pub fn backlog(&self) -> (usize, usize) {
+        let record = &self.attachment.record;
+        (record.samples.len(), record.probes.len())
+    }
+
     /// Records a sample of this thread's stack now, through the same code as
     /// the signal handler (so it is as cheap, and as safe, in any context): for
     /// a host that samples on its own events, such as allocations or lock

@@ -58,6 +58,15 @@ impl<T: Copy + Default, F: Copy + Default> Ring<T, F> {
         self.dropped.load(Ordering::Relaxed)
     }
 
+    /// Records waiting for the consumer (a snapshot).
+    pub(crate) fn len(&self) -> usize {
+        // Acquire on both: a consistent-enough snapshot; `tail` is read last so
+        // the difference is never negative.
+        let head = self.head.load(Ordering::Acquire);
+        let tail = self.tail.load(Ordering::Acquire);
+        tail.wrapping_sub(head)
+    }
+
     /// Counts a record dropped without trying (the producer could not write).
     /// Any thread; async-signal-safe.
     pub(crate) fn count_drop(&self) {

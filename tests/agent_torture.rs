@@ -1,0 +1,251 @@
+//! Signal-safety torture: threads that live in malloc and free, in panics
+//! caught by `catch_unwind`, and in heap publish and free, sampled at 10 kHz
+//! for 5 seconds. No deadlock (a watchdog aborts the process), no crash, at
+//! least 80% of the expected samples, and a counting allocator that sees no
+//! allocation inside the handler or the probes.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use jitmap::agent::{
+    Agent, AgentConfig, CallCounters, Clock, jitmap_probe_count, jitmap_probe_enter,
+    jitmap_probe_value,
+};
+use jitmap::{CodeInfo, ExecutionManager, HeapConfig, JitKind};
+
+/// Counts heap calls per thread, and those made while SIGPROF is blocked in
+/// the calling thread, which (in this test) means inside the agent's handler:
+/// the kernel blocks a signal while its handler runs, and nothing else here
+/// blocks SIGPROF while allocating.
+struct Counting;
+
+/// Whether heap calls check the signal mask (only while the agent runs).
+static CHECK_MASK: AtomicBool = AtomicBool::new(false);
+/// Heap calls made with SIGPROF blocked.
+static WHILE_BLOCKED: AtomicU64 = AtomicU64::new(0);
+
+std::thread_local! {
+    /// This thread's heap calls. `const`, no destructor: never lazily set up.
+    static CALLS: Cell<u64> = const { Cell::new(0) };
+}
+
+fn note_heap_call() {
+    CALLS.with(|c| c.set(c.get() + 1));
+    // Relaxed: a switch set before the threads start and read by them.
+    if CHECK_MASK.load(Ordering::Relaxed) {
+        // SAFETY: sigset_t is plain storage; the query writes it.
+        let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+        // SAFETY: a query of this thread's mask (null new set).
+        let blocked = unsafe {
+            libc::pthread_sigmask(libc::SIG_BLOCK, std::ptr::null(), &mut set) == 0
+                && libc::sigismember(&set, libc::SIGPROF) == 1
+        };
+        if blocked {
+            // Relaxed: a counter read after the threads are joined.
+            WHILE_BLOCKED.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+// SAFETY: forwards to the system allocator; the counting has no effect on it.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        note_heap_call();
+        // SAFETY: the caller's contract, forwarded.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        note_heap_call();
+        // SAFETY: the caller's contract, forwarded.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        note_heap_call();
+        // SAFETY: the caller's contract, forwarded.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+const HZ: u32 = 10_000;
+const THREADS: usize = 2;
+const RUN: Duration = Duration::from_secs(5);
+
+/// Blocks SIGPROF on this thread around `f`.
+fn with_sigprof_blocked(f: impl FnOnce()) {
+    // SAFETY: sigsets are plain storage, initialized by sigemptyset.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGPROF);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
+        f();
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+    }
+}
+
+#[test]
+fn sampling_malloc_panics_and_heap_writers_is_safe() {
+    // The detector itself: an allocation with SIGPROF blocked is caught.
+    // Relaxed: no other thread runs yet.
+    CHECK_MASK.store(true, Ordering::Relaxed);
+    with_sigprof_blocked(|| drop(std::hint::black_box(vec![1u8; 64])));
+    // Relaxed: same thread.
+    assert_eq!(
+        WHILE_BLOCKED.swap(0, Ordering::Relaxed),
+        2,
+        "alloc and free seen"
+    );
+
+    std::panic::set_hook(Box::new(|_| {})); // the panics below are expected
+    let manager = Arc::new(ExecutionManager::new(32));
+    let heap = manager
+        .create_owned_heap(HeapConfig {
+            span: 4 << 20,
+            ..HeapConfig::default()
+        })
+        .unwrap();
+    let counters = CallCounters::new(16, 1000).unwrap();
+    let agent = Agent::start(
+        &manager,
+        AgentConfig {
+            hz: HZ,
+            clock: Clock::Wall,
+            ring_capacity: 1024,
+            ..AgentConfig::default()
+        },
+    )
+    .unwrap();
+    let progress: Vec<AtomicU64> = (0..THREADS).map(|_| AtomicU64::new(0)).collect();
+    let done = AtomicBool::new(false);
+    let probe_heap_calls = AtomicU64::new(0);
+    let started = Instant::now();
+    std::thread::scope(|s| {
+        // Watchdog: no progress for 15 s means a deadlock; abort so the test fails.
+        s.spawn(|| {
+            let mut last = vec![0; THREADS];
+            let mut still = Instant::now();
+            // Relaxed: a stop flag.
+            while !done.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(100));
+                // Relaxed: progress counters, compared over time only.
+                let now: Vec<u64> = progress.iter().map(|p| p.load(Ordering::Relaxed)).collect();
+                if now.iter().zip(&last).all(|(a, b)| a > b) {
+                    still = Instant::now();
+                    last = now;
+                } else if still.elapsed() > Duration::from_secs(15) {
+                    eprintln!("watchdog: no progress for 15 s ({now:?}): deadlock");
+                    std::process::abort();
+                }
+            }
+        });
+        for (t, progress) in progress.iter().enumerate() {
+            let (agent, heap, counters, probe_heap_calls) =
+                (&agent, &heap, &counters, &probe_heap_calls);
+            s.spawn(move || {
+                let attached = agent.attach_current_thread().unwrap();
+                let context = attached.probe_context();
+                let cell = counters.cell(t as u32).unwrap();
+                let mut round = 0u64;
+                while started.elapsed() < RUN {
+                    match round % 3 {
+                        // malloc and free of many sizes
+                        0 => {
+                            let mut v: Vec<Vec<u8>> = Vec::new();
+                            for i in 0..64 {
+                                v.push(vec![i as u8; 16 + (i * 97 + round as usize) % 4000]);
+                            }
+                            let s: String = v.iter().map(|x| x.len().to_string()).collect();
+                            std::hint::black_box(s);
+                        }
+                        // panics caught: the unwinder's locks and allocations
+                        1 => {
+                            for _ in 0..4 {
+                                let r = std::panic::catch_unwind(|| {
+                                    panic!("{}", std::hint::black_box("torture"))
+                                });
+                                assert!(r.is_err());
+                            }
+                        }
+                        // heap writers: publish and free (the heap's lock)
+                        _ => {
+                            let mut refs = Vec::new();
+                            for i in 0..16 {
+                                let mut r = heap.reserve(32 + i).unwrap();
+                                r.code_mut().fill(0xC3);
+                                refs.push(
+                                    r.publish(CodeInfo::new(i, "t", JitKind::Optimized))
+                                        .unwrap(),
+                                );
+                            }
+                            for r in refs {
+                                heap.free(r).unwrap();
+                            }
+                        }
+                    }
+                    // The probes, interrupted by signals too, allocate nothing.
+                    let before = CALLS.with(Cell::get);
+                    for i in 0..100 {
+                        // SAFETY: this thread's own context and a live cell.
+                        unsafe {
+                            jitmap_probe_enter(context, i);
+                            jitmap_probe_value(context, i, round);
+                            jitmap_probe_count(cell);
+                        }
+                    }
+                    // Relaxed: a sum read after the join.
+                    probe_heap_calls.fetch_add(CALLS.with(Cell::get) - before, Ordering::Relaxed);
+                    round += 1;
+                    // Relaxed: read by the watchdog only.
+                    progress.store(round, Ordering::Relaxed);
+                }
+                drop(attached);
+            });
+        }
+        // Wait for the workers (they are joined by the scope), then stop the watchdog.
+        while started.elapsed() < RUN + Duration::from_millis(200) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        // Relaxed: a stop flag.
+        done.store(true, Ordering::Relaxed);
+    });
+    let elapsed = started.elapsed().min(RUN).as_secs_f64();
+    let profile = agent.stop().unwrap();
+    // Relaxed: every thread is joined.
+    CHECK_MASK.store(false, Ordering::Relaxed);
+    // Relaxed: as above.
+    assert_eq!(
+        WHILE_BLOCKED.load(Ordering::Relaxed),
+        0,
+        "the handler allocated"
+    );
+    // Relaxed: as above.
+    assert_eq!(
+        probe_heap_calls.load(Ordering::Relaxed),
+        0,
+        "a probe allocated"
+    );
+    let expected = f64::from(HZ) * elapsed * THREADS as f64;
+    println!(
+        "torture: {} taken of {expected:.0} expected, {} dropped, {} probe records",
+        profile.taken,
+        profile.dropped,
+        profile.probes.enters + profile.probes.values
+    );
+    assert!(
+        profile.taken as f64 >= 0.8 * expected,
+        "{} samples of {expected:.0} expected",
+        profile.taken
+    );
+    assert_eq!(profile.samples + profile.dropped, profile.taken);
+    assert_eq!(profile.threads, THREADS);
+    assert!(profile.probes.enters > 0);
+}
