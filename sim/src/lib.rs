@@ -12,4 +12,5 @@ pub mod replay;
 pub mod rng;
 pub mod spin;
 pub mod stress;
+pub mod tiered;
 pub mod workload;

@@ -5,10 +5,11 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use jitmap::MapVersion;
-use jitmap::agent::Clock;
+use jitmap::agent::{AgentConfig, Clock};
 use jitmap::perf::check::{Body, check};
 use jitmap::perf::{PerfConfig, PerfMode};
 use jitmap_sim::stress::{self, StressConfig};
+use jitmap_sim::tiered::{self, RunConfig, Scenario};
 use jitmap_sim::{profile, replay};
 use std::time::Duration;
 
@@ -21,6 +22,40 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// The tiered JIT simulator (the default, as `run`): real code compiled at
+    /// two tiers, run, sampled, freed and unloaded, every answer checked.
+    Run {
+        /// startup, steady, large, unload, abort or mixed.
+        #[arg(long, default_value = "mixed")]
+        scenario: String,
+        /// Seconds to run.
+        #[arg(long, default_value_t = 15.0)]
+        seconds: f64,
+        /// Workload seed.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Map version of every heap.
+        #[arg(long, default_value = "v2")]
+        map: MapVersion,
+        /// W^X heaps (a write view and an execute view).
+        #[arg(long)]
+        wx: bool,
+        /// Executor threads.
+        #[arg(long, default_value_t = 2)]
+        threads: usize,
+        /// The agent's sampling rate (wall clock).
+        #[arg(long, default_value_t = 1000)]
+        hz: u32,
+        /// Directory for the agent's flamegraph, folded stacks and pprof.
+        #[arg(long)]
+        out: Option<std::path::PathBuf>,
+        /// Print the report as one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The spec's worked example under both maps, then a short stress of each
+    /// (what the default command ran before the simulator).
+    Spec,
     /// Replay a script of nibble-map operations (see README, "Replay scripts").
     Replay {
         /// Map version, unless the script says `map`.
@@ -172,7 +207,39 @@ fn main() -> ExitCode {
                 seed,
             }])
         }
-        None => run_default(),
+        Some(Command::Spec) => run_spec(),
+        Some(Command::Run {
+            scenario,
+            seconds,
+            seed,
+            map,
+            wx,
+            threads,
+            hz,
+            out,
+            json,
+        }) => run_tiered(
+            &scenario,
+            seconds,
+            seed,
+            map,
+            wx,
+            threads,
+            hz,
+            out.as_deref(),
+            json,
+        ),
+        None => run_tiered(
+            "mixed",
+            15.0,
+            1,
+            MapVersion::V2,
+            false,
+            2,
+            1000,
+            None,
+            false,
+        ),
     };
     match result {
         Ok(code) => code,
@@ -389,6 +456,97 @@ fn run_profile(
     })
 }
 
+/// The tiered simulator; a progress bar on a terminal.
+#[allow(clippy::too_many_arguments)] // one per command-line option
+fn run_tiered(
+    scenario: &str,
+    seconds: f64,
+    seed: u64,
+    map: MapVersion,
+    wx: bool,
+    threads: usize,
+    hz: u32,
+    out: Option<&std::path::Path>,
+    json: bool,
+) -> io::Result<ExitCode> {
+    use std::io::IsTerminal;
+    let bad = |what: String| {
+        eprintln!("jitmap-sim run: {what}");
+        Ok(ExitCode::from(2))
+    };
+    if !cfg!(target_arch = "x86_64") {
+        return bad("the simulator's JIT emits x86-64 code".into());
+    }
+    let scenario = match scenario.parse::<Scenario>() {
+        Ok(s) => s,
+        Err(e) => return bad(e),
+    };
+    if !(seconds.is_finite() && seconds > 0.0 && seconds <= 3600.0) {
+        return bad(format!("--seconds must be in (0, 3600], not {seconds}"));
+    }
+    if let Err(e) = (AgentConfig {
+        hz,
+        ..AgentConfig::default()
+    })
+    .validate()
+    {
+        return bad(format!("--hz: {e}"));
+    }
+    let config = RunConfig {
+        scenario,
+        duration: Duration::from_secs_f64(seconds),
+        seed,
+        version: map,
+        wx,
+        threads,
+        hz,
+    };
+    if let Err(e) = config.validate() {
+        return bad(e);
+    }
+    let bar = (!json && io::stderr().is_terminal()).then(|| {
+        let bar = indicatif::ProgressBar::new(1000);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{msg} [{bar:40}] {elapsed}/{duration}")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        bar.set_message(format!("jitmap-sim run {scenario}"));
+        bar
+    });
+    let progress = |f: f64| {
+        if let Some(bar) = &bar {
+            bar.set_position((f.clamp(0.0, 1.0) * 1000.0) as u64);
+        }
+    };
+    let report = match tiered::run(config, out, &progress) {
+        Ok(r) => r,
+        Err(e) => {
+            if let Some(bar) = &bar {
+                bar.abandon();
+            }
+            eprintln!("jitmap-sim run: {e}");
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    let mut stdout = io::stdout().lock();
+    if json {
+        writeln!(stdout, "{}", report.json())?;
+    } else {
+        write!(stdout, "{}", report.text())?;
+        if let Some(dir) = out {
+            writeln!(stdout, "agent outputs in {}", dir.display())?;
+        }
+    }
+    Ok(if report.wrong == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
 fn run_overhead(seconds: f64) -> io::Result<ExitCode> {
     if !(seconds.is_finite() && seconds > 0.0 && seconds <= 60.0) {
         eprintln!("jitmap-sim profile --overhead: --seconds must be in (0, 60]");
@@ -452,8 +610,8 @@ fn run_stress(configs: &[StressConfig]) -> io::Result<ExitCode> {
     })
 }
 
-/// The default run: the spec example under both maps, then a short stress of each.
-fn run_default() -> io::Result<ExitCode> {
+/// The spec example under both maps, then a short stress of each.
+fn run_spec() -> io::Result<ExitCode> {
     let mut ok = true;
     {
         let mut out = io::stdout().lock();

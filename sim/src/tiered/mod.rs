@@ -1,0 +1,931 @@
+//! `run`: a small tiered JIT whose compiled code really runs, under the agent,
+//! with every result, lookup and sample checked against a shadow model.
+//!
+//! Threads:
+//! - **executors** (`--threads`, attached to the agent, registered as
+//!   [`jitmap::Executor`]s) call random root methods through their
+//!   indirection cells and check each result;
+//! - the **compiler** publishes tier-0 code, tiers methods up when their call
+//!   counters cross, swaps cells, retires old code, aborts a share of its
+//!   compilations, de-optimizes methods back to tier 0, and loads and unloads
+//!   whole groups of methods, each in its own heap;
+//! - **readers** look up random addresses and judge every answer.
+
+mod codegen;
+pub mod shadow;
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use iced_x86::code_asm::CodeAssembler;
+use jitmap::agent::{Agent, AgentConfig, CallCounters, Clock, SampleFrame};
+use jitmap::events::monotonic_ns;
+use jitmap::heap::MemoryMode;
+use jitmap::{CodeInfo, CodeRef, ExecutionManager, HeapConfig, JitKind, MapVersion, OwnedHeap};
+use parking_lot::{Mutex, RwLock};
+
+use crate::demo::DemoError;
+use crate::rng::Rng;
+use codegen::{MethodShape, triangle};
+use shadow::{Shadow, Version};
+
+/// The scenarios, by name.
+pub const SCENARIOS: [&str; 6] = ["startup", "steady", "large", "unload", "abort", "mixed"];
+
+/// A workload.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scenario {
+    /// A burst of thousands of compilations, then tier-ups.
+    Startup,
+    /// Tier-ups and churn: methods de-optimized and tiered up again.
+    Steady,
+    /// Methods of 1 MiB and more.
+    Large,
+    /// Whole heaps created and dropped while readers and the sampler run.
+    Unload,
+    /// A share of compilations fail and abort.
+    Abort,
+    /// All of the above.
+    Mixed,
+}
+
+impl FromStr for Scenario {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        Ok(match s {
+            "startup" => Self::Startup,
+            "steady" => Self::Steady,
+            "large" => Self::Large,
+            "unload" => Self::Unload,
+            "abort" => Self::Abort,
+            "mixed" => Self::Mixed,
+            _ => {
+                return Err(format!(
+                    "unknown scenario {s:?}; the scenarios are: {}",
+                    SCENARIOS.join(", ")
+                ));
+            }
+        })
+    }
+}
+
+impl fmt::Display for Scenario {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(SCENARIOS[*self as usize])
+    }
+}
+
+/// What a scenario does.
+#[derive(Clone, Copy, Debug)]
+struct Params {
+    /// Methods in the permanent group.
+    methods: usize,
+    /// Large methods (1 MiB and more) in it.
+    large: usize,
+    /// Calls before a tier-up.
+    threshold: u32,
+    /// Percent of compilations that abort.
+    abort_percent: u64,
+    /// De-optimize tier-1 methods back to tier 0.
+    churn: bool,
+    /// Load and unload groups in their own heaps.
+    unload: bool,
+}
+
+impl Scenario {
+    fn params(self) -> Params {
+        let base = Params {
+            methods: 256,
+            large: 0,
+            threshold: 50,
+            abort_percent: 0,
+            churn: false,
+            unload: false,
+        };
+        match self {
+            Self::Startup => Params {
+                methods: 4000,
+                threshold: 20,
+                ..base
+            },
+            Self::Steady => Params {
+                churn: true,
+                ..base
+            },
+            Self::Large => Params { large: 6, ..base },
+            Self::Unload => Params {
+                unload: true,
+                ..base
+            },
+            Self::Abort => Params {
+                abort_percent: 25,
+                ..base
+            },
+            Self::Mixed => Params {
+                methods: 1000,
+                large: 2,
+                threshold: 30,
+                abort_percent: 10,
+                churn: true,
+                unload: true,
+            },
+        }
+    }
+}
+
+/// How to run.
+#[derive(Clone, Copy, Debug)]
+pub struct RunConfig {
+    /// The workload.
+    pub scenario: Scenario,
+    /// How long.
+    pub duration: Duration,
+    /// Workload seed.
+    pub seed: u64,
+    /// Nibble-map version of every heap.
+    pub version: MapVersion,
+    /// W^X heaps (a write view and an execute view).
+    pub wx: bool,
+    /// Executor threads (1 to 64).
+    pub threads: usize,
+    /// Agent sampling rate (wall clock).
+    pub hz: u32,
+}
+
+impl RunConfig {
+    /// Checks the numbers.
+    pub fn validate(&self) -> Result<(), String> {
+        if !(1..=64).contains(&self.threads) {
+            return Err(format!("--threads must be 1 to 64, not {}", self.threads));
+        }
+        if self.duration.is_zero() || self.duration > Duration::from_secs(3600) {
+            return Err("--seconds must be in (0, 3600]".into());
+        }
+        Ok(())
+    }
+}
+
+/// Why a run could not go on (as opposed to a wrong answer, which it reports).
+/// Any error converts into it with `?`, keeping its message.
+#[derive(Debug)]
+pub struct RunError(pub String);
+
+impl fmt::Display for RunError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl<E: std::error::Error> From<E> for RunError {
+    fn from(e: E) -> Self {
+        Self(e.to_string())
+    }
+}
+
+/// What a run did and found.
+#[derive(Clone, Debug, Default)]
+pub struct Report {
+    /// The scenario run.
+    pub scenario: String,
+    /// Seconds run.
+    pub seconds: f64,
+    /// Tier-0 compilations published.
+    pub tier0: u64,
+    /// Tier-1 compilations published (tier-ups).
+    pub tier_ups: u64,
+    /// Tier-1 methods sent back to tier 0.
+    pub deopts: u64,
+    /// Tier-up latency from the crossing seen to the cell swapped, µs.
+    pub tier_up_p50_us: f64,
+    /// The same, 99th percentile.
+    pub tier_up_p99_us: f64,
+    /// Blocks published.
+    pub publishes: u64,
+    /// Compilations aborted.
+    pub aborts: u64,
+    /// Blocks freed (one at a time).
+    pub frees: u64,
+    /// Heaps dropped with their code.
+    pub unloads: u64,
+    /// Code bytes live at the end.
+    pub live_bytes: u64,
+    /// Code bytes live at the peak.
+    pub peak_bytes: u64,
+    /// 1 − largest free range / free bytes, in the permanent heap at the end.
+    pub fragmentation: f64,
+    /// Resident bytes of every live heap's nibble map at the end.
+    pub map_resident_bytes: u64,
+    /// Lookups the readers made (each judged).
+    pub lookups: u64,
+    /// Method results checked.
+    pub results_checked: u64,
+    /// Samples the agent took.
+    pub samples: u64,
+    /// JIT frames of samples judged.
+    pub frames_checked: u64,
+    /// Entry-probe records.
+    pub probe_enters: u64,
+    /// Call-counter crossings taken by the compiler.
+    pub crossings: u64,
+    /// Top methods by self samples: name, samples, share.
+    pub top: Vec<(String, u64, f64)>,
+    /// Wrong results, lookups and samples: must be 0.
+    pub wrong: u64,
+    /// The first wrong answers, described.
+    pub wrong_details: Vec<String>,
+}
+
+impl Report {
+    /// Lookups per second.
+    pub fn lookups_per_second(&self) -> f64 {
+        self.lookups as f64 / self.seconds.max(1e-9)
+    }
+
+    /// The report as one JSON object with stable keys.
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "scenario": self.scenario,
+            "seconds": self.seconds,
+            "wrong": self.wrong,
+            "wrong_details": self.wrong_details,
+            "results_checked": self.results_checked,
+            "lookups": self.lookups,
+            "lookups_per_second": self.lookups_per_second(),
+            "samples": self.samples,
+            "frames_checked": self.frames_checked,
+            "tier0": self.tier0,
+            "tier_ups": self.tier_ups,
+            "deopts": self.deopts,
+            "tier_up_p50_us": self.tier_up_p50_us,
+            "tier_up_p99_us": self.tier_up_p99_us,
+            "publishes": self.publishes,
+            "aborts": self.aborts,
+            "frees": self.frees,
+            "unloads": self.unloads,
+            "live_bytes": self.live_bytes,
+            "peak_bytes": self.peak_bytes,
+            "fragmentation": self.fragmentation,
+            "map_resident_bytes": self.map_resident_bytes,
+            "probe_enters": self.probe_enters,
+            "crossings": self.crossings,
+            "top": self.top.iter().map(|(n, s, share)| serde_json::json!({"name": n, "self_samples": s, "self_share": share})).collect::<Vec<_>>(),
+        })
+    }
+
+    /// The report as text.
+    pub fn text(&self) -> String {
+        let mut out = format!(
+            "scenario {} for {:.1} s\n\
+             compilations: tier 0 {}, tier 1 (tier-ups) {}, de-optimized {}; \
+             tier-up latency p50 {:.0} us, p99 {:.0} us\n\
+             publishes {}, aborts {}, frees {}, unloads {}\n\
+             code bytes live {} (peak {}), fragmentation {:.1}%, map resident {} bytes\n\
+             lookups {} ({:.0} per second), results checked {}\n\
+             agent: {} samples, {} JIT frames checked, {} probe entries, {} counter crossings\n",
+            self.scenario,
+            self.seconds,
+            self.tier0,
+            self.tier_ups,
+            self.deopts,
+            self.tier_up_p50_us,
+            self.tier_up_p99_us,
+            self.publishes,
+            self.aborts,
+            self.frees,
+            self.unloads,
+            self.live_bytes,
+            self.peak_bytes,
+            self.fragmentation * 100.0,
+            self.map_resident_bytes,
+            self.lookups,
+            self.lookups_per_second(),
+            self.results_checked,
+            self.samples,
+            self.frames_checked,
+            self.probe_enters,
+            self.crossings,
+        );
+        out.push_str("top methods (self samples):\n");
+        for (name, samples, share) in &self.top {
+            out.push_str(&format!("  {samples:>7} {:>5.1}%  {name}\n", share * 100.0));
+        }
+        out.push_str(&format!("wrong answers: {}\n", self.wrong));
+        for d in &self.wrong_details {
+            out.push_str(&format!("  {d}\n"));
+        }
+        out
+    }
+}
+
+/// One method of a group.
+#[derive(Clone, Copy, Debug)]
+struct Method {
+    work: u32,
+    callee: Option<usize>,
+    /// What a call returns.
+    value: u64,
+    /// Filler bytes in tier 0 (large methods).
+    filler: usize,
+}
+
+/// A group of methods in one heap: the permanent group, or a loaded one that
+/// is later unloaded with its heap.
+struct Group {
+    id: u32,
+    heap: Mutex<Option<OwnedHeap>>,
+    methods: Vec<Method>,
+    /// Roots: methods no other method calls.
+    roots: Vec<usize>,
+    /// Each method's current entry (0 until compiled).
+    cells: Box<[AtomicUsize]>,
+    counters: CallCounters,
+    /// Each method's current code: ref, version id, tier.
+    current: Mutex<Vec<Option<(CodeRef, u64, u8)>>>,
+    alive: AtomicBool,
+}
+
+/// Methods call the next one in chains of this length.
+const CHAIN: usize = 4;
+
+impl Group {
+    fn new(
+        id: u32,
+        manager: &Arc<ExecutionManager>,
+        config: &RunConfig,
+        methods: usize,
+        large: usize,
+        threshold: u32,
+        rng: &mut Rng,
+    ) -> Result<Self, RunError> {
+        let filler_total: u64 = (large as u64) * (3 << 20);
+        let heap = manager.create_owned_heap(HeapConfig {
+            span: (16 << 20) + filler_total + methods as u64 * 512,
+            version: config.version,
+            mode: if config.wx {
+                MemoryMode::WriteXorExecute
+            } else {
+                MemoryMode::Rwx
+            },
+            ..HeapConfig::default()
+        })?;
+        let mut list: Vec<Method> = (0..methods)
+            .map(|i| Method {
+                work: 50 + rng.below(400) as u32,
+                callee: (i % CHAIN != CHAIN - 1 && i + 1 < methods).then_some(i + 1),
+                value: 0,
+                filler: if i < large {
+                    (1 << 20) + rng.below(1 << 20) as usize
+                } else {
+                    0
+                },
+            })
+            .collect();
+        for i in (0..methods).rev() {
+            let callee = list[i].callee.map_or(0, |c| list[c].value);
+            list[i].value = triangle(list[i].work) + i as u64 + callee;
+        }
+        Ok(Self {
+            id,
+            heap: Mutex::new(Some(heap)),
+            roots: (0..methods).step_by(CHAIN).collect(),
+            cells: (0..methods).map(|_| AtomicUsize::new(0)).collect(),
+            counters: CallCounters::new(methods as u32, threshold)?,
+            current: Mutex::new(vec![None; methods]),
+            methods: list,
+            alive: AtomicBool::new(true),
+        })
+    }
+}
+
+/// Counters shared by the threads.
+#[derive(Default)]
+struct Counters {
+    tier0: AtomicU64,
+    tier_ups: AtomicU64,
+    deopts: AtomicU64,
+    publishes: AtomicU64,
+    aborts: AtomicU64,
+    frees: AtomicU64,
+    unloads: AtomicU64,
+    live_bytes: AtomicU64,
+    peak_bytes: AtomicU64,
+    lookups: AtomicU64,
+    results: AtomicU64,
+    crossings: AtomicU64,
+    wrong: AtomicU64,
+}
+
+/// The state every thread shares.
+struct Sim {
+    manager: Arc<ExecutionManager>,
+    config: RunConfig,
+    params: Params,
+    groups: RwLock<Vec<Arc<Group>>>,
+    shadow: RwLock<Shadow>,
+    next_version: AtomicU64,
+    counts: Counters,
+    wrong_details: Mutex<Vec<String>>,
+    latencies: Mutex<Vec<u64>>,
+    stop: AtomicBool,
+}
+
+impl Sim {
+    fn wrong(&self, what: String) {
+        // Relaxed: a counter read after the threads are joined.
+        self.counts.wrong.fetch_add(1, Ordering::Relaxed);
+        let mut d = self.wrong_details.lock();
+        if d.len() < 10 {
+            d.push(what);
+        }
+    }
+
+    fn stopping(&self) -> bool {
+        // Relaxed: a stop flag; the joins order everything else.
+        self.stop.load(Ordering::Relaxed)
+    }
+
+    /// Compiles method `m` of `group` at `tier`; `None` if the compilation
+    /// aborted (the scenario's share).
+    fn compile(
+        &self,
+        group: &Group,
+        m: usize,
+        tier: u8,
+        rng: &mut Rng,
+    ) -> Result<Option<(CodeRef, u64)>, RunError> {
+        let method = group.methods[m];
+        let version = self.next_version.fetch_add(1, Ordering::Relaxed); // Relaxed: unique ids only
+        let shape = MethodShape {
+            index: m as u32,
+            work: method.work,
+            callee_cell: method
+                .callee
+                .map(|c| &group.cells[c] as *const AtomicUsize as u64),
+            counter_cell: group.counters.cell(m as u32).map_or(0, |c| c as u64),
+            probe_id: version,
+            filler: if tier == 0 { method.filler } else { 0 },
+        };
+        let assemble = |ip: u64| -> Result<Vec<u8>, RunError> {
+            let mut a = CodeAssembler::new(64).map_err(DemoError::from)?;
+            match tier {
+                0 => codegen::tier0(&mut a, &shape),
+                _ => codegen::tier1(&mut a, &shape),
+            }
+            .map_err(DemoError::from)?;
+            Ok(a.assemble(ip).map_err(DemoError::from)?)
+        };
+        let size = assemble(0)?.len() as u64;
+        let heap_guard = group.heap.lock();
+        let Some(heap) = heap_guard.as_ref() else {
+            return Ok(None);
+        };
+        let mut r = heap.reserve(size)?;
+        let bytes = assemble(r.address() as u64)?;
+        r.code_mut().copy_from_slice(&bytes);
+        if rng.chance(self.params.abort_percent) {
+            r.abort();
+            // Relaxed: statistics.
+            self.counts.aborts.fetch_add(1, Ordering::Relaxed);
+            return Ok(None);
+        }
+        let name = format!("g{}_m{m}_t{tier}", group.id);
+        let start = r.address();
+        self.shadow.write().publishing(
+            version,
+            Version {
+                name: name.clone(),
+                start,
+                size,
+                publish_begin: monotonic_ns(),
+                publish_end: u64::MAX,
+                free_begin: u64::MAX,
+                free_end: u64::MAX,
+            },
+        );
+        let kind = if tier == 0 {
+            JitKind::Baseline
+        } else {
+            JitKind::Optimized
+        };
+        let code = match r.publish(CodeInfo::new(version, name, kind)) {
+            Ok(code) => code,
+            Err(e) => {
+                self.shadow.write().unpublished(version);
+                return Err(e.into());
+            }
+        };
+        self.shadow.write().published(version, monotonic_ns());
+        // Relaxed: statistics.
+        self.counts.publishes.fetch_add(1, Ordering::Relaxed);
+        let live = self.counts.live_bytes.fetch_add(size, Ordering::Relaxed) + size;
+        self.counts.peak_bytes.fetch_max(live, Ordering::Relaxed);
+        Ok(Some((code, version)))
+    }
+
+    /// Compiles `m` at `tier` (retrying aborted compilations), swaps its cell
+    /// and frees the code it replaces. Returns false if the group is gone.
+    fn install(&self, group: &Group, m: usize, tier: u8, rng: &mut Rng) -> Result<bool, RunError> {
+        let (code, version) = loop {
+            if !group.alive.load(Ordering::Acquire) {
+                // Acquire: pairs with the unload's Release; nothing to install.
+                return Ok(false);
+            }
+            if let Some(done) = self.compile(group, m, tier, rng)? {
+                break done;
+            }
+        };
+        // Release: an executor that loads the new entry sees its code.
+        group.cells[m].store(code.start(), Ordering::Release);
+        let old = group.current.lock()[m].replace((code, version, tier));
+        if let Some((old, old_version, _)) = old {
+            self.free(group, old, old_version)?;
+        }
+        Ok(true)
+    }
+
+    fn free(&self, group: &Group, code: CodeRef, version: u64) -> Result<(), RunError> {
+        self.shadow.write().freeing(version, monotonic_ns());
+        if let Some(heap) = group.heap.lock().as_ref() {
+            heap.free(code)?;
+        }
+        self.shadow.write().freed(version, monotonic_ns());
+        // Relaxed: statistics.
+        self.counts.frees.fetch_add(1, Ordering::Relaxed);
+        self.counts
+            .live_bytes
+            .fetch_sub(code.size(), Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Publishes tier 0 of every method of `group`, callees first.
+    fn load(&self, group: &Group, rng: &mut Rng) -> Result<(), RunError> {
+        for m in (0..group.methods.len()).rev() {
+            if self.stopping() || !self.install(group, m, 0, rng)? {
+                break;
+            }
+            // Relaxed: statistics.
+            self.counts.tier0.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Drops `group`'s heap with all its code, after taking it out of use.
+    fn unload(&self, group: &Group) {
+        // Release: executors that see the group dead stop picking it.
+        group.alive.store(false, Ordering::Release);
+        let now = monotonic_ns();
+        let versions: Vec<(u64, u64)> = group
+            .current
+            .lock()
+            .iter()
+            .flatten()
+            .map(|(code, v, _)| (*v, code.size()))
+            .collect();
+        {
+            let mut shadow = self.shadow.write();
+            for (v, _) in &versions {
+                shadow.freeing(*v, now);
+            }
+        }
+        drop(group.heap.lock().take());
+        let now = monotonic_ns();
+        let mut shadow = self.shadow.write();
+        for (v, size) in versions {
+            shadow.freed(v, now);
+            // Relaxed: statistics.
+            self.counts.live_bytes.fetch_sub(size, Ordering::Relaxed);
+        }
+        // Relaxed: statistics.
+        self.counts.unloads.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The compiler thread.
+    fn compiler(&self) -> Result<(), RunError> {
+        let mut rng = Rng::new(self.config.seed ^ 0xC0DE);
+        let main = Arc::clone(&self.groups.read()[0]);
+        self.load(&main, &mut rng)?;
+        let mut last_load = Instant::now();
+        let mut next_group = 1;
+        while !self.stopping() {
+            let groups: Vec<Arc<Group>> = self.groups.read().clone();
+            for group in &groups {
+                for m in group.counters.take_crossed() {
+                    let seen = monotonic_ns();
+                    // Relaxed: statistics.
+                    self.counts.crossings.fetch_add(1, Ordering::Relaxed);
+                    if self.install(group, m as usize, 1, &mut rng)? {
+                        self.counts.tier_ups.fetch_add(1, Ordering::Relaxed);
+                        self.latencies.lock().push(monotonic_ns() - seen);
+                    }
+                }
+            }
+            if self.params.churn && rng.chance(20) {
+                let m = rng.below(main.methods.len() as u64) as usize;
+                let tier1 = matches!(main.current.lock()[m], Some((_, _, 1)));
+                if tier1 && self.install(&main, m, 0, &mut rng)? {
+                    main.counters.rearm(m as u32, self.params.threshold)?;
+                    // Relaxed: statistics.
+                    self.counts.deopts.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            if self.params.unload && last_load.elapsed() > Duration::from_millis(150) {
+                last_load = Instant::now();
+                let group = Arc::new(Group::new(
+                    next_group,
+                    &self.manager,
+                    &self.config,
+                    64,
+                    0,
+                    self.params.threshold,
+                    &mut rng,
+                )?);
+                next_group += 1;
+                self.load(&group, &mut rng)?;
+                let retired = {
+                    let mut groups = self.groups.write();
+                    groups.push(group);
+                    (groups.len() > 4).then(|| groups.remove(1))
+                };
+                if let Some(old) = retired {
+                    self.unload(&old);
+                }
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        Ok(())
+    }
+
+    /// An executor thread: calls roots, checks results.
+    fn executor(&self, agent: &Agent, seed: u64) -> Result<(), RunError> {
+        let executor = self.manager.register_executor()?;
+        let attached = agent.attach_current_thread()?;
+        let context = attached.probe_context() as u64;
+        let mut rng = Rng::new(seed);
+        while !self.stopping() {
+            let group = {
+                let groups = self.groups.read();
+                Arc::clone(&groups[rng.below(groups.len() as u64) as usize])
+            };
+            // Acquire: pairs with the unload's Release.
+            if !group.alive.load(Ordering::Acquire) {
+                continue;
+            }
+            let root = group.roots[rng.below(group.roots.len() as u64) as usize];
+            // Acquire: the code behind a published entry is complete.
+            let entry = group.cells[root].load(Ordering::Acquire);
+            if entry == 0 || !chain_ready(&group, root) {
+                std::thread::yield_now();
+                executor.quiescent();
+                continue;
+            }
+            // SAFETY: `entry` is a published method of the signature below (see
+            // `codegen`); this thread is an online executor, so the code it
+            // enters, and any code it returns into, stays intact until its
+            // quiescent point after the call.
+            let f: extern "C" fn(u64) -> u64 = unsafe { std::mem::transmute(entry) };
+            let got = f(context);
+            let expected = group.methods[root].value;
+            // Relaxed: statistics.
+            self.counts.results.fetch_add(1, Ordering::Relaxed);
+            if got != expected {
+                self.wrong(format!(
+                    "g{}_m{root} returned {got}, expected {expected}",
+                    group.id
+                ));
+            }
+            executor.quiescent();
+        }
+        Ok(())
+    }
+
+    /// A reader thread: looks up addresses inside live versions and anywhere
+    /// in the heaps, and judges each answer.
+    fn reader(&self, seed: u64) -> Result<(), RunError> {
+        let reader = self.manager.register()?;
+        let mut rng = Rng::new(seed);
+        let mut spans: Vec<(usize, u64)> = Vec::new();
+        let mut n = 0u64;
+        while !self.stopping() {
+            if n % 4096 == 0 {
+                spans = self
+                    .manager
+                    .heaps()
+                    .iter()
+                    .map(|h| (h.base(), h.span()))
+                    .collect();
+            }
+            n += 1;
+            let (addr, expected) = if rng.chance(75) {
+                match self.shadow.read().pick(rng.next_u64()) {
+                    Some((id, v)) => (v.start + rng.below(v.size) as usize, Some(id)),
+                    None => continue,
+                }
+            } else if let Some(&(base, span)) =
+                spans.get(rng.below(spans.len().max(1) as u64) as usize)
+            {
+                (base + rng.below(span) as usize, None)
+            } else {
+                continue;
+            };
+            let t0 = monotonic_ns();
+            let found = {
+                let guard = reader.pin()?;
+                self.manager
+                    .find(&guard, addr)
+                    .map_err(|e| RunError(e.to_string()))?
+                    .map(|b| (b.method_id(), b.start()))
+            };
+            let t1 = monotonic_ns();
+            // Relaxed: statistics.
+            self.counts.lookups.fetch_add(1, Ordering::Relaxed);
+            if let Err(what) = self
+                .shadow
+                .read()
+                .judge_lookup(addr, t0, t1, found, expected)
+            {
+                self.wrong(what);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Whether every method on `root`'s chain is compiled.
+fn chain_ready(group: &Group, root: usize) -> bool {
+    let mut m = Some(root);
+    while let Some(i) = m {
+        // Acquire: as for the root's entry.
+        if group.cells[i].load(Ordering::Acquire) == 0 {
+            return false;
+        }
+        m = group.methods[i].callee;
+    }
+    true
+}
+
+/// Runs `config`; `progress` is told the elapsed fraction now and then.
+/// `out`, if given, receives the agent's outputs.
+pub fn run(
+    config: RunConfig,
+    out: Option<&std::path::Path>,
+    progress: &(dyn Fn(f64) + Sync),
+) -> Result<Report, RunError> {
+    config.validate().map_err(RunError)?;
+    let params = config.scenario.params();
+    let manager = Arc::new(ExecutionManager::new(128));
+    let mut rng = Rng::new(config.seed);
+    let main = Group::new(
+        0,
+        &manager,
+        &config,
+        params.methods,
+        params.large,
+        params.threshold,
+        &mut rng,
+    )?;
+    let sim = Sim {
+        manager: Arc::clone(&manager),
+        config,
+        params,
+        groups: RwLock::new(vec![Arc::new(main)]),
+        shadow: RwLock::new(Shadow::default()),
+        next_version: AtomicU64::new(1),
+        counts: Counters::default(),
+        wrong_details: Mutex::new(Vec::new()),
+        latencies: Mutex::new(Vec::new()),
+        stop: AtomicBool::new(false),
+    };
+    let agent = Agent::start(
+        &manager,
+        AgentConfig {
+            hz: config.hz,
+            clock: Clock::Wall,
+            keep_samples: true,
+            ..AgentConfig::default()
+        },
+    )?;
+    let started = Instant::now();
+    let errors: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    let record = |r: Result<(), RunError>| {
+        if let Err(e) = r {
+            errors.lock().push(e.0);
+            // Relaxed: a stop flag.
+            sim.stop.store(true, Ordering::Relaxed);
+        }
+    };
+    std::thread::scope(|s| {
+        s.spawn(|| record(sim.compiler()));
+        for t in 0..config.threads {
+            let (sim, agent, record) = (&sim, &agent, &record);
+            s.spawn(move || record(sim.executor(agent, config.seed + 1 + t as u64)));
+        }
+        for t in 0..2 {
+            let (sim, record) = (&sim, &record);
+            s.spawn(move || record(sim.reader(config.seed + 100 + t)));
+        }
+        while started.elapsed() < config.duration && !sim.stopping() {
+            progress(started.elapsed().as_secs_f64() / config.duration.as_secs_f64());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        progress(1.0);
+        // Relaxed: a stop flag; the scope's joins order the rest.
+        sim.stop.store(true, Ordering::Relaxed);
+    });
+    let seconds = started.elapsed().as_secs_f64();
+    let profile = agent.stop()?;
+    if let Some(e) = errors.into_inner().into_iter().next() {
+        return Err(RunError(e));
+    }
+    if let Some(dir) = out {
+        let run = crate::profile::ProfileRun {
+            profile: profile.clone(),
+            calls: 0,
+            wrong: 0,
+            period_ns: 1_000_000_000 / u64::from(config.hz),
+        };
+        crate::profile::write_outputs(&run, dir)?;
+    }
+    // Every sample's JIT frames, judged against the shadow model.
+    let mut frames_checked = 0;
+    {
+        let shadow = sim.shadow.read();
+        for sample in &profile.kept_samples {
+            for (depth, frame) in sample.frames.iter().enumerate() {
+                if let SampleFrame::Jit { addr, method, .. } = *frame {
+                    let m = &profile.methods[method];
+                    let at = if depth == 0 { addr } else { addr - 1 };
+                    frames_checked += 1;
+                    if let Err(what) = shadow.judge_sample(at, sample.end_ns, m.method_id, &m.name)
+                    {
+                        sim.wrong(what);
+                    }
+                }
+            }
+        }
+        if profile.unattributed > 0 {
+            sim.wrong(format!("{} samples unattributed", profile.unattributed));
+        }
+    }
+    let groups = sim.groups.read();
+    let main_stats = groups[0].heap.lock().as_ref().map(|h| h.stats());
+    let map_resident_bytes = groups
+        .iter()
+        .filter_map(|g| {
+            g.heap
+                .lock()
+                .as_ref()
+                .and_then(|h| h.map().words().resident_bytes().ok())
+        })
+        .sum::<usize>() as u64;
+    let mut latencies = sim.latencies.lock().clone();
+    latencies.sort_unstable();
+    let pct = |p: f64| {
+        latencies
+            .get(((latencies.len() as f64 * p) as usize).min(latencies.len().saturating_sub(1)))
+            .map_or(0.0, |&ns| ns as f64 / 1000.0)
+    };
+    let c = &sim.counts;
+    // Relaxed (all loads below): the threads are joined.
+    let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    Ok(Report {
+        scenario: config.scenario.to_string(),
+        seconds,
+        tier0: load(&c.tier0),
+        tier_ups: load(&c.tier_ups),
+        deopts: load(&c.deopts),
+        tier_up_p50_us: pct(0.5),
+        tier_up_p99_us: pct(0.99),
+        publishes: load(&c.publishes),
+        aborts: load(&c.aborts),
+        frees: load(&c.frees),
+        unloads: load(&c.unloads),
+        live_bytes: load(&c.live_bytes),
+        peak_bytes: load(&c.peak_bytes),
+        fragmentation: main_stats.map_or(0.0, |s| {
+            if s.free == 0 {
+                0.0
+            } else {
+                1.0 - s.largest_free as f64 / s.free as f64
+            }
+        }),
+        map_resident_bytes,
+        lookups: load(&c.lookups),
+        results_checked: load(&c.results),
+        samples: profile.samples,
+        frames_checked,
+        probe_enters: profile.probes.enters,
+        crossings: load(&c.crossings),
+        top: profile
+            .summary()
+            .into_iter()
+            .take(10)
+            .map(|m| (m.name, m.self_samples, m.self_share))
+            .collect(),
+        wrong: load(&c.wrong),
+        wrong_details: sim.wrong_details.lock().clone(),
+    })
+}

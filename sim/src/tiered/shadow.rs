@@ -1,0 +1,234 @@
+//! The simulator's shadow model: every code version it ever published, with
+//! the times around its publish and its free, against which every lookup and
+//! every agent sample is judged.
+
+use std::collections::HashMap;
+
+/// One published version of a method.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Version {
+    /// Its name (group, method, tier).
+    pub name: String,
+    /// Address of its first byte.
+    pub start: usize,
+    /// Size in bytes.
+    pub size: u64,
+    /// CLOCK_MONOTONIC ns before its publish began (after its bytes were
+    /// reserved and written).
+    pub publish_begin: u64,
+    /// After its publish returned.
+    pub publish_end: u64,
+    /// Before its free began (`u64::MAX` while live).
+    pub free_begin: u64,
+    /// After its free returned (`u64::MAX` while live).
+    pub free_end: u64,
+}
+
+impl Version {
+    fn covers(&self, addr: usize) -> bool {
+        addr >= self.start && ((addr - self.start) as u64) < self.size
+    }
+}
+
+/// Every version, and the live ones for random picks.
+#[derive(Debug, Default)]
+pub struct Shadow {
+    versions: HashMap<u64, Version>,
+    live: Vec<u64>,
+    live_index: HashMap<u64, usize>,
+}
+
+impl Shadow {
+    /// Records a version about to be published.
+    pub fn publishing(&mut self, id: u64, version: Version) {
+        self.live_index.insert(id, self.live.len());
+        self.live.push(id);
+        self.versions.insert(id, version);
+    }
+
+    /// Forgets a version whose publish failed.
+    pub fn unpublished(&mut self, id: u64) {
+        self.unlist(id);
+        self.versions.remove(&id);
+    }
+
+    /// Records that `id`'s publish returned at `now`.
+    pub fn published(&mut self, id: u64, now: u64) {
+        if let Some(v) = self.versions.get_mut(&id) {
+            v.publish_end = now;
+        }
+    }
+
+    /// Records that `id`'s free begins at `now`.
+    pub fn freeing(&mut self, id: u64, now: u64) {
+        self.unlist(id);
+        if let Some(v) = self.versions.get_mut(&id) {
+            v.free_begin = now;
+        }
+    }
+
+    /// Records that `id`'s free returned at `now`.
+    pub fn freed(&mut self, id: u64, now: u64) {
+        if let Some(v) = self.versions.get_mut(&id) {
+            v.free_end = now;
+        }
+    }
+
+    fn unlist(&mut self, id: u64) {
+        if let Some(i) = self.live_index.remove(&id) {
+            self.live.swap_remove(i);
+            if let Some(&moved) = self.live.get(i) {
+                self.live_index.insert(moved, i);
+            }
+        }
+    }
+
+    /// The live version at position `pick % live` (for random picks).
+    pub fn pick(&self, pick: u64) -> Option<(u64, &Version)> {
+        let id = *self
+            .live
+            .get((pick % self.live.len().max(1) as u64) as usize)?;
+        Some((id, &self.versions[&id]))
+    }
+
+    /// A version by id.
+    pub fn get(&self, id: u64) -> Option<&Version> {
+        self.versions.get(&id)
+    }
+
+    /// Judges a lookup of `addr` made between `t0` and `t1` that answered
+    /// `found` (version id and block start). `expected`, if the address was
+    /// picked inside a version, is that version's id. Returns what was wrong.
+    pub fn judge_lookup(
+        &self,
+        addr: usize,
+        t0: u64,
+        t1: u64,
+        found: Option<(u64, usize)>,
+        expected: Option<u64>,
+    ) -> Result<(), String> {
+        match found {
+            Some((id, start)) => {
+                let Some(v) = self.versions.get(&id) else {
+                    return Err(format!("lookup of {addr:#x} named unknown version {id}"));
+                };
+                if !v.covers(addr) || v.start != start {
+                    return Err(format!("lookup of {addr:#x} named {v:?} at {start:#x}"));
+                }
+                // Visible only between its publish and its free.
+                if v.publish_begin > t1 || v.free_end < t0 {
+                    return Err(format!(
+                        "lookup of {addr:#x} in [{t0}, {t1}] named {v:?} outside its life"
+                    ));
+                }
+                Ok(())
+            }
+            None => match expected.and_then(|id| self.versions.get(&id)) {
+                // Live for the whole lookup, yet not found.
+                Some(v) if v.publish_end <= t0 && v.free_begin >= t1 => Err(format!(
+                    "lookup of {addr:#x} in [{t0}, {t1}] found nothing inside live {v:?}"
+                )),
+                _ => Ok(()),
+            },
+        }
+    }
+
+    /// Judges an agent frame that named version `id` at `addr` in a sample
+    /// that ended at `end_ns`: the version must be the one whose bytes were
+    /// there, the last placed at the address before the sample ended. (Freed
+    /// code keeps running until its executor leaves it, and its bytes are
+    /// reused only after that executor's next quiescent point.)
+    pub fn judge_sample(
+        &self,
+        addr: usize,
+        end_ns: u64,
+        id: u64,
+        name: &str,
+    ) -> Result<(), String> {
+        let occupant = self
+            .versions
+            .iter()
+            .filter(|(_, v)| v.covers(addr) && v.publish_begin <= end_ns)
+            .max_by_key(|(_, v)| v.publish_begin)
+            .map(|(id, _)| *id);
+        match self.versions.get(&id) {
+            Some(v) if occupant == Some(id) && v.name == name => Ok(()),
+            v => Err(format!(
+                "sample at {addr:#x} (ended {end_ns}) named {name} {v:?}, the occupant was {:?}",
+                occupant.and_then(|o| self.versions.get(&o))
+            )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn version(start: usize, publish: u64, free: u64) -> Version {
+        Version {
+            name: format!("v{start:x}_{publish}"),
+            start,
+            size: 16,
+            publish_begin: publish,
+            publish_end: publish + 1,
+            free_begin: free,
+            free_end: free.saturating_add(1),
+        }
+    }
+
+    #[test]
+    fn lookups_are_judged_by_the_life_of_what_they_name() {
+        let mut s = Shadow::default();
+        s.publishing(1, version(0x100, 10, 20));
+        s.publishing(2, version(0x100, 30, u64::MAX));
+        assert_eq!(
+            s.judge_lookup(0x104, 12, 13, Some((1, 0x100)), Some(1)),
+            Ok(())
+        );
+        assert_eq!(
+            s.judge_lookup(0x104, 32, 33, Some((2, 0x100)), Some(2)),
+            Ok(())
+        );
+        // A freed version named after its free, a start that is not its own,
+        // an address past its end, an unknown id: all wrong.
+        assert!(
+            s.judge_lookup(0x104, 25, 26, Some((1, 0x100)), None)
+                .is_err()
+        );
+        assert!(
+            s.judge_lookup(0x104, 32, 33, Some((2, 0x108)), None)
+                .is_err()
+        );
+        assert!(
+            s.judge_lookup(0x110, 32, 33, Some((2, 0x100)), None)
+                .is_err()
+        );
+        assert!(
+            s.judge_lookup(0x104, 32, 33, Some((3, 0x100)), None)
+                .is_err()
+        );
+        // Nothing found: wrong only inside a version live throughout.
+        assert!(s.judge_lookup(0x104, 32, 33, None, Some(2)).is_err());
+        assert_eq!(s.judge_lookup(0x104, 19, 21, None, Some(1)), Ok(()));
+        assert_eq!(s.judge_lookup(0x104, 5, 11, None, Some(1)), Ok(()));
+    }
+
+    #[test]
+    fn samples_are_judged_by_the_occupant_of_the_bytes() {
+        let mut s = Shadow::default();
+        s.publishing(1, version(0x100, 10, 20));
+        s.publishing(2, version(0x100, 30, u64::MAX));
+        let name1 = s.get(1).unwrap().name.clone();
+        let name2 = s.get(2).unwrap().name.clone();
+        // Version 1 ran until version 2 took its bytes, even after its free.
+        assert_eq!(s.judge_sample(0x104, 25, 1, &name1), Ok(()));
+        assert!(s.judge_sample(0x104, 31, 1, &name1).is_err());
+        assert_eq!(s.judge_sample(0x104, 31, 2, &name2), Ok(()));
+        assert!(s.judge_sample(0x104, 31, 2, &name1).is_err());
+        s.freeing(2, 40);
+        assert!(s.pick(0).is_some_and(|(id, _)| id == 1));
+        s.freeing(1, 50);
+        assert!(s.pick(0).is_none());
+    }
+}

@@ -1,0 +1,154 @@
+//! The tiered JIT simulator: every scenario, in both map versions and in W^X
+//! mode, runs clean and does what its name says; bad input is refused.
+
+use std::process::Command;
+use std::time::Duration;
+
+use jitmap::MapVersion;
+use jitmap_sim::tiered::{self, RunConfig, SCENARIOS, Scenario};
+
+const SIM: &str = env!("CARGO_BIN_EXE_jitmap-sim");
+
+#[test]
+fn every_scenario_runs_clean_in_each_map_and_in_wx() {
+    if !cfg!(target_arch = "x86_64") {
+        println!("skipped: the simulator emits x86-64 code");
+        return;
+    }
+    // One process runs one agent at a time: the runs go one after another.
+    for name in SCENARIOS {
+        let scenario: Scenario = name.parse().unwrap();
+        for (version, wx) in [
+            (MapVersion::V1, false),
+            (MapVersion::V2, false),
+            (MapVersion::V2, true),
+        ] {
+            let config = RunConfig {
+                scenario,
+                duration: Duration::from_millis(1500),
+                seed: 3,
+                version,
+                wx,
+                threads: 2,
+                hz: 2000,
+            };
+            let r = tiered::run(config, None, &|_| {}).unwrap();
+            let what = format!("{name} {version} wx={wx}: {}", r.text());
+            assert_eq!(r.wrong, 0, "{what}");
+            assert!(r.results_checked > 1000 && r.lookups > 1000, "{what}");
+            assert!(r.samples > 100 && r.frames_checked > 100, "{what}");
+            assert!(r.tier_ups > 0 && r.frees >= r.tier_ups, "{what}");
+            assert_eq!(r.publishes, r.tier0 + r.tier_ups + r.deopts, "{what}");
+            assert_eq!(
+                r.aborts > 0,
+                matches!(scenario, Scenario::Abort | Scenario::Mixed),
+                "{what}"
+            );
+            assert_eq!(
+                r.unloads > 0,
+                matches!(scenario, Scenario::Unload | Scenario::Mixed),
+                "{what}"
+            );
+            assert_eq!(
+                r.deopts > 0,
+                matches!(scenario, Scenario::Steady | Scenario::Mixed),
+                "{what}"
+            );
+            if scenario == Scenario::Large {
+                assert!(r.peak_bytes > 6 << 20, "{what}");
+            }
+            if scenario == Scenario::Mixed {
+                assert!(r.peak_bytes > 2 << 20, "{what}");
+            }
+            if scenario == Scenario::Startup {
+                assert_eq!(r.tier0, 4000, "{what}");
+            }
+        }
+    }
+}
+
+#[test]
+fn bad_input_is_refused_with_a_reason() {
+    let run = |args: &[&str]| Command::new(SIM).args(args).output().unwrap();
+    let out = run(&["run", "--scenario", "warmup"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("unknown scenario \"warmup\"; the scenarios are: startup, steady, large, unload, abort, mixed"),
+        "{err}"
+    );
+    for (args, needle) in [
+        (
+            &["run", "--threads", "0"][..],
+            "--threads must be 1 to 64, not 0",
+        ),
+        (
+            &["run", "--seconds", "0"][..],
+            "--seconds must be in (0, 3600]",
+        ),
+        (
+            &["run", "--seconds", "nan"][..],
+            "--seconds must be in (0, 3600]",
+        ),
+        (
+            &["run", "--hz", "0"][..],
+            "--hz: the sampling frequency must be at least 1 Hz",
+        ),
+        (
+            &["run", "--hz", "200000"][..],
+            "--hz: 200000 Hz is over the agent's limit",
+        ),
+    ] {
+        let out = run(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn the_json_report_has_its_stable_keys() {
+    if !cfg!(target_arch = "x86_64") {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("jitmap-run-{}", std::process::id()));
+    let out = Command::new(SIM)
+        .args([
+            "run",
+            "--seconds",
+            "2",
+            "--json",
+            "--out",
+            dir.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["scenario"], "mixed");
+    assert_eq!(v["wrong"], 0);
+    for key in [
+        "results_checked",
+        "lookups",
+        "samples",
+        "tier_ups",
+        "frees",
+        "aborts",
+        "unloads",
+    ] {
+        assert!(v[key].as_u64().is_some_and(|n| n > 0), "{key}: {v}");
+    }
+    for file in [
+        "report.txt",
+        "stacks.folded",
+        "flamegraph.svg",
+        "profile.pb.gz",
+    ] {
+        assert!(dir.join(file).is_file(), "{file}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
