@@ -9,6 +9,15 @@
 //! [`ProbeContext`] (its attached record, see
 //! [`super::AttachedThread::probe_context`]).
 //!
+//! What they are for: the call counter drives tiered compilation (tier-0 code
+//! counts its calls; the compiler thread polls [`CallCounters::take_crossed`]
+//! and recompiles what crossed); the entry probe traces which methods run and
+//! when, for a call log or a coverage map; the value probe inspects values at
+//! chosen points (argument types for speculation, loop trip counts, branch
+//! outcomes). Each record lands in the calling thread's ring, and
+//! [`super::Agent::stop`] returns their counts (and, with
+//! [`super::AgentConfig::keep_samples`], every record).
+//!
 //! | probe | arguments | does |
 //! |---|---|---|
 //! | [`jitmap_probe_count`] | cell | counts a call; returns 1 exactly once, when the threshold is crossed, and marks the cell for the compiler |

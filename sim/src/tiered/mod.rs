@@ -374,7 +374,7 @@ impl Group {
         })?;
         let mut list: Vec<Method> = (0..methods)
             .map(|i| Method {
-                work: 50 + rng.below(400) as u32,
+                work: 1000 + rng.below(4000) as u32,
                 callee: (i % CHAIN != CHAIN - 1 && i + 1 < methods).then_some(i + 1),
                 value: 0,
                 filler: if i < large {
