@@ -115,7 +115,7 @@ fn find(c: &mut Criterion) {
             i = (i + 1) % ips.len();
             heap.find(&guard, black_box(ips[i]))
                 .unwrap()
-                .map(|b| b.start)
+                .map(|b| b.start())
         })
     });
     group.bench_function("pin_unpin", |b| {

@@ -127,9 +127,7 @@ pub use heap::{CodeHeap, CodeRef, HeapConfig, HeapError, MemoryMode, Reservation
 #[cfg(not(loom))]
 pub use info::{CodeInfo, JitKind};
 #[cfg(not(loom))]
-pub use manager::{
-    CodeBlock, CodeVersion, ExecutionManager, HeapSection, Lookup, ManagedHeap, OwnedHeap,
-};
+pub use manager::{CodeBlock, ExecutionManager, HeapSection, Lookup, ManagedHeap, OwnedHeap};
 pub use nibble::{MapError, MapVersion, MapWriter, NibbleMap};
 
 /// The README's examples, run as doctests so that they stay true.

@@ -8,12 +8,11 @@ use std::sync::Arc;
 use crate::epoch::{Domain, EpochError, Executor, ForeignGuard, Guard, Reader};
 use crate::events::Listeners;
 use crate::heap::{
-    BlockKind, CodeHeader, CodeHeap, DebugEntry, GcInfo, HeapBlock, HeapConfig, HeapError,
-    HeapLookup, Hit, JitKind, LiveBlock,
+    BlockKind, CodeHeader, CodeHeap, DebugEntry, GcInfo, HeapConfig, HeapError, HeapLookup, Hit,
+    JitKind, LiveBlock,
 };
 use crate::hex::hex_struct;
 use crate::image::{ImageError, ImageHit, ImageInfo, ImageSection, RegionInfo};
-use crate::info::CodeInfo;
 use crate::perf::{PerfConfig, PerfError, PerfOutput};
 use crate::range::{RangeError, RangeSectionMap, Section};
 
@@ -412,24 +411,19 @@ impl ExecutionManager {
                         heap_base: s.lookup.base,
                     },
                 };
-                // A v2 pointer word proves the address inside its block; with no
-                // stub ever published in the heap, that block is a method. Only
-                // otherwise are the size and slot read here.
-                if hit.covered && !s.heap.may_hold_stubs() {
+                // The maps alone made the hit exact. With no stub ever published
+                // in the heap, the block is a method; otherwise the end map says
+                // whether it is a stub, and only a stub's prefix is read.
+                if !s.heap.may_hold_stubs() || !hit.is_stub() {
                     return Lookup::Method(method);
                 }
-                match hit.block() {
-                    Some(HeapBlock {
-                        kind: BlockKind::Method(_),
-                        ..
-                    }) => Lookup::Method(method),
-                    Some(HeapBlock {
-                        kind: BlockKind::Stub(kind),
-                        start,
-                        size,
-                        ..
-                    }) => Lookup::Stub { kind, start, size },
-                    None => Lookup::Nothing,
+                match hit.kind() {
+                    BlockKind::Stub(kind) => Lookup::Stub {
+                        kind,
+                        start: hit.start,
+                        size: hit.size(),
+                    },
+                    BlockKind::Method(_) => Lookup::Method(method),
                 }
             }
             SectionKind::Image(image) => {
@@ -495,7 +489,7 @@ impl ExecutionManager {
         };
         Ok(match section.value() {
             SectionKind::Heap(s) => match s.heap.find(guard, addr)? {
-                Some(b) if b.offset == 0 => match b.kind {
+                Some(b) if b.offset() == 0 => match b.kind() {
                     BlockKind::Method(h) => Some(h.method_id()),
                     BlockKind::Stub(_) => None,
                 },
@@ -524,29 +518,6 @@ fn jit_header(hit: Hit<'_>) -> &CodeHeader {
     // read as a header pointer, or the heap has never held a stub), and the guard
     // behind the hit's lifetime keeps the header alive.
     unsafe { hit.header() }
-}
-
-/// The identity of one published version of a method: see [`CodeBlock::version`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum CodeVersion {
-    /// JIT code: the address of its shared [`CodeInfo`].
-    Jit(usize),
-    /// A precompiled image's method: its id.
-    Image(u64),
-}
-
-impl CodeVersion {
-    /// The version that a block published with `info` reports.
-    ///
-    /// ```
-    /// use std::sync::Arc;
-    /// use jitmap::{CodeInfo, JitKind, manager::CodeVersion};
-    /// let info = Arc::new(CodeInfo::new(1, "f", JitKind::Optimized));
-    /// assert_eq!(CodeVersion::of(&info), CodeVersion::Jit(Arc::as_ptr(&info) as usize));
-    /// ```
-    pub fn of(info: &Arc<CodeInfo>) -> Self {
-        Self::Jit(Arc::as_ptr(info) as usize)
-    }
 }
 
 /// The method block containing a looked-up address. Fields beyond the start and
@@ -680,21 +651,12 @@ impl<'g> CodeBlock<'g> {
         }
     }
 
-    /// Which published version of the method this is, without copying anything.
-    ///
-    /// For JIT code it is the address of the [`CodeInfo`] the host published
-    /// (the `Arc` that [`crate::events::CodeLoad`] carries, see
-    /// [`CodeVersion::of`]): a re-jitted method gets a new one, a moved block
-    /// keeps its own, and the address cannot be reused while anyone holds that
-    /// `Arc`. A profiler records it in a signal handler and names the method
-    /// later from its code events. Image methods have no versions: their id.
-    pub fn version(&self) -> CodeVersion {
-        match self.source {
-            Source::Jit { hit, .. } => {
-                CodeVersion::Jit(Arc::as_ptr(jit_header(hit).shared_info()) as usize)
-            }
-            Source::Image { image, hit } => CodeVersion::Image(image.method(hit.method).method_id),
-        }
+    /// Whether the block is JIT code (in a heap) rather than a precompiled
+    /// image's method. A JIT block's start and the time it was found identify
+    /// the published version exactly: the code events say which version was
+    /// placed at that start last before then (see [`crate::agent`]).
+    pub fn is_jit(&self) -> bool {
+        matches!(self.source, Source::Jit { .. })
     }
 
     /// The method's name (JIT code only; images carry no names).

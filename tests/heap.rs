@@ -39,8 +39,8 @@ fn method(heap: &CodeHeap, id: u64, size: u64) -> jitmap::CodeRef {
 }
 
 fn method_of<'a>(b: Option<HeapBlock<'a>>) -> Option<(usize, u64, u64)> {
-    b.map(|b| match b.kind {
-        BlockKind::Method(h) => (b.start, b.offset, h.method_id()),
+    b.map(|b| match b.kind() {
+        BlockKind::Method(h) => (b.start(), b.offset(), h.method_id()),
         BlockKind::Stub(k) => panic!("unexpected stub {k}"),
     })
 }
@@ -143,7 +143,7 @@ fn header_prefix_holds_size_and_slot() {
     let r = method(&heap, 5, 100);
     let reader = domain.register().unwrap();
     let guard = reader.pin().unwrap();
-    let BlockKind::Method(h) = heap.find(&guard, r.start()).unwrap().unwrap().kind else {
+    let BlockKind::Method(h) = heap.find(&guard, r.start()).unwrap().unwrap().kind() else {
         panic!()
     };
     // SAFETY: the prefix words of a live block are readable in RWX mode.
@@ -161,8 +161,8 @@ fn stubs_are_reported_as_stubs() {
     let reader = domain.register().unwrap();
     let guard = reader.pin().unwrap();
     let b = heap.find(&guard, stub.start() + 63).unwrap().unwrap();
-    assert!(matches!(b.kind, BlockKind::Stub(7)));
-    assert_eq!((b.start, b.size, b.offset), (stub.start(), 64, 63));
+    assert!(matches!(b.kind(), BlockKind::Stub(7)));
+    assert_eq!((b.start(), b.size(), b.offset()), (stub.start(), 64, 63));
     assert!(heap.find(&guard, stub.start() + 64).unwrap().is_none());
     for kind in [0, 16, 255] {
         let before = usage(&heap);
@@ -203,7 +203,8 @@ fn grace_period_keeps_header_and_bytes_until_unpin() {
     let a = method(&heap, 77, 1000);
     let reader = domain.register().unwrap();
     let guard = reader.pin().unwrap();
-    let BlockKind::Method(header) = heap.find(&guard, a.start() + 10).unwrap().unwrap().kind else {
+    let BlockKind::Method(header) = heap.find(&guard, a.start() + 10).unwrap().unwrap().kind()
+    else {
         panic!()
     };
     heap.free(a).unwrap();
@@ -240,7 +241,7 @@ fn guard_from_another_domain_is_refused() {
     let reader = other.register().unwrap();
     let guard = reader.pin().unwrap();
     assert_eq!(
-        heap.find(&guard, a.start()).map(|b| b.map(|b| b.start)),
+        heap.find(&guard, a.start()).map(|b| b.map(|b| b.start())),
         Err(jitmap::ForeignGuard)
     );
 }

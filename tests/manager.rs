@@ -493,9 +493,9 @@ fn manager_agrees_with_the_heap_at_every_byte() {
                 + 600;
             let mut methods = 0;
             for ip in heap.base()..end {
-                let expected = heap.find(&g, ip).unwrap().map(|b| match b.kind {
-                    BlockKind::Method(h) => (false, b.start, b.offset, h.method_id()),
-                    BlockKind::Stub(k) => (true, b.start, b.offset, u64::from(k)),
+                let expected = heap.find(&g, ip).unwrap().map(|b| match b.kind() {
+                    BlockKind::Method(h) => (false, b.start(), b.offset(), h.method_id()),
+                    BlockKind::Stub(k) => (true, b.start(), b.offset(), u64::from(k)),
                 });
                 let got = match m.classify(&g, ip).unwrap() {
                     Lookup::Method(b) => {

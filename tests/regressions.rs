@@ -177,7 +177,7 @@ fn a_panicking_listener_leaves_the_heap_consistent() {
     {
         let g = reader.pin().unwrap();
         let found = heap.find(&g, a.start() + 5).unwrap().unwrap();
-        assert_eq!((found.start, found.offset), (a.start(), 5));
+        assert_eq!((found.start(), found.offset()), (a.start(), 5));
     }
     heap.free(a).unwrap();
     heap.free(b).unwrap();

@@ -104,7 +104,7 @@ fn flip_mode_pages_are_writable_until_published_then_executable() {
     {
         let g = reader.pin().unwrap();
         let b = h.find(&g, at + 5).unwrap().unwrap();
-        assert_eq!((b.start, b.offset, b.size), (at, 5, 6));
+        assert_eq!((b.start(), b.offset(), b.size()), (at, 5, 6));
     }
     // Reuse flips the pages back.
     h.free(code).unwrap();

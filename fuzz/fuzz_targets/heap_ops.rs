@@ -182,9 +182,9 @@ fn check(heap: &CodeHeap, reader: &jitmap::Reader, live: &[(CodeRef, u64, bool)]
         .iter()
         .find(|(c, ..)| ip >= c.start() && ip < c.start() + c.size() as usize)
         .map(|&(c, id, stub)| (c.start(), (ip - c.start()) as u64, id, stub));
-    let found = heap.find(&guard, ip).unwrap().map(|b| match b.kind {
-        BlockKind::Method(h) => (b.start, b.offset, h.method_id(), false),
-        BlockKind::Stub(k) => (b.start, b.offset, u64::from(k), true),
+    let found = heap.find(&guard, ip).unwrap().map(|b| match b.kind() {
+        BlockKind::Method(h) => (b.start(), b.offset(), h.method_id(), false),
+        BlockKind::Stub(k) => (b.start(), b.offset(), u64::from(k), true),
     });
     assert_eq!(found, expected, "ip {ip:#x}");
 }

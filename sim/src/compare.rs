@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 use jitmap::ExecutionManager;
 use jitmap::heap::JitKind;
 
-use crate::fixture::{BoxError, Fixture, Structure, realistic_sizes};
+use crate::fixture::{
+    self, BoxError, Finder, Fixture, ManyHeaps, Structure, Visitor, realistic_sizes,
+};
 use crate::rng::Rng;
 
 /// Method sizes for `tail_of_method`.
@@ -26,13 +28,21 @@ pub const TAIL_SIZES: [u64; 8] = [
 /// Methods in the `random_ip` heap.
 pub const RANDOM_METHODS: usize = 100_000;
 
+/// Methods per heap, and heaps, in `many_heaps`.
+pub const MANY_HEAPS: (usize, usize) = (1000, 16);
+
 /// Everything one run measured.
 #[derive(Clone, Debug, Default)]
 pub struct Report {
-    /// `(structure, method size, median ns)` for a lookup of a method's last byte.
+    /// `(structure, method size, median ns)` for a lookup of a method's last byte,
+    /// the method sitting among the `random_ip` fixture's methods.
     pub tail: Vec<(Structure, u64, f64)>,
-    /// `(structure, median ns)` for uniformly random addresses in 100k methods.
+    /// `(structure, median ns)` for code addresses weighted by bytes.
     pub random: Vec<(Structure, f64)>,
+    /// `(structure, median ns)` for a uniformly picked method, then offset.
+    pub random_method: Vec<(Structure, f64)>,
+    /// `(name, median ns)` for addresses over [`MANY_HEAPS`] heaps.
+    pub many_heaps: Vec<(&'static str, f64)>,
     /// Map footprint of the `random_ip` heap.
     pub memory: Memory,
     /// Reader throughput under contention.
@@ -46,9 +56,9 @@ pub struct Memory {
     pub span: u64,
     /// Bytes of code published.
     pub code: u64,
-    /// Map bytes reserved (span / 64).
+    /// Map bytes reserved (start map span / 64, end map span / 32).
     pub map_reserved: u64,
-    /// Map bytes resident.
+    /// Map bytes resident (both maps).
     pub map_resident: u64,
 }
 
@@ -68,73 +78,139 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// Median ns per call of `f`, over timed batches of a calibrated length.
-fn measure(quick: bool, mut f: impl FnMut(usize)) -> f64 {
-    let (target, samples) = if quick {
-        (Duration::from_millis(2), 7)
-    } else {
-        (Duration::from_millis(10), 21)
-    };
-    let mut batch = |iters: usize| {
-        let t = Instant::now();
-        for i in 0..iters {
-            f(i);
+/// Batch length and batch count of one measurement.
+#[derive(Clone, Copy)]
+struct Timing {
+    target: Duration,
+    samples: usize,
+}
+
+impl Timing {
+    fn new(quick: bool) -> Self {
+        if quick {
+            Self {
+                target: Duration::from_millis(1),
+                samples: 5,
+            }
+        } else {
+            Self {
+                target: Duration::from_millis(10),
+                samples: 21,
+            }
         }
-        t.elapsed()
-    };
-    let mut iters = 1;
-    while batch(iters) < target && iters < 1 << 30 {
-        iters *= 2;
     }
-    median(
-        (0..samples)
-            .map(|_| batch(iters).as_nanos() as f64 / iters as f64)
-            .collect(),
-    )
+}
+
+/// Median ns per lookup of `addresses` (cycled) by one structure: the timed
+/// loop is monomorphized for the finder it is given.
+struct Measure<'a> {
+    addresses: &'a [usize],
+    timing: Timing,
+}
+
+impl Visitor for Measure<'_> {
+    type Output = f64;
+
+    fn visit<F: Finder>(self, finder: F) -> f64 {
+        let mask = self.addresses.len() - 1;
+        let addresses = self.addresses;
+        let batch = |iters: usize| {
+            let t = Instant::now();
+            for i in 0..iters {
+                black_box(finder.find(black_box(addresses[i & mask])));
+            }
+            t.elapsed()
+        };
+        let mut iters = 1;
+        while batch(iters) < self.timing.target && iters < 1 << 30 {
+            iters *= 2;
+        }
+        median(
+            (0..self.timing.samples)
+                .map(|_| batch(iters).as_nanos() as f64 / iters as f64)
+                .collect(),
+        )
+    }
+}
+
+/// Median ns per call of `f` (for the many-heaps structures, which are not
+/// fixture finders).
+fn measure_fn(timing: Timing, addresses: &[usize], f: impl Fn(usize) -> Option<usize>) -> f64 {
+    struct Closure<G>(G);
+    impl<G: Fn(usize) -> Option<usize>> Finder for Closure<G> {
+        #[inline(always)]
+        fn find(&self, addr: usize) -> Option<usize> {
+            (self.0)(addr)
+        }
+    }
+    Measure { addresses, timing }.visit(Closure(f))
+}
+
+/// The sizes of the shared fixture: 100,000 realistic methods with the
+/// `tail_of_method` methods among them, and where those sit.
+pub fn shared_sizes() -> (Vec<u64>, Vec<usize>) {
+    let mut sizes = realistic_sizes(RANDOM_METHODS, 17);
+    let mut at = Vec::new();
+    for (k, &size) in TAIL_SIZES.iter().enumerate() {
+        let i = (k + 1) * RANDOM_METHODS / (TAIL_SIZES.len() + 1) + k;
+        sizes.insert(i, size);
+        at.push(i);
+    }
+    (sizes, at)
 }
 
 /// Runs every measurement. `quick` shortens batches and the concurrency runs.
 pub fn run(quick: bool) -> Result<Report, BoxError> {
+    let timing = Timing::new(quick);
     let mut report = Report::default();
-    for &size in &TAIL_SIZES {
-        let manager = ExecutionManager::new(4);
-        let fixture = Fixture::new(&manager, &[size])?;
-        let reader = manager.register()?;
-        let guard = reader.pin()?;
-        let (start, _) = fixture.blocks()[0];
-        let tail = start + size as usize - 1;
-        for s in Structure::ALL {
-            if fixture.lookup(s, &guard, tail) != Some(start) {
-                return Err(format!("{} does not find the method at {tail:#x}", s.name()).into());
-            }
-            let ns = measure(quick, |_| {
-                black_box(fixture.lookup(s, &guard, black_box(tail)));
-            });
-            report.tail.push((s, size, ns));
-        }
-    }
-
     let manager = ExecutionManager::new(4);
-    let fixture = Fixture::new(&manager, &realistic_sizes(RANDOM_METHODS, 17))?;
-    let addresses = fixture.random_addresses(&mut Rng::new(23), 1 << 16);
+    let (sizes, tail_at) = shared_sizes();
+    let fixture = Fixture::new(&manager, &sizes)?;
+    let reader = manager.register()?;
     {
-        let reader = manager.register()?;
         let guard = reader.pin()?;
-        for s in Structure::ALL {
-            let ns = measure(quick, |i| {
-                black_box(fixture.lookup(s, &guard, addresses[i & 0xFFFF]));
-            });
-            report.random.push((s, ns));
+        for (&size, &i) in TAIL_SIZES.iter().zip(&tail_at) {
+            let (start, _) = fixture.blocks()[i];
+            let tail = [start + size as usize - 1];
+            for s in Structure::ALL {
+                // The floor reads one word and may not reach the start.
+                if s != Structure::Floor && fixture.lookup(s, &guard, tail[0]) != Some(start) {
+                    return Err(
+                        format!("{} does not find the method at {:#x}", s.name(), tail[0]).into(),
+                    );
+                }
+                let ns = fixture.visit(
+                    s,
+                    &guard,
+                    Measure {
+                        addresses: &tail,
+                        timing,
+                    },
+                );
+                report.tail.push((s, size, ns));
+            }
+        }
+        let by_bytes = fixture.random_addresses(&mut Rng::new(23), 1 << 16);
+        let by_method = fixture.random_method_addresses(&mut Rng::new(31), 1 << 16);
+        for (addresses, out) in [
+            (&by_bytes, &mut report.random),
+            (&by_method, &mut report.random_method),
+        ] {
+            for s in Structure::ALL {
+                let ns = fixture.visit(s, &guard, Measure { addresses, timing });
+                out.push((s, ns));
+            }
         }
     }
     let span = fixture.heap().span();
     report.memory = Memory {
         span,
         code: fixture.blocks().iter().map(|b| b.1).sum(),
-        map_reserved: span / 64,
+        map_reserved: fixture.heap().map_reserved_bytes() as u64,
         map_resident: fixture.map_resident_bytes().unwrap_or(0) as u64,
     };
-    let duration = Duration::from_millis(if quick { 400 } else { 2000 });
+    let addresses = fixture.random_addresses(&mut Rng::new(23), 1 << 16);
+    let duration = Duration::from_millis(if quick { 300 } else { 2000 });
     for (readers, writer) in [(1, false), (2, false), (1, true), (2, true)] {
         report.concurrent.push(Concurrent {
             readers,
@@ -142,7 +218,62 @@ pub fn run(quick: bool) -> Result<Report, BoxError> {
             lookups_per_sec: throughput(&fixture, &addresses, readers, writer, duration),
         });
     }
+    drop(fixture);
+    report.many_heaps = many_heaps(timing)?;
     Ok(report)
+}
+
+/// `many_heaps`: random addresses over [`MANY_HEAPS`] heaps.
+fn many_heaps(timing: Timing) -> Result<Vec<(&'static str, f64)>, BoxError> {
+    let (heaps, methods) = MANY_HEAPS;
+    let many = ManyHeaps::new(heaps, methods, 41)?;
+    let addresses = many.addresses(&mut Rng::new(43), 1 << 16);
+    let located: Vec<(&jitmap::words::MmapWords, u64)> = addresses
+        .iter()
+        .map(|&a| many.locate(a).ok_or("an address outside every heap"))
+        .collect::<Result<_, _>>()?;
+    let reader = many.manager.register()?;
+    let guard = reader.pin()?;
+    let indices: Vec<usize> = (0..addresses.len()).collect();
+    Ok(vec![
+        (
+            "floor",
+            measure_fn(timing, &indices, |i| {
+                let (words, offset) = located[i];
+                fixture::floor_find(words, offset).map(|s| s as usize)
+            }),
+        ),
+        (
+            "btree_ranges",
+            measure_fn(timing, &addresses, |a| {
+                many.ranges
+                    .range(..=a)
+                    .next_back()
+                    .filter(|(_, (end, _))| a < *end)
+                    .map(|(_, &(_, i))| i)
+            }),
+        ),
+        (
+            "range_map",
+            measure_fn(timing, &addresses, |a| {
+                many.manager
+                    .section(&guard, a)
+                    .ok()
+                    .flatten()
+                    .map(|s| s.begin())
+            }),
+        ),
+        (
+            "manager",
+            measure_fn(timing, &addresses, |a| {
+                many.manager
+                    .find(&guard, a)
+                    .ok()
+                    .flatten()
+                    .map(|b| b.start())
+            }),
+        ),
+    ])
 }
 
 /// Manager lookups per second by `readers` threads for `duration`, optionally
@@ -171,7 +302,14 @@ pub fn throughput(
                     let Ok(guard) = reader.pin() else { return };
                     for _ in 0..256 {
                         i = (i + 1) & (addresses.len() - 1);
-                        black_box(fixture.lookup(Structure::Manager, &guard, addresses[i]));
+                        black_box(
+                            fixture
+                                .manager()
+                                .find(&guard, addresses[i])
+                                .ok()
+                                .flatten()
+                                .map(|b| b.start()),
+                        );
                     }
                     count += 256;
                 }
@@ -228,11 +366,25 @@ impl Report {
             .map_or(f64::NAN, |r| r.1)
     }
 
+    fn method_ns(&self, s: Structure) -> f64 {
+        self.random_method
+            .iter()
+            .find(|r| r.0 == s)
+            .map_or(f64::NAN, |r| r.1)
+    }
+
     fn tail_ns(&self, s: Structure, size: u64) -> f64 {
         self.tail
             .iter()
             .find(|r| r.0 == s && r.1 == size)
             .map_or(f64::NAN, |r| r.2)
+    }
+
+    fn many_ns(&self, name: &str) -> f64 {
+        self.many_heaps
+            .iter()
+            .find(|r| r.0 == name)
+            .map_or(f64::NAN, |r| r.1)
     }
 
     fn throughput(&self, readers: usize, writer: bool) -> f64 {
@@ -242,18 +394,62 @@ impl Report {
             .map_or(f64::NAN, |c| c.lookups_per_sec)
     }
 
-    /// The ratios users compare by, named as in the JSON output.
+    /// The ratios users compare by, named as in the JSON output. Ratios hold
+    /// across machines far better than ns.
     pub fn ratios(&self) -> Vec<(String, f64)> {
+        let mut out: Vec<(String, f64)> = Vec::new();
+        for &size in &TAIL_SIZES {
+            let floor = self.tail_ns(Structure::Floor, size);
+            let label = size_label(size).replace(' ', "");
+            for s in &Structure::ALL[1..] {
+                out.push((
+                    format!("tail_of_method/{label}/{}/floor", s.name()),
+                    self.tail_ns(*s, size) / floor,
+                ));
+            }
+        }
+        out.push((
+            "tail_of_method/v2@64MiB/v2@64B".into(),
+            self.tail_ns(Structure::V2, 64 << 20) / self.tail_ns(Structure::V2, 64),
+        ));
+        for (section, ns) in [
+            ("random_ip", Self::random_ns as fn(&Self, Structure) -> f64),
+            ("random_method", Self::method_ns),
+        ] {
+            let floor = ns(self, Structure::Floor);
+            for s in &Structure::ALL[1..] {
+                out.push((
+                    format!("{section}/{}/floor", s.name()),
+                    ns(self, *s) / floor,
+                ));
+            }
+            let heap = ns(self, Structure::Heap);
+            for s in [
+                Structure::SortedVec,
+                Structure::BTreeRwLock,
+                Structure::Manager,
+            ] {
+                out.push((format!("{section}/{}/heap", s.name()), ns(self, s) / heap));
+            }
+        }
+        let floor = self.many_ns("floor");
+        for (name, ns) in &self.many_heaps[1..] {
+            out.push((format!("many_heaps/{name}/floor"), ns / floor));
+        }
+        out.push((
+            "many_heaps/btree_ranges/range_map".into(),
+            self.many_ns("btree_ranges") / self.many_ns("range_map"),
+        ));
+        // The names of earlier runs, kept for comparison.
         let v2 = self.random_ns(Structure::V2);
-        let mut out: Vec<(String, f64)> = [
+        for s in [
             Structure::V1,
             Structure::BTreeRwLock,
             Structure::SortedVec,
             Structure::Manager,
-        ]
-        .iter()
-        .map(|&s| (format!("{}/v2", s.name()), self.random_ns(s) / v2))
-        .collect();
+        ] {
+            out.push((format!("{}/v2", s.name()), self.random_ns(s) / v2));
+        }
         for size in [1 << 10, 64 << 10, 1 << 20] {
             let r = self.tail_ns(Structure::V1, size) / self.tail_ns(Structure::V2, size);
             out.push((
@@ -261,8 +457,10 @@ impl Report {
                 r,
             ));
         }
-        let flat = self.tail_ns(Structure::V2, 64 << 20) / self.tail_ns(Structure::V2, 64);
-        out.push(("v2_tail_64MiB/64B".into(), flat));
+        out.push((
+            "v2_tail_64MiB/64B".into(),
+            self.tail_ns(Structure::V2, 64 << 20) / self.tail_ns(Structure::V2, 64),
+        ));
         out.push((
             "concurrent_2r/1r".into(),
             self.throughput(2, false) / self.throughput(1, false),
@@ -278,47 +476,77 @@ impl Report {
         out
     }
 
-    /// A plain-text table.
+    /// A plain-text table: ns, and each figure over the section's floor.
     pub fn table(&self) -> String {
         let mut t = String::new();
         let names: Vec<&str> = Structure::ALL.iter().map(|s| s.name()).collect();
+        let header = names.iter().map(|n| format!("{n:>13}")).collect::<String>();
         let _ = writeln!(
             t,
-            "tail_of_method: median ns per lookup of a method's last byte"
+            "tail_of_method: median ns per lookup of a method's last byte (the method among {RANDOM_METHODS}); (×floor)"
         );
-        let _ = writeln!(
-            t,
-            "{:>8} {}",
-            "size",
-            names.iter().map(|n| format!("{n:>13}")).collect::<String>()
-        );
+        let _ = writeln!(t, "{:>8} {header}", "size");
         for &size in &TAIL_SIZES {
+            let floor = self.tail_ns(Structure::Floor, size);
             let row: String = Structure::ALL
                 .iter()
-                .map(|&s| format!("{:>13.2}", self.tail_ns(s, size)))
+                .map(|&s| {
+                    let ns = self.tail_ns(s, size);
+                    format!("{:>13}", format!("{ns:.2} ({:.2})", ns / floor))
+                })
                 .collect();
             let _ = writeln!(t, "{:>8} {row}", size_label(size));
         }
+        for (title, ns) in [
+            (
+                "random_ip: addresses weighted by bytes",
+                Self::random_ns as fn(&Self, Structure) -> f64,
+            ),
+            (
+                "random_method: a method picked uniformly, then an offset",
+                Self::method_ns,
+            ),
+        ] {
+            let _ = writeln!(
+                t,
+                "\n{title} ({RANDOM_METHODS} methods), median ns per lookup (×floor)"
+            );
+            let floor = ns(self, Structure::Floor);
+            for &s in &Structure::ALL {
+                let v = ns(self, s);
+                let _ = writeln!(
+                    t,
+                    "{:>13} {:>8.2} ({:.2}){}",
+                    s.name(),
+                    v,
+                    v / floor,
+                    if s.is_exact() { "  exact" } else { "" }
+                );
+            }
+        }
+        let (heaps, methods) = MANY_HEAPS;
         let _ = writeln!(
             t,
-            "\nrandom_ip: {RANDOM_METHODS} methods, uniformly random code addresses, median ns per lookup"
+            "\nmany_heaps: {heaps} heaps of {methods} methods, uniform heap, method, offset; median ns (×floor)"
         );
-        for &s in &Structure::ALL {
-            let _ = writeln!(t, "{:>13} {:>8.2}", s.name(), self.random_ns(s));
+        let floor = self.many_ns("floor");
+        for (name, ns) in &self.many_heaps {
+            let _ = writeln!(t, "{name:>13} {ns:>8.2} ({:.2})", ns / floor);
         }
         let _ = writeln!(t, "\nratios");
         for (name, r) in self.ratios() {
-            let _ = writeln!(t, "{name:>24} {r:>8.2}");
+            let _ = writeln!(t, "{name:>42} {r:>8.2}");
         }
         let m = self.memory;
+        let mib = m.code as f64 / (1 << 20) as f64;
         let _ = writeln!(
             t,
-            "\nmap memory: span {} MiB, code {:.1} MiB, map reserved {} bytes (span/64), resident {} bytes = {:.0} bytes per MiB of code",
+            "\nmap memory (start and end maps): span {} MiB, code {:.1} MiB, reserved {} bytes (span/64 + span/32), resident {} bytes = {:.0} bytes per MiB of code",
             m.span >> 20,
-            m.code as f64 / (1 << 20) as f64,
+            mib,
             m.map_reserved,
             m.map_resident,
-            m.map_resident as f64 / (m.code as f64 / (1 << 20) as f64)
+            m.map_resident as f64 / mib
         );
         let _ = writeln!(t, "\nconcurrent: manager lookups per second");
         for c in &self.concurrent {
@@ -333,8 +561,15 @@ impl Report {
         t
     }
 
-    /// One JSON object: `tail_of_method`, `random_ip`, `ratios`, `memory`, `concurrent`.
+    /// One JSON object: `tail_of_method`, `random_ip`, `random_method`,
+    /// `many_heaps`, `ratios`, `memory`, `concurrent`.
     pub fn json(&self) -> String {
+        let list = |rows: &[(Structure, f64)]| -> String {
+            rows.iter()
+                .map(|(s, ns)| format!("{{\"structure\":\"{}\",\"ns\":{ns:.3}}}", s.name()))
+                .collect::<Vec<_>>()
+                .join(",")
+        };
         let tail: Vec<String> = self
             .tail
             .iter()
@@ -345,10 +580,10 @@ impl Report {
                 )
             })
             .collect();
-        let random: Vec<String> = self
-            .random
+        let many: Vec<String> = self
+            .many_heaps
             .iter()
-            .map(|(s, ns)| format!("{{\"structure\":\"{}\",\"ns\":{ns:.3}}}", s.name()))
+            .map(|(name, ns)| format!("{{\"structure\":\"{name}\",\"ns\":{ns:.3}}}"))
             .collect();
         let ratios: Vec<String> = self
             .ratios()
@@ -367,9 +602,11 @@ impl Report {
             .collect();
         let m = self.memory;
         format!(
-            "{{\"tail_of_method\":[{}],\"random_ip\":[{}],\"ratios\":{{{}}},\"memory\":{{\"span\":{},\"code\":{},\"map_reserved\":{},\"map_resident\":{}}},\"concurrent\":[{}]}}",
+            "{{\"tail_of_method\":[{}],\"random_ip\":[{}],\"random_method\":[{}],\"many_heaps\":[{}],\"ratios\":{{{}}},\"memory\":{{\"span\":{},\"code\":{},\"map_reserved\":{},\"map_resident\":{}}},\"concurrent\":[{}]}}",
             tail.join(","),
-            random.join(","),
+            list(&self.random),
+            list(&self.random_method),
+            many.join(","),
             ratios.join(","),
             m.span,
             m.code,
@@ -401,7 +638,15 @@ impl Report {
             .y_desc("median ns per lookup")
             .x_label_formatter(&|x| decimal_label(*x))
             .draw()?;
-        let colors = [RED, BLUE, GREEN, MAGENTA, BLACK];
+        let colors = [
+            RGBColor(128, 128, 128),
+            RED,
+            BLUE,
+            RGBColor(0, 160, 160),
+            GREEN,
+            MAGENTA,
+            BLACK,
+        ];
         for (&s, color) in Structure::ALL.iter().zip(colors) {
             let points: Vec<(f64, f64)> = TAIL_SIZES
                 .iter()

@@ -1,24 +1,151 @@
 //! Benchmark fixtures: the same methods held by every structure a user might pick
 //! for IP → method lookup, so they can be measured side by side.
 //!
-//! - `v2`, `v1`: raw nibble-map lookups (map base = heap base).
-//! - `manager`: the full `ExecutionManager::find`.
+//! - `floor`: the least a v2 lookup can do: one Acquire load of the map word
+//!   covering the address, the pointer test and the decode, in a function that
+//!   is not inlined. Not exact (it does not even look at the previous word).
+//! - `v2`, `v1`: the raw nibble-map lookups (map base = heap base); not exact.
+//! - `heap`: `CodeHeap::find`, exact from the start and end maps.
+//! - `manager`: the full `ExecutionManager::find`: range map, then `heap`.
 //! - `btree_rwlock`: `RwLock<BTreeMap<start, end>>`, as wasmtime's registry and
 //!   cranelift-jit do it.
 //! - `sorted_vec`: a sorted `Vec<(start, end)>` with binary search, the sorted-array
 //!   alternative to a constant-time map.
+//!
+//! Each structure is measured through [`Fixture::visit`], which hands a
+//! concrete [`Finder`] to a generic visitor: the timed loop is monomorphized
+//! per structure, with no dispatch and no handle to resolve inside it.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use jitmap::heap::JitKind;
-use jitmap::words::MmapWords;
-use jitmap::{CodeInfo, ExecutionManager, Guard, HeapConfig, ManagedHeap, MapVersion, MapWriter};
+use jitmap::nibble::encoding::{decode_pointer, is_pointer, start_at_or_before, word_index};
+use jitmap::words::{MmapWords, WordRead};
+use jitmap::{
+    CodeHeap, CodeInfo, ExecutionManager, Guard, HeapConfig, ManagedHeap, MapVersion, MapWriter,
+    NibbleMap, OwnedHeap,
+};
 use parking_lot::RwLock;
 
 use crate::rng::Rng;
 
 /// Any error a fixture or a measurement run can meet.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A lookup structure, for one timed loop.
+pub trait Finder {
+    /// The start of the block containing `addr`, if the structure knows one.
+    fn find(&self, addr: usize) -> Option<usize>;
+}
+
+/// Something to do with a structure's [`Finder`], generic over its type.
+pub trait Visitor {
+    /// What the visit returns.
+    type Output;
+    /// Runs with the structure's finder.
+    fn visit<F: Finder>(self, finder: F) -> Self::Output;
+}
+
+/// The minimal v2 read (see the module docs).
+#[inline(never)]
+pub fn floor_find(words: &MmapWords, offset: u64) -> Option<u64> {
+    let index = word_index(offset);
+    if index >= words.word_count() {
+        return None;
+    }
+    let word = words.load(index);
+    if is_pointer(word) {
+        Some(u64::from(decode_pointer(word)))
+    } else {
+        start_at_or_before(word, index, offset)
+    }
+}
+
+struct Floor<'a> {
+    words: &'a MmapWords,
+    base: usize,
+}
+
+impl Finder for Floor<'_> {
+    #[inline(always)]
+    fn find(&self, addr: usize) -> Option<usize> {
+        floor_find(self.words, addr.wrapping_sub(self.base) as u64).map(|s| self.base + s as usize)
+    }
+}
+
+struct Map<'a> {
+    map: &'a NibbleMap<MmapWords>,
+    base: usize,
+}
+
+impl Finder for Map<'_> {
+    #[inline(always)]
+    fn find(&self, addr: usize) -> Option<usize> {
+        self.map
+            .find(addr.wrapping_sub(self.base) as u64)
+            .map(|s| self.base + s as usize)
+    }
+}
+
+struct Heap<'a> {
+    heap: &'a CodeHeap,
+    guard: &'a Guard<'a>,
+}
+
+impl Finder for Heap<'_> {
+    #[inline(always)]
+    fn find(&self, addr: usize) -> Option<usize> {
+        self.heap
+            .find(self.guard, addr)
+            .ok()
+            .flatten()
+            .map(|b| b.start())
+    }
+}
+
+struct Manager<'a> {
+    manager: &'a ExecutionManager,
+    guard: &'a Guard<'a>,
+}
+
+impl Finder for Manager<'_> {
+    #[inline(always)]
+    fn find(&self, addr: usize) -> Option<usize> {
+        self.manager
+            .find(self.guard, addr)
+            .ok()
+            .flatten()
+            .map(|b| b.start())
+    }
+}
+
+struct BTree<'a>(&'a RwLock<BTreeMap<usize, usize>>);
+
+impl Finder for BTree<'_> {
+    #[inline(always)]
+    fn find(&self, addr: usize) -> Option<usize> {
+        self.0
+            .read()
+            .range(..=addr)
+            .next_back()
+            .filter(|&(_, &end)| addr < end)
+            .map(|(&start, _)| start)
+    }
+}
+
+struct Sorted<'a>(&'a [(usize, usize)]);
+
+impl Finder for Sorted<'_> {
+    #[inline(always)]
+    fn find(&self, addr: usize) -> Option<usize> {
+        let i = self.0.partition_point(|&(start, _)| start <= addr);
+        i.checked_sub(1)
+            .map(|i| self.0[i])
+            .filter(|&(_, end)| addr < end)
+            .map(|(start, _)| start)
+    }
+}
 
 /// One set of methods, held by every structure.
 pub struct Fixture<'m> {
@@ -37,7 +164,7 @@ impl<'m> Fixture<'m> {
         manager: &'m ExecutionManager,
         sizes: &[u64],
     ) -> Result<Self, jitmap::manager::ManagerError> {
-        let code: u64 = sizes.iter().map(|s| s + 48).sum();
+        let code: u64 = sizes.iter().map(|s| s + 64).sum();
         let span = (code + (1 << 20)).next_multiple_of(1 << 20);
         let heap = manager.create_heap(HeapConfig {
             span,
@@ -71,7 +198,7 @@ impl<'m> Fixture<'m> {
         })
     }
 
-    /// The published blocks as `(start, size)`.
+    /// The published blocks as `(start, size)`, in publish order.
     pub fn blocks(&self) -> &[(usize, u64)] {
         &self.blocks
     }
@@ -86,43 +213,51 @@ impl<'m> Fixture<'m> {
         self.manager
     }
 
-    /// The start of the block containing `addr` according to `structure`;
-    /// `manager` needs `guard`.
-    #[inline]
-    pub fn lookup(&self, structure: Structure, guard: &Guard<'_>, addr: usize) -> Option<usize> {
+    /// Hands `structure`'s finder to `visitor`; `heap` and `manager` look up
+    /// under `guard`.
+    pub fn visit<V: Visitor>(
+        &self,
+        structure: Structure,
+        guard: &Guard<'_>,
+        visitor: V,
+    ) -> V::Output {
         let base = self.heap.base();
         match structure {
-            Structure::V2 => self
-                .heap
-                .map()
-                .find(addr.wrapping_sub(base) as u64)
-                .map(|s| base + s as usize),
-            Structure::V1 => self
-                .v1
-                .map()
-                .find(addr.wrapping_sub(base) as u64)
-                .map(|s| base + s as usize),
-            Structure::Manager => self
-                .manager
-                .find(guard, addr)
-                .ok()
-                .flatten()
-                .map(|b| b.start()),
-            Structure::BTreeRwLock => self
-                .btree
-                .read()
-                .range(..=addr)
-                .next_back()
-                .filter(|&(_, &end)| addr < end)
-                .map(|(&start, _)| start),
-            Structure::SortedVec => {
-                let i = self.sorted.partition_point(|&(start, _)| start <= addr);
-                i.checked_sub(1)
-                    .map(|i| self.sorted[i])
-                    .filter(|&(_, end)| addr < end)
-                    .map(|(start, _)| start)
+            Structure::Floor => visitor.visit(Floor {
+                words: self.heap.map().words(),
+                base,
+            }),
+            Structure::V2 => visitor.visit(Map {
+                map: self.heap.map(),
+                base,
+            }),
+            Structure::V1 => visitor.visit(Map {
+                map: self.v1.map(),
+                base,
+            }),
+            Structure::Heap => visitor.visit(Heap {
+                heap: self.heap.heap(),
+                guard,
+            }),
+            Structure::Manager => visitor.visit(Manager {
+                manager: self.manager,
+                guard,
+            }),
+            Structure::BTreeRwLock => visitor.visit(BTree(&self.btree)),
+            Structure::SortedVec => visitor.visit(Sorted(&self.sorted)),
+        }
+    }
+
+    /// One lookup with `structure` (dispatched; for checks, not for timing).
+    pub fn lookup(&self, structure: Structure, guard: &Guard<'_>, addr: usize) -> Option<usize> {
+        struct Once(usize);
+        impl Visitor for Once {
+            type Output = Option<usize>;
+            fn visit<F: Finder>(self, finder: F) -> Option<usize> {
+                finder.find(self.0)
             }
         }
+        self.visit(structure, guard, Once(addr))
     }
 
     /// `count` addresses drawn uniformly from all code bytes (a sampling
@@ -144,19 +279,34 @@ impl<'m> Fixture<'m> {
             .collect()
     }
 
-    /// Bytes of v2 map words resident in memory.
+    /// `count` addresses, each in a method picked uniformly, at an offset picked
+    /// uniformly inside it (a stack walker's view: every frame is a method).
+    pub fn random_method_addresses(&self, rng: &mut Rng, count: usize) -> Vec<usize> {
+        (0..count)
+            .map(|_| {
+                let (start, size) = self.blocks[rng.below(self.blocks.len() as u64) as usize];
+                start + rng.below(size) as usize
+            })
+            .collect()
+    }
+
+    /// Bytes of the heap's start and end maps resident in memory.
     pub fn map_resident_bytes(&self) -> std::io::Result<usize> {
-        self.heap.map().words().resident_bytes()
+        self.heap.map_resident_bytes()
     }
 }
 
 /// A structure under comparison.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Structure {
+    /// The minimal v2 read.
+    Floor,
     /// Nibble map v2.
     V2,
     /// Nibble map v1.
     V1,
+    /// `CodeHeap::find`.
+    Heap,
     /// `ExecutionManager::find`.
     Manager,
     /// `RwLock<BTreeMap>`.
@@ -167,9 +317,11 @@ pub enum Structure {
 
 impl Structure {
     /// All structures, in report order.
-    pub const ALL: [Structure; 5] = [
+    pub const ALL: [Structure; 7] = [
+        Self::Floor,
         Self::V2,
         Self::V1,
+        Self::Heap,
         Self::Manager,
         Self::BTreeRwLock,
         Self::SortedVec,
@@ -178,12 +330,22 @@ impl Structure {
     /// The report name.
     pub fn name(self) -> &'static str {
         match self {
+            Self::Floor => "floor",
             Self::V2 => "v2",
             Self::V1 => "v1",
+            Self::Heap => "heap",
             Self::Manager => "manager",
             Self::BTreeRwLock => "btree_rwlock",
             Self::SortedVec => "sorted_vec",
         }
+    }
+
+    /// Whether its answer is exact (an address past a block's end finds nothing).
+    pub fn is_exact(self) -> bool {
+        matches!(
+            self,
+            Self::Heap | Self::Manager | Self::BTreeRwLock | Self::SortedVec
+        )
     }
 }
 
@@ -193,4 +355,75 @@ pub fn realistic_sizes(count: usize, seed: u64) -> Vec<u64> {
     (0..count)
         .map(|_| crate::workload::method_size(&mut rng, 256 << 10))
         .collect()
+}
+
+/// Many heaps under one manager, and the same ranges in a `BTreeMap`: what the
+/// range map is for.
+pub struct ManyHeaps {
+    /// The manager holding every heap.
+    pub manager: Arc<ExecutionManager>,
+    /// The heaps, in creation order.
+    pub heaps: Vec<OwnedHeap>,
+    /// Heap start → (end, index), as a host without a range map would keep it.
+    pub ranges: BTreeMap<usize, (usize, usize)>,
+    /// Methods per heap as `(start, size)`.
+    pub blocks: Vec<Vec<(usize, u64)>>,
+}
+
+impl ManyHeaps {
+    /// `heaps` heaps of 1 MiB, each holding `methods` methods of realistic sizes.
+    pub fn new(heaps: usize, methods: usize, seed: u64) -> Result<Self, BoxError> {
+        let manager = Arc::new(ExecutionManager::new(8));
+        let mut rng = Rng::new(seed);
+        let mut owned = Vec::new();
+        let mut blocks = Vec::new();
+        for _ in 0..heaps {
+            let heap = manager.create_owned_heap(HeapConfig {
+                span: 1 << 20,
+                huge_pages: false,
+                ..HeapConfig::default()
+            })?;
+            let mut list = Vec::new();
+            for id in 0..methods {
+                let size = crate::workload::method_size(&mut rng, 8 << 10);
+                let code = heap.reserve(size)?.publish(CodeInfo::new(
+                    id as u64,
+                    "m",
+                    JitKind::Baseline,
+                ))?;
+                list.push((code.start(), size));
+            }
+            blocks.push(list);
+            owned.push(heap);
+        }
+        let ranges = owned
+            .iter()
+            .enumerate()
+            .map(|(i, h)| (h.base(), (h.base() + h.span() as usize, i)))
+            .collect();
+        Ok(Self {
+            manager,
+            heaps: owned,
+            ranges,
+            blocks,
+        })
+    }
+
+    /// `count` addresses: a heap, a method in it and an offset, each uniform.
+    pub fn addresses(&self, rng: &mut Rng, count: usize) -> Vec<usize> {
+        (0..count)
+            .map(|_| {
+                let list = &self.blocks[rng.below(self.blocks.len() as u64) as usize];
+                let (start, size) = list[rng.below(list.len() as u64) as usize];
+                start + rng.below(size) as usize
+            })
+            .collect()
+    }
+
+    /// The heap holding `addr` and `addr`'s offset in it, found outside any
+    /// timed loop (for the floor, which reads one word of that heap's map).
+    pub fn locate(&self, addr: usize) -> Option<(&MmapWords, u64)> {
+        let (&base, &(end, i)) = self.ranges.range(..=addr).next_back()?;
+        (addr < end).then(|| (self.heaps[i].map().words(), (addr - base) as u64))
+    }
 }

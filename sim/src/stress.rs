@@ -263,10 +263,10 @@ fn reader(
         let s2 = entry.state.load(Ordering::Acquire);
         lookups += 1;
         let is_block = found.is_some_and(|b| {
-            b.start as u64 == start
-                && b.offset == addr - start
-                && b.size == size
-                && matches!(b.kind, BlockKind::Method(h) if h.method_id() == method && h.code_size() == size)
+            b.start() as u64 == start
+                && b.offset() == addr - start
+                && b.size() == size
+                && matches!(b.kind(), BlockKind::Method(h) if h.method_id() == method && h.code_size() == size)
         });
         if s2 == s1 {
             exact += 1;

@@ -8,7 +8,6 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use crate::events::{CodeEvent, CodeListener};
-use crate::manager::CodeVersion;
 use crate::{CodeInfo, ExecutionManager};
 
 use super::profile::{MethodVersion, ProbeCounts, ProbeEvent, Profile, Sample, SampleFrame, Stack};
@@ -110,6 +109,8 @@ struct Pending {
 pub(crate) struct Collector {
     keep: bool,
     known: HashMap<usize, Known>,
+    /// Every placement of a known version: start → (placed ns, version key).
+    placements: HashMap<usize, Vec<(u64, usize)>>,
     methods: Vec<MethodVersion>,
     stacks: HashMap<Vec<FrameKey>, u64>,
     pending: Vec<Pending>,
@@ -129,10 +130,12 @@ impl Collector {
         keep: bool,
         live: impl IntoIterator<Item = (Arc<CodeInfo>, usize, u64)>,
     ) -> Self {
+        let mut placements: HashMap<usize, Vec<(u64, usize)>> = HashMap::new();
         let known = live
             .into_iter()
             .map(|(info, start, size)| {
                 let key = version_key(&info);
+                placements.entry(start).or_default().push((0, key));
                 (
                     key,
                     Known {
@@ -149,6 +152,7 @@ impl Collector {
         Self {
             keep,
             known,
+            placements,
             methods: Vec::new(),
             stacks: HashMap::new(),
             pending: Vec::new(),
@@ -162,9 +166,9 @@ impl Collector {
         }
     }
 
-    /// One collection pass over `records`: applies the logged events, drains
-    /// every ring, names what it can, and forgets freed versions no handler
-    /// can still be recording. Only one pass runs at a time (the caller holds
+    /// One collection pass over `records`: drains every ring, then applies the
+    /// code events sent so far, names what it can, and forgets freed versions
+    /// no handler can still be recording. Only one pass runs at a time (the caller holds
     /// the collector's lock, which makes it each ring's one consumer).
     pub(crate) fn collect(
         &mut self,
@@ -175,40 +179,6 @@ impl Collector {
         // Every handler pinned before this point has finished its sample by
         // the time `safe` says so; computed before the drain, it covers them.
         let safe = manager.domain().safe_before();
-        manager.listeners().flush();
-        for entry in std::mem::take(&mut *log.events.lock()) {
-            match entry {
-                LogEntry::Loaded {
-                    info,
-                    start,
-                    size,
-                    at_ns,
-                } => {
-                    self.known.insert(
-                        version_key(&info),
-                        Known {
-                            info,
-                            start,
-                            size,
-                            placed_ns: at_ns,
-                            method: None,
-                            freed: None,
-                        },
-                    );
-                }
-                LogEntry::Moved { info, start, at_ns } => {
-                    if let Some(k) = self.known.get_mut(&version_key(&info)) {
-                        k.start = start;
-                        k.placed_ns = at_ns;
-                    }
-                }
-                LogEntry::Freed { info, tag } => {
-                    if let Some(k) = self.known.get_mut(&version_key(&info)) {
-                        k.freed = Some(tag);
-                    }
-                }
-            }
-        }
         self.calibrate();
         let mut drained = Vec::new();
         for record in records {
@@ -243,6 +213,47 @@ impl Collector {
                 })
             };
         }
+        // Then the events: a version's load was sent before any handler could
+        // find it, so waiting for the events sent so far covers every frame
+        // drained above.
+        manager.listeners().flush();
+        for entry in std::mem::take(&mut *log.events.lock()) {
+            match entry {
+                LogEntry::Loaded {
+                    info,
+                    start,
+                    size,
+                    at_ns,
+                } => {
+                    let key = version_key(&info);
+                    self.placements.entry(start).or_default().push((at_ns, key));
+                    self.known.insert(
+                        key,
+                        Known {
+                            info,
+                            start,
+                            size,
+                            placed_ns: at_ns,
+                            method: None,
+                            freed: None,
+                        },
+                    );
+                }
+                LogEntry::Moved { info, start, at_ns } => {
+                    let key = version_key(&info);
+                    if let Some(k) = self.known.get_mut(&key) {
+                        k.start = start;
+                        k.placed_ns = at_ns;
+                        self.placements.entry(start).or_default().push((at_ns, key));
+                    }
+                }
+                LogEntry::Freed { info, tag } => {
+                    if let Some(k) = self.known.get_mut(&version_key(&info)) {
+                        k.freed = Some(tag);
+                    }
+                }
+            }
+        }
         let mut waiting = std::mem::take(&mut self.pending);
         waiting.append(&mut drained);
         for mut sample in waiting {
@@ -252,16 +263,20 @@ impl Collector {
             }
         }
         // Freed versions whose grace period had passed before this pass: every
-        // sample that named them was drained above.
-        let pending = &self.pending;
-        self.known.retain(|key, k| {
-            k.freed.is_none_or(|tag| tag >= safe)
-                || pending.iter().any(|p| {
-                    p.frames
-                        .iter()
-                        .any(|f| f.kind == FrameKind::Jit && f.key as usize == *key)
-                })
-        });
+        // sample that named them, or ran in them, was drained above. (While a
+        // sample still waits to be named, nothing is forgotten.)
+        if self.pending.is_empty() {
+            let before = self.known.len();
+            self.known
+                .retain(|_, k| k.freed.is_none_or(|tag| tag >= safe));
+            if self.known.len() != before {
+                let known = &self.known;
+                self.placements.retain(|_, list| {
+                    list.retain(|(_, key)| known.contains_key(key));
+                    !list.is_empty()
+                });
+            }
+        }
     }
 
     /// Refreshes the cycle-counter rate from the time since the start.
@@ -277,6 +292,17 @@ impl Collector {
         let (t0, n0) = self.clock_origin;
         let delta = (ticks as f64 - t0 as f64) * self.ns_per_tick;
         (n0 as f64 + delta).max(0.0) as u64
+    }
+
+    /// The version a handler found at `start` in a sample that ended at
+    /// `end_ns`: the one placed there last before then.
+    fn placed_at(&self, start: usize, end_ns: u64) -> Option<usize> {
+        self.placements
+            .get(&start)?
+            .iter()
+            .filter(|(at, _)| *at <= end_ns)
+            .max()
+            .map(|&(_, key)| key)
     }
 
     /// The freed version whose bytes held `addr` when a sample that ended at
@@ -306,7 +332,8 @@ impl Collector {
         for f in &sample.frames {
             let (key, frame) = match f.kind {
                 FrameKind::Jit => {
-                    let Some(method) = self.method_of(f.key as usize) else {
+                    let found = self.placed_at(f.key as usize, sample.end_ns);
+                    let Some(method) = found.and_then(|key| self.method_of(key)) else {
                         return false;
                     };
                     (
@@ -468,12 +495,10 @@ impl Collector {
     }
 }
 
-/// The key of a version in the collector's table.
+/// The key of a version in the collector's table: the address of its info,
+/// which cannot be reused while the table holds the `Arc`.
 fn version_key(info: &Arc<CodeInfo>) -> usize {
-    match CodeVersion::of(info) {
-        CodeVersion::Jit(addr) => addr,
-        CodeVersion::Image(id) => id as usize,
-    }
+    Arc::as_ptr(info) as usize
 }
 
 /// Gives versions that share a name distinct labels: `f`, `f [v2]`, ...

@@ -9,7 +9,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering, compiler_fence};
 
-use crate::manager::{CodeVersion, Lookup};
+use crate::manager::Lookup;
 use crate::{ExecutionManager, Guard};
 
 use super::record::{FrameKind, RECORD_MAGIC, RawFrame, SampleHeader, ThreadRecord};
@@ -312,16 +312,16 @@ fn classify(
     match manager.classify(guard, at) {
         Ok(Lookup::Method(block)) => {
             frame.offset = block.relative_offset() as u32;
-            match block.version() {
-                CodeVersion::Jit(info) => {
-                    frame.kind = FrameKind::Jit;
-                    frame.key = info as u64;
-                    established = Some((block.start(), block.relative_offset()));
-                }
-                CodeVersion::Image(id) => {
-                    frame.kind = FrameKind::Image;
-                    frame.key = id;
-                }
+            if block.is_jit() {
+                // The start and the sample's time name the version; the
+                // collector reads them against the code events.
+                frame.kind = FrameKind::Jit;
+                frame.key = block.start() as u64;
+                established = Some((block.start(), block.relative_offset()));
+            } else {
+                // Reads the image's method table, not code memory.
+                frame.kind = FrameKind::Image;
+                frame.key = block.method_id();
             }
         }
         Ok(Lookup::Stub { kind, start, .. }) => {

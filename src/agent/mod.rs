@@ -54,12 +54,17 @@
 //!
 //! # Naming code that is freed and re-jitted
 //!
-//! The handler records a JIT frame by its [`crate::CodeVersion`], the address
-//! of the method's published info. The collector keeps every version it
-//! learns of from the code events (and the code already live when it
-//! started), and forgets a freed version only after the epoch says that no
-//! handler can still be recording it. So a method freed after it was sampled
-//! is still named, and a re-jitted method's versions stay apart.
+//! The handler records a JIT frame by its start address and the sample's time,
+//! which it has from the lookup alone: it reads neither code memory nor the
+//! method's header. A heap sends a method's load (or move) event before the
+//! method becomes visible, and the collector drains the rings before it waits
+//! for the events sent so far; so by the time it names a frame, it has seen
+//! the load of the version placed at that start last before the sample, which
+//! is the version the handler found. It keeps every version it learns of (and
+//! the code already live when it started), and forgets a freed version only
+//! after the epoch says that no handler can still be recording it. So a method
+//! freed after it was sampled is still named, and a re-jitted method's versions
+//! stay apart, even at the same address.
 //!
 //! # Probes
 //!

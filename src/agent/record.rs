@@ -19,7 +19,7 @@ pub(crate) enum FrameKind {
     /// Outside every section: native code, symbolized later.
     #[default]
     Native,
-    /// A JIT method; `key` is its [`crate::CodeVersion::Jit`] address.
+    /// A JIT method; `key` is its start address.
     Jit,
     /// An image method; `key` is its method id.
     Image,

@@ -2,8 +2,10 @@
 //!
 //! Each block's extent is `[start - PREFIX, end)`: a 16-byte prefix (code size and
 //! header slot) and then the code. Extents are padded so that every extent ends at
-//! least `PREFIX` bytes past the start of its 32-byte bucket; with the next block's
-//! prefix in front of its start, no two starts ever share a bucket.
+//! least `PREFIX` bytes past the start of the 32-byte bucket holding its last code
+//! byte; with the next block's prefix in front of its start, the next start lies
+//! in a later bucket. So no two starts share a bucket (as the nibble map needs),
+//! no two ends do, and no block starts where another ends (as the end map needs).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
@@ -115,7 +117,8 @@ impl FreeSpace {
 fn place(at: u64, end: u64, size: u64, align: u64, granule: u64) -> Option<Placement> {
     let start = (at + PREFIX).next_multiple_of(align);
     let code_end = start.checked_add(size)?;
-    let bucket_floor = start - start % BUCKET_BYTES + PREFIX;
+    let last = code_end.max(start + 1) - 1;
+    let bucket_floor = last - last % BUCKET_BYTES + PREFIX;
     let extent_start = (start - PREFIX) / granule * granule;
     let extent_end = code_end.max(bucket_floor).next_multiple_of(granule);
     (extent_end <= end).then_some(Placement {

@@ -5,8 +5,9 @@
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
 use super::alloc::PREFIX;
+use super::ends::RawEnds;
 use super::header::CodeHeader;
-use super::{BlockKind, HeapBlock, MAX_STUB_KIND};
+use super::{BlockKind, MAX_STUB_KIND};
 use crate::nibble::{MapVersion, find_v1, find_v2_covered};
 use crate::words::{MmapWords, RawWords, WordRead};
 
@@ -30,13 +31,14 @@ pub(crate) unsafe fn prefix_at<'a>(view: usize, start: u64) -> &'a BlockPrefix {
     unsafe { &*((view + start as usize - PREFIX as usize) as *const BlockPrefix) }
 }
 
-/// Code base, map words and map version of one heap, in 24 bytes so that a
-/// range-map fragment holding it fits one cache line. The span is implied: a map
-/// word covers 256 bytes, and a heap's span is a whole number of pages.
+/// Code base, start-map words, end map and map version of one heap, in 32
+/// bytes. The span is implied: a map word covers 256 bytes, and a heap's span
+/// is a whole number of pages.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct HeapLookup {
     pub(crate) base: usize,
     words: *const AtomicU32,
+    ends: RawEnds,
     word_count: u32,
     version: MapVersion,
 }
@@ -53,17 +55,26 @@ impl HeapLookup {
     /// # Safety
     /// `words` must be the map words of the heap whose executable view starts at
     /// `base`, and the view may only be used while that heap is alive.
-    pub(crate) unsafe fn new(base: usize, words: &MmapWords, version: MapVersion) -> Self {
+    pub(crate) unsafe fn new(
+        base: usize,
+        words: &MmapWords,
+        ends: RawEnds,
+        version: MapVersion,
+    ) -> Self {
         Self {
             base,
             words: words.base(),
+            ends,
             // Spans are under 4 GiB, so under 2^24 words.
             word_count: words.word_count() as u32,
             version,
         }
     }
 
-    /// The block the map names for `ip`, before its prefix is checked.
+    /// The block containing `ip`, exactly, from the maps alone: the start map
+    /// names the start, and unless a v2 pointer word proves `ip` inside, the end
+    /// map says whether the block ends before `ip` (at most two more words in
+    /// v2). Code memory is not read.
     ///
     /// # Safety
     /// The heap this view was taken from must stay alive for `'a`, and the caller
@@ -83,10 +94,23 @@ impl HeapLookup {
         if start < PREFIX {
             return None;
         }
+        if !covered {
+            // v2 names a start from `ip`'s word or the word before; the block's
+            // end, if before `ip`, is in those two words. v1 may look further back.
+            let lo = match self.version {
+                MapVersion::V1 => start,
+                MapVersion::V2 => start.max((offset - offset % 256).saturating_sub(256)),
+            };
+            // SAFETY: `start <= lo <= offset`, inside the span of the live heap.
+            if unsafe { self.ends.ends_between(lo, offset) } {
+                return None;
+            }
+        }
         Some(Hit {
             start: self.base + start as usize,
             offset: offset - start,
-            covered,
+            ends: self.ends,
+            heap_offset: start,
             // SAFETY: the map holds only starts placed by the allocator, and the
             // heap (which owns the mapping) outlives `'a` by this function's contract.
             prefix: unsafe { prefix_at(self.base, start) },
@@ -101,39 +125,43 @@ pub(crate) struct Hit<'a> {
     pub(crate) start: usize,
     /// Offset of the address from `start`.
     pub(crate) offset: u64,
-    /// The map alone proves the address inside the block (a v2 pointer word).
-    pub(crate) covered: bool,
-    /// The two words before the code.
+    /// The heap's end map, and `start` as an offset into the heap.
+    ends: RawEnds,
+    heap_offset: u64,
+    /// The two words before the code (read only on demand).
     pub(crate) prefix: &'a BlockPrefix,
 }
 
 impl<'a> Hit<'a> {
-    /// The block, if the address is within its size; reads both prefix words.
+    /// Whether the block is a stub, from the end map (no code read).
     #[inline]
-    pub(crate) fn block(self) -> Option<HeapBlock<'a>> {
+    pub(crate) fn is_stub(self) -> bool {
+        // SAFETY: the start map named this start in the live heap (`find`).
+        unsafe { self.ends.is_stub(self.heap_offset) }
+    }
+
+    /// The code size, from the block's prefix.
+    #[inline]
+    pub(crate) fn size(self) -> u64 {
         // Relaxed: the Acquire load of the map word that named this start already
         // ordered the publish-time prefix stores before this read.
-        let size = self.prefix.size.load(Ordering::Relaxed) as u64;
-        if self.offset >= size {
-            return None;
-        }
-        let kind = match self.slot() {
+        self.prefix.size.load(Ordering::Relaxed) as u64
+    }
+
+    /// Method (with its header) or stub (with its kind), from the prefix's slot.
+    #[inline]
+    pub(crate) fn kind(self) -> BlockKind<'a> {
+        match self.slot() {
             slot if slot <= usize::from(MAX_STUB_KIND) => BlockKind::Stub(slot as u8),
             // SAFETY: slots above 15 hold a header pointer.
             _ => BlockKind::Method(unsafe { self.header() }),
-        };
-        Some(HeapBlock {
-            start: self.start,
-            size,
-            offset: self.offset,
-            kind,
-        })
+        }
     }
 
     /// The header slot.
     #[inline]
     pub(crate) fn slot(self) -> usize {
-        // Relaxed: as in `block`.
+        // Relaxed: as in `size`.
         self.prefix.slot.load(Ordering::Relaxed)
     }
 

@@ -7,6 +7,7 @@
 //! [`CodeHeader`] (kept outside executable memory), or a stub kind 1..=15.
 
 mod alloc;
+mod ends;
 mod error;
 mod header;
 mod lookup;
@@ -44,6 +45,7 @@ use crate::nibble::encoding::MAX_SPAN;
 use crate::nibble::{MapVersion, MapWriter, NibbleMap};
 use crate::words::MmapWords;
 use alloc::FreeSpace;
+use ends::EndMap;
 use lookup::prefix_at;
 pub(crate) use lookup::{HeapLookup, Hit};
 use memory::CodeMemory;
@@ -132,26 +134,44 @@ impl CodeRef {
     }
 }
 
-/// What a lookup found.
+/// What a lookup found: the start and offset come from the maps; the size
+/// and kind are read from the block's prefix only when asked for.
 #[derive(Clone, Copy)]
 pub struct HeapBlock<'a> {
+    hit: Hit<'a>,
+}
+
+impl<'a> HeapBlock<'a> {
     /// Address of the first code byte.
-    pub start: usize,
-    /// Code size in bytes.
-    pub size: u64,
-    /// Offset of the looked-up address from `start`.
-    pub offset: u64,
-    /// Method or stub.
-    pub kind: BlockKind<'a>,
+    #[inline]
+    pub fn start(&self) -> usize {
+        self.hit.start
+    }
+
+    /// Offset of the looked-up address from the start.
+    #[inline]
+    pub fn offset(&self) -> u64 {
+        self.hit.offset
+    }
+
+    /// Code size in bytes (reads the block's prefix).
+    pub fn size(&self) -> u64 {
+        self.hit.size()
+    }
+
+    /// Method (with its header) or stub (reads the block's prefix).
+    pub fn kind(&self) -> BlockKind<'a> {
+        self.hit.kind()
+    }
 }
 
 impl std::fmt::Debug for HeapBlock<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("HeapBlock")
-            .field("start", &crate::hex::Hex(self.start as u64))
-            .field("size", &crate::hex::Hex(self.size))
-            .field("offset", &crate::hex::Hex(self.offset))
-            .field("kind", &self.kind)
+            .field("start", &crate::hex::Hex(self.start() as u64))
+            .field("size", &crate::hex::Hex(self.size()))
+            .field("offset", &crate::hex::Hex(self.offset()))
+            .field("kind", &self.kind())
             .finish()
     }
 }
@@ -222,6 +242,9 @@ struct Live {
 struct Retired {
     tag: u64,
     extent: Range<u64>,
+    /// Code start and size, for clearing the end map.
+    start: u64,
+    size: u64,
     header: Option<HeaderPtr>,
 }
 
@@ -269,6 +292,8 @@ pub struct CodeHeap {
     /// [`HeapConfig::gdb_jit`].
     gdb_jit: bool,
     memory: CodeMemory,
+    /// Where each block ends (see `ends`): exact lookups without code reads.
+    ends: EndMap,
     writer: Mutex<Writer>,
 }
 
@@ -307,12 +332,19 @@ impl CodeHeap {
         let memory = CodeMemory::reserve(span as usize, config.mode, config.huge_pages)?;
         let map = MapWriter::with_huge_pages(config.version, span, config.huge_pages)
             .map_err(HeapError::Map)?;
+        let ends = EndMap::new(span, config.huge_pages)?;
         let huge_commit =
             config.huge_pages && config.mode == MemoryMode::Rwx && span >= HUGE_PAGE as u64;
-        // SAFETY: the view is stored in the heap next to the map and memory it reads,
+        // SAFETY: the view is stored in the heap next to the maps and memory it reads,
         // and is only used while the heap is alive.
-        let lookup =
-            unsafe { HeapLookup::new(memory.exec_base(), map.map().words(), config.version) };
+        let lookup = unsafe {
+            HeapLookup::new(
+                memory.exec_base(),
+                map.map().words(),
+                ends.raw(),
+                config.version,
+            )
+        };
         Ok(Self {
             commit_chunk: if huge_commit {
                 HUGE_PAGE as u64
@@ -331,6 +363,7 @@ impl CodeHeap {
             listeners,
             stubs: AtomicBool::new(false),
             memory,
+            ends,
             writer: Mutex::new(Writer {
                 map,
                 free: FreeSpace::with_granule(
@@ -449,9 +482,11 @@ impl CodeHeap {
     }
 
     /// Finds the block containing `ip`: exact, lock-free, no allocation, no system
-    /// call; safe in a signal handler. Bounded for v2 maps (two map words, then the
-    /// block's prefix); a v1 lookup walks back over the method, so its cost grows
-    /// with the method's size. A guard from another domain is refused.
+    /// call; safe in a signal handler. It reads the maps only, never code memory:
+    /// in v2 at most two start-map words and two end-map words; a v1 lookup walks
+    /// back over the method, so its cost grows with the method's size. The
+    /// block's size and kind are read on demand. A guard from another domain is
+    /// refused.
     #[inline]
     pub fn find<'a>(
         &'a self,
@@ -461,7 +496,19 @@ impl CodeHeap {
         guard.check(&self.domain)?;
         // SAFETY: `self` outlives `'a`, and `guard` is pinned in this heap's domain
         // for `'a` (checked above).
-        Ok(unsafe { self.lookup.find(ip) }.and_then(Hit::block))
+        Ok(unsafe { self.lookup.find(ip) }.map(|hit| HeapBlock { hit }))
+    }
+
+    /// Bytes of the heap's lookup structures resident in memory: the nibble
+    /// map's words and the end map's (pages never touched cost nothing).
+    pub fn map_resident_bytes(&self) -> std::io::Result<usize> {
+        Ok(self.map.words().resident_bytes()? + self.ends.resident_bytes()?)
+    }
+
+    /// Bytes the lookup structures reserve: span / 64 for the nibble map plus
+    /// span / 32 for the end map.
+    pub fn map_reserved_bytes(&self) -> usize {
+        self.map.word_count() * 4 + self.ends.reserved_bytes()
     }
 
     /// Whether this heap may hold stubs. Read after the Acquire load of the map
@@ -708,6 +755,7 @@ impl CodeHeap {
         for r in std::mem::take(&mut w.retired) {
             if r.tag < safe_before {
                 bytes += r.extent.end - r.extent.start;
+                self.ends.clear(r.start, r.size);
                 w.free.release(r.extent);
                 drop(r.header.map(HeaderPtr::into_box));
             } else {
@@ -821,7 +869,41 @@ impl CodeHeap {
             w.free.release(extent);
             return Err(e.into());
         }
+        let new_start = self.base() + start as usize;
+        let is_stub = info.is_none();
+        // The event goes out before the code is visible: a profiler that finds
+        // the block and then waits for the events delivered so far knows it.
+        let announced = info.filter(|_| !self.listeners.is_empty()).inspect(|info| {
+            self.listeners.emit(match moved_from {
+                None => CodeEvent::Load(CodeLoad {
+                    timestamp,
+                    tid: current_tid(),
+                    start: new_start,
+                    code: code.unwrap_or_default(),
+                    info: Arc::clone(info),
+                }),
+                Some(old_start) => CodeEvent::Move(CodeMove {
+                    timestamp,
+                    tid: current_tid(),
+                    old_start,
+                    new_start,
+                    size,
+                    info: Arc::clone(info),
+                }),
+            });
+        });
+        self.ends.mark(start, size, is_stub);
         if let Err(e) = w.map.set_allocated(start, size) {
+            self.ends.clear(start, size);
+            if let Some(info) = announced {
+                // Never visible: listeners see it go at once.
+                self.listeners.emit(CodeEvent::Free(CodeFree {
+                    timestamp: monotonic_ns(),
+                    start: new_start,
+                    size,
+                    info,
+                }));
+            }
             drop(header.map(HeaderPtr::into_box));
             w.free.release(extent);
             return Err(HeapError::Map(e));
@@ -837,26 +919,6 @@ impl CodeHeap {
                 header,
             },
         );
-        let new_start = self.base() + start as usize;
-        if let Some(info) = info.filter(|_| !self.listeners.is_empty()) {
-            self.listeners.emit(match moved_from {
-                None => CodeEvent::Load(CodeLoad {
-                    timestamp,
-                    tid: current_tid(),
-                    start: new_start,
-                    code: code.unwrap_or_default(),
-                    info,
-                }),
-                Some(old_start) => CodeEvent::Move(CodeMove {
-                    timestamp,
-                    tid: current_tid(),
-                    old_start,
-                    new_start,
-                    size,
-                    info,
-                }),
-            });
-        }
         Ok(CodeRef {
             heap: self.id,
             start: new_start,
@@ -930,6 +992,8 @@ impl CodeHeap {
         w.retired_bytes += live.extent.end - live.extent.start;
         w.retired.push(Retired {
             tag,
+            start: offset,
+            size: live.size,
             extent: live.extent,
             header: live.header,
         });

@@ -267,7 +267,7 @@ impl Sim {
                     self.counts.deopts.fetch_add(1, Ordering::Relaxed);
                 }
             }
-            if self.params.unload && last_load.elapsed() > Duration::from_millis(150) {
+            if self.params.unload && last_load.elapsed() > Duration::from_millis(100) {
                 last_load = Instant::now();
                 let group = Arc::new(Group::new(
                     next_group,
@@ -283,7 +283,7 @@ impl Sim {
                 let retired = {
                     let mut groups = self.groups.write();
                     groups.push(group);
-                    (groups.len() > 4).then(|| groups.remove(1))
+                    (groups.len() > 3).then(|| groups.remove(1))
                 };
                 if let Some(old) = retired {
                     self.unload(&old);

@@ -1,0 +1,200 @@
+//! The end map: where each block ends, beside the nibble map that says where it
+//! starts, so that a lookup is exact without reading code memory.
+//!
+//! One byte per 32-byte bucket, eight to a 64-bit word (the same 256 bytes of
+//! code as one nibble-map word). Bits 0–5 hold the offset of the last code byte
+//! of a block ending in the bucket, plus one (0: none ends there); bit 7 says a
+//! stub starts in the bucket. The allocator pads every extent so that no two
+//! blocks end in one bucket and no block starts in the bucket where the previous
+//! one ends, so one byte per bucket is enough.
+//!
+//! A lookup that the start map answers with start `S` for address `A`, without
+//! a v2 pointer word proving `A` inside, asks: is the first end at or after `S`
+//! (which is `S`'s own) before `A`? In v2 the start map only names `S` from `A`'s word or
+//! the word before (a nibble there, or a pointer word covering it), so only
+//! those two end words need reading. The .NET map words are untouched.
+
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::mapping::AnonMap;
+
+/// Code bytes one end word covers.
+const WORD_BYTES: u64 = 256;
+/// Code bytes one end byte covers.
+const BUCKET: u64 = 32;
+/// Bit 7 of an end byte: a stub starts in this bucket.
+const STUB: u64 = 0x80;
+/// Bits 0–5 of an end byte: last byte's offset + 1.
+const END: u64 = 0x3F;
+
+/// The end map's storage, written under the heap's lock.
+pub(crate) struct EndMap {
+    map: AnonMap,
+    words: usize,
+}
+
+impl EndMap {
+    /// An end map for a heap of `span` bytes (a whole number of pages).
+    pub(crate) fn new(span: u64, huge: bool) -> io::Result<Self> {
+        let words = span.div_ceil(WORD_BYTES) as usize;
+        let map = AnonMap::new(words.max(1) * 8, region::Protection::READ_WRITE, huge)?;
+        Ok(Self { map, words })
+    }
+
+    /// The read side.
+    pub(crate) fn raw(&self) -> RawEnds {
+        RawEnds {
+            base: self.map.base().as_ptr().cast(),
+        }
+    }
+
+    /// Bytes of the mapping resident in memory.
+    pub(crate) fn resident_bytes(&self) -> io::Result<usize> {
+        self.map.resident_bytes()
+    }
+
+    /// Bytes reserved (resident or not).
+    pub(crate) fn reserved_bytes(&self) -> usize {
+        self.words * 8
+    }
+
+    fn word(&self, offset: u64) -> &AtomicU64 {
+        let index = (offset / WORD_BYTES) as usize;
+        assert!(
+            index < self.words,
+            "end map offset {offset:#x} out of range"
+        );
+        // SAFETY: in range (checked), 8-aligned (page-aligned base), zeroed on
+        // mapping, alive as long as `self`, and only accessed atomically.
+        unsafe { &*self.map.base().as_ptr().cast::<AtomicU64>().add(index) }
+    }
+
+    /// Marks a block of `size` bytes (at least 1) at offset `start`, before
+    /// the start map publishes it.
+    pub(crate) fn mark(&self, start: u64, size: u64, stub: bool) {
+        let last = start + size.max(1) - 1;
+        // Relaxed: published to readers by the start map's Release store, which
+        // follows; readers load these words after their Acquire load of it.
+        self.word(last)
+            .fetch_or(((last % BUCKET) + 1) << shift(last), Ordering::Relaxed);
+        if stub {
+            // Relaxed: as above.
+            self.word(start)
+                .fetch_or(STUB << shift(start), Ordering::Relaxed);
+        }
+    }
+
+    /// Clears a block's marks when its extent is reclaimed (no reader can
+    /// still be looking at it).
+    pub(crate) fn clear(&self, start: u64, size: u64) {
+        let last = start + size.max(1) - 1;
+        // Relaxed: the grace period already separates this from every lookup
+        // that could have seen the block; new blocks here publish after it.
+        self.word(last)
+            .fetch_and(!(END << shift(last)), Ordering::Relaxed);
+        // Relaxed: as above.
+        self.word(start)
+            .fetch_and(!(STUB << shift(start)), Ordering::Relaxed);
+    }
+}
+
+/// Bit position of the byte for `offset`'s bucket within its word.
+#[inline]
+fn shift(offset: u64) -> u64 {
+    (offset % WORD_BYTES) / BUCKET * 8
+}
+
+/// The end map's read side: a copyable pointer, like the start map's.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RawEnds {
+    base: *const AtomicU64,
+}
+
+impl RawEnds {
+    /// The end word covering `offset`.
+    ///
+    /// # Safety
+    /// `offset` lies inside the heap's span, and the heap is alive.
+    #[inline]
+    unsafe fn load(self, offset: u64) -> u64 {
+        // SAFETY: the caller's contract; the map has a word per 256 bytes of span.
+        // Relaxed: ordered after the caller's Acquire load of the start-map word
+        // that named the block (the writer marks before it publishes).
+        unsafe { (*self.base.add((offset / WORD_BYTES) as usize)).load(Ordering::Relaxed) }
+    }
+
+    /// Whether the first block end at or after `lo` comes before `a`: with
+    /// `lo` at a block's start (or inside it), whether that block ends before
+    /// `a`. Reads the end words from `lo`'s forward, stopping at the first end
+    /// or at `a`'s word: in v2 at most two; in v1 as many as the block is long
+    /// (not as far as `a` is: an address in freed space far past a small block
+    /// costs one or two words).
+    ///
+    /// # Safety
+    /// `lo <= a`, both inside the span of a live heap.
+    #[inline]
+    pub(crate) unsafe fn ends_between(self, lo: u64, a: u64) -> bool {
+        let mut word_start = lo - lo % WORD_BYTES;
+        loop {
+            // SAFETY: `word_start` lies between `lo`'s word and `a`'s, in the span.
+            let mut bits = unsafe { self.load(word_start) };
+            while bits != 0 {
+                let byte = bits.trailing_zeros() as u64 / 8;
+                let end = (bits >> (byte * 8)) & END;
+                bits &= !(0xFF << (byte * 8));
+                if end != 0 {
+                    let last = word_start + byte * BUCKET + end - 1;
+                    if last >= lo {
+                        return last < a;
+                    }
+                }
+            }
+            word_start += WORD_BYTES;
+            if word_start > a {
+                return false;
+            }
+        }
+    }
+
+    /// Whether the block starting at `start` is a stub.
+    ///
+    /// # Safety
+    /// `start` is a start the start map named, in a live heap.
+    #[inline]
+    pub(crate) unsafe fn is_stub(self, start: u64) -> bool {
+        // SAFETY: the caller's contract.
+        (unsafe { self.load(start) } >> shift(start)) & STUB != 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::EndMap;
+
+    #[test]
+    fn ends_are_found_exactly_and_cleared() {
+        let map = EndMap::new(4096, false).unwrap();
+        let ends = map.raw();
+        map.mark(48, 100, false); // last byte 147
+        map.mark(304, 1000, true); // last byte 1303, stub
+        // SAFETY: offsets inside the 4096-byte span.
+        unsafe {
+            assert!(!ends.ends_between(48, 147));
+            assert!(ends.ends_between(48, 148));
+            assert!(ends.ends_between(100, 300));
+            assert!(!ends.ends_between(148, 1303));
+            assert!(ends.ends_between(304, 1304));
+            assert!(ends.is_stub(304) && !ends.is_stub(48));
+            assert!(ends.ends_between(0, 4095));
+        }
+        map.clear(304, 1000);
+        // SAFETY: as above.
+        unsafe {
+            assert!(!ends.ends_between(304, 4095));
+            assert!(!ends.is_stub(304));
+            assert!(ends.ends_between(0, 4095));
+        }
+        assert_eq!(map.reserved_bytes(), 128);
+    }
+}
