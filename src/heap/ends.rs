@@ -74,14 +74,9 @@ impl EndMap {
     /// the start map publishes it.
     pub(crate) fn mark(&self, start: u64, size: u64, stub: bool) {
         let last = start + size.max(1) - 1;
-        // Relaxed: published to readers by the start map's Release store, which
-        // follows; readers load these words after their Acquire load of it.
-        self.word(last)
-            .fetch_or(((last % BUCKET) + 1) << shift(last), Ordering::Relaxed);
+        self.update(last, |w| w | ((last % BUCKET) + 1) << shift(last));
         if stub {
-            // Relaxed: as above.
-            self.word(start)
-                .fetch_or(STUB << shift(start), Ordering::Relaxed);
+            self.update(start, |w| w | STUB << shift(start));
         }
     }
 
@@ -89,13 +84,20 @@ impl EndMap {
     /// still be looking at it).
     pub(crate) fn clear(&self, start: u64, size: u64) {
         let last = start + size.max(1) - 1;
-        // Relaxed: the grace period already separates this from every lookup
-        // that could have seen the block; new blocks here publish after it.
-        self.word(last)
-            .fetch_and(!(END << shift(last)), Ordering::Relaxed);
-        // Relaxed: as above.
-        self.word(start)
-            .fetch_and(!(STUB << shift(start)), Ordering::Relaxed);
+        self.update(last, |w| w & !(END << shift(last)));
+        self.update(start, |w| w & !(STUB << shift(start)));
+    }
+
+    /// Rewrites the word covering `offset`. A load and a store, not a
+    /// read-modify-write instruction: the heap's lock makes its holder the only
+    /// writer.
+    fn update(&self, offset: u64, f: impl FnOnce(u64) -> u64) {
+        let word = self.word(offset);
+        // Relaxed (both): readers see a mark through the start map's Release
+        // store that follows it (they load after their Acquire load of the map
+        // word), and a cleared mark only after the grace period that separates
+        // the block's lookups from its reclamation.
+        word.store(f(word.load(Ordering::Relaxed)), Ordering::Relaxed);
     }
 }
 
