@@ -480,7 +480,7 @@ impl Report {
     pub fn table(&self) -> String {
         let mut t = String::new();
         let names: Vec<&str> = Structure::ALL.iter().map(|s| s.name()).collect();
-        let header = names.iter().map(|n| format!("{n:>13}")).collect::<String>();
+        let header = names.iter().map(|n| format!("{n:>17}")).collect::<String>();
         let _ = writeln!(
             t,
             "tail_of_method: median ns per lookup of a method's last byte (the method among {RANDOM_METHODS}); (×floor)"
@@ -492,7 +492,7 @@ impl Report {
                 .iter()
                 .map(|&s| {
                     let ns = self.tail_ns(s, size);
-                    format!("{:>13}", format!("{ns:.2} ({:.2})", ns / floor))
+                    format!("{:>17}", format!("{ns:.2} ({:.2})", ns / floor))
                 })
                 .collect();
             let _ = writeln!(t, "{:>8} {row}", size_label(size));
