@@ -19,6 +19,9 @@ pub enum Defect {
     /// A re-pin at depth 0 (and the reader's final clear on drop) stores the slot
     /// Relaxed, outside the release sequence of the previous unpin.
     RelaxedRepin,
+    /// The call counter elects its crossing with a load and a store instead of
+    /// a compare-and-swap.
+    CheckThenSetCrossing,
 }
 
 thread_local! {

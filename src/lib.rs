@@ -96,6 +96,10 @@ compile_error!("jitmap supports x86-64 and aarch64 only");
 
 #[cfg(not(loom))]
 pub mod agent;
+/// The agent's call counters alone, for the loom models (see `agent::counters`).
+#[cfg(loom)]
+#[path = "agent/counters.rs"]
+pub mod counters;
 #[cfg(loom)]
 pub mod defect;
 pub mod epoch;

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use jitmap::agent::{
-    Agent, AgentConfig, AgentError, CallCounters, Clock, ProbeEvent, SampleFrame,
+    Agent, AgentConfig, AgentError, CallCounters, Clock, CounterError, ProbeEvent, SampleFrame,
     jitmap_probe_count, jitmap_probe_enter, jitmap_probe_value,
 };
 use jitmap::{CodeInfo, CodeRef, ExecutionManager, HeapConfig, JitKind};
@@ -248,25 +248,25 @@ fn the_call_counter_crosses_exactly_once_under_contention() {
     // Misuse is typed.
     assert_eq!(
         CallCounters::new(0, 5).err(),
-        Some(AgentError::BadCounters {
+        Some(CounterError::BadCounters {
             methods: 0,
             threshold: 5
         })
     );
     assert_eq!(
         CallCounters::new(5, 0).err(),
-        Some(AgentError::BadCounters {
+        Some(CounterError::BadCounters {
             methods: 5,
             threshold: 0
         })
     );
     assert_eq!(
         counters.rearm(3, 1),
-        Err(AgentError::NoSuchCounter { index: 3 })
+        Err(CounterError::NoSuchCounter { index: 3 })
     );
     assert_eq!(
         counters.rearm(0, 1),
-        Err(AgentError::NotCrossed { index: 0 })
+        Err(CounterError::NotCrossed { index: 0 })
     );
     assert!(counters.cell(3).is_none());
     // SAFETY: a null cell is allowed and ignored.

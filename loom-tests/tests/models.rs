@@ -437,3 +437,65 @@ fn seeded_relaxed_repin_is_caught() {
 fn seeded_skipped_grace_period_is_caught_for_executors() {
     assert!(caught(Defect::SkipGracePeriod, executor_quiescence));
 }
+
+/// Probes racing on one call counter (threshold 1, so every call reaches the
+/// crossing), with the compiler thread taking crossings meanwhile: exactly one
+/// call reports the crossing, and the cell is taken exactly once.
+#[test]
+fn a_call_counter_crosses_and_is_taken_exactly_once() {
+    call_counter_race();
+}
+
+#[test]
+fn seeded_check_then_set_crossing_is_caught() {
+    assert!(caught(Defect::CheckThenSetCrossing, call_counter_race));
+}
+
+fn call_counter_race() {
+    use jitmap::counters::{CallCounters, jitmap_probe_count};
+    model(|| {
+        let counters = Arc::new(CallCounters::new(2, 1).unwrap());
+        let probes: Vec<_> = (0..2)
+            .map(|_| {
+                let counters = Arc::clone(&counters);
+                thread::spawn(move || {
+                    // SAFETY: the cell belongs to `counters`, alive in this thread.
+                    unsafe { jitmap_probe_count(counters.cell(1).unwrap()) }
+                })
+            })
+            .collect();
+        let early = counters.take_crossed();
+        let crossings: u32 = probes.into_iter().map(|p| p.join().unwrap()).sum();
+        let mut taken = early;
+        taken.extend(counters.take_crossed());
+        assert_eq!(crossings, 1);
+        assert_eq!(taken, [1]);
+        assert_eq!(counters.take_crossed(), Vec::<u32>::new());
+    });
+}
+
+/// A re-armed counter crosses once more, while a probe races with the re-arm:
+/// never twice for one arming, never lost once the probe saw it armed.
+#[test]
+fn a_rearmed_call_counter_crosses_once_more() {
+    use jitmap::counters::{CallCounters, jitmap_probe_count};
+    model(|| {
+        let counters = Arc::new(CallCounters::new(1, 1).unwrap());
+        // SAFETY: the cell belongs to `counters`, alive for the model.
+        assert_eq!(unsafe { jitmap_probe_count(counters.cell(0).unwrap()) }, 1);
+        assert_eq!(counters.take_crossed(), [0]);
+        let probe = {
+            let counters = Arc::clone(&counters);
+            thread::spawn(move || {
+                // SAFETY: as above.
+                unsafe { jitmap_probe_count(counters.cell(0).unwrap()) }
+            })
+        };
+        counters.rearm(0, 1).unwrap();
+        let raced = probe.join().unwrap();
+        // SAFETY: as above.
+        let after = unsafe { jitmap_probe_count(counters.cell(0).unwrap()) };
+        assert_eq!(raced + after, 1, "one crossing per arming");
+        assert_eq!(counters.take_crossed(), [0]);
+    });
+}

@@ -72,6 +72,7 @@
 //! value probe, called by JIT code through an absolute address.
 
 mod collector;
+pub mod counters;
 #[cfg(feature = "export")]
 pub mod export;
 mod handler;
@@ -98,10 +99,8 @@ use record::{HandlerReader, RECORD_MAGIC, ThreadRecord};
 use ring::Ring;
 use timer::Timer;
 
-pub use probes::{
-    CallCounters, CounterCell, ProbeContext, jitmap_probe_count, jitmap_probe_enter,
-    jitmap_probe_value,
-};
+pub use counters::{CallCounters, CounterCell, CounterError, jitmap_probe_count};
+pub use probes::{ProbeContext, jitmap_probe_enter, jitmap_probe_value};
 pub use profile::{
     MethodSummary, MethodVersion, ProbeCounts, ProbeEvent, Profile, Sample, SampleFrame, Stack,
 };
@@ -254,23 +253,8 @@ pub enum AgentError {
         /// Its kernel thread id.
         tid: u32,
     },
-    /// A counter table needs at least one method and a threshold of 1 or more.
-    BadCounters {
-        /// Methods asked for.
-        methods: u32,
-        /// Threshold asked for.
-        threshold: u32,
-    },
-    /// No counter with this index.
-    NoSuchCounter {
-        /// The index.
-        index: u32,
-    },
-    /// The counter has not crossed, or its crossing was not taken yet.
-    NotCrossed {
-        /// The index.
-        index: u32,
-    },
+    /// A call-counter table was misused.
+    Counters(CounterError),
     /// No reader slot for the thread.
     Epoch(EpochError),
     /// A system call failed.
@@ -312,14 +296,7 @@ impl fmt::Display for AgentError {
             Self::AlreadyRunning => write!(f, "an agent is already running in this process"),
             Self::Stopped => write!(f, "the agent has stopped"),
             Self::AlreadyAttached { tid } => write!(f, "thread {tid} is already attached"),
-            Self::BadCounters { methods, threshold } => write!(
-                f,
-                "a counter table needs methods > 0 and threshold > 0 (got {methods}, {threshold})"
-            ),
-            Self::NoSuchCounter { index } => write!(f, "no counter {index}"),
-            Self::NotCrossed { index } => {
-                write!(f, "counter {index} has not crossed, or was not taken yet")
-            }
+            Self::Counters(e) => write!(f, "{e}"),
             Self::Epoch(e) => write!(f, "registering the thread's reader: {e}"),
             Self::Os { call, errno } => write!(
                 f,
@@ -331,6 +308,12 @@ impl fmt::Display for AgentError {
 }
 
 impl std::error::Error for AgentError {}
+
+impl From<CounterError> for AgentError {
+    fn from(e: CounterError) -> Self {
+        Self::Counters(e)
+    }
+}
 
 impl From<EpochError> for AgentError {
     fn from(e: EpochError) -> Self {
