@@ -22,6 +22,8 @@ pub enum Defect {
     /// The call counter elects its crossing with a load and a store instead of
     /// a compare-and-swap.
     CheckThenSetCrossing,
+    /// A change sequence's odd value is not fenced before the change's stores.
+    SeqNoFence,
 }
 
 thread_local! {

@@ -77,6 +77,7 @@
 //! - [`manager`]: [`ExecutionManager`], one lookup for everything.
 //! - [`events`] and [`perf`]: code events, jitdump files and perf maps.
 //! - [`agent`]: the sampling profiler and the probes JIT code calls.
+//! - [`remote`]: the descriptor, and lookups from other processes.
 //!
 //! Every misuse is a typed error that leaves the state unchanged; the layer
 //! errors convert into each other with `?`.
@@ -122,6 +123,9 @@ pub mod nibble;
 #[cfg(not(loom))]
 pub mod perf;
 pub mod range;
+#[cfg(not(loom))]
+pub mod remote;
+pub mod seq;
 pub mod sync;
 pub mod words;
 

@@ -15,14 +15,19 @@ use crate::hex::hex_struct;
 use crate::image::{ImageError, ImageHit, ImageInfo, ImageSection, RegionInfo};
 use crate::perf::{PerfConfig, PerfError, PerfOutput};
 use crate::range::{RangeError, RangeSectionMap, Section};
+use crate::remote;
 
 /// What a range section holds (cloned into each chunk the section touches).
+///
+/// A tag word (0: heap, 1: image) then the variant's fields: the layout an
+/// out-of-process reader relies on (see [`crate::remote`]).
 #[derive(Clone, Debug)]
+#[repr(usize)]
 pub enum SectionKind {
     /// JIT code.
-    Heap(HeapSection),
+    Heap(HeapSection) = 0,
     /// A precompiled image.
-    Image(Arc<ImageSection>),
+    Image(Arc<ImageSection>) = 1,
 }
 
 /// A code heap's section: the heap, and its read side inline, so a lookup goes
@@ -32,6 +37,23 @@ pub struct HeapSection {
     lookup: HeapLookup,
     heap: Arc<CodeHeap>,
 }
+
+/// Where out-of-process readers find a heap section's fields, as byte offsets
+/// from the start of a `SectionKind::Heap` value.
+pub(crate) struct HeapSectionLayout {
+    pub(crate) lookup: usize,
+}
+
+/// Byte offset of a variant's fields in a [`SectionKind`]: after the tag word,
+/// aligned for the fields (`repr(usize)` lays each variant out as a `repr(C)`
+/// struct that starts with the tag).
+pub(crate) const SECTION_PAYLOAD: usize =
+    size_of::<usize>().next_multiple_of(align_of::<HeapSection>());
+
+/// The layout of a heap section, for the descriptor.
+pub(crate) const HEAP_SECTION_LAYOUT: HeapSectionLayout = HeapSectionLayout {
+    lookup: SECTION_PAYLOAD + std::mem::offset_of!(HeapSection, lookup),
+};
 
 impl HeapSection {
     /// The heap.
@@ -122,6 +144,9 @@ impl From<EpochError> for ManagerError {
 
 /// Routes any address to its heap or image and answers for the block there.
 pub struct ExecutionManager {
+    /// This manager's entry in the out-of-process descriptor, if it got one.
+    /// Declared first so that it is withdrawn before the range map is dropped.
+    remote: Option<remote::Registration>,
     ranges: RangeSectionMap<SectionKind>,
     listeners: Arc<Listeners>,
 }
@@ -226,11 +251,24 @@ pub enum Lookup<'g> {
 impl ExecutionManager {
     /// A manager whose readers and executors share a domain of `reader_slots`
     /// slots (see [`Domain::new`]).
+    ///
+    /// The manager registers its range map in the process's descriptor
+    /// ([`crate::remote`]), so readers in other processes can find it, while one
+    /// of its [`remote::MAX_MANAGERS`] entries is free.
     pub fn new(reader_slots: usize) -> Self {
+        let ranges = RangeSectionMap::new(&Domain::new(reader_slots));
+        let remote = remote::Registration::new(ranges.root_address());
         Self {
-            ranges: RangeSectionMap::new(&Domain::new(reader_slots)),
+            remote,
+            ranges,
             listeners: Arc::new(Listeners::default()),
         }
+    }
+
+    /// This manager's index among the descriptor's managers, or `None` when
+    /// every entry was taken by other live managers.
+    pub fn remote_index(&self) -> Option<usize> {
+        self.remote.as_ref().map(remote::Registration::index)
     }
 
     /// The listeners every heap of this manager emits code events to.
@@ -400,7 +438,7 @@ impl ExecutionManager {
             // keeps the section, and the `Arc` in it keeps the heap, alive for 'g.
             SectionKind::Heap(s) => {
                 // SAFETY: as above.
-                let Some(hit) = (unsafe { s.lookup.find(ip) }) else {
+                let Some(hit) = (unsafe { s.lookup.find(section.begin(), ip) }) else {
                     return Lookup::Nothing;
                 };
                 let method = CodeBlock {
@@ -408,7 +446,7 @@ impl ExecutionManager {
                     offset: hit.offset,
                     source: Source::Jit {
                         hit,
-                        heap_base: s.lookup.base,
+                        heap_base: section.begin(),
                     },
                 };
                 // The maps alone made the hit exact. With no stub ever published

@@ -499,3 +499,45 @@ fn a_rearmed_call_counter_crosses_once_more() {
         assert_eq!(counters.take_crossed(), [0]);
     });
 }
+
+/// A writer changes two words under a change sequence (as a heap changes its
+/// start and end maps, or a range map its fragment links) while a reader that
+/// cannot pin reads both: whenever the reader's sequence checks pass, it saw
+/// both words from one state, never one old and one new.
+fn change_seq_pair() {
+    use jitmap::seq::ChangeSeq;
+    model(|| {
+        let shared = Arc::new((ChangeSeq::new(), AtomicU64::new(0), AtomicU64::new(0)));
+        let writer = {
+            let shared = Arc::clone(&shared);
+            thread::spawn(move || {
+                for value in 1..=2 {
+                    shared.0.begin();
+                    // Relaxed: ordered by the sequence's fences, which is the claim.
+                    shared.1.store(value, Ordering::Relaxed);
+                    shared.2.store(value, Ordering::Relaxed);
+                    shared.0.end();
+                }
+            })
+        };
+        let seen = shared.0.read();
+        // Relaxed: as the writer's stores.
+        let a = shared.1.load(Ordering::Relaxed);
+        let b = shared.2.load(Ordering::Relaxed);
+        if shared.0.validate(seen) {
+            assert_eq!(a, b, "a validated read mixed two states");
+            assert_eq!(seen, 2 * a, "the sequence names the state read");
+        }
+        writer.join().unwrap();
+    });
+}
+
+#[test]
+fn change_sequence_readers_see_whole_changes() {
+    change_seq_pair();
+}
+
+#[test]
+fn seeded_unfenced_change_sequence_is_caught() {
+    assert!(caught(Defect::SeqNoFence, change_seq_pair));
+}

@@ -5,6 +5,7 @@
 pub mod compare;
 pub mod demo;
 pub mod fixture;
+pub mod inspect;
 pub mod jitcode;
 pub mod model;
 pub mod profile;

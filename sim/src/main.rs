@@ -8,6 +8,7 @@ use jitmap::MapVersion;
 use jitmap::agent::{AgentConfig, Clock};
 use jitmap::perf::check::{Body, check};
 use jitmap::perf::{PerfConfig, PerfMode};
+use jitmap_sim::spin::Churn;
 use jitmap_sim::stress::{self, StressConfig};
 use jitmap_sim::tiered::{self, RunConfig, Scenario};
 use jitmap_sim::{profile, replay};
@@ -81,6 +82,30 @@ enum Command {
         /// The `jit-<pid>.dump` file.
         file: String,
     },
+    /// Resolve addresses in another jitmap host, or list its heaps and live
+    /// methods, through its descriptor (reads with process_vm_readv). Exit
+    /// status 1 if an address is not resolved, 2 on bad input or an
+    /// unreadable process.
+    Inspect {
+        /// The process to read.
+        #[arg(long)]
+        pid: i32,
+        /// An address to resolve (0x-prefixed hex or decimal); repeatable.
+        #[arg(long = "ip", value_parser = jitmap_sim::inspect::parse_address)]
+        ips: Vec<u64>,
+        /// Resolve every byte of START:LEN (with --dotnet); repeatable.
+        #[arg(long = "range", value_parser = jitmap_sim::inspect::parse_range, requires = "dotnet")]
+        ranges: Vec<jitmap_sim::inspect::ByteRange>,
+        /// List the heaps, images and live methods.
+        #[arg(long)]
+        list: bool,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+        /// The process is a .NET 8 runtime: read its ExecutionManager's maps.
+        #[arg(long)]
+        dotnet: bool,
+    },
     /// Publish real x86-64 functions with distinct names and run them hot, with
     /// perf output enabled (a demo, and the end-to-end test's workload).
     Spin {
@@ -96,6 +121,9 @@ enum Command {
         /// Each round, move one function and republish another.
         #[arg(long)]
         churn: bool,
+        /// With --churn, give each republished function a name of its own.
+        #[arg(long, requires = "churn")]
+        unique_names: bool,
         /// Announce the functions to gdb through its JIT interface.
         #[arg(long)]
         gdb: bool,
@@ -168,14 +196,36 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Some(Command::Replay { map, file }) => run_replay(&file, map),
         Some(Command::JitdumpCheck { file }) => run_jitdump_check(&file),
+        Some(Command::Inspect {
+            pid,
+            ips,
+            ranges,
+            list,
+            json,
+            dotnet,
+        }) => {
+            if dotnet {
+                run_inspect_dotnet(pid, &ips, &ranges, list, json)
+            } else {
+                run_inspect(pid, &ips, list, json)
+            }
+        }
         Some(Command::Compare { quick, json, plot }) => run_compare(quick, json, plot.as_deref()),
         Some(Command::Spin {
             functions,
             seconds,
             perf,
             churn,
+            unique_names,
             gdb,
-        }) => run_spin(functions, seconds, perf, churn, gdb),
+        }) => {
+            let churn = match (churn, unique_names) {
+                (false, _) => Churn::Off,
+                (true, false) => Churn::On,
+                (true, true) => Churn::UniqueNames,
+            };
+            run_spin(functions, seconds, perf, churn, gdb)
+        }
         Some(Command::Profile {
             hz,
             seconds,
@@ -287,6 +337,54 @@ fn run_compare(quick: bool, json: bool, plot: Option<&std::path::Path>) -> io::R
     Ok(ExitCode::SUCCESS)
 }
 
+fn run_inspect(pid: i32, ips: &[u64], list: bool, json: bool) -> io::Result<ExitCode> {
+    let inspection = match jitmap_sim::inspect::run(pid, ips, list) {
+        Ok(inspection) => inspection,
+        Err(e) => {
+            eprintln!("jitmap-sim inspect: process {pid}: {e}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    let mut out = io::stdout().lock();
+    if json {
+        writeln!(out, "{}", inspection.json())?;
+    } else {
+        write!(out, "{}", inspection.text())?;
+    }
+    Ok(if inspection.all_resolved() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+fn run_inspect_dotnet(
+    pid: i32,
+    ips: &[u64],
+    ranges: &[jitmap_sim::inspect::ByteRange],
+    list: bool,
+    json: bool,
+) -> io::Result<ExitCode> {
+    let inspection = match jitmap_sim::inspect::run_dotnet(pid, ips, ranges, list) {
+        Ok(inspection) => inspection,
+        Err(e) => {
+            eprintln!("jitmap-sim inspect --dotnet: process {pid}: {e}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    let mut out = io::stdout().lock();
+    if json {
+        writeln!(out, "{}", inspection.json())?;
+    } else {
+        write!(out, "{}", inspection.text())?;
+    }
+    Ok(if inspection.all_resolved() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
 fn run_jitdump_check(file: &str) -> io::Result<ExitCode> {
     let bytes = std::fs::read(file)?;
     let report = check(&bytes);
@@ -363,7 +461,7 @@ fn run_spin(
     functions: u32,
     seconds: f64,
     perf: Option<PerfMode>,
-    churn: bool,
+    churn: Churn,
     gdb: bool,
 ) -> io::Result<ExitCode> {
     if !cfg!(target_arch = "x86_64") {

@@ -48,7 +48,20 @@ pub struct SpinReport {
     pub republishes: u64,
 }
 
-fn publish(heap: &jitmap::CodeHeap, id: u32) -> Result<CodeRef, HeapError> {
+/// How a spin run changes its heap while it runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Churn {
+    /// Publish once, then only call.
+    Off,
+    /// Each round, move one function and free and republish another.
+    On,
+    /// As `On`, and each republish gets a name of its own,
+    /// `jitmap_spin_{id}@{round}`, so that a (start, name) pair in the perf map
+    /// names one placement (what the out-of-process test checks answers with).
+    UniqueNames,
+}
+
+fn publish(heap: &jitmap::CodeHeap, id: u32, name: String) -> Result<CodeRef, HeapError> {
     let code = function_code(id);
     let mut r = heap.reserve(code.len() as u64)?;
     r.code_mut().copy_from_slice(&code);
@@ -67,20 +80,19 @@ fn publish(heap: &jitmap::CodeHeap, id: u32) -> Result<CodeRef, HeapError> {
                 file: "spin.jit".into(),
             },
         ],
-        ..CodeInfo::new(u64::from(id), function_name(id), JitKind::Optimized)
+        ..CodeInfo::new(u64::from(id), name, JitKind::Optimized)
     };
     r.publish(info)
 }
 
 /// Publishes `functions` functions in a heap of `manager` and calls them round
-/// robin for `duration`. With `churn`, each round also moves one function and
-/// frees and republishes another; with `gdb`, the heap announces its functions
-/// through the GDB JIT interface. Needs x86-64.
+/// robin for `duration`, changing the heap as `churn` says; with `gdb`, the
+/// heap announces its functions through the GDB JIT interface. Needs x86-64.
 pub fn run(
     manager: &ExecutionManager,
     functions: u32,
     duration: Duration,
-    churn: bool,
+    churn: Churn,
     gdb: bool,
 ) -> Result<SpinReport, ManagerError> {
     let heap = manager.create_heap(HeapConfig {
@@ -89,7 +101,7 @@ pub fn run(
         ..HeapConfig::default()
     })?;
     let mut refs = (0..functions)
-        .map(|id| publish(&heap, id))
+        .map(|id| publish(&heap, id, function_name(id)))
         .collect::<Result<Vec<_>, _>>()?;
     let mut report = SpinReport {
         functions,
@@ -98,14 +110,18 @@ pub fn run(
     let deadline = Instant::now() + duration;
     let mut round = 0usize;
     while Instant::now() < deadline {
-        if churn && !refs.is_empty() {
+        if churn != Churn::Off && !refs.is_empty() {
             let n = refs.len();
             let m = round % n;
             refs[m] = heap.move_block(refs[m])?;
             report.moves += 1;
             let p = (round + n / 2) % n;
             heap.free(refs[p])?;
-            refs[p] = publish(&heap, p as u32)?;
+            let name = match churn {
+                Churn::UniqueNames => format!("{}@{round}", function_name(p as u32)),
+                _ => function_name(p as u32),
+            };
+            refs[p] = publish(&heap, p as u32, name)?;
             report.republishes += 1;
             heap.try_reclaim();
         }

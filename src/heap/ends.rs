@@ -18,6 +18,7 @@ use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::mapping::AnonMap;
+use crate::seq::ChangeSeq;
 
 /// Code bytes one end word covers.
 const WORD_BYTES: u64 = 256;
@@ -28,18 +29,50 @@ const STUB: u64 = 0x80;
 /// Bits 0–5 of an end byte: last byte's offset + 1.
 const END: u64 = 0x3F;
 
-/// The end map's storage, written under the heap's lock.
+/// The end map's storage, written under the heap's lock, and its trailer:
+/// after the last end word, the heap's change sequence and its id, where a
+/// reader in another process finds them from the end map's address and word
+/// count alone (see `docs/descriptor.md`).
 pub(crate) struct EndMap {
     map: AnonMap,
     words: usize,
 }
 
+/// Bytes of the trailer: the change sequence, then the heap id.
+const TRAILER: usize = 16;
+
 impl EndMap {
-    /// An end map for a heap of `span` bytes (a whole number of pages).
-    pub(crate) fn new(span: u64, huge: bool) -> io::Result<Self> {
-        let words = span.div_ceil(WORD_BYTES) as usize;
-        let map = AnonMap::new(words.max(1) * 8, region::Protection::READ_WRITE, huge)?;
-        Ok(Self { map, words })
+    /// An end map of `words` words (one per 256 bytes of span, as many as the
+    /// start map has) for the heap with id `id`.
+    pub(crate) fn new(words: usize, id: u64, huge: bool) -> io::Result<Self> {
+        let map = AnonMap::new(words * 8 + TRAILER, region::Protection::READ_WRITE, huge)?;
+        let ends = Self { map, words };
+        // Relaxed: written once, before the heap is shared with anyone.
+        ends.trailer_word(1).store(id, Ordering::Relaxed);
+        Ok(ends)
+    }
+
+    /// Word `n` of the trailer.
+    fn trailer_word(&self, n: usize) -> &AtomicU64 {
+        // SAFETY: the mapping holds `words` end words and then the 16-byte
+        // trailer; it is page-aligned (so every word is 8-aligned), zeroed when
+        // mapped, alive as long as `self`, and only accessed atomically.
+        unsafe {
+            &*self
+                .map
+                .base()
+                .as_ptr()
+                .cast::<AtomicU64>()
+                .add(self.words + n)
+        }
+    }
+
+    /// The heap's change sequence, in the trailer.
+    pub(crate) fn seq(&self) -> &ChangeSeq {
+        let word: *const AtomicU64 = self.trailer_word(0);
+        // SAFETY: `ChangeSeq` is a transparent `AtomicU64`; the word lives as
+        // long as `self`.
+        unsafe { &*word.cast::<ChangeSeq>() }
     }
 
     /// The read side.
@@ -54,9 +87,9 @@ impl EndMap {
         self.map.resident_bytes()
     }
 
-    /// Bytes reserved (resident or not).
+    /// Bytes reserved (resident or not), the trailer included.
     pub(crate) fn reserved_bytes(&self) -> usize {
-        self.words * 8
+        self.words * 8 + TRAILER
     }
 
     fn word(&self, offset: u64) -> &AtomicU64 {
@@ -107,56 +140,88 @@ fn shift(offset: u64) -> u64 {
     (offset % WORD_BYTES) / BUCKET * 8
 }
 
+/// Read access to end words, written once for the in-process view
+/// ([`RawEnds`]) and for readers of another process's memory.
+pub(crate) trait EndWords {
+    /// The end word covering code offsets `256 * index ..`.
+    ///
+    /// # Safety
+    /// For in-process storage, `index` lies inside the map of a live heap.
+    unsafe fn end_word(&self, index: usize) -> u64;
+}
+
+/// Whether the first block end at or after `lo` comes before `a`: with `lo` at
+/// a block's start (or inside it), whether that block ends before `a`. Reads
+/// the end words from `lo`'s forward, stopping at the first end or at `a`'s
+/// word: in v2 at most two; in v1 as many as the block is long (not as far as
+/// `a` is: an address in freed space far past a small block costs one or two
+/// words).
+///
+/// # Safety
+/// `lo <= a`, both inside the span of the heap whose end words `ends` reads
+/// (and, in process, that heap is alive).
+#[inline]
+pub(crate) unsafe fn ends_between<E: EndWords + ?Sized>(ends: &E, lo: u64, a: u64) -> bool {
+    let mut word_start = lo - lo % WORD_BYTES;
+    loop {
+        // SAFETY: `word_start` lies between `lo`'s word and `a`'s, in the span.
+        let mut bits = unsafe { ends.end_word((word_start / WORD_BYTES) as usize) };
+        while bits != 0 {
+            let byte = bits.trailing_zeros() as u64 / 8;
+            let end = (bits >> (byte * 8)) & END;
+            bits &= !(0xFF << (byte * 8));
+            if end != 0 {
+                let last = word_start + byte * BUCKET + end - 1;
+                if last >= lo {
+                    return last < a;
+                }
+            }
+        }
+        word_start += WORD_BYTES;
+        if word_start > a {
+            return false;
+        }
+    }
+}
+
+/// Whether the block starting at `start` is a stub.
+///
+/// # Safety
+/// `start` lies inside the span of the heap whose end words `ends` reads (and,
+/// in process, that heap is alive).
+#[inline]
+pub(crate) unsafe fn is_stub<E: EndWords + ?Sized>(ends: &E, start: u64) -> bool {
+    // SAFETY: the caller's contract.
+    (unsafe { ends.end_word((start / WORD_BYTES) as usize) } >> shift(start)) & STUB != 0
+}
+
 /// The end map's read side: a copyable pointer, like the start map's.
+/// Transparent, so its pointer is where out-of-process readers expect it.
 #[derive(Clone, Copy, Debug)]
+#[repr(transparent)]
 pub(crate) struct RawEnds {
     base: *const AtomicU64,
 }
 
-impl RawEnds {
-    /// The end word covering `offset`.
-    ///
-    /// # Safety
-    /// `offset` lies inside the heap's span, and the heap is alive.
+impl EndWords for RawEnds {
     #[inline]
-    unsafe fn load(self, offset: u64) -> u64 {
+    unsafe fn end_word(&self, index: usize) -> u64 {
         // SAFETY: the caller's contract; the map has a word per 256 bytes of span.
         // Relaxed: ordered after the caller's Acquire load of the start-map word
         // that named the block (the writer marks before it publishes).
-        unsafe { (*self.base.add((offset / WORD_BYTES) as usize)).load(Ordering::Relaxed) }
+        unsafe { (*self.base.add(index)).load(Ordering::Relaxed) }
     }
+}
 
-    /// Whether the first block end at or after `lo` comes before `a`: with
-    /// `lo` at a block's start (or inside it), whether that block ends before
-    /// `a`. Reads the end words from `lo`'s forward, stopping at the first end
-    /// or at `a`'s word: in v2 at most two; in v1 as many as the block is long
-    /// (not as far as `a` is: an address in freed space far past a small block
-    /// costs one or two words).
+impl RawEnds {
+    /// [`ends_between`] over this heap's end map.
     ///
     /// # Safety
     /// `lo <= a`, both inside the span of a live heap.
     #[inline]
     pub(crate) unsafe fn ends_between(self, lo: u64, a: u64) -> bool {
-        let mut word_start = lo - lo % WORD_BYTES;
-        loop {
-            // SAFETY: `word_start` lies between `lo`'s word and `a`'s, in the span.
-            let mut bits = unsafe { self.load(word_start) };
-            while bits != 0 {
-                let byte = bits.trailing_zeros() as u64 / 8;
-                let end = (bits >> (byte * 8)) & END;
-                bits &= !(0xFF << (byte * 8));
-                if end != 0 {
-                    let last = word_start + byte * BUCKET + end - 1;
-                    if last >= lo {
-                        return last < a;
-                    }
-                }
-            }
-            word_start += WORD_BYTES;
-            if word_start > a {
-                return false;
-            }
-        }
+        // SAFETY: the caller's contract.
+        unsafe { ends_between(&self, lo, a) }
     }
 
     /// Whether the block starting at `start` is a stub.
@@ -166,7 +231,7 @@ impl RawEnds {
     #[inline]
     pub(crate) unsafe fn is_stub(self, start: u64) -> bool {
         // SAFETY: the caller's contract.
-        (unsafe { self.load(start) } >> shift(start)) & STUB != 0
+        unsafe { is_stub(&self, start) }
     }
 }
 
@@ -176,7 +241,7 @@ mod tests {
 
     #[test]
     fn ends_are_found_exactly_and_cleared() {
-        let map = EndMap::new(4096, false).unwrap();
+        let map = EndMap::new(16, 7, false).unwrap();
         let ends = map.raw();
         map.mark(48, 100, false); // last byte 147
         map.mark(304, 1000, true); // last byte 1303, stub
@@ -197,6 +262,11 @@ mod tests {
             assert!(!ends.is_stub(304));
             assert!(ends.ends_between(0, 4095));
         }
-        assert_eq!(map.reserved_bytes(), 128);
+        assert_eq!(map.reserved_bytes(), 128 + 16);
+        assert_eq!(
+            map.trailer_word(1)
+                .load(std::sync::atomic::Ordering::Relaxed),
+            7
+        );
     }
 }

@@ -28,6 +28,23 @@ pub struct CodeHeader {
     _registrations: Registrations,
 }
 
+/// Where out-of-process readers find a [`CodeHeader`]'s fixed fields (byte
+/// offsets; all four are 8 bytes wide).
+pub(crate) struct HeaderLayout {
+    pub(crate) method_id: usize,
+    pub(crate) code_size: usize,
+    pub(crate) name_ptr: usize,
+    pub(crate) name_len: usize,
+}
+
+/// The layout of [`CodeHeader`], for the descriptor.
+pub(crate) const HEADER_LAYOUT: HeaderLayout = HeaderLayout {
+    method_id: std::mem::offset_of!(CodeHeader, method_id),
+    code_size: std::mem::offset_of!(CodeHeader, code_size),
+    name_ptr: std::mem::offset_of!(CodeHeader, name_ptr),
+    name_len: std::mem::offset_of!(CodeHeader, name_len),
+};
+
 // SAFETY: a header is immutable once published; `name_ptr` points into `info.name`,
 // which the shared, immutable `CodeInfo` owns and never mutates or moves.
 unsafe impl Send for CodeHeader {}

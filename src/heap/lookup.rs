@@ -31,12 +31,29 @@ pub(crate) unsafe fn prefix_at<'a>(view: usize, start: u64) -> &'a BlockPrefix {
     unsafe { &*((view + start as usize - PREFIX as usize) as *const BlockPrefix) }
 }
 
-/// Code base, start-map words, end map and map version of one heap, in 32
-/// bytes. The span is implied: a map word covers 256 bytes, and a heap's span
-/// is a whole number of pages.
+/// Where out-of-process readers find a [`HeapLookup`]'s fields (byte offsets).
+pub(crate) struct LookupLayout {
+    pub(crate) words: usize,
+    pub(crate) ends: usize,
+    pub(crate) word_count: usize,
+    pub(crate) version: usize,
+}
+
+/// The layout of [`HeapLookup`], for the descriptor.
+pub(crate) const LOOKUP_LAYOUT: LookupLayout = LookupLayout {
+    words: std::mem::offset_of!(HeapLookup, words),
+    // `RawEnds` is a transparent pointer.
+    ends: std::mem::offset_of!(HeapLookup, ends),
+    word_count: std::mem::offset_of!(HeapLookup, word_count),
+    version: std::mem::offset_of!(HeapLookup, version),
+};
+
+/// Start-map words, end map and map version of one heap, in 24 bytes; the
+/// code base is the caller's (the heap's, or its range section's begin). The
+/// span is implied: a map word covers 256 bytes, and a heap's span is a whole
+/// number of pages.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct HeapLookup {
-    pub(crate) base: usize,
     words: *const AtomicU32,
     ends: RawEnds,
     word_count: u32,
@@ -53,16 +70,10 @@ impl HeapLookup {
     /// A view of a heap's read side.
     ///
     /// # Safety
-    /// `words` must be the map words of the heap whose executable view starts at
-    /// `base`, and the view may only be used while that heap is alive.
-    pub(crate) unsafe fn new(
-        base: usize,
-        words: &MmapWords,
-        ends: RawEnds,
-        version: MapVersion,
-    ) -> Self {
+    /// `words` and `ends` must be the maps of one heap, and the view may only
+    /// be used while that heap is alive.
+    pub(crate) unsafe fn new(words: &MmapWords, ends: RawEnds, version: MapVersion) -> Self {
         Self {
-            base,
             words: words.base(),
             ends,
             // Spans are under 4 GiB, so under 2^24 words.
@@ -71,18 +82,20 @@ impl HeapLookup {
         }
     }
 
-    /// The block containing `ip`, exactly, from the maps alone: the start map
+    /// The block containing `ip` in the heap whose executable view starts at
+    /// `base`, exactly, from the maps alone: the start map
     /// names the start, and unless a v2 pointer word proves `ip` inside, the end
     /// map says whether the block ends before `ip` (at most two more words in
     /// v2). Code memory is not read.
     ///
     /// # Safety
-    /// The heap this view was taken from must stay alive for `'a`, and the caller
+    /// `base` is the executable base of the heap this view was taken from, that
+    /// heap must stay alive for `'a`, and the caller
     /// must hold a guard pinned in the heap's domain for `'a`: that keeps freed
     /// headers and prefixes from being reclaimed while the answer is in use.
     #[inline]
-    pub(crate) unsafe fn find<'a>(&self, ip: usize) -> Option<Hit<'a>> {
-        let offset = ip.wrapping_sub(self.base) as u64;
+    pub(crate) unsafe fn find<'a>(&self, base: usize, ip: usize) -> Option<Hit<'a>> {
+        let offset = ip.wrapping_sub(base) as u64;
         // SAFETY: `words` and `word_count` describe the live map of a live heap
         // (this function's contract). Offsets past the span fall past the last word,
         // where both lookups answer none.
@@ -107,13 +120,13 @@ impl HeapLookup {
             }
         }
         Some(Hit {
-            start: self.base + start as usize,
+            start: base + start as usize,
             offset: offset - start,
             ends: self.ends,
             heap_offset: start,
             // SAFETY: the map holds only starts placed by the allocator, and the
             // heap (which owns the mapping) outlives `'a` by this function's contract.
-            prefix: unsafe { prefix_at(self.base, start) },
+            prefix: unsafe { prefix_at(base, start) },
         })
     }
 }

@@ -7,10 +7,10 @@
 //! [`CodeHeader`] (kept outside executable memory), or a stub kind 1..=15.
 
 mod alloc;
-mod ends;
+pub(crate) mod ends;
 mod error;
-mod header;
-mod lookup;
+pub(crate) mod header;
+pub(crate) mod lookup;
 mod memory;
 mod reservation;
 mod unwind;
@@ -43,6 +43,7 @@ use crate::hex::hex_struct;
 use crate::mapping::HUGE_PAGE;
 use crate::nibble::encoding::MAX_SPAN;
 use crate::nibble::{MapVersion, MapWriter, NibbleMap};
+use crate::seq::ChangeSeq;
 use crate::words::MmapWords;
 use alloc::FreeSpace;
 use ends::EndMap;
@@ -279,8 +280,10 @@ pub struct CodeHeap {
     /// Bytes committed at a time: 2 MiB when huge pages back the heap, so a whole
     /// huge page is accessible when it first faults.
     commit_chunk: u64,
-    /// Read side of `map` and `memory`, valid as long as both are (for the heap's life).
+    /// Read side of `map` and `ends`, valid as long as both are (for the heap's life).
     lookup: HeapLookup,
+    /// The executable view's first byte.
+    base: usize,
     map: Arc<NibbleMap<MmapWords>>,
     domain: Arc<Domain>,
     listeners: Arc<Listeners>,
@@ -332,19 +335,14 @@ impl CodeHeap {
         let memory = CodeMemory::reserve(span as usize, config.mode, config.huge_pages)?;
         let map = MapWriter::with_huge_pages(config.version, span, config.huge_pages)
             .map_err(HeapError::Map)?;
-        let ends = EndMap::new(span, config.huge_pages)?;
+        // Relaxed: only uniqueness matters.
+        let id = NEXT_HEAP_ID.fetch_add(1, Ordering::Relaxed);
+        let ends = EndMap::new(map.map().word_count(), id, config.huge_pages)?;
         let huge_commit =
             config.huge_pages && config.mode == MemoryMode::Rwx && span >= HUGE_PAGE as u64;
         // SAFETY: the view is stored in the heap next to the maps and memory it reads,
         // and is only used while the heap is alive.
-        let lookup = unsafe {
-            HeapLookup::new(
-                memory.exec_base(),
-                map.map().words(),
-                ends.raw(),
-                config.version,
-            )
-        };
+        let lookup = unsafe { HeapLookup::new(map.map().words(), ends.raw(), config.version) };
         Ok(Self {
             commit_chunk: if huge_commit {
                 HUGE_PAGE as u64
@@ -352,8 +350,8 @@ impl CodeHeap {
                 COMMIT_CHUNK
             },
             lookup,
-            // Relaxed: only uniqueness matters.
-            id: NEXT_HEAP_ID.fetch_add(1, Ordering::Relaxed),
+            base: memory.exec_base(),
+            id,
             span,
             align: config.align,
             register_unwind: config.register_unwind,
@@ -388,7 +386,7 @@ impl CodeHeap {
 
     /// Address of the first byte (executable view); also the map's base.
     pub fn base(&self) -> usize {
-        self.lookup.base
+        self.base
     }
 
     /// Bytes reserved.
@@ -496,7 +494,7 @@ impl CodeHeap {
         guard.check(&self.domain)?;
         // SAFETY: `self` outlives `'a`, and `guard` is pinned in this heap's domain
         // for `'a` (checked above).
-        Ok(unsafe { self.lookup.find(ip) }.map(|hit| HeapBlock { hit }))
+        Ok(unsafe { self.lookup.find(self.base, ip) }.map(|hit| HeapBlock { hit }))
     }
 
     /// Bytes of the heap's lookup structures resident in memory: the nibble
@@ -523,6 +521,18 @@ impl CodeHeap {
     /// The heap's read side, for sections that look up without touching the heap.
     pub(crate) fn lookup(&self) -> HeapLookup {
         self.lookup
+    }
+
+    /// The heap's change sequence (in the end map's trailer), bracketing every
+    /// change of the start and end maps for readers in other processes (see
+    /// [`crate::remote`]); in-process readers rely on guards.
+    fn seq(&self) -> &ChangeSeq {
+        self.ends.seq()
+    }
+
+    /// The heap's id (unique in the process).
+    pub fn id(&self) -> u64 {
+        self.id
     }
 
     /// Unpublishes a block at once; its bytes and header are reused only after every
@@ -892,9 +902,14 @@ impl CodeHeap {
                 }),
             });
         });
+        self.seq().begin();
         self.ends.mark(start, size, is_stub);
-        if let Err(e) = w.map.set_allocated(start, size) {
+        let stored = w.map.set_allocated(start, size);
+        if stored.is_err() {
             self.ends.clear(start, size);
+        }
+        self.seq().end();
+        if let Err(e) = stored {
             if let Some(info) = announced {
                 // Never visible: listeners see it go at once.
                 self.listeners.emit(CodeEvent::Free(CodeFree {
@@ -979,7 +994,10 @@ impl CodeHeap {
     /// Unpublishes the live block at `offset` and retires it; returns the
     /// method's info (None for a stub).
     fn unpublish(&self, w: &mut Writer, offset: u64) -> Result<Option<Arc<CodeInfo>>, HeapError> {
-        w.map.delete(offset).map_err(HeapError::Map)?;
+        self.seq().begin();
+        let deleted = w.map.delete(offset);
+        self.seq().end();
+        deleted.map_err(HeapError::Map)?;
         let Some(live) = w.live.remove(&offset) else {
             return Ok(None);
         };

@@ -18,17 +18,19 @@ use crate::words::MmapWords;
 use crate::words::WordRead;
 use encoding::{MAX_SPAN, WORD_BYTES};
 
-/// Which encoding and lookup a map uses.
+/// Which encoding and lookup a map uses. One byte, 1 or 2, as out-of-process
+/// readers see it (see [`crate::remote`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
 pub enum MapVersion {
     /// Start nibbles only; lookups walk back word by word, so their cost is
     /// linear in the method's size (a 4 GiB heap can need millions of reads).
     /// Lock-free and signal-safe, but not bounded: a caller with a budget uses
     /// [`find_v1_capped`] or refuses v1 heaps.
-    V1,
+    V1 = 1,
     /// Start nibbles plus relative pointers in fully covered words; lookups read at
     /// most two words.
-    V2,
+    V2 = 2,
 }
 
 impl MapVersion {

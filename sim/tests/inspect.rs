@@ -1,0 +1,275 @@
+//! `jitmap-sim inspect` against live `jitmap-sim spin` children: every answer
+//! is checked against the child's perf map, while the child is still and while
+//! it churns.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const SIM: &str = env!("CARGO_BIN_EXE_jitmap-sim");
+
+/// A child process killed when dropped.
+struct Host {
+    child: Child,
+    dir: PathBuf,
+}
+
+impl Host {
+    fn spawn(name: &str, args: &[&str]) -> Self {
+        let dir =
+            std::env::temp_dir().join(format!("jitmap-inspect-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let child = Command::new(SIM)
+            .arg("spin")
+            .args(args)
+            .env("JITMAP_PERF", "map")
+            .env("JITMAP_PERF_DIR", &dir)
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        Self { child, dir }
+    }
+
+    fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// The perf map's entries, once it has at least `n`: (start, size, name).
+    fn perf_map(&self, n: usize) -> Vec<(u64, u64, String)> {
+        let path = self.dir.join(format!("perf-{}.map", self.pid()));
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let entries = read_perf_map(&path);
+            if entries.len() >= n {
+                return entries;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "perf map {path:?} has {entries:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn read_perf_map(path: &Path) -> Vec<(u64, u64, String)> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.lines()
+        .filter(|l| l.ends_with(|c: char| c.is_ascii_digit()))
+        .filter_map(|l| {
+            let mut f = l.splitn(3, ' ');
+            let start = u64::from_str_radix(f.next()?, 16).ok()?;
+            let size = u64::from_str_radix(f.next()?, 16).ok()?;
+            Some((start, size, f.next()?.to_string()))
+        })
+        .collect()
+}
+
+fn inspect(args: &[String]) -> (Output, serde_json::Value) {
+    let out = Command::new(SIM)
+        .arg("inspect")
+        .args(args)
+        .output()
+        .unwrap();
+    let json = serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null);
+    (out, json)
+}
+
+fn ip_args(pid: i32, ips: &[u64]) -> Vec<String> {
+    let mut args = vec!["--pid".to_string(), pid.to_string(), "--json".to_string()];
+    for ip in ips {
+        args.push("--ip".into());
+        args.push(format!("{ip:#x}"));
+    }
+    args
+}
+
+#[test]
+fn a_still_host_is_resolved_exactly_and_listed_whole() {
+    let host = Host::spawn("still", &["--functions", "32", "--seconds", "60"]);
+    let entries = host.perf_map(32);
+    assert_eq!(entries.len(), 32);
+    let ips: Vec<u64> = entries
+        .iter()
+        .flat_map(|&(s, n, _)| [s, s + n / 2, s + n - 1])
+        .collect();
+    let (out, json) = inspect(&ip_args(host.pid(), &ips));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let answers = json["answers"].as_array().unwrap();
+    assert_eq!(answers.len(), 96);
+    for (i, (a, ip)) in answers.iter().zip(&ips).enumerate() {
+        let (start, size, name) = &entries[i / 3];
+        assert_eq!(a["ip"], *ip);
+        assert_eq!(a["kind"], "method", "{a}");
+        assert_eq!(
+            (&a["start"], &a["size"]),
+            (&(*start).into(), &(*size).into())
+        );
+        assert_eq!(a["name"], name.as_str());
+        assert_eq!(a["offset"], ip - start);
+    }
+    // Reads per lookup, all in one range map and one v2 heap: the managers,
+    // the map's sequence, five level entries, one fragment, the heap's
+    // sequence, at most two start words and two end words, the prefix, the
+    // header, the name, and the two sequences again.
+    assert!(json["reads_max"].as_u64().unwrap() <= 18, "{json}");
+    assert!(json["reads_mean"].as_f64().unwrap() >= 14.0, "{json}");
+
+    // One past each function's end is padding: nothing, and exit status 1.
+    let past: Vec<u64> = entries.iter().map(|&(s, n, _)| s + n).collect();
+    let (out, json) = inspect(&ip_args(host.pid(), &past));
+    assert_eq!(out.status.code(), Some(1));
+    for a in json["answers"].as_array().unwrap() {
+        assert_eq!(a["kind"], "nothing", "{a}");
+    }
+
+    let (out, json) = inspect(&[
+        "--pid".into(),
+        host.pid().to_string(),
+        "--list".into(),
+        "--json".into(),
+    ]);
+    assert!(out.status.success());
+    let sections = json["sections"].as_array().unwrap();
+    assert_eq!(sections.len(), 1, "{json}");
+    assert_eq!(sections[0]["kind"], "heap");
+    let mut listed: Vec<(u64, u64, String)> = sections[0]["blocks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| {
+            (
+                b["start"].as_u64().unwrap(),
+                b["size"].as_u64().unwrap(),
+                b["name"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    listed.sort();
+    let mut want = entries.clone();
+    want.sort();
+    assert_eq!(listed, want);
+}
+
+#[test]
+fn a_churning_host_is_never_misnamed() {
+    let host = Host::spawn(
+        "churn",
+        &[
+            "--functions",
+            "32",
+            "--seconds",
+            "60",
+            "--churn",
+            "--unique-names",
+        ],
+    );
+    host.perf_map(32);
+    let (mut methods, mut unknown, mut nothing, mut rounds, mut retries) = (0, 0, 0, 0, 0);
+    let deadline = Instant::now() + Duration::from_secs(4);
+    while Instant::now() < deadline {
+        let entries = host.perf_map(32);
+        // The latest placements: most are live, some already moved or freed.
+        let recent = &entries[entries.len().saturating_sub(96)..];
+        let ips: Vec<u64> = recent
+            .iter()
+            .flat_map(|&(s, n, _)| [s, s + n / 2, s + n - 1])
+            .collect();
+        let (out, json) = inspect(&ip_args(host.pid(), &ips));
+        assert!(matches!(out.status.code(), Some(0 | 1)), "{out:?}");
+        retries += json["retries"].as_u64().unwrap();
+        // Every placement the child published is in its perf map by now
+        // (events go out before the code is visible, and are flushed soon).
+        std::thread::sleep(Duration::from_millis(100));
+        let published: HashSet<(u64, u64, String)> = host.perf_map(32).into_iter().collect();
+        for a in json["answers"].as_array().unwrap() {
+            match a["kind"].as_str().unwrap() {
+                "method" => {
+                    let (start, size, ip) = (
+                        a["start"].as_u64().unwrap(),
+                        a["size"].as_u64().unwrap(),
+                        a["ip"].as_u64().unwrap(),
+                    );
+                    let name = a["name"].as_str().unwrap().to_string();
+                    assert!(
+                        published.contains(&(start, size, name)),
+                        "an answer no placement ever had: {a}"
+                    );
+                    assert!(start <= ip && ip < start + size, "{a}");
+                    methods += 1;
+                }
+                "unknown" => unknown += 1,
+                "nothing" => nothing += 1,
+                other => panic!("{other}: {a}"),
+            }
+        }
+        rounds += 1;
+    }
+    assert!(
+        host_alive(&host),
+        "the host must churn through the whole test"
+    );
+    eprintln!(
+        "rounds={rounds} methods={methods} nothing={nothing} unknown={unknown} retries={retries}"
+    );
+    assert!(rounds >= 3);
+    assert!(
+        methods > (methods + nothing + unknown) / 4,
+        "{methods} {nothing} {unknown}"
+    );
+}
+
+fn host_alive(host: &Host) -> bool {
+    Path::new(&format!("/proc/{}/maps", host.pid())).exists()
+}
+
+#[test]
+fn bad_input_exits_2_with_a_reason() {
+    let (out, _) = inspect(&["--pid".into(), "999999999".into()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read /proc/999999999"));
+
+    let mut sleeper = Command::new("sleep").arg("30").spawn().unwrap();
+    let (out, _) = inspect(&["--pid".into(), sleeper.id().to_string()]);
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("defines jitmap_descriptor"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let (out, _) = inspect(&["--pid".into(), "1".into(), "--ip".into(), "0xzz".into()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not an address"));
+}
+
+#[test]
+fn the_executable_exports_the_descriptor_dynamically() {
+    use object::{Object, ObjectSymbol};
+    let data = std::fs::read(SIM).unwrap();
+    let elf = object::File::parse(&*data).unwrap();
+    let symbol = elf
+        .dynamic_symbols()
+        .find(|s| s.name() == Ok("jitmap_descriptor"))
+        .expect("jitmap_descriptor in .dynsym");
+    assert_eq!(
+        symbol.size(),
+        size_of::<jitmap::remote::Descriptor>() as u64
+    );
+}

@@ -1,0 +1,166 @@
+//! Finding a symbol in another process: its mappings in `/proc/PID/maps`, the
+//! ELF files behind them, their dynamic (then full) symbol tables, and each
+//! file's load bias.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+
+use object::{Object, ObjectSegment, ObjectSymbol};
+
+use super::RemoteError;
+
+/// The name the descriptor is exported under.
+pub const DESCRIPTOR_SYMBOL: &str = "jitmap_descriptor";
+
+/// One file-backed mapping of a process.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mapping {
+    /// First address.
+    pub start: u64,
+    /// One past the last address.
+    pub end: u64,
+    /// Offset in the file of `start`.
+    pub offset: u64,
+    /// The file's path.
+    pub path: String,
+}
+
+/// The file-backed mappings of process `pid`, in address order.
+pub fn mappings(pid: i32) -> Result<Vec<Mapping>, RemoteError> {
+    let text =
+        std::fs::read_to_string(format!("/proc/{pid}/maps")).map_err(|e| RemoteError::Proc {
+            pid,
+            errno: e.raw_os_error().unwrap_or(libc::EIO),
+        })?;
+    Ok(parse_maps(&text))
+}
+
+/// Parses the text of `/proc/PID/maps`, keeping mappings of absolute paths.
+pub fn parse_maps(text: &str) -> Vec<Mapping> {
+    text.lines()
+        .filter_map(|line| {
+            let mut fields = line.split_ascii_whitespace();
+            let (start, end) = fields.next()?.split_once('-')?;
+            let _perms = fields.next()?;
+            let offset = fields.next()?;
+            let _dev = fields.next()?;
+            let _inode = fields.next()?;
+            let path = fields.collect::<Vec<_>>().join(" ");
+            if !path.starts_with('/') {
+                return None;
+            }
+            Some(Mapping {
+                start: u64::from_str_radix(start, 16).ok()?,
+                end: u64::from_str_radix(end, 16).ok()?,
+                offset: u64::from_str_radix(offset, 16).ok()?,
+                path,
+            })
+        })
+        .collect()
+}
+
+/// The address of `symbol` in process `pid`: the first mapped ELF file that
+/// defines it (dynamic symbols first, then the full symbol table), plus that
+/// file's load bias.
+///
+/// ```
+/// use jitmap::remote::process::{DESCRIPTOR_SYMBOL, find_symbol};
+/// let pid = std::process::id() as i32;
+/// // This test binary links jitmap, so it defines the descriptor.
+/// assert_eq!(find_symbol(pid, DESCRIPTOR_SYMBOL)?, jitmap::remote::descriptor_address());
+/// # Ok::<(), jitmap::remote::RemoteError>(())
+/// ```
+pub fn find_symbol(pid: i32, symbol: &'static str) -> Result<u64, RemoteError> {
+    find_symbol_in(pid, |_| true, symbol).map(|(addr, _)| addr)
+}
+
+/// [`find_symbol`] in the mapped files whose path `wanted` accepts; also
+/// returns the path of the file that defines it.
+pub fn find_symbol_in(
+    pid: i32,
+    wanted: impl Fn(&str) -> bool,
+    symbol: &'static str,
+) -> Result<(u64, String), RemoteError> {
+    let maps = mappings(pid)?;
+    // Each file's mapping of offset 0 is its first loaded page.
+    let mut files: BTreeMap<&str, u64> = BTreeMap::new();
+    for m in maps.iter().filter(|m| m.offset == 0 && wanted(&m.path)) {
+        files.entry(&m.path).or_insert(m.start);
+    }
+    for (path, first) in files {
+        if let Some(addr) = symbol_in_file(path, first, symbol) {
+            return Ok((addr, path.to_string()));
+        }
+    }
+    Err(RemoteError::SymbolNotFound { pid, symbol })
+}
+
+/// The addresses an ELF file mapped by process `pid` occupies once loaded,
+/// its zero-filled data (`.bss`) included: from its first page to the end of
+/// its last loaded segment in memory.
+pub fn loaded_extent(pid: i32, path: &str) -> Result<Option<(u64, u64)>, RemoteError> {
+    let maps = mappings(pid)?;
+    let Some(first) = maps
+        .iter()
+        .filter(|m| m.path == path && m.offset == 0)
+        .map(|m| m.start)
+        .min()
+    else {
+        return Ok(None);
+    };
+    Ok(with_elf(path, |elf| {
+        let bias = load_bias(elf, first)?;
+        let end = elf.segments().map(|s| s.address() + s.size()).max()?;
+        Some((first, end.checked_add(bias)?))
+    })
+    .flatten())
+}
+
+/// Runs `f` over the ELF file at `path`, or `None` when it cannot be read or
+/// parsed.
+fn with_elf<T>(path: &str, f: impl FnOnce(&object::File<'_>) -> T) -> Option<T> {
+    let file = File::open(path).ok()?;
+    // SAFETY: the mapping is read-only and private; a file truncated under us
+    // can raise SIGBUS, which for a binary that a live process maps would need
+    // someone to rewrite it in place, as for any debugger.
+    let data = unsafe { memmap2::Mmap::map(&file) }.ok()?;
+    let elf = object::File::parse(&*data).ok()?;
+    Some(f(&elf))
+}
+
+/// `symbol`'s address in the ELF file at `path` whose first page is mapped at
+/// `first`, or `None` when the file is not ELF or does not define it.
+fn symbol_in_file(path: &str, first: u64, symbol: &str) -> Option<u64> {
+    with_elf(path, |elf| {
+        let value = elf
+            .dynamic_symbols()
+            .chain(elf.symbols())
+            .find(|s| s.is_definition() && s.name() == Ok(symbol))?
+            .address();
+        value.checked_add(load_bias(elf, first)?)
+    })
+    .flatten()
+}
+
+/// What to add to the file's virtual addresses, given where its first page is
+/// mapped.
+fn load_bias(elf: &object::File<'_>, first: u64) -> Option<u64> {
+    let bias = match elf.kind() {
+        object::ObjectKind::Dynamic => {
+            // The segment loaded from file offset 0, page-aligned down.
+            let low = elf
+                .segments()
+                .filter(|s| s.file_range().0 == 0)
+                .map(|s| s.address())
+                .min()?;
+            first.checked_sub(low & !0xFFF)?
+        }
+        _ => 0,
+    };
+    Some(bias)
+}
+
+/// The address of the jitmap descriptor in process `pid`.
+pub fn find_descriptor(pid: i32) -> Result<u64, RemoteError> {
+    find_symbol(pid, DESCRIPTOR_SYMBOL)
+}

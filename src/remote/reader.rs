@@ -1,0 +1,806 @@
+//! Lookups over another process's memory: the range-map walk, the nibble-map
+//! lookups (the same functions the in-process heap runs), the end-map check,
+//! the prefix and the header, each read bounded and checked.
+
+use std::cell::Cell;
+use std::mem::offset_of;
+
+use super::checks::{check_ptr, index, read_at};
+use super::descriptor::{Descriptor, LAYOUT_VERSION, MAGIC, MAX_MANAGERS};
+use super::memory::Memory;
+use super::words::{ChunkWords, RemoteWords};
+use super::{MAX_FRAGMENTS, MAX_NAME, RETRIES, RemoteError, V1_MAX_WORDS};
+use crate::heap::ends::{ends_between, is_stub};
+use crate::nibble::{Capped, Starts, find_v1_capped, find_v2_covered};
+use crate::range::{ADDRESS_BITS, CHUNK_BITS, FANOUT, LEVELS};
+
+/// The largest fragment, prefix and header a reader accepts from a descriptor.
+const MAX_STRUCT: usize = 512;
+/// Start-map words in a heap of less than 4 GiB.
+const MAX_WORDS: u64 = 1 << 24;
+/// Range-map levels a listing reads before it calls the map corrupt.
+const MAX_LIST_LEVELS: usize = 4096;
+/// Methods a listing returns at most.
+const MAX_LIST_METHODS: usize = 1 << 20;
+/// Start-map words a listing reads at once.
+const LIST_CHUNK_WORDS: usize = 4096;
+
+/// The layout a descriptor declares, checked: every offset lies inside the
+/// struct it indexes, with room for the value read there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    root_seq: u64,
+    fragment_size: usize,
+    fragment_begin: usize,
+    fragment_end: usize,
+    fragment_next: usize,
+    fragment_tag: usize,
+    tag_heap: u64,
+    tag_image: u64,
+    heap_base: usize,
+    heap_words: usize,
+    heap_ends: usize,
+    heap_word_count: usize,
+    heap_version: usize,
+    heap_seq: usize,
+    heap_id: usize,
+    prefix_bytes: u64,
+    prefix_size: usize,
+    prefix_slot: usize,
+    max_stub_kind: u64,
+    header_method_id: usize,
+    header_code_size: usize,
+    header_name_ptr: usize,
+    header_name_len: usize,
+}
+
+/// What a lookup found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Resolution {
+    /// A JIT-compiled method.
+    Method(RemoteMethod),
+    /// A stub block.
+    Stub {
+        /// The heap's id.
+        heap_id: u64,
+        /// First code byte.
+        start: u64,
+        /// Offset of the address from `start`.
+        offset: u64,
+        /// Code size.
+        size: u64,
+        /// The stub's kind (1..=15).
+        kind: u8,
+    },
+    /// A precompiled image's section (its functions are not resolved remotely).
+    Image {
+        /// First address of the image.
+        begin: u64,
+        /// One past its last address.
+        end: u64,
+        /// Offset of the address from `begin`.
+        offset: u64,
+    },
+    /// In no section, or in a heap but in no block.
+    Nothing,
+    /// The reader cannot say, and will not guess.
+    Unknown(Unknown),
+}
+
+/// Why a lookup answered [`Resolution::Unknown`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unknown {
+    /// The host changed the maps during every attempt.
+    Changing,
+    /// A v1 lookup read [`V1_MAX_WORDS`] words without finding the start.
+    TooFar,
+}
+
+/// A method found in another process.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RemoteMethod {
+    /// The heap's id.
+    pub heap_id: u64,
+    /// First code byte.
+    pub start: u64,
+    /// Offset of the address from `start`.
+    pub offset: u64,
+    /// Code size.
+    pub size: u64,
+    /// The runtime's method id.
+    pub method_id: u64,
+    /// The name, cut at [`MAX_NAME`] bytes, invalid UTF-8 replaced.
+    pub name: String,
+}
+
+/// What a range section holds, as a listing sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SectionKind {
+    /// A code heap.
+    Heap {
+        /// Its id.
+        id: u64,
+        /// Map version (1 or 2).
+        version: u8,
+    },
+    /// A precompiled image.
+    Image,
+}
+
+/// A range section of another process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RemoteSection {
+    /// First address.
+    pub begin: u64,
+    /// One past the last address.
+    pub end: u64,
+    /// Heap or image.
+    pub kind: SectionKind,
+}
+
+/// Reads made by a reader's lookups.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReadStats {
+    /// Lookups answered (including unknown).
+    pub lookups: u64,
+    /// Memory reads, in total.
+    pub reads: u64,
+    /// The most reads one lookup made (all its attempts).
+    pub max_reads: u64,
+    /// Attempts thrown away because the host changed under them.
+    pub retries: u64,
+}
+
+impl ReadStats {
+    /// Mean reads per lookup.
+    pub fn mean_reads(&self) -> f64 {
+        if self.lookups == 0 {
+            0.0
+        } else {
+            self.reads as f64 / self.lookups as f64
+        }
+    }
+}
+
+/// Reads the maps of another process (or any [`Memory`]) through its descriptor.
+#[derive(Debug)]
+pub struct RemoteReader<M> {
+    memory: M,
+    descriptor: u64,
+    layout: Layout,
+    reads: Cell<u64>,
+    stats: Cell<ReadStats>,
+}
+
+/// Why one attempt of a lookup ended without an answer.
+enum Fail {
+    /// The host changed (or may have) under the attempt.
+    Stale,
+    /// A real error.
+    Error(RemoteError),
+}
+
+impl From<RemoteError> for Fail {
+    fn from(e: RemoteError) -> Self {
+        Self::Error(e)
+    }
+}
+
+/// A fragment of the range map, read.
+struct Fragment {
+    begin: u64,
+    end: u64,
+    bytes: [u8; MAX_STRUCT],
+}
+
+/// A heap section's read side, read from its fragment and checked.
+#[derive(Clone, Copy)]
+struct HeapView {
+    /// The heap's id, once the trailer is read.
+    id: u64,
+    base: u64,
+    words: u64,
+    ends: u64,
+    word_count: u64,
+    version: u8,
+    /// Address of the change sequence, in the trailer after the end map.
+    seq: u64,
+}
+
+impl<M: Memory> RemoteReader<M> {
+    /// A reader of the descriptor at `descriptor`: reads it and checks its magic
+    /// value, layout version and every offset.
+    pub fn new(memory: M, descriptor: u64) -> Result<Self, RemoteError> {
+        let mut bytes = [0u8; size_of::<Descriptor>()];
+        memory.read(descriptor, &mut bytes[..16])?;
+        let u32_at = |b: &[u8], off: usize| u32::from_ne_bytes(b[off..off + 4].try_into().unwrap());
+        if u64::from_ne_bytes(bytes[..8].try_into().unwrap()) != MAGIC {
+            return Err(RemoteError::BadDescriptor { what: "magic" });
+        }
+        if u32_at(&bytes, offset_of!(Descriptor, layout_version)) != LAYOUT_VERSION {
+            return Err(RemoteError::BadDescriptor {
+                what: "layout version",
+            });
+        }
+        if u32_at(&bytes, offset_of!(Descriptor, descriptor_size)) as usize != bytes.len() {
+            return Err(RemoteError::BadDescriptor {
+                what: "descriptor size",
+            });
+        }
+        memory.read(descriptor, &mut bytes)?;
+        let field = |off: usize| u32_at(&bytes, off) as usize;
+        macro_rules! f {
+            ($name:ident) => {
+                field(offset_of!(Descriptor, $name))
+            };
+        }
+        let fixed = [
+            (f!(pointer_size), 8, "pointer size"),
+            (f!(levels), LEVELS, "levels"),
+            (f!(fanout), FANOUT, "fanout"),
+            (f!(chunk_bits), CHUNK_BITS as usize, "chunk bits"),
+            (f!(address_bits), ADDRESS_BITS as usize, "address bits"),
+            (f!(max_managers), MAX_MANAGERS, "manager entries"),
+            (f!(prefix_bytes), 16, "prefix size"),
+        ];
+        if let Some((_, _, what)) = fixed.iter().find(|(got, want, _)| got != want) {
+            return Err(RemoteError::BadDescriptor { what });
+        }
+        let layout = Layout {
+            root_seq: f!(root_seq) as u64,
+            fragment_size: f!(fragment_size),
+            fragment_begin: f!(fragment_begin),
+            fragment_end: f!(fragment_end),
+            fragment_next: f!(fragment_next),
+            fragment_tag: f!(fragment_tag),
+            tag_heap: f!(tag_heap) as u64,
+            tag_image: f!(tag_image) as u64,
+            heap_base: f!(heap_base),
+            heap_words: f!(heap_words),
+            heap_ends: f!(heap_ends),
+            heap_word_count: f!(heap_word_count),
+            heap_version: f!(heap_version),
+            heap_seq: f!(heap_seq),
+            heap_id: f!(heap_id),
+            prefix_bytes: f!(prefix_bytes) as u64,
+            prefix_size: f!(prefix_size),
+            prefix_slot: f!(prefix_slot),
+            max_stub_kind: f!(max_stub_kind) as u64,
+            header_method_id: f!(header_method_id),
+            header_code_size: f!(header_code_size),
+            header_name_ptr: f!(header_name_ptr),
+            header_name_len: f!(header_name_len),
+        };
+        layout.check()?;
+        Ok(Self {
+            memory,
+            descriptor,
+            layout,
+            reads: Cell::new(0),
+            stats: Cell::new(ReadStats::default()),
+        })
+    }
+
+    /// The checked layout.
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// Reads made by lookups so far.
+    pub fn stats(&self) -> ReadStats {
+        self.stats.get()
+    }
+
+    /// The range-map roots of the managers registered now.
+    pub fn managers(&self) -> Result<Vec<u64>, RemoteError> {
+        let mut bytes = [0u8; 8 * MAX_MANAGERS];
+        self.read(
+            self.descriptor + offset_of!(Descriptor, managers) as u64,
+            &mut bytes,
+        )?;
+        let mut roots = Vec::with_capacity(MAX_MANAGERS);
+        for chunk in bytes.chunks_exact(8) {
+            let root = u64::from_ne_bytes(chunk.try_into().unwrap());
+            if root != 0 {
+                roots.push(check_ptr(root, 4096, "manager root")?);
+            }
+        }
+        Ok(roots)
+    }
+
+    /// What `ip` is in the process: a method (id, name, start, offset), a stub,
+    /// an image, nothing, or unknown while the host keeps changing the maps.
+    /// Bounded: per attempt, one read of the managers, then for each manager
+    /// the map's sequence, five levels, at most [`MAX_FRAGMENTS`] fragments, the
+    /// heap's sequence, at most two start words and two end words in v2 (at
+    /// most [`V1_MAX_WORDS`] and as many end words in v1), the prefix, the
+    /// header, the name and the two sequences again.
+    pub fn resolve(&self, ip: u64) -> Result<Resolution, RemoteError> {
+        let before = self.reads.get();
+        let mut stats = self.stats.get();
+        let mut answer = Ok(Resolution::Unknown(Unknown::Changing));
+        for _ in 0..RETRIES {
+            match self.attempt(ip) {
+                Ok(found) => {
+                    answer = Ok(found);
+                    break;
+                }
+                Err(Fail::Stale) => stats.retries += 1,
+                Err(Fail::Error(e)) => {
+                    answer = Err(e);
+                    break;
+                }
+            }
+        }
+        let reads = self.reads.get() - before;
+        stats.lookups += 1;
+        stats.reads += reads;
+        stats.max_reads = stats.max_reads.max(reads);
+        self.stats.set(stats);
+        answer
+    }
+
+    /// One attempt over every registered manager.
+    fn attempt(&self, ip: u64) -> Result<Resolution, Fail> {
+        for root in self.managers()? {
+            match self.attempt_in(root, ip)? {
+                Resolution::Nothing => continue,
+                found => return Ok(found),
+            }
+        }
+        Ok(Resolution::Nothing)
+    }
+
+    /// One attempt in the range map at `root`.
+    fn attempt_in(&self, root: u64, ip: u64) -> Result<Resolution, Fail> {
+        let seq_addr = root + self.layout.root_seq;
+        let seq = self.read_u64(seq_addr)?;
+        if seq & 1 != 0 {
+            return Err(Fail::Stale);
+        }
+        let found = self.find_fragment(root, ip);
+        let fragment = match found {
+            Ok(Some(fragment)) => fragment,
+            Ok(None) => return self.confirm(seq_addr, seq, Ok(Resolution::Nothing)),
+            Err(e) => return self.confirm(seq_addr, seq, Err(e)),
+        };
+        let answer = match self.value_kind(&fragment) {
+            Ok(true) => self.in_heap(&fragment, ip),
+            Ok(false) => Ok(Resolution::Image {
+                begin: fragment.begin,
+                end: fragment.end,
+                offset: ip - fragment.begin,
+            }),
+            Err(e) => Err(Fail::Error(e)),
+        };
+        match answer {
+            Err(Fail::Stale) => Err(Fail::Stale),
+            Err(Fail::Error(e)) => self.confirm(seq_addr, seq, Err(e)),
+            Ok(found) => self.confirm(seq_addr, seq, Ok(found)),
+        }
+    }
+
+    /// Turns a result into the attempt's answer if the sequence at `addr` still
+    /// reads `seq`; otherwise the attempt saw a change and is stale.
+    fn confirm(
+        &self,
+        addr: u64,
+        seq: u64,
+        result: Result<Resolution, RemoteError>,
+    ) -> Result<Resolution, Fail> {
+        if self.read_u64(addr)? != seq {
+            return Err(Fail::Stale);
+        }
+        result.map_err(Fail::Error)
+    }
+
+    /// The fragment of the section containing `ip` in the map at `root`.
+    fn find_fragment(&self, root: u64, ip: u64) -> Result<Option<Fragment>, RemoteError> {
+        if ip >> ADDRESS_BITS != 0 {
+            return Ok(None);
+        }
+        let mut level = root;
+        for depth in (1..LEVELS).rev() {
+            let entry = self.read_u64(level + 8 * index(ip, depth))?;
+            if entry == 0 {
+                return Ok(None);
+            }
+            level = check_ptr(entry, 4096, "range-map level")?;
+        }
+        let mut next = self.read_u64(level + 8 * index(ip, 0))?;
+        for _ in 0..MAX_FRAGMENTS {
+            if next == 0 {
+                return Ok(None);
+            }
+            let fragment = self.read_fragment(next)?;
+            if fragment.begin <= ip && ip < fragment.end {
+                return Ok(Some(fragment));
+            }
+            next = read_at(&fragment.bytes, self.layout.fragment_next);
+        }
+        Err(RemoteError::Corrupt {
+            what: "fragment list longer than the cap",
+            addr: next,
+        })
+    }
+
+    fn read_fragment(&self, addr: u64) -> Result<Fragment, RemoteError> {
+        let addr = check_ptr(addr, 64, "fragment")?;
+        let mut bytes = [0u8; MAX_STRUCT];
+        self.read(addr, &mut bytes[..self.layout.fragment_size])?;
+        let begin = read_at(&bytes, self.layout.fragment_begin);
+        let end = read_at(&bytes, self.layout.fragment_end);
+        if begin >= end || end - begin > 1 << 32 || (end - 1) >> ADDRESS_BITS != 0 {
+            return Err(RemoteError::Corrupt {
+                what: "fragment bounds",
+                addr,
+            });
+        }
+        Ok(Fragment { begin, end, bytes })
+    }
+
+    /// Whether the fragment holds a heap (true) or an image (false).
+    fn value_kind(&self, fragment: &Fragment) -> Result<bool, RemoteError> {
+        match read_at(&fragment.bytes, self.layout.fragment_tag) {
+            tag if tag == self.layout.tag_heap => Ok(true),
+            tag if tag == self.layout.tag_image => Ok(false),
+            tag => Err(RemoteError::Corrupt {
+                what: "section tag",
+                addr: tag,
+            }),
+        }
+    }
+
+    fn heap_view(&self, fragment: &Fragment) -> Result<HeapView, RemoteError> {
+        let l = &self.layout;
+        let b = &fragment.bytes;
+        let mut view = HeapView {
+            id: 0,
+            base: read_at(b, l.heap_base),
+            words: check_ptr(read_at(b, l.heap_words), 4096, "start map")?,
+            ends: check_ptr(read_at(b, l.heap_ends), 4096, "end map")?,
+            word_count: u64::from(u32::from_ne_bytes(
+                b[l.heap_word_count..l.heap_word_count + 4]
+                    .try_into()
+                    .unwrap(),
+            )),
+            version: b[l.heap_version],
+            seq: 0,
+        };
+        // The trailer after the end map: the change sequence and the heap id.
+        view.seq = view.ends + 8 * view.word_count + l.heap_seq as u64;
+        let span_ok = view.base == fragment.begin
+            && view.word_count <= MAX_WORDS
+            && view.word_count * 256 >= fragment.end - fragment.begin
+            && view.word_count * 256 < fragment.end - fragment.begin + 256;
+        if !span_ok || !matches!(view.version, 1 | 2) {
+            return Err(RemoteError::Corrupt {
+                what: "heap section",
+                addr: view.base,
+            });
+        }
+        Ok(view)
+    }
+
+    /// The block containing `ip` in the heap of `fragment`, checked against the
+    /// heap's sequence.
+    fn in_heap(&self, fragment: &Fragment, ip: u64) -> Result<Resolution, Fail> {
+        let mut heap = self.heap_view(fragment)?;
+        let seq = self.read_trailer(&mut heap)?;
+        if seq & 1 != 0 {
+            return Err(Fail::Stale);
+        }
+        let found = self.block(&heap, ip);
+        let found = match found {
+            Err(Fail::Stale) => return Err(Fail::Stale),
+            Err(Fail::Error(e)) => Err(e),
+            Ok(found) => Ok(found),
+        };
+        self.confirm(heap.seq, seq, found)
+    }
+
+    /// Reads the heap's trailer in one read: fills in its id and returns its
+    /// change sequence.
+    fn read_trailer(&self, heap: &mut HeapView) -> Result<u64, RemoteError> {
+        let mut trailer = [0u8; 16];
+        let at = heap.seq - self.layout.heap_seq as u64;
+        self.read(at, &mut trailer)?;
+        heap.id = read_at(&trailer, self.layout.heap_id);
+        Ok(read_at(&trailer, self.layout.heap_seq))
+    }
+
+    fn block(&self, heap: &HeapView, ip: u64) -> Result<Resolution, Fail> {
+        let offset = ip - heap.base;
+        let words = RemoteWords::new(self, heap.words, heap.word_count as usize);
+        let found = if heap.version == 1 {
+            match find_v1_capped(&words, offset, V1_MAX_WORDS) {
+                Capped::Found(start) => Ok((start, false)),
+                Capped::Nothing => Err(Resolution::Nothing),
+                Capped::TooFar => Err(Resolution::Unknown(Unknown::TooFar)),
+            }
+        } else {
+            find_v2_covered(&words, offset).ok_or(Resolution::Nothing)
+        };
+        words.check()?;
+        let (start, covered) = match found {
+            Ok(found) => found,
+            Err(answer) => return Ok(answer),
+        };
+        if start < self.layout.prefix_bytes || start > offset {
+            return if start < self.layout.prefix_bytes {
+                Ok(Resolution::Nothing)
+            } else {
+                Err(RemoteError::Corrupt {
+                    what: "start after the address",
+                    addr: heap.base + start,
+                }
+                .into())
+            };
+        }
+        let ends = RemoteWords::new(self, heap.ends, heap.word_count as usize);
+        if !covered {
+            let lo = if heap.version == 1 {
+                start
+            } else {
+                start.max((offset - offset % 256).saturating_sub(256))
+            };
+            // SAFETY: remote end words are read through `process_vm_readv`-like
+            // copies that never fault; `lo <= offset`, inside the span.
+            let ended = unsafe { ends_between(&ends, lo, offset) };
+            ends.check()?;
+            if ended {
+                return Ok(Resolution::Nothing);
+            }
+        }
+        let start_addr = heap.base + start;
+        let mut prefix = [0u8; 16];
+        self.read(start_addr - self.layout.prefix_bytes, &mut prefix)?;
+        let size = read_at(&prefix, self.layout.prefix_size);
+        let slot = read_at(&prefix, self.layout.prefix_slot);
+        if size == 0 || offset - start >= size || start + size > heap.word_count * 256 {
+            return Err(RemoteError::Corrupt {
+                what: "block size",
+                addr: start_addr,
+            }
+            .into());
+        }
+        if slot <= self.layout.max_stub_kind {
+            // SAFETY: as above: remote reads never fault.
+            let stub = unsafe { is_stub(&ends, start) };
+            ends.check()?;
+            if !stub || slot == 0 {
+                return Err(RemoteError::Corrupt {
+                    what: "stub slot",
+                    addr: start_addr,
+                }
+                .into());
+            }
+            return Ok(Resolution::Stub {
+                heap_id: heap.id,
+                start: start_addr,
+                offset: offset - start,
+                size,
+                kind: slot as u8,
+            });
+        }
+        let header = check_ptr(slot, 8, "code header")?;
+        let mut bytes = [0u8; MAX_STRUCT];
+        let header_len = [
+            self.layout.header_method_id,
+            self.layout.header_code_size,
+            self.layout.header_name_ptr,
+            self.layout.header_name_len,
+        ]
+        .into_iter()
+        .max()
+        .unwrap_or(0)
+            + 8;
+        self.read(header, &mut bytes[..header_len])?;
+        if read_at(&bytes, self.layout.header_code_size) != size {
+            return Err(RemoteError::Corrupt {
+                what: "header size differs from the prefix",
+                addr: header,
+            }
+            .into());
+        }
+        let name_len = (read_at(&bytes, self.layout.header_name_len) as usize).min(MAX_NAME);
+        let mut name = vec![0u8; name_len];
+        if name_len > 0 {
+            let name_ptr = check_ptr(read_at(&bytes, self.layout.header_name_ptr), 1, "name")?;
+            self.read(name_ptr, &mut name)?;
+        }
+        Ok(Resolution::Method(RemoteMethod {
+            heap_id: heap.id,
+            start: start_addr,
+            offset: offset - start,
+            size,
+            method_id: read_at(&bytes, self.layout.header_method_id),
+            name: String::from_utf8_lossy(&name).into_owned(),
+        }))
+    }
+
+    /// Every section of every registered manager, in address order. Retried
+    /// while the host changes a map; [`RemoteError::Corrupt`] past the caps.
+    pub fn sections(&self) -> Result<Vec<RemoteSection>, RemoteError> {
+        let mut all = Vec::new();
+        for root in self.managers()? {
+            let seq_addr = root + self.layout.root_seq;
+            let mut listed = None;
+            for _ in 0..RETRIES {
+                let seq = self.read_u64(seq_addr)?;
+                if seq & 1 != 0 {
+                    continue;
+                }
+                let walked = self.walk(root);
+                if self.read_u64(seq_addr)? == seq {
+                    listed = Some(walked?);
+                    break;
+                }
+            }
+            all.extend(listed.ok_or(RemoteError::Corrupt {
+                what: "range map kept changing",
+                addr: root,
+            })?);
+        }
+        all.sort_by_key(|s| s.begin);
+        all.dedup_by_key(|s| s.begin);
+        Ok(all)
+    }
+
+    fn walk(&self, root: u64) -> Result<Vec<RemoteSection>, RemoteError> {
+        let mut sections: Vec<RemoteSection> = Vec::new();
+        let mut stack = vec![(root, LEVELS - 1)];
+        let mut visited = 0;
+        let mut entries = vec![0u8; 8 * FANOUT];
+        while let Some((level, depth)) = stack.pop() {
+            visited += 1;
+            if visited > MAX_LIST_LEVELS {
+                return Err(RemoteError::Corrupt {
+                    what: "more range-map levels than the cap",
+                    addr: level,
+                });
+            }
+            self.read(level, &mut entries)?;
+            for chunk in entries.chunks_exact(8).rev() {
+                let entry = u64::from_ne_bytes(chunk.try_into().unwrap());
+                if entry == 0 {
+                    continue;
+                }
+                if depth > 0 {
+                    stack.push((check_ptr(entry, 4096, "range-map level")?, depth - 1));
+                    continue;
+                }
+                let mut next = entry;
+                for _ in 0..MAX_FRAGMENTS {
+                    if next == 0 {
+                        break;
+                    }
+                    let fragment = self.read_fragment(next)?;
+                    if !sections.iter().any(|s| s.begin == fragment.begin) {
+                        let kind = if self.value_kind(&fragment)? {
+                            let mut heap = self.heap_view(&fragment)?;
+                            self.read_trailer(&mut heap)?;
+                            SectionKind::Heap {
+                                id: heap.id,
+                                version: heap.version,
+                            }
+                        } else {
+                            SectionKind::Image
+                        };
+                        sections.push(RemoteSection {
+                            begin: fragment.begin,
+                            end: fragment.end,
+                            kind,
+                        });
+                    }
+                    next = read_at(&fragment.bytes, self.layout.fragment_next);
+                }
+            }
+        }
+        Ok(sections)
+    }
+
+    /// The live methods and stubs of a heap section, in address order, each
+    /// confirmed by its own lookup (a block that changes while it is listed is
+    /// left out). Images list nothing.
+    pub fn blocks(&self, section: &RemoteSection) -> Result<Vec<Resolution>, RemoteError> {
+        if section.kind == SectionKind::Image {
+            return Ok(Vec::new());
+        }
+        let root = self.managers()?;
+        let mut fragment = None;
+        for root in root {
+            if let Some(f) = self.find_fragment(root, section.begin)? {
+                fragment = Some(f);
+                break;
+            }
+        }
+        let Some(fragment) = fragment else {
+            return Ok(Vec::new());
+        };
+        let heap = self.heap_view(&fragment)?;
+        let mut blocks = Vec::new();
+        let mut chunk = vec![0u8; 4 * LIST_CHUNK_WORDS];
+        let mut first = 0;
+        while first < heap.word_count as usize {
+            let n = LIST_CHUNK_WORDS.min(heap.word_count as usize - first);
+            self.read(heap.words + 4 * first as u64, &mut chunk[..4 * n])?;
+            let words = ChunkWords::from_bytes(&chunk[..4 * n]);
+            for start in Starts::new(&words) {
+                let start = start + 256 * first as u64;
+                {
+                    if blocks.len() >= MAX_LIST_METHODS {
+                        return Ok(blocks);
+                    }
+                    let at = heap.base + start;
+                    match self.resolve(at)? {
+                        Resolution::Method(m) if m.start == at => {
+                            blocks.push(Resolution::Method(m))
+                        }
+                        stub @ Resolution::Stub { start, .. } if start == at => blocks.push(stub),
+                        _ => {}
+                    }
+                }
+            }
+            first += n;
+        }
+        Ok(blocks)
+    }
+
+    fn read_u64(&self, addr: u64) -> Result<u64, RemoteError> {
+        let mut bytes = [0u8; 8];
+        self.read(addr, &mut bytes)?;
+        Ok(u64::from_ne_bytes(bytes))
+    }
+}
+
+impl<M: Memory> Memory for RemoteReader<M> {
+    /// Reads through the reader's memory, counting the read.
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), RemoteError> {
+        self.reads.set(self.reads.get() + 1);
+        self.memory.read(addr, buf)
+    }
+}
+
+impl Layout {
+    /// Checks that every offset leaves room for its value inside its struct.
+    fn check(&self) -> Result<(), RemoteError> {
+        let bad = |what| Err(RemoteError::BadDescriptor { what });
+        if !(32..=MAX_STRUCT).contains(&self.fragment_size) || !self.root_seq.is_multiple_of(8) {
+            return bad("fragment size");
+        }
+        let in_fragment = [
+            (self.fragment_begin, 8),
+            (self.fragment_end, 8),
+            (self.fragment_next, 8),
+            (self.fragment_tag, 8),
+            (self.heap_base, 8),
+            (self.heap_words, 8),
+            (self.heap_ends, 8),
+            (self.heap_word_count, 4),
+            (self.heap_version, 1),
+        ];
+        if in_fragment
+            .iter()
+            .any(|&(off, width)| off + width > self.fragment_size)
+        {
+            return bad("fragment offsets");
+        }
+        if self.heap_seq + 8 > 16 || self.heap_id + 8 > 16 {
+            return bad("heap trailer offsets");
+        }
+        if self.prefix_size + 8 > 16 || self.prefix_slot + 8 > 16 || self.max_stub_kind > 255 {
+            return bad("prefix offsets");
+        }
+        let in_header = [
+            self.header_method_id,
+            self.header_code_size,
+            self.header_name_ptr,
+            self.header_name_len,
+        ];
+        if in_header.iter().any(|&off| off + 8 > MAX_STRUCT) {
+            return bad("header offsets");
+        }
+        Ok(())
+    }
+}

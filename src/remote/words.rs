@@ -1,0 +1,96 @@
+//! Map words of another process, for the lookups written once over
+//! [`WordRead`] and [`EndWords`].
+
+use std::cell::Cell;
+
+use super::RemoteError;
+use super::memory::Memory;
+use crate::heap::ends::EndWords;
+use crate::words::WordRead;
+
+/// Start-map (u32) or end-map (u64) words at `addr` in another process: a
+/// failed read answers 0 and is kept, and the caller checks it once the lookup
+/// returns, so a lookup over them never acts on a failed read.
+pub(crate) struct RemoteWords<'r, M> {
+    memory: &'r M,
+    addr: u64,
+    count: usize,
+    failed: Cell<Option<RemoteError>>,
+}
+
+impl<'r, M: Memory> RemoteWords<'r, M> {
+    /// `count` words at `addr` of `memory`.
+    pub(crate) fn new(memory: &'r M, addr: u64, count: usize) -> Self {
+        Self {
+            memory,
+            addr,
+            count,
+            failed: Cell::new(None),
+        }
+    }
+
+    /// The first read error seen, if any.
+    pub(crate) fn check(&self) -> Result<(), RemoteError> {
+        self.failed.take().map_or(Ok(()), Err)
+    }
+
+    fn load_bytes<const N: usize>(&self, index: usize) -> [u8; N] {
+        let mut bytes = [0u8; N];
+        if index >= self.count {
+            return bytes;
+        }
+        let failed = self.failed.take();
+        if failed.is_some() {
+            // After a failure every word reads 0: the answer is thrown away.
+            self.failed.set(failed);
+            return bytes;
+        }
+        if let Err(e) = self.memory.read(self.addr + (N * index) as u64, &mut bytes) {
+            self.failed.set(Some(e));
+            bytes = [0u8; N];
+        }
+        bytes
+    }
+}
+
+impl<M: Memory> WordRead for RemoteWords<'_, M> {
+    fn word_count(&self) -> usize {
+        self.count
+    }
+
+    fn load(&self, index: usize) -> u32 {
+        u32::from_ne_bytes(self.load_bytes::<4>(index))
+    }
+}
+
+impl<M: Memory> EndWords for RemoteWords<'_, M> {
+    unsafe fn end_word(&self, index: usize) -> u64 {
+        u64::from_ne_bytes(self.load_bytes::<8>(index))
+    }
+}
+
+/// Start-map words copied out of another process in one read, for
+/// [`crate::nibble::Starts`].
+pub(crate) struct ChunkWords(pub(crate) Vec<u32>);
+
+impl ChunkWords {
+    /// Words from their bytes in memory order.
+    pub(crate) fn from_bytes(bytes: &[u8]) -> Self {
+        Self(
+            bytes
+                .chunks_exact(4)
+                .map(|w| u32::from_ne_bytes(w.try_into().unwrap_or_default()))
+                .collect(),
+        )
+    }
+}
+
+impl WordRead for ChunkWords {
+    fn word_count(&self) -> usize {
+        self.0.len()
+    }
+
+    fn load(&self, index: usize) -> u32 {
+        self.0.get(index).copied().unwrap_or(0)
+    }
+}

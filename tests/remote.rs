@@ -1,0 +1,465 @@
+//! Readers of another process's memory, run against this process: every answer
+//! is compared with the in-process manager's.
+
+use std::cell::{Cell, RefCell};
+
+use jitmap::heap::MemoryMode;
+use jitmap::remote::{
+    self, Memory, MemoryImage, ProcessMemory, RemoteError, RemoteReader, RemoteSection, Resolution,
+    SectionKind, Unknown,
+};
+use jitmap::{CodeInfo, CodeRef, ExecutionManager, HeapConfig, JitKind, MapVersion};
+
+fn me() -> ProcessMemory {
+    ProcessMemory::new(std::process::id() as i32)
+}
+
+fn reader() -> RemoteReader<ProcessMemory> {
+    RemoteReader::new(me(), remote::descriptor_address()).unwrap()
+}
+
+/// A small deterministic generator (xorshift).
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+fn publish(heap: &jitmap::CodeHeap, id: u64, size: u64) -> CodeRef {
+    let mut r = heap.reserve(size).unwrap();
+    r.code_mut().fill(0xCC);
+    r.publish(CodeInfo::new(id, format!("m{id}"), JitKind::Optimized))
+        .unwrap()
+}
+
+/// What the in-process manager says `ip` is, in the remote reader's terms.
+fn expected(manager: &ExecutionManager, ip: usize) -> Resolution {
+    let reader = manager.register().unwrap();
+    let guard = reader.pin().unwrap();
+    let heap_id = manager
+        .heaps()
+        .iter()
+        .find(|h| h.contains(ip))
+        .map(|h| h.id());
+    match manager.find(&guard, ip).unwrap() {
+        Some(block) if block.is_jit() => Resolution::Method(remote::RemoteMethod {
+            heap_id: heap_id.unwrap(),
+            start: block.start() as u64,
+            offset: block.relative_offset(),
+            size: block.region().hot_size,
+            method_id: block.method_id(),
+            name: block.name().unwrap().to_string(),
+        }),
+        Some(block) => panic!("unexpected block {block:?}"),
+        None => Resolution::Nothing,
+    }
+}
+
+#[test]
+fn every_byte_class_resolves_as_in_process_in_both_versions() {
+    let manager = ExecutionManager::new(8);
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    let mut probes = Vec::new();
+    for version in [MapVersion::V1, MapVersion::V2] {
+        let heap = manager
+            .create_heap(HeapConfig {
+                span: 8 << 20,
+                version,
+                ..HeapConfig::default()
+            })
+            .unwrap();
+        let mut live = Vec::new();
+        for id in 0..600u64 {
+            let size = 1 + rng.next() % if id % 50 == 0 { 200_000 } else { 3000 };
+            live.push(publish(&heap, id, size));
+            if rng.next().is_multiple_of(4) {
+                let victim = live.swap_remove((rng.next() % live.len() as u64) as usize);
+                heap.free(victim).unwrap();
+            }
+        }
+        for code in &live {
+            let (s, n) = (code.start(), code.size() as usize);
+            probes.extend([s, s + n / 2, s + n - 1, s + n, s.wrapping_sub(1)]);
+        }
+        for _ in 0..2000 {
+            probes.push(heap.base() + (rng.next() % heap.span()) as usize);
+        }
+        std::mem::forget(heap);
+    }
+    let reader = reader();
+    let mut methods = 0;
+    let mut too_far = 0;
+    for &ip in &probes {
+        let got = reader.resolve(ip as u64).unwrap();
+        let want = expected(&manager, ip);
+        // In v1, the capped walk gives up 1,024 words (256 KiB) back: inside a
+        // large method, or in free space far past the last start.
+        if got == Resolution::Unknown(Unknown::TooFar) {
+            let heaps = manager.heaps();
+            let heap = heaps.iter().find(|h| h.contains(ip)).unwrap();
+            assert_eq!(heap.map().version(), MapVersion::V1);
+            match want {
+                Resolution::Method(m) => assert!(m.offset >= 255 * 1024, "{m:?}"),
+                other => assert_eq!(other, Resolution::Nothing),
+            }
+            too_far += 1;
+            continue;
+        }
+        assert_eq!(got, want, "ip {ip:#x}");
+        methods += usize::from(matches!(got, Resolution::Method(_)));
+    }
+    assert!(methods > 3000, "{methods}");
+    // Only v1 probes can be too far: at most its 2,000 random ones plus those
+    // in its large methods.
+    assert!(too_far <= 2000 + 5 * 12, "{too_far}");
+    let stats = reader.stats();
+    assert_eq!(stats.lookups, probes.len() as u64);
+}
+
+/// Memory that runs a hook before each read: a writer changing the host at an
+/// exact point of a lookup.
+struct Hooked<'a> {
+    inner: ProcessMemory,
+    hook: RefCell<Box<dyn FnMut(u64) + 'a>>,
+}
+
+impl Memory for Hooked<'_> {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), RemoteError> {
+        (self.hook.borrow_mut())(addr);
+        self.inner.read(addr, buf)
+    }
+}
+
+#[test]
+fn a_block_replaced_during_the_lookup_is_retried_not_mixed() {
+    let manager = ExecutionManager::new(4);
+    let heap = manager
+        .create_heap(HeapConfig {
+            span: 1 << 20,
+            ..HeapConfig::default()
+        })
+        .unwrap();
+    let x = publish(&heap, 1, 600);
+    let start = x.start() as u64;
+    let prefix = start - 16;
+    let live = Cell::new(Some(x));
+    let replaced = Cell::new(0);
+    let memory = Hooked {
+        inner: me(),
+        // Before the first read of the block's prefix: free X (600 bytes) and
+        // publish Y (32 bytes) at the same start.
+        hook: RefCell::new(Box::new(|addr| {
+            if addr == prefix && replaced.get() == 0 {
+                heap.free(live.take().unwrap()).unwrap();
+                assert!(heap.try_reclaim() > 0);
+                let y = publish(&heap, 2, 32);
+                assert_eq!(y.start() as u64, start, "the allocator reuses the start");
+                live.set(Some(y));
+                replaced.set(1);
+            }
+        })),
+    };
+    let reader = RemoteReader::new(memory, remote::descriptor_address()).unwrap();
+    // The start and end maps were read for X (address inside it), the prefix
+    // is Y's: the attempt sees the heap's sequence move and starts again.
+    // (Tests running beside this one change their own managers' maps, which
+    // this reader also walks, so retries are counted at least.)
+    assert_eq!(reader.resolve(start + 300).unwrap(), Resolution::Nothing);
+    assert!(reader.stats().retries >= 1);
+    match reader.resolve(start + 31).unwrap() {
+        Resolution::Method(m) => assert_eq!((m.method_id, m.name.as_str(), m.size), (2, "m2", 32)),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_host_that_never_stops_changing_gets_unknown() {
+    let manager = ExecutionManager::new(4);
+    let heap = manager
+        .create_heap(HeapConfig {
+            span: 1 << 20,
+            ..HeapConfig::default()
+        })
+        .unwrap();
+    let x = publish(&heap, 1, 100);
+    let start = x.start() as u64;
+    let live = Cell::new(Some(x));
+    let memory = Hooked {
+        inner: me(),
+        // Before every prefix read, the method moves and comes back.
+        hook: RefCell::new(Box::new(|addr| {
+            if addr == start - 16 {
+                heap.free(live.take().unwrap()).unwrap();
+                heap.try_reclaim();
+                live.set(Some(publish(&heap, 1, 100)));
+            }
+        })),
+    };
+    let reader = RemoteReader::new(memory, remote::descriptor_address()).unwrap();
+    assert_eq!(
+        reader.resolve(start + 5).unwrap(),
+        Resolution::Unknown(Unknown::Changing)
+    );
+    assert_eq!(reader.stats().retries, remote::RETRIES as u64);
+}
+
+#[test]
+fn a_heap_dropped_during_the_lookup_is_nothing() {
+    let manager = ExecutionManager::new(4);
+    let heap = manager
+        .create_heap(HeapConfig {
+            span: 1 << 20,
+            ..HeapConfig::default()
+        })
+        .unwrap();
+    let start = publish(&heap, 1, 100).start() as u64;
+    let heap = RefCell::new(Some(heap));
+    let memory = Hooked {
+        inner: me(),
+        hook: RefCell::new(Box::new(|addr| {
+            if addr == start - 16 {
+                drop(heap.borrow_mut().take());
+            }
+        })),
+    };
+    let reader = RemoteReader::new(memory, remote::descriptor_address()).unwrap();
+    assert_eq!(reader.resolve(start + 5).unwrap(), Resolution::Nothing);
+    assert!(reader.stats().retries >= 1);
+}
+
+/// A listed block: start, size, and for a method its id and name.
+type Listed = (u64, u64, Option<(u64, String)>);
+
+#[test]
+fn listing_names_every_live_block_and_section() {
+    let manager = ExecutionManager::new(4);
+    let heaps: Vec<_> = [MapVersion::V1, MapVersion::V2]
+        .into_iter()
+        .map(|version| {
+            manager
+                .create_heap(HeapConfig {
+                    span: 2 << 20,
+                    version,
+                    mode: MemoryMode::WriteXorExecute,
+                    ..HeapConfig::default()
+                })
+                .unwrap()
+        })
+        .collect();
+    let mut rng = Rng(7);
+    for (h, heap) in heaps.iter().enumerate() {
+        for id in 0..300u64 {
+            if id % 10 == 3 {
+                let r = heap.reserve(24).unwrap();
+                r.publish_stub(1 + (id % 15) as u8).unwrap();
+            } else {
+                let code = publish(heap, 1000 * h as u64 + id, 1 + rng.next() % 2000);
+                if id % 7 == 0 {
+                    heap.free(code).unwrap();
+                }
+            }
+        }
+    }
+    let reader = reader();
+    let sections: Vec<RemoteSection> = reader
+        .sections()
+        .unwrap()
+        .into_iter()
+        .filter(|s| heaps.iter().any(|h| h.base() as u64 == s.begin))
+        .collect();
+    assert_eq!(sections.len(), 2);
+    let mut heaps = heaps;
+    heaps.sort_by_key(|h| h.base());
+    for (section, heap) in sections.iter().zip(&heaps) {
+        assert_eq!(
+            (section.begin, section.end),
+            (
+                heap.base() as u64,
+                (heap.base() + heap.span() as usize) as u64
+            )
+        );
+        assert_eq!(
+            section.kind,
+            SectionKind::Heap {
+                id: heap.id(),
+                version: heap.map().version() as u8
+            }
+        );
+        let want: Vec<Listed> = heap
+            .live_blocks()
+            .into_iter()
+            .map(|b| {
+                let info = b.info.map(|i| (i.method_id, i.name.clone()));
+                (b.code.start() as u64, b.code.size(), info)
+            })
+            .collect();
+        let got: Vec<Listed> = reader
+            .blocks(section)
+            .unwrap()
+            .into_iter()
+            .map(|r| match r {
+                Resolution::Method(m) => (m.start, m.size, Some((m.method_id, m.name))),
+                Resolution::Stub { start, size, .. } => (start, size, None),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(got, want);
+        // 300 blocks, less the 43 multiples of 7 freed, except the 4 of them
+        // (63, 133, 203, 273) that are stubs.
+        assert_eq!(got.len(), 300 - 43 + 4);
+    }
+}
+
+/// The descriptor's bytes as this process holds them.
+fn descriptor_bytes() -> Vec<u8> {
+    let mut bytes = vec![0u8; size_of::<remote::Descriptor>()];
+    me().read(remote::descriptor_address(), &mut bytes).unwrap();
+    bytes
+}
+
+#[test]
+fn a_descriptor_is_checked_before_it_is_trusted() {
+    let at = 0x10_0000;
+    let good = descriptor_bytes();
+    let mut image = MemoryImage::new();
+    image.insert(at, good.clone()).unwrap();
+    assert!(RemoteReader::new(&image, at).is_ok());
+    let cases: [(usize, u32, &str); 4] = [
+        (0, 0x1234, "magic"),
+        (8, 2, "layout version"),
+        (12, 7, "descriptor size"),
+        (16, 4, "pointer size"),
+    ];
+    for (offset, value, what) in cases {
+        let mut bad = good.clone();
+        bad[offset..offset + 4].copy_from_slice(&value.to_ne_bytes());
+        let mut image = MemoryImage::new();
+        image.insert(at, bad).unwrap();
+        assert_eq!(
+            RemoteReader::new(&image, at).unwrap_err(),
+            RemoteError::BadDescriptor { what }
+        );
+    }
+    assert!(matches!(
+        RemoteReader::new(&MemoryImage::new(), at),
+        Err(RemoteError::Unreadable {
+            addr: 0x10_0000,
+            ..
+        })
+    ));
+}
+
+#[test]
+fn random_memory_behind_a_good_descriptor_never_misleads() {
+    // A valid descriptor whose manager root leads into pages of random bytes,
+    // with a few plausible pointers sprinkled in: every lookup must end in an
+    // error or a definite answer, never a panic, a hang or unbounded reads.
+    let at = 0x10_0000u64;
+    let pages = 0x20_0000u64;
+    let mut rng = Rng(0xDEAD_BEEF);
+    for round in 0..300 {
+        let mut descriptor = descriptor_bytes();
+        let managers = std::mem::offset_of!(remote::Descriptor, managers);
+        descriptor[managers..managers + 8].copy_from_slice(&pages.to_ne_bytes());
+        let mut image = MemoryImage::new();
+        image.insert(at, descriptor).unwrap();
+        let mut page_bytes = vec![0u8; 16 * 4096];
+        for chunk in page_bytes.chunks_exact_mut(8) {
+            let r = rng.next();
+            let value = match r % 4 {
+                0 => 0,
+                1 => pages + (r >> 8) % (16 * 4096) / 64 * 64,
+                2 => pages + (r >> 8) % 16 * 4096,
+                _ => rng.next(),
+            };
+            chunk.copy_from_slice(&value.to_ne_bytes());
+        }
+        image.insert(pages, page_bytes).unwrap();
+        let reader = RemoteReader::new(&image, at).unwrap();
+        for _ in 0..20 {
+            let ip = pages + rng.next() % (1 << 24);
+            let _ = reader.resolve(ip);
+        }
+        let _ = reader.sections();
+        let stats = reader.stats();
+        assert!(
+            stats.max_reads <= 5000,
+            "round {round}: {} reads",
+            stats.max_reads
+        );
+    }
+}
+
+#[test]
+fn the_descriptor_layout_is_the_documented_one() {
+    use remote::Descriptor as D;
+    use std::mem::offset_of;
+    // docs/descriptor.md, section 2.
+    let offsets = [
+        offset_of!(D, magic),
+        offset_of!(D, layout_version),
+        offset_of!(D, descriptor_size),
+        offset_of!(D, pointer_size),
+        offset_of!(D, levels),
+        offset_of!(D, fanout),
+        offset_of!(D, chunk_bits),
+        offset_of!(D, address_bits),
+        offset_of!(D, root_seq),
+        offset_of!(D, fragment_size),
+        offset_of!(D, fragment_begin),
+        offset_of!(D, fragment_end),
+        offset_of!(D, fragment_next),
+        offset_of!(D, fragment_tag),
+        offset_of!(D, tag_heap),
+        offset_of!(D, tag_image),
+        offset_of!(D, heap_base),
+        offset_of!(D, heap_words),
+        offset_of!(D, heap_ends),
+        offset_of!(D, heap_word_count),
+        offset_of!(D, heap_version),
+        offset_of!(D, heap_seq),
+        offset_of!(D, heap_id),
+        offset_of!(D, prefix_bytes),
+        offset_of!(D, prefix_size),
+        offset_of!(D, prefix_slot),
+        offset_of!(D, max_stub_kind),
+        offset_of!(D, header_method_id),
+        offset_of!(D, header_code_size),
+        offset_of!(D, header_name_ptr),
+        offset_of!(D, header_name_len),
+        offset_of!(D, max_managers),
+        offset_of!(D, managers),
+    ];
+    let documented: Vec<usize> = (0..32)
+        .map(|i| if i == 0 { 0 } else { 4 + 4 * i })
+        .chain([136])
+        .collect();
+    assert_eq!(offsets.to_vec(), documented);
+    assert_eq!(size_of::<D>(), 200);
+    let d = &remote::jitmap_descriptor;
+    assert_eq!(d.magic.to_le_bytes(), *b"JITMAPD\0");
+    assert_eq!(
+        (
+            d.layout_version,
+            d.descriptor_size,
+            d.pointer_size,
+            d.levels,
+            d.fanout
+        ),
+        (1, 200, 8, 5, 256)
+    );
+    assert_eq!(
+        (
+            d.chunk_bits,
+            d.address_bits,
+            d.prefix_bytes,
+            d.max_stub_kind
+        ),
+        (17, 57, 16, 15)
+    );
+    assert_eq!((d.tag_heap, d.tag_image, d.max_managers), (0, 1, 8));
+}
