@@ -140,88 +140,68 @@ fn shift(offset: u64) -> u64 {
     (offset % WORD_BYTES) / BUCKET * 8
 }
 
-/// Read access to end words, written once for the in-process view
-/// ([`RawEnds`]) and for readers of another process's memory.
-pub(crate) trait EndWords {
-    /// The end word covering code offsets `256 * index ..`.
-    ///
-    /// # Safety
-    /// For in-process storage, `index` lies inside the map of a live heap.
-    unsafe fn end_word(&self, index: usize) -> u64;
-}
-
-/// Whether the first block end at or after `lo` comes before `a`: with `lo` at
-/// a block's start (or inside it), whether that block ends before `a`. Reads
-/// the end words from `lo`'s forward, stopping at the first end or at `a`'s
-/// word: in v2 at most two; in v1 as many as the block is long (not as far as
-/// `a` is: an address in freed space far past a small block costs one or two
-/// words).
-///
-/// # Safety
-/// `lo <= a`, both inside the span of the heap whose end words `ends` reads
-/// (and, in process, that heap is alive).
-#[inline]
-pub(crate) unsafe fn ends_between<E: EndWords + ?Sized>(ends: &E, lo: u64, a: u64) -> bool {
-    let mut word_start = lo - lo % WORD_BYTES;
-    loop {
-        // SAFETY: `word_start` lies between `lo`'s word and `a`'s, in the span.
-        let mut bits = unsafe { ends.end_word((word_start / WORD_BYTES) as usize) };
-        while bits != 0 {
-            let byte = bits.trailing_zeros() as u64 / 8;
-            let end = (bits >> (byte * 8)) & END;
-            bits &= !(0xFF << (byte * 8));
-            if end != 0 {
-                let last = word_start + byte * BUCKET + end - 1;
-                if last >= lo {
-                    return last < a;
-                }
-            }
-        }
-        word_start += WORD_BYTES;
-        if word_start > a {
-            return false;
-        }
-    }
-}
-
-/// Whether the block starting at `start` is a stub.
-///
-/// # Safety
-/// `start` lies inside the span of the heap whose end words `ends` reads (and,
-/// in process, that heap is alive).
-#[inline]
-pub(crate) unsafe fn is_stub<E: EndWords + ?Sized>(ends: &E, start: u64) -> bool {
-    // SAFETY: the caller's contract.
-    (unsafe { ends.end_word((start / WORD_BYTES) as usize) } >> shift(start)) & STUB != 0
-}
-
 /// The end map's read side: a copyable pointer, like the start map's.
-/// Transparent, so its pointer is where out-of-process readers expect it.
 #[derive(Clone, Copy, Debug)]
-#[repr(transparent)]
 pub(crate) struct RawEnds {
     base: *const AtomicU64,
 }
 
-impl EndWords for RawEnds {
+impl RawEnds {
+    /// A view of end words copied out of another process: offset 0 is the
+    /// first word of `words`. The remote reader runs the same scan over them.
+    ///
+    /// # Safety
+    /// `words` outlives every use of the view, and every offset it is asked
+    /// about lies within `words.len()` words.
+    pub(crate) unsafe fn over(words: &[AtomicU64]) -> Self {
+        Self {
+            base: words.as_ptr(),
+        }
+    }
+
+    /// The end word covering `offset`.
+    ///
+    /// # Safety
+    /// `offset` lies inside the heap's span, and the heap is alive.
     #[inline]
-    unsafe fn end_word(&self, index: usize) -> u64 {
+    unsafe fn load(self, offset: u64) -> u64 {
         // SAFETY: the caller's contract; the map has a word per 256 bytes of span.
         // Relaxed: ordered after the caller's Acquire load of the start-map word
         // that named the block (the writer marks before it publishes).
-        unsafe { (*self.base.add(index)).load(Ordering::Relaxed) }
+        unsafe { (*self.base.add((offset / WORD_BYTES) as usize)).load(Ordering::Relaxed) }
     }
-}
 
-impl RawEnds {
-    /// [`ends_between`] over this heap's end map.
+    /// Whether the first block end at or after `lo` comes before `a`: with
+    /// `lo` at a block's start (or inside it), whether that block ends before
+    /// `a`. Reads the end words from `lo`'s forward, stopping at the first end
+    /// or at `a`'s word: in v2 at most two; in v1 as many as the block is long
+    /// (not as far as `a` is: an address in freed space far past a small block
+    /// costs one or two words).
     ///
     /// # Safety
     /// `lo <= a`, both inside the span of a live heap.
     #[inline]
     pub(crate) unsafe fn ends_between(self, lo: u64, a: u64) -> bool {
-        // SAFETY: the caller's contract.
-        unsafe { ends_between(&self, lo, a) }
+        let mut word_start = lo - lo % WORD_BYTES;
+        loop {
+            // SAFETY: `word_start` lies between `lo`'s word and `a`'s, in the span.
+            let mut bits = unsafe { self.load(word_start) };
+            while bits != 0 {
+                let byte = bits.trailing_zeros() as u64 / 8;
+                let end = (bits >> (byte * 8)) & END;
+                bits &= !(0xFF << (byte * 8));
+                if end != 0 {
+                    let last = word_start + byte * BUCKET + end - 1;
+                    if last >= lo {
+                        return last < a;
+                    }
+                }
+            }
+            word_start += WORD_BYTES;
+            if word_start > a {
+                return false;
+            }
+        }
     }
 
     /// Whether the block starting at `start` is a stub.
@@ -231,7 +211,7 @@ impl RawEnds {
     #[inline]
     pub(crate) unsafe fn is_stub(self, start: u64) -> bool {
         // SAFETY: the caller's contract.
-        unsafe { is_stub(&self, start) }
+        (unsafe { self.load(start) } >> shift(start)) & STUB != 0
     }
 }
 

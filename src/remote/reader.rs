@@ -10,7 +10,9 @@ use super::descriptor::{Descriptor, LAYOUT_VERSION, MAGIC, MAX_MANAGERS};
 use super::memory::Memory;
 use super::words::{ChunkWords, RemoteWords};
 use super::{MAX_FRAGMENTS, MAX_NAME, RETRIES, RemoteError, V1_MAX_WORDS};
-use crate::heap::ends::{ends_between, is_stub};
+use std::sync::atomic::AtomicU64;
+
+use crate::heap::ends::RawEnds;
 use crate::nibble::{Capped, Starts, find_v1_capped, find_v2_covered};
 use crate::range::{ADDRESS_BITS, CHUNK_BITS, FANOUT, LEVELS};
 
@@ -537,18 +539,13 @@ impl<M: Memory> RemoteReader<M> {
                 .into())
             };
         }
-        let ends = RemoteWords::new(self, heap.ends, heap.word_count as usize);
         if !covered {
             let lo = if heap.version == 1 {
                 start
             } else {
                 start.max((offset - offset % 256).saturating_sub(256))
             };
-            // SAFETY: remote end words are read through `process_vm_readv`-like
-            // copies that never fault; `lo <= offset`, inside the span.
-            let ended = unsafe { ends_between(&ends, lo, offset) };
-            ends.check()?;
-            if ended {
+            if self.ends_between(heap, lo, offset)? {
                 return Ok(Resolution::Nothing);
             }
         }
@@ -565,9 +562,9 @@ impl<M: Memory> RemoteReader<M> {
             .into());
         }
         if slot <= self.layout.max_stub_kind {
-            // SAFETY: as above: remote reads never fault.
-            let stub = unsafe { is_stub(&ends, start) };
-            ends.check()?;
+            let word = self.end_words(heap, start / 256, 1)?;
+            // SAFETY: `word` holds the end word covering `start`, offset 0 of the view.
+            let stub = unsafe { RawEnds::over(&word).is_stub(start % 256) };
             if !stub || slot == 0 {
                 return Err(RemoteError::Corrupt {
                     what: "stub slot",
@@ -617,6 +614,33 @@ impl<M: Memory> RemoteReader<M> {
             method_id: read_at(&bytes, self.layout.header_method_id),
             name: String::from_utf8_lossy(&name).into_owned(),
         }))
+    }
+
+    /// `count` end words from word `first`, in one read.
+    fn end_words(
+        &self,
+        heap: &HeapView,
+        first: u64,
+        count: u64,
+    ) -> Result<Vec<AtomicU64>, RemoteError> {
+        let mut bytes = vec![0u8; 8 * count as usize];
+        self.read(heap.ends + 8 * first, &mut bytes)?;
+        Ok(bytes
+            .chunks_exact(8)
+            .map(|w| AtomicU64::new(read_at(w, 0)))
+            .collect())
+    }
+
+    /// Whether the first block end at or after `lo` comes before `a`: the
+    /// heap's own scan ([`RawEnds`]) over the end words from `lo`'s to `a`'s,
+    /// copied in one read (at most two in v2; in v1 at most
+    /// [`V1_MAX_WORDS`] + 1, as the start walk is capped).
+    fn ends_between(&self, heap: &HeapView, lo: u64, a: u64) -> Result<bool, RemoteError> {
+        let first = lo / 256;
+        let words = self.end_words(heap, first, a / 256 - first + 1)?;
+        let base = 256 * first;
+        // SAFETY: `words` covers offsets `base ..= a`, and lives across the call.
+        Ok(unsafe { RawEnds::over(&words).ends_between(lo - base, a - base) })
     }
 
     /// Every section of every registered manager, in address order. Retried

@@ -1,16 +1,15 @@
-//! Map words of another process, for the lookups written once over
-//! [`WordRead`] and [`EndWords`].
+//! Start-map words of another process, for the lookups written once over
+//! [`WordRead`].
 
 use std::cell::Cell;
 
 use super::RemoteError;
 use super::memory::Memory;
-use crate::heap::ends::EndWords;
 use crate::words::WordRead;
 
-/// Start-map (u32) or end-map (u64) words at `addr` in another process: a
-/// failed read answers 0 and is kept, and the caller checks it once the lookup
-/// returns, so a lookup over them never acts on a failed read.
+/// Start-map words at `addr` in another process: a failed read answers 0 and
+/// is kept, and the caller checks it once the lookup returns, so a lookup over
+/// them never acts on a failed read.
 pub(crate) struct RemoteWords<'r, M> {
     memory: &'r M,
     addr: u64,
@@ -34,22 +33,22 @@ impl<'r, M: Memory> RemoteWords<'r, M> {
         self.failed.take().map_or(Ok(()), Err)
     }
 
-    fn load_bytes<const N: usize>(&self, index: usize) -> [u8; N] {
-        let mut bytes = [0u8; N];
+    fn load(&self, index: usize) -> u32 {
+        let mut bytes = [0u8; 4];
         if index >= self.count {
-            return bytes;
+            return 0;
         }
         let failed = self.failed.take();
         if failed.is_some() {
             // After a failure every word reads 0: the answer is thrown away.
             self.failed.set(failed);
-            return bytes;
+            return 0;
         }
-        if let Err(e) = self.memory.read(self.addr + (N * index) as u64, &mut bytes) {
+        if let Err(e) = self.memory.read(self.addr + 4 * index as u64, &mut bytes) {
             self.failed.set(Some(e));
-            bytes = [0u8; N];
+            return 0;
         }
-        bytes
+        u32::from_ne_bytes(bytes)
     }
 }
 
@@ -59,13 +58,7 @@ impl<M: Memory> WordRead for RemoteWords<'_, M> {
     }
 
     fn load(&self, index: usize) -> u32 {
-        u32::from_ne_bytes(self.load_bytes::<4>(index))
-    }
-}
-
-impl<M: Memory> EndWords for RemoteWords<'_, M> {
-    unsafe fn end_word(&self, index: usize) -> u64 {
-        u64::from_ne_bytes(self.load_bytes::<8>(index))
+        RemoteWords::load(self, index)
     }
 }
 
