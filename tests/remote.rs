@@ -29,6 +29,16 @@ impl Rng {
     }
 }
 
+/// A 1 MiB v2 heap of `manager`.
+fn small_heap(manager: &ExecutionManager) -> jitmap::ManagedHeap<'_> {
+    manager
+        .create_heap(HeapConfig {
+            span: 1 << 20,
+            ..HeapConfig::default()
+        })
+        .unwrap()
+}
+
 fn publish(heap: &jitmap::CodeHeap, id: u64, size: u64) -> CodeRef {
     let mut r = heap.reserve(size).unwrap();
     r.code_mut().fill(0xCC);
@@ -137,12 +147,7 @@ impl Memory for Hooked<'_> {
 #[test]
 fn a_block_replaced_during_the_lookup_is_retried_not_mixed() {
     let manager = ExecutionManager::new(4);
-    let heap = manager
-        .create_heap(HeapConfig {
-            span: 1 << 20,
-            ..HeapConfig::default()
-        })
-        .unwrap();
+    let heap = small_heap(&manager);
     let x = publish(&heap, 1, 600);
     let start = x.start() as u64;
     let prefix = start - 16;
@@ -179,12 +184,7 @@ fn a_block_replaced_during_the_lookup_is_retried_not_mixed() {
 #[test]
 fn a_host_that_never_stops_changing_gets_unknown() {
     let manager = ExecutionManager::new(4);
-    let heap = manager
-        .create_heap(HeapConfig {
-            span: 1 << 20,
-            ..HeapConfig::default()
-        })
-        .unwrap();
+    let heap = small_heap(&manager);
     let x = publish(&heap, 1, 100);
     let start = x.start() as u64;
     let live = Cell::new(Some(x));
@@ -210,12 +210,7 @@ fn a_host_that_never_stops_changing_gets_unknown() {
 #[test]
 fn a_heap_dropped_during_the_lookup_is_nothing() {
     let manager = ExecutionManager::new(4);
-    let heap = manager
-        .create_heap(HeapConfig {
-            span: 1 << 20,
-            ..HeapConfig::default()
-        })
-        .unwrap();
+    let heap = small_heap(&manager);
     let start = publish(&heap, 1, 100).start() as u64;
     let heap = RefCell::new(Some(heap));
     let memory = Hooked {

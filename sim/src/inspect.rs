@@ -12,6 +12,16 @@ use jitmap::remote::{
     self, ProcessMemory, RemoteError, RemoteReader, RemoteSection, Resolution, SectionKind, Unknown,
 };
 
+/// What an inspection prints, and whether it resolved everything asked.
+pub trait Report {
+    /// Whether every asked address resolved (exit status 0 if so, else 1).
+    fn all_resolved(&self) -> bool;
+    /// The text report.
+    fn text(&self) -> String;
+    /// The report as one JSON object.
+    fn json(&self) -> serde_json::Value;
+}
+
 /// What `inspect` found.
 #[derive(Debug)]
 pub struct Inspection {
@@ -31,9 +41,9 @@ pub struct Inspection {
     pub stats: remote::ReadStats,
 }
 
-impl Inspection {
+impl Report for Inspection {
     /// Whether every asked address named a method, stub or image.
-    pub fn all_resolved(&self) -> bool {
+    fn all_resolved(&self) -> bool {
         self.answers.iter().all(|(_, r)| {
             matches!(
                 r,
@@ -42,8 +52,7 @@ impl Inspection {
         })
     }
 
-    /// The text report.
-    pub fn text(&self) -> String {
+    fn text(&self) -> String {
         let mut out = String::new();
         let _ = writeln!(
             out,
@@ -84,8 +93,7 @@ impl Inspection {
         out
     }
 
-    /// The report as one JSON object.
-    pub fn json(&self) -> serde_json::Value {
+    fn json(&self) -> serde_json::Value {
         let listing = self.listing.as_ref().map(|listing| {
             listing
                 .iter()
@@ -357,9 +365,9 @@ pub fn run_dotnet(
     })
 }
 
-impl DotnetInspection {
+impl Report for DotnetInspection {
     /// Whether every asked address and range byte named a method, stub or section.
-    pub fn all_resolved(&self) -> bool {
+    fn all_resolved(&self) -> bool {
         let resolved = |r: &DotnetResolution| {
             !matches!(r, DotnetResolution::Nothing | DotnetResolution::Unknown(_))
         };
@@ -370,8 +378,7 @@ impl DotnetInspection {
                 .all(|(_, runs)| runs.iter().all(|run| resolved(&run.answer)))
     }
 
-    /// The text report.
-    pub fn text(&self) -> String {
+    fn text(&self) -> String {
         let mut out = String::new();
         let r = &self.runtime;
         let _ = writeln!(
@@ -418,8 +425,7 @@ impl DotnetInspection {
         out
     }
 
-    /// The report as one JSON object.
-    pub fn json(&self) -> serde_json::Value {
+    fn json(&self) -> serde_json::Value {
         let listing = self.listing.as_ref().map(|listing| {
             listing
                 .iter()

@@ -8,6 +8,7 @@ use jitmap::MapVersion;
 use jitmap::agent::{AgentConfig, Clock};
 use jitmap::perf::check::{Body, check};
 use jitmap::perf::{PerfConfig, PerfMode};
+use jitmap_sim::inspect::Report;
 use jitmap_sim::spin::Churn;
 use jitmap_sim::stress::{self, StressConfig};
 use jitmap_sim::tiered::{self, RunConfig, Scenario};
@@ -205,9 +206,11 @@ fn main() -> ExitCode {
             dotnet,
         }) => {
             if dotnet {
-                run_inspect_dotnet(pid, &ips, &ranges, list, json)
+                let inspection = jitmap_sim::inspect::run_dotnet(pid, &ips, &ranges, list);
+                print_inspection("inspect --dotnet", pid, inspection, json)
             } else {
-                run_inspect(pid, &ips, list, json)
+                let inspection = jitmap_sim::inspect::run(pid, &ips, list);
+                print_inspection("inspect", pid, inspection, json)
             }
         }
         Some(Command::Compare { quick, json, plot }) => run_compare(quick, json, plot.as_deref()),
@@ -337,38 +340,18 @@ fn run_compare(quick: bool, json: bool, plot: Option<&std::path::Path>) -> io::R
     Ok(ExitCode::SUCCESS)
 }
 
-fn run_inspect(pid: i32, ips: &[u64], list: bool, json: bool) -> io::Result<ExitCode> {
-    let inspection = match jitmap_sim::inspect::run(pid, ips, list) {
-        Ok(inspection) => inspection,
-        Err(e) => {
-            eprintln!("jitmap-sim inspect: process {pid}: {e}");
-            return Ok(ExitCode::from(2));
-        }
-    };
-    let mut out = io::stdout().lock();
-    if json {
-        writeln!(out, "{}", inspection.json())?;
-    } else {
-        write!(out, "{}", inspection.text())?;
-    }
-    Ok(if inspection.all_resolved() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
-}
-
-fn run_inspect_dotnet(
+/// Prints an inspection (text or JSON): exit status 0 when every asked address
+/// resolved, 1 when one did not, 2 when the process could not be read.
+fn print_inspection(
+    command: &str,
     pid: i32,
-    ips: &[u64],
-    ranges: &[jitmap_sim::inspect::ByteRange],
-    list: bool,
+    inspection: Result<impl Report, jitmap::remote::RemoteError>,
     json: bool,
 ) -> io::Result<ExitCode> {
-    let inspection = match jitmap_sim::inspect::run_dotnet(pid, ips, ranges, list) {
+    let inspection = match inspection {
         Ok(inspection) => inspection,
         Err(e) => {
-            eprintln!("jitmap-sim inspect --dotnet: process {pid}: {e}");
+            eprintln!("jitmap-sim {command}: process {pid}: {e}");
             return Ok(ExitCode::from(2));
         }
     };
