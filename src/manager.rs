@@ -246,6 +246,9 @@ pub enum Lookup<'g> {
     Thunk,
     /// Nothing: no section, free space, headers, padding.
     Nothing,
+    /// In a v1 heap, but the start lies further back than the cap of
+    /// [`ExecutionManager::classify_bounded`] (never from the other lookups).
+    TooFar,
 }
 
 impl ExecutionManager {
@@ -423,23 +426,54 @@ impl ExecutionManager {
         guard: &'g Guard<'_>,
         ip: usize,
     ) -> Result<Lookup<'g>, ForeignGuard> {
+        self.classify_bounded(guard, ip, usize::MAX)
+    }
+
+    /// [`ExecutionManager::classify`] reading at most `v1_words` map words of
+    /// a v1 heap (and as many end words): beyond that, [`Lookup::TooFar`]. What
+    /// a caller with a budget uses, such as the agent's signal handler, so that
+    /// a sample in a large v1 method costs bounded time.
+    ///
+    /// ```
+    /// use jitmap::{CodeInfo, ExecutionManager, HeapConfig, JitKind, MapVersion, manager::Lookup};
+    /// let manager = ExecutionManager::new(2);
+    /// let heap = manager.create_heap(HeapConfig { span: 1 << 20, version: MapVersion::V1, ..HeapConfig::default() })?;
+    /// let mut r = heap.reserve(64 << 10)?;
+    /// r.code_mut().fill(0xC3);
+    /// let code = r.publish(CodeInfo::new(1, "big", JitKind::Optimized))?;
+    /// let reader = manager.register()?;
+    /// let guard = reader.pin()?;
+    /// let deep = code.start() + (40 << 10); // 160 words past the start
+    /// assert!(matches!(manager.classify_bounded(&guard, deep, 64)?, Lookup::TooFar));
+    /// assert!(matches!(manager.classify_bounded(&guard, deep, 256)?, Lookup::Method(_)));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline]
+    pub fn classify_bounded<'g>(
+        &'g self,
+        guard: &'g Guard<'_>,
+        ip: usize,
+        v1_words: usize,
+    ) -> Result<Lookup<'g>, ForeignGuard> {
         Ok(match self.ranges.find(guard, ip)? {
-            Some(section) => Self::classify_in(section, ip),
+            Some(section) => Self::classify_in(section, ip, v1_words),
             None => Lookup::Nothing,
         })
     }
 
     /// What is at `ip` inside `section` (which contains it).
     #[inline]
-    fn classify_in(section: &Section<SectionKind>, ip: usize) -> Lookup<'_> {
+    fn classify_in(section: &Section<SectionKind>, ip: usize, v1_words: usize) -> Lookup<'_> {
         match section.value() {
             // SAFETY: `classify` found the section under a guard the range map
             // checked to be pinned in the domain every managed heap shares, which
             // keeps the section, and the `Arc` in it keeps the heap, alive for 'g.
             SectionKind::Heap(s) => {
                 // SAFETY: as above.
-                let Some(hit) = (unsafe { s.lookup.find(section.begin(), ip) }) else {
-                    return Lookup::Nothing;
+                let hit = match unsafe { s.lookup.find_capped(section.begin(), ip, v1_words) } {
+                    Ok(Some(hit)) => hit,
+                    Ok(None) => return Lookup::Nothing,
+                    Err(_) => return Lookup::TooFar,
                 };
                 let method = CodeBlock {
                     start: hit.start,

@@ -13,6 +13,19 @@ use crate::sync::{AtomicU64, Ordering, fence};
 
 /// A writer's change sequence. Transparent: out-of-process readers read it as
 /// a u64 at the address the descriptor gives.
+///
+/// ```
+/// use jitmap::seq::ChangeSeq;
+/// let seq = ChangeSeq::new();
+/// let seen = seq.read();
+/// assert!(seq.validate(seen)); // nothing changed
+/// seq.begin();
+/// assert!(!seq.validate(seen) && !seq.validate(seq.read())); // a change is under way
+/// seq.end();
+/// let after = seq.read();
+/// assert_eq!(after, 2);
+/// assert!(seq.validate(after));
+/// ```
 #[derive(Debug)]
 #[repr(transparent)]
 pub struct ChangeSeq(AtomicU64);

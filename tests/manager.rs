@@ -505,7 +505,7 @@ fn manager_agrees_with_the_heap_at_every_byte() {
                         Some((true, start, (ip - start) as u64, u64::from(kind)))
                     }
                     Lookup::Nothing => None,
-                    Lookup::Thunk => panic!("no thunks in a heap"),
+                    Lookup::Thunk | Lookup::TooFar => panic!("no thunks in a heap, no cap"),
                 };
                 assert_eq!(got, expected, "{version} stubs={with_stubs} ip {ip:#x}");
                 methods += usize::from(matches!(expected, Some((false, ..))));

@@ -309,7 +309,7 @@ fn classify(
         ..RawFrame::default()
     };
     let mut established = None;
-    match manager.classify(guard, at) {
+    match manager.classify_bounded(guard, at, super::HANDLER_V1_WORDS) {
         Ok(Lookup::Method(block)) => {
             frame.offset = block.relative_offset() as u32;
             if block.is_jit() {
@@ -329,7 +329,9 @@ fn classify(
             frame.key = u64::from(kind);
             frame.offset = (at - start) as u32;
         }
-        Ok(Lookup::Thunk) => frame.kind = FrameKind::Unattributed,
+        // A v1 start further back than the handler's budget: JIT code, not
+        // named (a guess would be the previous method).
+        Ok(Lookup::Thunk | Lookup::TooFar) => frame.kind = FrameKind::Unattributed,
         Ok(Lookup::Nothing) => {
             if matches!(manager.section(guard, at), Ok(Some(_))) {
                 frame.kind = FrameKind::Unattributed;

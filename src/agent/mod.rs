@@ -109,6 +109,11 @@ pub use profile::{
 pub const MAX_HZ: u32 = 100_000;
 /// Deepest stack walk accepted.
 pub const MAX_DEPTH: usize = 256;
+/// Start-map words the signal handler reads, at most, to find a frame's start
+/// in a version-1 heap (256 words: 64 KiB of code back from the address); a
+/// frame deeper in a larger v1 method is recorded as unattributed. v2 heaps
+/// need at most two words whatever the method's size.
+pub const HANDLER_V1_WORDS: usize = 256;
 /// Largest ring accepted, in records.
 pub const MAX_RING_CAPACITY: usize = 1 << 20;
 

@@ -8,7 +8,7 @@ use super::alloc::PREFIX;
 use super::ends::RawEnds;
 use super::header::CodeHeader;
 use super::{BlockKind, MAX_STUB_KIND};
-use crate::nibble::{MapVersion, find_v1, find_v2_covered};
+use crate::nibble::{Capped, MapVersion, find_v1_capped, find_v2_covered};
 use crate::words::{MmapWords, RawWords, WordRead};
 
 /// The two words before every code start: code size, then the header slot.
@@ -95,15 +95,55 @@ impl HeapLookup {
     /// headers and prefixes from being reclaimed while the answer is in use.
     #[inline]
     pub(crate) unsafe fn find<'a>(&self, base: usize, ip: usize) -> Option<Hit<'a>> {
+        // SAFETY: this function's contract; an unlimited walk is never too far.
+        unsafe { self.find_capped(base, ip, usize::MAX) }.unwrap_or(None)
+    }
+
+    /// [`HeapLookup::find`] reading at most `v1_words` start-map words in a v1
+    /// heap (and as many end words): `Err(TooFar)` when the start lies further
+    /// back. A v2 heap reads at most two of each whatever the cap.
+    ///
+    /// # Safety
+    /// As for [`HeapLookup::find`].
+    #[inline]
+    pub(crate) unsafe fn find_capped<'a>(
+        &self,
+        base: usize,
+        ip: usize,
+        v1_words: usize,
+    ) -> Result<Option<Hit<'a>>, TooFar> {
         let offset = ip.wrapping_sub(base) as u64;
         // SAFETY: `words` and `word_count` describe the live map of a live heap
         // (this function's contract). Offsets past the span fall past the last word,
         // where both lookups answer none.
         let words = unsafe { RawWords::from_raw_parts(self.words, self.word_count as usize) };
-        let (start, covered) = match self.version {
-            MapVersion::V1 => (find_v1(&words, offset)?, false),
-            MapVersion::V2 => find_v2_covered(&words, offset)?,
+        let found = match self.version {
+            MapVersion::V1 => match find_v1_capped(&words, offset, v1_words) {
+                Capped::Found(start) => Some((start, false)),
+                Capped::Nothing => None,
+                Capped::TooFar => return Err(TooFar),
+            },
+            MapVersion::V2 => find_v2_covered(&words, offset),
         };
+        // SAFETY: `found` is what this heap's map named for `offset`; the rest
+        // is this function's contract.
+        Ok(unsafe { self.exact(base, offset, found) })
+    }
+
+    /// The hit for the start the map named (`found`), unless the block ends
+    /// before `offset`.
+    ///
+    /// # Safety
+    /// `found` is what this heap's start map named for `offset` (with whether a
+    /// v2 pointer word proved it inside); otherwise as for [`HeapLookup::find`].
+    #[inline]
+    unsafe fn exact<'a>(
+        &self,
+        base: usize,
+        offset: u64,
+        found: Option<(u64, bool)>,
+    ) -> Option<Hit<'a>> {
+        let (start, covered) = found?;
         if start < PREFIX {
             return None;
         }
@@ -114,7 +154,8 @@ impl HeapLookup {
                 MapVersion::V1 => start,
                 MapVersion::V2 => start.max((offset - offset % 256).saturating_sub(256)),
             };
-            // SAFETY: `start <= lo <= offset`, inside the span of the live heap.
+            // SAFETY: `start <= lo <= offset`, inside the span of the live heap
+            // (the map named `start` for `offset`).
             if unsafe { self.ends.ends_between(lo, offset) } {
                 return None;
             }
@@ -125,11 +166,15 @@ impl HeapLookup {
             ends: self.ends,
             heap_offset: start,
             // SAFETY: the map holds only starts placed by the allocator, and the
-            // heap (which owns the mapping) outlives `'a` by this function's contract.
+            // heap (which owns the mapping) outlives `'a` by the callers' contract.
             prefix: unsafe { prefix_at(base, start) },
         })
     }
 }
+
+/// A capped v1 lookup's start lies further back than its cap.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct TooFar;
 
 /// A start the map named for an address, with the block's prefix.
 #[derive(Clone, Copy)]

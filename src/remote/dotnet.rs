@@ -204,6 +204,23 @@ pub fn coreclr_version(path: &str) -> Option<String> {
 }
 
 /// Reads a CoreCLR 8 process's code maps.
+///
+/// ```no_run
+/// use jitmap::remote::ProcessMemory;
+/// use jitmap::remote::dotnet::{DotnetReader, DotnetResolution, find_runtime};
+/// let pid = 4242; // a process running .NET 8
+/// let memory = ProcessMemory::new(pid);
+/// let runtime = find_runtime(pid, &memory)?;
+/// let reader = DotnetReader::new(memory, runtime.code_range_map);
+/// for section in reader.sections()? {
+///     for start in reader.starts(&section)? {
+///         if let DotnetResolution::Method { method_desc, .. } = reader.resolve(start)? {
+///             println!("{start:#x} MethodDesc {method_desc:#x}");
+///         }
+///     }
+/// }
+/// # Ok::<(), jitmap::remote::RemoteError>(())
+/// ```
 #[derive(Debug)]
 pub struct DotnetReader<M> {
     memory: M,

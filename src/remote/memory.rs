@@ -78,6 +78,18 @@ impl Memory for ProcessMemory {
 /// An address space made of byte ranges: a snapshot to read offline, or a fake
 /// one built by a test or a fuzzer. Ranges do not overlap; a read must fall
 /// inside one range.
+///
+/// ```
+/// use jitmap::remote::{Memory, MemoryImage, RemoteError};
+/// let mut image = MemoryImage::new();
+/// image.insert(0x1000, vec![1, 2, 3, 4])?;
+/// let mut buf = [0u8; 2];
+/// image.read(0x1002, &mut buf)?;
+/// assert_eq!(buf, [3, 4]);
+/// assert!(matches!(image.read(0x1003, &mut buf), Err(RemoteError::Unreadable { .. })));
+/// assert!(image.insert(0x1003, vec![0]).is_err()); // overlaps
+/// # Ok::<(), RemoteError>(())
+/// ```
 #[derive(Clone, Debug, Default)]
 pub struct MemoryImage {
     ranges: BTreeMap<u64, Vec<u8>>,
