@@ -138,6 +138,29 @@ impl Shadow {
     /// there, the last placed at the address before the sample ended. (Freed
     /// code keeps running until its executor leaves it, and its bytes are
     /// reused only after that executor's next quiescent point.)
+    /// Judges a frame the agent left unattributed at `addr` (sampled at
+    /// `end_ns`): right only in a v1 heap, deep enough in the method that
+    /// occupied `addr` that the handler's capped walk (`v1_words` map words,
+    /// the covering one included) cannot reach its start.
+    pub fn judge_unattributed(
+        &self,
+        addr: usize,
+        end_ns: u64,
+        v1_words: Option<usize>,
+    ) -> Result<(), String> {
+        let occupant = self
+            .versions
+            .values()
+            .filter(|v| v.covers(addr) && v.publish_begin <= end_ns)
+            .max_by_key(|v| v.publish_begin);
+        match (occupant, v1_words) {
+            (Some(v), Some(words)) if addr - v.start > (words - 1) * 256 => Ok(()),
+            (v, _) => Err(format!(
+                "sample at {addr:#x} (ended {end_ns}) unattributed; the occupant was {v:?}"
+            )),
+        }
+    }
+
     pub fn judge_sample(
         &self,
         addr: usize,
@@ -230,5 +253,21 @@ mod tests {
         assert!(s.pick(0).is_some_and(|(id, _)| id == 1));
         s.freeing(1, 50);
         assert!(s.pick(0).is_none());
+    }
+
+    #[test]
+    fn an_unattributed_leaf_is_right_only_past_the_v1_cap() {
+        let mut s = Shadow::default();
+        let mut big = version(0x10_0000, 10, u64::MAX);
+        big.size = 1 << 20;
+        s.publishing(1, big);
+        // 256 words: the walk reads the covering word and 255 before it.
+        let edge = 0x10_0000 + 255 * 256;
+        assert!(s.judge_unattributed(edge, 20, Some(256)).is_err());
+        assert_eq!(s.judge_unattributed(edge + 1, 20, Some(256)), Ok(()));
+        // Never in a v2 heap, never outside a method, never before its publish.
+        assert!(s.judge_unattributed(edge + 1, 20, None).is_err());
+        assert!(s.judge_unattributed(0x30_0000, 20, Some(256)).is_err());
+        assert!(s.judge_unattributed(edge + 1, 5, Some(256)).is_err());
     }
 }
