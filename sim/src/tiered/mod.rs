@@ -238,6 +238,41 @@ impl Sim {
         self.counts.unloads.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Every 100 ms (when the scenario unloads): loads a new group of 64
+    /// methods in its own heap, and unloads the oldest extra group once there
+    /// are more than three.
+    fn cycle_groups(
+        &self,
+        last_load: &mut Instant,
+        next_group: &mut u32,
+        rng: &mut Rng,
+    ) -> Result<(), RunError> {
+        if !self.params.unload || last_load.elapsed() <= Duration::from_millis(100) {
+            return Ok(());
+        }
+        *last_load = Instant::now();
+        let group = Arc::new(Group::new(
+            *next_group,
+            &self.manager,
+            &self.config,
+            64,
+            0,
+            self.params.threshold,
+            rng,
+        )?);
+        *next_group += 1;
+        self.load(&group, rng)?;
+        let retired = {
+            let mut groups = self.groups.write();
+            groups.push(group);
+            (groups.len() > 3).then(|| groups.remove(1))
+        };
+        if let Some(old) = retired {
+            self.unload(&old);
+        }
+        Ok(())
+    }
+
     /// The compiler thread.
     fn compiler(&self) -> Result<(), RunError> {
         let mut rng = Rng::new(self.config.seed ^ 0xC0DE);
@@ -256,6 +291,9 @@ impl Sim {
                         self.counts.tier_ups.fetch_add(1, Ordering::Relaxed);
                         self.latencies.lock().push(monotonic_ns() - seen);
                     }
+                    // A long burst of tier-ups does not hold back the loads
+                    // and unloads that are due.
+                    self.cycle_groups(&mut last_load, &mut next_group, &mut rng)?;
                 }
             }
             if self.params.churn && rng.chance(20) {
@@ -267,28 +305,7 @@ impl Sim {
                     self.counts.deopts.fetch_add(1, Ordering::Relaxed);
                 }
             }
-            if self.params.unload && last_load.elapsed() > Duration::from_millis(100) {
-                last_load = Instant::now();
-                let group = Arc::new(Group::new(
-                    next_group,
-                    &self.manager,
-                    &self.config,
-                    64,
-                    0,
-                    self.params.threshold,
-                    &mut rng,
-                )?);
-                next_group += 1;
-                self.load(&group, &mut rng)?;
-                let retired = {
-                    let mut groups = self.groups.write();
-                    groups.push(group);
-                    (groups.len() > 3).then(|| groups.remove(1))
-                };
-                if let Some(old) = retired {
-                    self.unload(&old);
-                }
-            }
+            self.cycle_groups(&mut last_load, &mut next_group, &mut rng)?;
             std::thread::sleep(Duration::from_micros(200));
         }
         Ok(())
