@@ -11,7 +11,7 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use jitmap::agent::{
     Agent, AgentConfig, AttachedThread, CallCounters, jitmap_probe_count, jitmap_probe_enter,
 };
-use jitmap::{ExecutionManager, HeapConfig};
+use jitmap::{ExecutionManager, HeapConfig, OwnedHeap};
 use jitmap_sim::jitcode;
 
 /// Samples taken at the bottom of each recursion.
@@ -64,14 +64,18 @@ fn timed_without_drops(iters: u64, attached: &AttachedThread, f: impl Fn(u64)) -
 /// Ring capacity (samples, and probe records) in these benches.
 const RING: usize = 1 << 16;
 
-fn handler(c: &mut Criterion) {
-    let manager = Arc::new(ExecutionManager::new(8));
-    let heap = manager
+/// A 1 MiB heap of its own manager, for one bench's JIT code.
+fn small_heap() -> OwnedHeap {
+    Arc::new(ExecutionManager::new(8))
         .create_owned_heap(HeapConfig {
             span: 1 << 20,
             ..HeapConfig::default()
         })
-        .unwrap();
+        .unwrap()
+}
+
+fn handler(c: &mut Criterion) {
+    let heap = small_heap();
     let rec = jitcode::publish(&heap, "recurse", 1, jitcode::recursion).unwrap();
     // SAFETY: a published function with this C signature (see `jitcode`).
     let recurse: extern "C" fn(u64, extern "C" fn(u64), u64) =
@@ -83,7 +87,7 @@ fn handler(c: &mut Criterion) {
     });
     for depth in [8usize, 32] {
         let agent = Agent::start(
-            &manager,
+            heap.manager(),
             AgentConfig {
                 hz: 1, // the timer stays out of the way; samples are taken synchronously
                 max_depth: depth,
@@ -121,13 +125,7 @@ fn handler(c: &mut Criterion) {
 }
 
 fn probes(c: &mut Criterion) {
-    let manager = Arc::new(ExecutionManager::new(8));
-    let heap = manager
-        .create_owned_heap(HeapConfig {
-            span: 1 << 20,
-            ..HeapConfig::default()
-        })
-        .unwrap();
+    let heap = small_heap();
     let looped = |name: &str, target: usize| {
         let code = jitcode::publish(&heap, name, 2, jitcode::call_loop(target as u64)).unwrap();
         // SAFETY: a published function with this C signature (see `jitcode`).
@@ -140,7 +138,7 @@ fn probes(c: &mut Criterion) {
     let counters = CallCounters::new(1, u32::MAX).unwrap();
     let cell = counters.cell(0).unwrap() as u64;
     let agent = Agent::start(
-        &manager,
+        heap.manager(),
         AgentConfig {
             hz: 1,
             probe_capacity: RING,

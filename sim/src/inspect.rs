@@ -116,11 +116,7 @@ impl Report for Inspection {
         serde_json::json!({
             "pid": self.pid,
             "descriptor": self.descriptor,
-            "answers": self.answers.iter().map(|(ip, r)| {
-                let mut v = resolution_json(r);
-                v["ip"] = serde_json::json!(ip);
-                v
-            }).collect::<Vec<_>>(),
+            "answers": answers_json(&self.answers, resolution_json),
             "sections": listing,
             "lookups": self.stats.lookups,
             "reads_mean": self.stats.mean_reads(),
@@ -130,6 +126,21 @@ impl Report for Inspection {
             "list_ms": self.list_ms,
         })
     }
+}
+
+/// Asked addresses and their answers as JSON objects, each with its `ip`.
+fn answers_json<R>(
+    answers: &[(u64, R)],
+    to_json: impl Fn(&R) -> serde_json::Value,
+) -> Vec<serde_json::Value> {
+    answers
+        .iter()
+        .map(|(ip, r)| {
+            let mut v = to_json(r);
+            v["ip"] = serde_json::json!(ip);
+            v
+        })
+        .collect()
 }
 
 /// One line for an answer.
@@ -449,11 +460,7 @@ impl Report for DotnetInspection {
                 "dac_table": self.runtime.dac_table,
                 "code_range_map": self.runtime.code_range_map,
             },
-            "answers": self.answers.iter().map(|(ip, r)| {
-                let mut v = dotnet_json(r);
-                v["ip"] = serde_json::json!(ip);
-                v
-            }).collect::<Vec<_>>(),
+            "answers": answers_json(&self.answers, dotnet_json),
             "ranges": self.ranges.iter().map(|(range, runs)| serde_json::json!({
                 "start": range.start,
                 "len": range.len,

@@ -1,8 +1,6 @@
 //! The agent on the demo host: the leaves' shares, their exact stacks, and
 //! agreement with real `perf` on the same run.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,7 +9,11 @@ use jitmap::agent::Clock;
 use jitmap_sim::demo::{LEAVES, MIDDLE, NATIVE_CALLER, TOP};
 use jitmap_sim::profile;
 
+#[path = "tools/perf.rs"]
+mod perf_tools;
 mod tools;
+
+use perf_tools::{inject_and_report, perf, temp_dir};
 
 const SIM: &str = env!("CARGO_BIN_EXE_jitmap-sim");
 /// 1/7, 2/7 and 4/7, in percent.
@@ -22,13 +24,6 @@ const EXPECTED: [f64; 3] = [100.0 / 7.0, 200.0 / 7.0, 400.0 / 7.0];
 fn one_run() -> std::sync::MutexGuard<'static, ()> {
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("jitmap-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
 }
 
 #[test]
@@ -82,18 +77,6 @@ fn leaves_get_their_share_and_their_exact_stack() {
     let mut names: Vec<_> = p.methods.iter().map(|m| m.label.as_str()).collect();
     names.sort_unstable();
     assert_eq!(names, ["leaf_1x", "leaf_2x", "leaf_4x", "middle", "top"]);
-}
-
-/// Runs perf with its caches inside `dir`.
-fn perf(dir: &Path, args: &[&str]) -> std::process::Output {
-    Command::new("perf")
-        .args(args)
-        .current_dir(dir)
-        .env("HOME", dir)
-        .env("JITMAP_PERF", "jitdump")
-        .env("JITMAP_PERF_DIR", dir)
-        .output()
-        .expect("perf runs")
 }
 
 /// Each leaf's share of the three leaves' samples, in percent.
@@ -156,40 +139,7 @@ fn agent_and_perf_agree_on_one_run() {
             .and_then(|m| m["self_share"].as_f64())
             .unwrap_or_else(|| panic!("{name} missing from the agent's report"))
     };
-    let jit = dir.join("perf.jit.data");
-    let inject = perf(
-        &dir,
-        &[
-            "inject",
-            "--jit",
-            "-i",
-            data.to_str().unwrap(),
-            "-o",
-            jit.to_str().unwrap(),
-        ],
-    );
-    assert!(
-        inject.status.success(),
-        "{}",
-        String::from_utf8_lossy(&inject.stderr)
-    );
-    let report = perf(
-        &dir,
-        &[
-            "report",
-            "-i",
-            jit.to_str().unwrap(),
-            "--stdio",
-            "--sort",
-            "sym",
-        ],
-    );
-    assert!(
-        report.status.success(),
-        "{}",
-        String::from_utf8_lossy(&report.stderr)
-    );
-    let text = String::from_utf8_lossy(&report.stdout);
+    let text = inject_and_report(&dir, &data, "sym");
     let perf_share = |name: &str| -> f64 {
         let line = text
             .lines()

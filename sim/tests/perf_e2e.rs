@@ -1,22 +1,18 @@
 //! jitdump in real processes: a child killed mid-run leaves a file that validates
 //! up to a record boundary, and real `perf` names the JIT functions.
 
-use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use jitmap::perf::check::{Body, Violation, check};
 
+#[path = "tools/perf.rs"]
+mod perf_tools;
 mod tools;
 
-const SIM: &str = env!("CARGO_BIN_EXE_jitmap-sim");
+use perf_tools::{inject_and_report, perf, temp_dir};
 
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("jitmap-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
+const SIM: &str = env!("CARGO_BIN_EXE_jitmap-sim");
 
 #[test]
 fn killed_writer_leaves_a_valid_prefix() {
@@ -70,19 +66,6 @@ fn killed_writer_leaves_a_valid_prefix() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// Runs a command with perf's caches kept inside `dir`.
-fn perf(dir: &Path, args: &[&str]) -> std::process::Output {
-    Command::new("perf")
-        .args(args)
-        .current_dir(dir)
-        .env("HOME", dir)
-        .env("PERF_BUILDID_DIR", dir.join(".debug"))
-        .env("JITMAP_PERF", "jitdump")
-        .env("JITMAP_PERF_DIR", dir)
-        .output()
-        .expect("perf runs")
-}
-
 #[test]
 fn real_perf_names_jit_functions() {
     if !tools::available("perf") {
@@ -116,40 +99,7 @@ fn real_perf_names_jit_functions() {
         println!("skipped: perf cannot record here: {err}");
         return;
     }
-    let jit = dir.join("perf.jit.data");
-    let inject = perf(
-        &dir,
-        &[
-            "inject",
-            "--jit",
-            "-i",
-            data.to_str().unwrap(),
-            "-o",
-            jit.to_str().unwrap(),
-        ],
-    );
-    assert!(
-        inject.status.success(),
-        "{}",
-        String::from_utf8_lossy(&inject.stderr)
-    );
-    let report = perf(
-        &dir,
-        &[
-            "report",
-            "-i",
-            jit.to_str().unwrap(),
-            "--stdio",
-            "--sort",
-            "dso,sym",
-        ],
-    );
-    assert!(
-        report.status.success(),
-        "{}",
-        String::from_utf8_lossy(&report.stderr)
-    );
-    let text = String::from_utf8_lossy(&report.stdout);
+    let text = inject_and_report(&dir, &data, "dso,sym");
     for id in 0..4 {
         let name = format!("jitmap_spin_{id}");
         let line = text

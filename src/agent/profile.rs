@@ -250,45 +250,40 @@ impl Profile {
             self.probes.enters, self.probes.values, self.probes.dropped
         );
         let mut summary = self.summary();
-        let _ = writeln!(out, "\ntop by self samples:");
-        let _ = writeln!(
-            out,
-            "{:>8} {:>7} {:>8} {:>7}  name",
-            "self", "self%", "total", "total%"
-        );
-        for m in summary.iter().take(top) {
+        // Each table leads with its own count and share, then the other's.
+        let mut table = |title: &str, by_self: bool, rows: &[MethodSummary]| {
+            let (first, second) = if by_self {
+                ("self", "total")
+            } else {
+                ("total", "self")
+            };
+            let _ = writeln!(out, "\ntop by {title} samples:");
             let _ = writeln!(
                 out,
-                "{:>8} {:>6.1}% {:>8} {:>6.1}%  {}",
-                m.self_samples,
-                m.self_share * 100.0,
-                m.total_samples,
-                m.total_share * 100.0,
-                m.name
+                "{first:>8} {:>7} {second:>8} {:>7}  name",
+                format!("{first}%"),
+                format!("{second}%")
             );
-        }
+            for m in rows.iter().take(top) {
+                let own = (m.self_samples, m.self_share);
+                let all = (m.total_samples, m.total_share);
+                let ((a, a_share), (b, b_share)) = if by_self { (own, all) } else { (all, own) };
+                let _ = writeln!(
+                    out,
+                    "{a:>8} {:>6.1}% {b:>8} {:>6.1}%  {}",
+                    a_share * 100.0,
+                    b_share * 100.0,
+                    m.name
+                );
+            }
+        };
+        table("self", true, &summary);
         summary.sort_by(|a, b| {
             b.total_samples
                 .cmp(&a.total_samples)
                 .then_with(|| a.name.cmp(&b.name))
         });
-        let _ = writeln!(out, "\ntop by total samples:");
-        let _ = writeln!(
-            out,
-            "{:>8} {:>7} {:>8} {:>7}  name",
-            "total", "total%", "self", "self%"
-        );
-        for m in summary.iter().take(top) {
-            let _ = writeln!(
-                out,
-                "{:>8} {:>6.1}% {:>8} {:>6.1}%  {}",
-                m.total_samples,
-                m.total_share * 100.0,
-                m.self_samples,
-                m.self_share * 100.0,
-                m.name
-            );
-        }
+        table("total", false, &summary);
         out
     }
 }

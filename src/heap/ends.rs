@@ -243,6 +243,7 @@ mod tests {
             assert!(ends.ends_between(0, 4095));
         }
         assert_eq!(map.reserved_bytes(), 128 + 16);
+        // Relaxed: this thread wrote the id; no other thread is involved.
         assert_eq!(
             map.trailer_word(1)
                 .load(std::sync::atomic::Ordering::Relaxed),

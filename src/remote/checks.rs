@@ -11,6 +11,14 @@ pub(crate) fn read_at(bytes: &[u8], off: usize) -> u64 {
         .map_or(0, u64::from_ne_bytes)
 }
 
+/// The u32 at `off` in `bytes` (0 if it does not fit).
+pub(crate) fn read_u32_at(bytes: &[u8], off: usize) -> u32 {
+    bytes
+        .get(off..off + 4)
+        .and_then(|b| b.try_into().ok())
+        .map_or(0, u32::from_ne_bytes)
+}
+
 /// `addr` if it can point to an `align`-aligned object in the user half of the
 /// address space.
 pub(crate) fn check_ptr(addr: u64, align: u64, what: &'static str) -> Result<u64, RemoteError> {

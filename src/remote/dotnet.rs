@@ -12,7 +12,7 @@
 
 use std::cell::Cell;
 
-use super::checks::{check_ptr, index, read_at};
+use super::checks::{check_ptr, index, read_at, read_u32_at};
 use super::memory::Memory;
 use super::words::{ChunkWords, RemoteWords};
 use super::{RemoteError, Unknown, V1_MAX_WORDS};
@@ -326,11 +326,7 @@ impl<M: Memory> DotnetReader<M> {
     pub fn section(&self, address: u64) -> Result<DotnetSection, RemoteError> {
         let s = self.read_array::<SECTION_BYTES>(check_ptr(address, 8, "range section")?)?;
         let (begin, end) = (read_at(&s, SECTION_LOW), read_at(&s, SECTION_HIGH));
-        let flags = u32::from_ne_bytes(
-            s[SECTION_FLAGS..SECTION_FLAGS + 4]
-                .try_into()
-                .unwrap_or_default(),
-        );
+        let flags = read_u32_at(&s, SECTION_FLAGS);
         if begin >= end || (end - 1) >> ADDRESS_BITS != 0 {
             return Err(RemoteError::Corrupt {
                 what: "range section bounds",
@@ -393,7 +389,7 @@ impl<M: Memory> DotnetReader<M> {
             }
             self.read(level, &mut entries)?;
             for chunk in entries.chunks_exact(8) {
-                let entry = u64::from_ne_bytes(chunk.try_into().unwrap_or_default()) & !COLLECTIBLE;
+                let entry = read_at(chunk, 0) & !COLLECTIBLE;
                 if entry == 0 {
                     continue;
                 }

@@ -5,7 +5,7 @@
 use std::cell::Cell;
 use std::mem::offset_of;
 
-use super::checks::{check_ptr, index, read_at};
+use super::checks::{check_ptr, index, read_at, read_u32_at};
 use super::descriptor::{Descriptor, LAYOUT_VERSION, MAGIC, MAX_MANAGERS};
 use super::memory::Memory;
 use super::words::{ChunkWords, RemoteWords};
@@ -215,22 +215,21 @@ impl<M: Memory> RemoteReader<M> {
     pub fn new(memory: M, descriptor: u64) -> Result<Self, RemoteError> {
         let mut bytes = [0u8; size_of::<Descriptor>()];
         memory.read(descriptor, &mut bytes[..16])?;
-        let u32_at = |b: &[u8], off: usize| u32::from_ne_bytes(b[off..off + 4].try_into().unwrap());
-        if u64::from_ne_bytes(bytes[..8].try_into().unwrap()) != MAGIC {
+        if read_at(&bytes, 0) != MAGIC {
             return Err(RemoteError::BadDescriptor { what: "magic" });
         }
-        if u32_at(&bytes, offset_of!(Descriptor, layout_version)) != LAYOUT_VERSION {
+        if read_u32_at(&bytes, offset_of!(Descriptor, layout_version)) != LAYOUT_VERSION {
             return Err(RemoteError::BadDescriptor {
                 what: "layout version",
             });
         }
-        if u32_at(&bytes, offset_of!(Descriptor, descriptor_size)) as usize != bytes.len() {
+        if read_u32_at(&bytes, offset_of!(Descriptor, descriptor_size)) as usize != bytes.len() {
             return Err(RemoteError::BadDescriptor {
                 what: "descriptor size",
             });
         }
         memory.read(descriptor, &mut bytes)?;
-        let field = |off: usize| u32_at(&bytes, off) as usize;
+        let field = |off: usize| read_u32_at(&bytes, off) as usize;
         macro_rules! f {
             ($name:ident) => {
                 field(offset_of!(Descriptor, $name))
@@ -302,7 +301,7 @@ impl<M: Memory> RemoteReader<M> {
         )?;
         let mut roots = Vec::with_capacity(MAX_MANAGERS);
         for chunk in bytes.chunks_exact(8) {
-            let root = u64::from_ne_bytes(chunk.try_into().unwrap());
+            let root = read_at(chunk, 0);
             if root != 0 {
                 roots.push(check_ptr(root, 4096, "manager root")?);
             }
@@ -461,12 +460,8 @@ impl<M: Memory> RemoteReader<M> {
             base: read_at(b, l.heap_base),
             words: check_ptr(read_at(b, l.heap_words), 4096, "start map")?,
             ends: check_ptr(read_at(b, l.heap_ends), 4096, "end map")?,
-            word_count: u64::from(u32::from_ne_bytes(
-                b[l.heap_word_count..l.heap_word_count + 4]
-                    .try_into()
-                    .unwrap(),
-            )),
-            version: b[l.heap_version],
+            word_count: u64::from(read_u32_at(b, l.heap_word_count)),
+            version: b.get(l.heap_version).copied().unwrap_or(0),
             seq: 0,
         };
         // The trailer after the end map: the change sequence and the heap id.
@@ -686,7 +681,7 @@ impl<M: Memory> RemoteReader<M> {
             }
             self.read(level, &mut entries)?;
             for chunk in entries.chunks_exact(8).rev() {
-                let entry = u64::from_ne_bytes(chunk.try_into().unwrap());
+                let entry = read_at(chunk, 0);
                 if entry == 0 {
                     continue;
                 }

@@ -4,6 +4,7 @@
 use std::cell::Cell;
 
 use super::RemoteError;
+use super::checks::read_u32_at;
 use super::memory::Memory;
 use crate::words::WordRead;
 
@@ -69,12 +70,7 @@ pub(crate) struct ChunkWords(pub(crate) Vec<u32>);
 impl ChunkWords {
     /// Words from their bytes in memory order.
     pub(crate) fn from_bytes(bytes: &[u8]) -> Self {
-        Self(
-            bytes
-                .chunks_exact(4)
-                .map(|w| u32::from_ne_bytes(w.try_into().unwrap_or_default()))
-                .collect(),
-        )
+        Self(bytes.chunks_exact(4).map(|w| read_u32_at(w, 0)).collect())
     }
 }
 
