@@ -4,6 +4,8 @@
 
 pub mod compare;
 pub mod demo;
+#[cfg(feature = "ebpf")]
+pub mod ebpf;
 pub mod fixture;
 pub mod inspect;
 pub mod jitcode;

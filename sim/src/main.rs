@@ -154,6 +154,32 @@ enum Command {
         #[arg(long)]
         overhead: bool,
     },
+    /// Profile a jitmap host from outside with eBPF: every frame resolved in
+    /// the kernel through its descriptor; writes the agent's outputs. Needs a
+    /// build with `--features ebpf`, and root (or CAP_BPF and CAP_PERFMON).
+    /// Exit status 2 on bad input or missing privileges.
+    EbpfProfile {
+        /// The host's process id.
+        #[arg(long, required_unless_present = "overhead")]
+        pid: Option<i32>,
+        /// Samples per second of CPU time, per CPU.
+        #[arg(long, default_value_t = 1000)]
+        hz: u32,
+        /// Seconds to profile (fewer if the host exits).
+        #[arg(long, default_value_t = 5.0)]
+        seconds: f64,
+        /// Directory for report.txt, stacks.folded, flamegraph.svg and profile.pb.gz.
+        #[arg(long)]
+        out: Option<std::path::PathBuf>,
+        /// Print the report as one JSON object.
+        #[arg(long)]
+        json: bool,
+        /// Instead of profiling a host, measure the program's cost on the demo
+        /// host run here: throughput at 1 kHz and 10 kHz over no program, in
+        /// rounds of --seconds each, side by side.
+        #[arg(long, conflicts_with = "pid")]
+        overhead: bool,
+    },
     /// Writers publish, abort and free code while readers check every lookup.
     Stress {
         /// Map version.
@@ -243,6 +269,14 @@ fn main() -> ExitCode {
                 run_profile(hz, seconds, clock, &out, json)
             }
         }
+        Some(Command::EbpfProfile {
+            pid,
+            hz,
+            seconds,
+            out,
+            json,
+            overhead,
+        }) => run_ebpf(pid, hz, seconds, out.as_deref(), json, overhead),
         Some(Command::Stress {
             map,
             wx,
@@ -658,6 +692,94 @@ fn run_overhead(seconds: f64) -> io::Result<ExitCode> {
         )?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `ebpf-profile`: exit status 2 on bad input, missing privileges, or a build
+/// without the `ebpf` feature.
+#[cfg(feature = "ebpf")]
+fn run_ebpf(
+    pid: Option<i32>,
+    hz: u32,
+    seconds: f64,
+    out: Option<&std::path::Path>,
+    json: bool,
+    overhead: bool,
+) -> io::Result<ExitCode> {
+    use jitmap_sim::ebpf;
+    let fail = |e: &dyn std::fmt::Display| {
+        eprintln!("jitmap-sim ebpf-profile: {e}");
+        Ok(ExitCode::from(2))
+    };
+    if !(seconds.is_finite() && seconds > 0.0 && seconds <= 3600.0) {
+        return fail(&"--seconds must be in (0, 3600]");
+    }
+    let duration = Duration::from_secs_f64(seconds);
+    if overhead {
+        let rows = match ebpf::overhead(&[1000, 10_000], duration, 5) {
+            Ok(rows) => rows,
+            Err(e) => return fail(&e),
+        };
+        let mut stdout = io::stdout().lock();
+        for row in rows {
+            let list = |v: &[f64]| {
+                v.iter()
+                    .map(|r| format!("{r:.4}"))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            };
+            writeln!(
+                stdout,
+                "{} Hz (cpu-clock, every CPU), throughput over no program, median of {}: \
+                 profiling {:.4} [{}], attached but profiling no process (floor) {:.4} [{}]; \
+                 {:.0} ns per sample in the kernel",
+                row.hz,
+                row.ratios.len(),
+                profile::median(&row.ratios),
+                list(&row.ratios),
+                profile::median(&row.floor),
+                list(&row.floor),
+                profile::median(&row.ns_per_sample),
+            )?;
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let Some(pid) = pid else {
+        return fail(&"--pid is required");
+    };
+    let run = match ebpf::run(&ebpf::Options { pid, hz, duration }) {
+        Ok(run) => run,
+        Err(e) => return fail(&e),
+    };
+    if let Some(dir) = out {
+        run.write_outputs(dir)?;
+    }
+    let mut stdout = io::stdout().lock();
+    if json {
+        writeln!(stdout, "{}", run.json())?;
+    } else {
+        write!(stdout, "{}", run.report(10))?;
+        if let Some(dir) = out {
+            writeln!(stdout, "\noutputs in {}", dir.display())?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `ebpf-profile` in a build without the `ebpf` feature: says how to get it.
+#[cfg(not(feature = "ebpf"))]
+fn run_ebpf(
+    _pid: Option<i32>,
+    _hz: u32,
+    _seconds: f64,
+    _out: Option<&std::path::Path>,
+    _json: bool,
+    _overhead: bool,
+) -> io::Result<ExitCode> {
+    eprintln!(
+        "jitmap-sim ebpf-profile: this jitmap-sim was built without the `ebpf` feature; \
+         build it with `cargo build --release -p jitmap-sim --features ebpf` (needs clang)"
+    );
+    Ok(ExitCode::from(2))
 }
 
 fn run_stress(configs: &[StressConfig]) -> io::Result<ExitCode> {

@@ -249,6 +249,15 @@ impl Profile {
             "probes: {} entries, {} values, {} dropped",
             self.probes.enters, self.probes.values, self.probes.dropped
         );
+        out.push_str(&self.top_tables(top));
+        out
+    }
+
+    /// The report's two tables: the top `top` names by self samples, then by
+    /// total samples, each with both counts and shares of all samples. (A
+    /// profiler other than the agent prints its own counters above them.)
+    pub fn top_tables(&self, top: usize) -> String {
+        let mut out = String::new();
         let mut summary = self.summary();
         // Each table leads with its own count and share, then the other's.
         let mut table = |title: &str, by_self: bool, rows: &[MethodSummary]| {

@@ -28,32 +28,58 @@ const MAX_LIST_METHODS: usize = 1 << 20;
 const LIST_CHUNK_WORDS: usize = 4096;
 
 /// The layout a descriptor declares, checked: every offset lies inside the
-/// struct it indexes, with room for the value read there.
+/// struct it indexes, with room for the value read there. Only a
+/// [`RemoteReader`] makes one; readers of other kinds (an eBPF program) take
+/// their offsets from it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Layout {
-    root_seq: u64,
-    fragment_size: usize,
-    fragment_begin: usize,
-    fragment_end: usize,
-    fragment_next: usize,
-    fragment_tag: usize,
-    tag_heap: u64,
-    tag_image: u64,
-    heap_base: usize,
-    heap_words: usize,
-    heap_ends: usize,
-    heap_word_count: usize,
-    heap_version: usize,
-    heap_seq: usize,
-    heap_id: usize,
-    prefix_bytes: u64,
-    prefix_size: usize,
-    prefix_slot: usize,
-    max_stub_kind: u64,
-    header_method_id: usize,
-    header_code_size: usize,
-    header_name_ptr: usize,
-    header_name_len: usize,
+    /// Offset of the range map's change sequence in its root.
+    pub root_seq: u64,
+    /// Size of a range-map fragment.
+    pub fragment_size: usize,
+    /// First address of the section (u64 in a fragment).
+    pub fragment_begin: usize,
+    /// One past the section's last address (u64 in a fragment).
+    pub fragment_end: usize,
+    /// The next fragment of the chunk (pointer in a fragment).
+    pub fragment_next: usize,
+    /// The section kind's tag (u64 in a fragment).
+    pub fragment_tag: usize,
+    /// Tag of a code heap.
+    pub tag_heap: u64,
+    /// Tag of a precompiled image.
+    pub tag_image: u64,
+    /// A heap's executable base (pointer in a heap fragment).
+    pub heap_base: usize,
+    /// A heap's start-map words (pointer in a heap fragment).
+    pub heap_words: usize,
+    /// A heap's end map (pointer in a heap fragment).
+    pub heap_ends: usize,
+    /// Start-map words (u32 in a heap fragment).
+    pub heap_word_count: usize,
+    /// Map version (u8 in a heap fragment).
+    pub heap_version: usize,
+    /// The heap's change sequence, in the trailer after its end map.
+    pub heap_seq: usize,
+    /// The heap's id, in the trailer after its end map.
+    pub heap_id: usize,
+    /// Bytes of the block prefix before every code start.
+    pub prefix_bytes: u64,
+    /// Code size (u64 in the prefix).
+    pub prefix_size: usize,
+    /// Stub kind or header pointer (u64 in the prefix).
+    pub prefix_slot: usize,
+    /// The largest stub kind.
+    pub max_stub_kind: u64,
+    /// Method id (u64 in a code header).
+    pub header_method_id: usize,
+    /// Code size (u64 in a code header).
+    pub header_code_size: usize,
+    /// Name pointer (in a code header).
+    pub header_name_ptr: usize,
+    /// Name length in bytes (u64 in a code header).
+    pub header_name_len: usize,
 }
 
 /// What a lookup found.

@@ -1,0 +1,564 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+//
+// jitmap's eBPF profiler: a perf_event program, run on every CPU's cpu-clock
+// tick, that takes the target process's user stack and resolves every frame
+// in the kernel through the host's jitmap descriptor (docs/descriptor.md),
+// in a bounded number of reads, then sends the sample to user space through a
+// ring buffer.
+//
+// Every loop has a constant bound; every pointer read from the target is
+// checked (non-null, aligned, below 2^47) before it is followed, and every read
+// may fail, which ends that frame's lookup. An answer is sent as a method only
+// when the range map's and the heap's change sequences read the same even
+// value before and after the lookup; otherwise the frame is marked stale.
+//
+// No libbpf headers: the few helpers are declared by number (they are stable
+// kernel ABI), so clang is the only build dependency.
+
+typedef unsigned char u8;
+typedef unsigned short u16;
+typedef unsigned int u32;
+typedef unsigned long long u64;
+
+#define SEC(name) __attribute__((section(name), used))
+#define INLINE static inline __attribute__((always_inline))
+
+// Helper numbers from include/uapi/linux/bpf.h.
+static void *(*bpf_map_lookup_elem)(void *map, const void *key) = (void *)1;
+static u64 (*bpf_ktime_get_ns)(void) = (void *)5;
+static u64 (*bpf_get_current_pid_tgid)(void) = (void *)14;
+static long (*bpf_get_stack)(void *ctx, void *buf, u32 size, u64 flags) = (void *)67;
+static long (*bpf_probe_read_user)(void *dst, u32 size, const void *ptr) = (void *)112;
+static long (*bpf_ringbuf_output)(void *ringbuf, void *data, u64 size, u64 flags) = (void *)130;
+static long (*bpf_loop)(u32 nr_loops, void *callback_fn, void *callback_ctx, u64 flags) = (void *)181;
+
+#define BPF_F_USER_STACK (1ULL << 8)
+#define BPF_MAP_TYPE_PERCPU_ARRAY 6
+#define BPF_MAP_TYPE_RINGBUF 27
+
+// Shared with user space (sim/src/ebpf/event.rs mirrors these).
+#define MAX_FRAMES 64
+#define NAME_CAP 64
+#define MAX_MANAGERS 8
+#define LEVELS_BELOW_TOP 4
+#define MAX_FRAGMENTS 32
+#define FRAGMENT_CAP 128
+#define HEADER_CAP 64
+// v1: the covering word and at most 255 before it (the agent's handler
+// budget, 64 KiB of code), in chunks of 32 words.
+#define V1_CHUNK_WORDS 32
+#define V1_CHUNKS 8
+#define V1_MAX_WORDS 256
+
+#define USER_LIMIT (1ULL << 47)
+
+enum frame_kind {
+	FRAME_NATIVE = 0,
+	FRAME_METHOD = 1,
+	FRAME_STUB = 2,
+	FRAME_IMAGE = 3,
+	FRAME_NOTHING = 4,
+	FRAME_TOO_FAR = 5,
+	FRAME_STALE = 6,
+	FRAME_ERROR = 7,
+	// Internal: find_section found the section (never sent).
+	SECTION_FOUND = 8,
+};
+
+struct frame {
+	u64 ip;        // as sampled: the pc, then return addresses
+	u64 start;     // the block's first byte, or the image's begin
+	u64 id;        // method id, or stub kind
+	u64 heap_id;   // the heap's id
+	u64 size;      // code size, or the image's size
+	u32 name_len;  // the name's full length in bytes
+	u16 reads;     // reads this frame's lookup made
+	u8 kind;       // enum frame_kind
+	u8 copied;     // name bytes copied into `name`
+	char name[NAME_CAP];
+};
+
+struct event_header {
+	u32 tid;
+	u32 frames;
+	u32 reads;     // reads for the sample itself (the managers array)
+	u32 pad;
+};
+
+struct event {
+	struct event_header h;
+	struct frame f[MAX_FRAMES];
+};
+
+// The descriptor's layout, checked by user space before loading
+// (jitmap::remote::Layout), plus the target.
+struct config {
+	u64 managers;  // address of the descriptor's managers array
+	u32 tgid;
+	u32 root_seq;
+	u32 fragment_size;
+	u32 fragment_begin;
+	u32 fragment_end;
+	u32 fragment_next;
+	u32 fragment_tag;
+	u32 tag_heap;
+	u32 tag_image;
+	u32 heap_words;
+	u32 heap_ends;
+	u32 heap_word_count;
+	u32 heap_version;
+	u32 heap_seq;
+	u32 heap_id;
+	u32 prefix_bytes;
+	u32 prefix_size;
+	u32 prefix_slot;
+	u32 max_stub_kind;
+	u32 header_method_id;
+	u32 header_code_size;
+	u32 header_name_ptr;
+	u32 header_name_len;
+	u32 pad;
+};
+
+struct stats {
+	u64 samples;       // target samples seen
+	u64 lost;          // samples the ring buffer had no room for
+	u64 frames;
+	u64 reads;         // frame lookups' reads
+	u64 max_reads;     // most reads of one frame
+	u64 jit_frames;    // frames in a section (method, stub, image, nothing, too far)
+	u64 jit_reads;
+	u64 stale;         // frames dropped as stale
+	u64 cost_ns;       // total time in the program for target samples (from the
+	                   // tgid check to after the output)
+	u64 max_cost_ns;
+};
+
+// Per-CPU working memory: the sample being built and the lookup's buffers
+// (the BPF stack is 512 bytes).
+struct scratch {
+	struct event ev;
+	u64 ips[MAX_FRAMES];
+	u64 roots[MAX_MANAGERS];
+	u8 fragment[FRAGMENT_CAP];
+	u8 header[HEADER_CAP];
+	u32 words[V1_CHUNK_WORDS];
+	u64 start;
+};
+
+struct bpf_map_def {
+	u32 type;
+	u32 key_size;
+	u32 value_size;
+	u32 max_entries;
+	u32 map_flags;
+};
+
+struct bpf_map_def SEC("maps") EVENTS = {
+	.type = BPF_MAP_TYPE_RINGBUF,
+	.max_entries = 8 << 20,
+};
+
+struct bpf_map_def SEC("maps") SCRATCH = {
+	.type = BPF_MAP_TYPE_PERCPU_ARRAY,
+	.key_size = 4,
+	.value_size = sizeof(struct scratch),
+	.max_entries = 1,
+};
+
+struct bpf_map_def SEC("maps") STATS = {
+	.type = BPF_MAP_TYPE_PERCPU_ARRAY,
+	.key_size = 4,
+	.value_size = sizeof(struct stats),
+	.max_entries = 1,
+};
+
+volatile const struct config CONFIG = {};
+
+INLINE int bad_ptr(u64 p, u64 align)
+{
+	return p == 0 || (p & (align - 1)) != 0 || p >= USER_LIMIT;
+}
+
+INLINE int read_u64(u64 *out, u64 addr, u16 *reads)
+{
+	*reads += 1;
+	return bpf_probe_read_user(out, 8, (const void *)addr);
+}
+
+// A u64 field of a buffer at an offset user space checked; the mask keeps the
+// verifier's bounds (the offset is below the buffer size minus 8).
+INLINE u64 field64(const u8 *buf, u32 off, u32 cap)
+{
+	return *(const u64 *)(buf + (off & (cap - 8) & ~7u));
+}
+
+INLINE u32 field32(const u8 *buf, u32 off, u32 cap)
+{
+	return *(const u32 *)(buf + (off & (cap - 4) & ~3u));
+}
+
+// 1 if x != 0, without a branch.
+INLINE u64 nonzero(u32 x)
+{
+	return ((u64)x + 0xFFFFFFFFULL) >> 32;
+}
+
+// Index of the lowest non-zero nibble of x (x != 0).
+INLINE u32 low_nibble(u32 x)
+{
+	u32 p = x & (0u - x);
+	return (u32)(nonzero(p & 0xF0F0F0F0u) | (nonzero(p & 0xFF00FF00u) << 1) |
+		     (nonzero(p & 0xFFFF0000u) << 2));
+}
+
+// The last start in word `w` (index `i`); w != 0.
+INLINE u64 last_start_in(u32 w, u64 i)
+{
+	u32 skip = low_nibble(w);
+	u32 nibble = (w >> (4 * skip)) & 0xF;
+	return i * 256 + (u64)(7 - skip) * 32 + (u64)(nibble - 1) * 4;
+}
+
+// The last start in word `w` (index `i`) at or before `offset`, or ~0.
+INLINE u64 start_at_or_before(u32 w, u64 i, u64 offset)
+{
+	u32 bucket = (offset >> 5) & 7;
+	u32 upto = w >> (28 - 4 * bucket);
+	u32 own = upto & 0xF;
+	if (own != 0 && (u64)(own - 1) * 4 <= (offset & 31))
+		return i * 256 + (u64)bucket * 32 + (u64)(own - 1) * 4;
+	u32 earlier = upto >> 4;
+	if (earlier == 0)
+		return ~0ULL;
+	u32 skip = low_nibble(earlier);
+	u32 nibble = (earlier >> (4 * skip)) & 0xF;
+	return i * 256 + (u64)(bucket - 1 - skip) * 32 + (u64)(nibble - 1) * 4;
+}
+
+#define NO_START (~0ULL)
+#define START_TOO_FAR (~1ULL)
+
+// v1: the covering word, then back at most V1_MAX_WORDS - 1 words, read in
+// chunks of V1_CHUNK_WORDS. Every read has a constant size and every word a
+// constant index in the chunk, so no value with a tracked range crosses an
+// iteration and the verifier's work stays linear in the cap. (A chunk near
+// the map's start is read from word 0: the map is page-aligned and at least
+// a page, so those bytes are mapped.)
+INLINE u64 find_v1(struct scratch *s, u64 words, u64 offset, u16 *reads)
+{
+	u64 index = offset >> 8;
+	u32 w = 0;
+	*reads += 1;
+	if (bpf_probe_read_user(&w, 4, (const void *)(words + 4 * index)))
+		return NO_START - 2;
+	u64 start = start_at_or_before(w, index, offset);
+	if (start != NO_START)
+		return start;
+	u64 lowest = index > V1_MAX_WORDS - 1 ? index - (V1_MAX_WORDS - 1) : 0;
+	u64 hi = index; // words below `hi` remain
+#pragma clang loop unroll(disable)
+	for (int c = 0; c < V1_CHUNKS; c++) {
+		if (hi <= lowest)
+			break;
+		// lo = hi >= V1_CHUNK_WORDS ? hi - V1_CHUNK_WORDS : 0, without a branch.
+		u64 d = hi - V1_CHUNK_WORDS;
+		u64 lo = d & ((d >> 63) - 1);
+		*reads += 1;
+		if (bpf_probe_read_user(s->words, sizeof(s->words), (const void *)(words + 4 * lo)))
+			return NO_START - 2;
+#pragma clang loop unroll(disable)
+		for (int j = V1_CHUNK_WORDS - 1; j >= 0; j--) {
+			u64 at = lo + j;
+			// Word `at` counts if lowest <= at < hi: a mask, not a branch,
+			// so no comparison here lets the verifier split (or pin) the
+			// scan's bounds. Word indices are below 2^24.
+			u64 in = ((at - hi) >> 63) & (((lowest - at - 1) >> 63));
+			u32 wj = s->words[j] & (u32)(0 - in);
+			if (wj != 0)
+				return last_start_in(wj, at);
+		}
+		hi = lo;
+	}
+	return lowest == 0 ? NO_START : START_TOO_FAR;
+}
+
+// v2: at most two words.
+INLINE u64 find_v2(u64 words, u64 offset, u16 *reads)
+{
+	u64 index = offset >> 8;
+	u32 w = 0;
+	*reads += 1;
+	if (bpf_probe_read_user(&w, 4, (const void *)(words + 4 * index)))
+		return NO_START - 2;
+	if ((w & 0xF) > 8)
+		return (u64)((w & ~0xFu) + (((w & 0xF) - 9) << 2));
+	u64 start = start_at_or_before(w, index, offset);
+	if (start != NO_START || index == 0)
+		return start;
+	*reads += 1;
+	if (bpf_probe_read_user(&w, 4, (const void *)(words + 4 * (index - 1))))
+		return NO_START - 2;
+	if ((w & 0xF) > 8)
+		return (u64)((w & ~0xFu) + (((w & 0xF) - 9) << 2));
+	if (w == 0)
+		return NO_START;
+	return last_start_in(w, index - 1);
+}
+
+// Resolves one heap frame from the fragment in s->fragment: the start map, the
+// prefix, the header and the name, then the heap's sequence again. Returns the
+// frame kind; the root's sequence is checked by the caller.
+INLINE u8 resolve_heap(struct scratch *s, struct frame *f, u64 ip, u64 begin, u64 end, u16 *reads)
+{
+	const u8 *frag = s->fragment;
+	u64 words = field64(frag, CONFIG.heap_words, FRAGMENT_CAP);
+	u64 ends = field64(frag, CONFIG.heap_ends, FRAGMENT_CAP);
+	u64 count = field32(frag, CONFIG.heap_word_count, FRAGMENT_CAP);
+	u8 version = frag[CONFIG.heap_version & (FRAGMENT_CAP - 1)];
+	if (bad_ptr(words, 4096) || bad_ptr(ends, 4096) || count > (1 << 24) ||
+	    count * 256 > end - begin + 256 || (version != 1 && version != 2))
+		return FRAME_ERROR;
+	u64 trailer = ends + 8 * count;
+	u64 hseq = 0, again = 0;
+	if (read_u64(&hseq, trailer + CONFIG.heap_seq, reads) ||
+	    read_u64(&f->heap_id, trailer + CONFIG.heap_id, reads))
+		return FRAME_ERROR;
+	if (hseq & 1)
+		return FRAME_STALE;
+	u64 offset = ip - begin;
+	if ((offset >> 8) >= count)
+		return FRAME_ERROR;
+	// The start goes through the scratch map and back: a value loaded from a
+	// map is unknown to the verifier, so comparing it with the sentinels
+	// below cannot mark the scan's values precise, which would keep the
+	// verifier from pruning the scan's paths (and multiply them).
+	s->start = version == 2 ? find_v2(words, offset, reads) : find_v1(s, words, offset, reads);
+	u64 start = *(volatile u64 *)&s->start;
+	if (start == NO_START - 2)
+		return FRAME_ERROR;
+	u8 kind = FRAME_NOTHING;
+	if (start == START_TOO_FAR) {
+		kind = FRAME_TOO_FAR;
+		goto confirm;
+	}
+	if (start == NO_START || start < CONFIG.prefix_bytes || start > offset)
+		goto confirm;
+	u64 prefix[2] = {0, 0};
+	*reads += 1;
+	if (bpf_probe_read_user(prefix, 16, (const void *)(begin + start - 16)))
+		return FRAME_ERROR;
+	u64 size = CONFIG.prefix_size == 0 ? prefix[0] : prefix[1];
+	u64 slot = CONFIG.prefix_slot == 0 ? prefix[0] : prefix[1];
+	if (size == 0 || start + size > end - begin)
+		return FRAME_ERROR;
+	if (offset - start >= size)
+		goto confirm;
+	f->start = begin + start;
+	f->size = size;
+	if (slot == 0)
+		return FRAME_ERROR;
+	if (slot <= CONFIG.max_stub_kind) {
+		f->id = slot;
+		kind = FRAME_STUB;
+		goto confirm;
+	}
+	if (bad_ptr(slot, 8))
+		return FRAME_ERROR;
+	*reads += 1;
+	if (bpf_probe_read_user(s->header, HEADER_CAP, (const void *)slot))
+		return FRAME_ERROR;
+	f->id = field64(s->header, CONFIG.header_method_id, HEADER_CAP);
+	if (field64(s->header, CONFIG.header_code_size, HEADER_CAP) != size)
+		return FRAME_ERROR;
+	u64 name = field64(s->header, CONFIG.header_name_ptr, HEADER_CAP);
+	u64 len = field64(s->header, CONFIG.header_name_len, HEADER_CAP);
+	f->name_len = len > 0xFFFFFFFFULL ? 0xFFFFFFFFu : (u32)len;
+	u64 copy = len < NAME_CAP ? len : NAME_CAP;
+	if (copy > 0) {
+		if (name == 0 || name >= USER_LIMIT)
+			return FRAME_ERROR;
+		*reads += 1;
+		if (bpf_probe_read_user(f->name, (u32)copy, (const void *)name))
+			return FRAME_ERROR;
+	}
+	f->copied = (u8)copy;
+	kind = FRAME_METHOD;
+confirm:
+	if (read_u64(&again, trailer + CONFIG.heap_seq, reads))
+		return FRAME_ERROR;
+	if (again != hseq)
+		return FRAME_STALE;
+	return kind;
+}
+
+// Finds the section of `ip` through every registered range map: on a hit the
+// fragment is in s->fragment and its root's sequence address and value are
+// returned through `seq_at` and `seq`. A miss is confirmed against each
+// map's sequence.
+INLINE u8 find_section(struct scratch *s, u64 ip, u64 *seq_at, u64 *seq, u64 *begin, u64 *end,
+		       u16 *reads)
+{
+	for (int m = 0; m < MAX_MANAGERS; m++) {
+		u64 root = s->roots[m];
+		if (root == 0)
+			continue;
+		if (bad_ptr(root, 4096))
+			return FRAME_ERROR;
+		u64 before = 0, after = 0, entry = 0;
+		u64 at = root + CONFIG.root_seq;
+		if (read_u64(&before, at, reads))
+			return FRAME_ERROR;
+		if (before & 1)
+			return FRAME_STALE;
+		u64 level = root;
+		for (int depth = LEVELS_BELOW_TOP; depth >= 0; depth--) {
+			if (read_u64(&entry, level + 8 * ((ip >> (17 + 8 * depth)) & 255), reads))
+				return FRAME_ERROR;
+			if (entry == 0)
+				break;
+			if (depth > 0) {
+				if (bad_ptr(entry, 4096))
+					return FRAME_ERROR;
+				level = entry;
+			}
+		}
+		// `entry` is now the first fragment of ip's 128 KiB chunk, or 0.
+		u64 frag = entry;
+		for (int k = 0; k < MAX_FRAGMENTS; k++) {
+			if (frag == 0)
+				break;
+			if (bad_ptr(frag, 64))
+				return FRAME_ERROR;
+			u32 size = CONFIG.fragment_size;
+			if (size > FRAGMENT_CAP)
+				return FRAME_ERROR;
+			*reads += 1;
+			if (bpf_probe_read_user(s->fragment, size, (const void *)frag))
+				return FRAME_ERROR;
+			u64 b = field64(s->fragment, CONFIG.fragment_begin, FRAGMENT_CAP);
+			u64 e = field64(s->fragment, CONFIG.fragment_end, FRAGMENT_CAP);
+			if (b <= ip && ip < e) {
+				*seq_at = at;
+				*seq = before;
+				*begin = b;
+				*end = e;
+				return SECTION_FOUND;
+			}
+			frag = field64(s->fragment, CONFIG.fragment_next, FRAGMENT_CAP);
+		}
+		if (frag != 0)
+			return FRAME_ERROR; // a longer list than any host builds
+		if (read_u64(&after, at, reads))
+			return FRAME_ERROR;
+		if (after != before)
+			return FRAME_STALE;
+	}
+	return FRAME_NATIVE;
+}
+
+// Resolves one address: its section, then (in a heap) its block.
+INLINE u8 resolve(struct scratch *s, struct frame *f, u64 ip, u16 *reads)
+{
+	if (ip >> 57)
+		return FRAME_NATIVE;
+	u64 at = 0, seq = 0, begin = 0, end = 0, again = 0;
+	u8 kind = find_section(s, ip, &at, &seq, &begin, &end, reads);
+	if (kind != SECTION_FOUND)
+		return kind;
+	kind = FRAME_IMAGE;
+	if (begin >= end || end - begin > (1ULL << 32))
+		return FRAME_ERROR;
+	u64 tag = field64(s->fragment, CONFIG.fragment_tag, FRAGMENT_CAP);
+	if (tag == CONFIG.tag_image) {
+		f->start = begin;
+		f->size = end - begin;
+	} else if (tag == CONFIG.tag_heap) {
+		kind = resolve_heap(s, f, ip, begin, end, reads);
+		if (kind == FRAME_ERROR || kind == FRAME_STALE)
+			return kind;
+	} else {
+		return FRAME_ERROR;
+	}
+	if (read_u64(&again, at, reads))
+		return FRAME_ERROR;
+	return again == seq ? kind : FRAME_STALE;
+}
+
+struct walk {
+	struct scratch *s;
+	struct stats *st;
+};
+
+static long resolve_frame(u32 i, struct walk *w)
+{
+	struct scratch *s = w->s;
+	struct stats *st = w->st;
+	if (i >= MAX_FRAMES)
+		return 1;
+	struct frame *f = &s->ev.f[i];
+	u64 ip = s->ips[i];
+	f->ip = ip;
+	f->start = 0;
+	f->id = 0;
+	f->heap_id = 0;
+	f->size = 0;
+	f->name_len = 0;
+	f->copied = 0;
+	u16 reads = 0;
+	// A return address is looked up one byte back, in its call instruction.
+	u8 kind = resolve(s, f, i == 0 ? ip : ip - 1, &reads);
+	f->kind = kind;
+	f->reads = reads;
+	st->frames += 1;
+	st->reads += reads;
+	if (reads > st->max_reads)
+		st->max_reads = reads;
+	if (kind != FRAME_NATIVE) {
+		st->jit_frames += 1;
+		st->jit_reads += reads;
+	}
+	if (kind == FRAME_STALE)
+		st->stale += 1;
+	return 0;
+}
+
+SEC("perf_event")
+int jitmap_profile(void *ctx)
+{
+	u64 pid_tgid = bpf_get_current_pid_tgid();
+	if ((u32)(pid_tgid >> 32) != CONFIG.tgid)
+		return 0;
+	u64 t0 = bpf_ktime_get_ns();
+	u32 zero = 0;
+	struct scratch *s = bpf_map_lookup_elem(&SCRATCH, &zero);
+	struct stats *st = bpf_map_lookup_elem(&STATS, &zero);
+	if (!s || !st)
+		return 0;
+	long got = bpf_get_stack(ctx, s->ips, sizeof(s->ips), BPF_F_USER_STACK);
+	u32 n = got > 0 ? (u32)((u64)got / 8) : 0;
+	if (n > MAX_FRAMES)
+		n = MAX_FRAMES;
+	s->ev.h.tid = (u32)pid_tgid;
+	s->ev.h.frames = n;
+	s->ev.h.reads = 1;
+	s->ev.h.pad = 0;
+	if (bpf_probe_read_user(s->roots, sizeof(s->roots), (const void *)CONFIG.managers))
+		return 0;
+	struct walk w = {.s = s, .st = st};
+	bpf_loop(n, resolve_frame, &w, 0);
+	u64 size = sizeof(struct event_header) + (u64)(n & (MAX_FRAMES * 2 - 1)) * sizeof(struct frame);
+	if (size > sizeof(struct event))
+		size = sizeof(struct event);
+	if (bpf_ringbuf_output(&EVENTS, &s->ev, size, 0))
+		st->lost += 1;
+	// The whole sample's cost: the stack, every lookup and the output.
+	u64 cost = bpf_ktime_get_ns() - t0;
+	st->samples += 1;
+	st->cost_ns += cost;
+	if (cost > st->max_cost_ns)
+		st->max_cost_ns = cost;
+	return 0;
+}
+
+char LICENSE[] SEC("license") = "GPL";

@@ -1,0 +1,411 @@
+//! Samples from the kernel, aggregated into the agent's profile: stacks of
+//! named frames, JIT method placements, and the counts of what was dropped.
+
+use std::collections::HashMap;
+
+use jitmap::agent::{Profile, Stack};
+
+use super::event::{Frame, FrameKind, Sample};
+
+/// A frame as aggregated: JIT methods by placement, native code by address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Key {
+    Method(usize),
+    Native { addr: u64, is_return: bool },
+    Stub(u64),
+    Image(u64),
+    Nothing,
+    TooFar,
+    Error,
+}
+
+/// One placement of a JIT method the samples named: where it was, what it
+/// was, and the addresses sampled in it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Placement {
+    /// The heap's id.
+    pub heap_id: u64,
+    /// The runtime's method id.
+    pub method_id: u64,
+    /// First code byte.
+    pub start: u64,
+    /// Code size.
+    pub size: u64,
+    /// The name the kernel copied.
+    pub name: String,
+    /// The name used in stacks: the name, or with ` [vN]` when several
+    /// placements of one name were sampled.
+    pub label: String,
+    /// Whether the kernel cut the name at its cap.
+    pub truncated: bool,
+    /// The lowest and highest address looked up in it.
+    pub lookups: (u64, u64),
+    /// Frames that named it.
+    pub frames: u64,
+}
+
+/// Counts over every decoded sample and frame.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Samples in the profile.
+    pub samples: u64,
+    /// Samples dropped because a frame's lookup saw the host change.
+    pub stale_samples: u64,
+    /// Samples without a user stack (the thread was in the kernel with no
+    /// user frames to take).
+    pub empty_samples: u64,
+    /// Samples whose innermost frame was in a heap but not in a method or
+    /// stub (or too far, or unreadable).
+    pub unattributed: u64,
+    /// Frames, by what they were.
+    pub native: u64,
+    /// JIT method frames.
+    pub methods: u64,
+    /// Stub frames.
+    pub stubs: u64,
+    /// Image frames.
+    pub images: u64,
+    /// Frames in a heap but in no block.
+    pub nothing: u64,
+    /// v1 frames past the program's capped scan.
+    pub too_far: u64,
+    /// Stale frames (their samples are dropped).
+    pub stale: u64,
+    /// Frames whose lookup failed a read or a check.
+    pub errors: u64,
+    /// Reads of every frame's lookup, and the most of one.
+    pub reads: u64,
+    /// The most reads one frame's lookup made.
+    pub max_reads: u64,
+    /// Reads of frames in a JIT section (method, stub, nothing, too far).
+    pub jit_reads: u64,
+    /// Most reads of one such frame.
+    pub max_jit_reads: u64,
+}
+
+impl Counts {
+    /// Frames decoded.
+    pub fn frames(&self) -> u64 {
+        self.native
+            + self.methods
+            + self.stubs
+            + self.images
+            + self.nothing
+            + self.too_far
+            + self.stale
+            + self.errors
+    }
+
+    /// Frames inside a range section.
+    pub fn jit_frames(&self) -> u64 {
+        self.frames() - self.native
+    }
+}
+
+/// Builds the profile from decoded samples.
+#[derive(Debug, Default)]
+pub struct Aggregator {
+    stacks: HashMap<Vec<Key>, u64>,
+    placements: Vec<Placement>,
+    index: HashMap<(u64, u64, u64, u64, String), usize>,
+    counts: Counts,
+}
+
+impl Aggregator {
+    /// An empty aggregator.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds one sample: dropped (and counted) if any frame is stale or it
+    /// has no frames, else its stack counted.
+    pub fn add(&mut self, sample: &Sample) {
+        for f in &sample.frames {
+            self.count_frame(f);
+        }
+        let c = &mut self.counts;
+        if sample.frames.is_empty() {
+            c.empty_samples += 1;
+            return;
+        }
+        if sample.frames.iter().any(|f| f.kind == FrameKind::Stale) {
+            c.stale_samples += 1;
+            return;
+        }
+        c.samples += 1;
+        if matches!(
+            sample.frames[0].kind,
+            FrameKind::Nothing | FrameKind::TooFar | FrameKind::Error
+        ) {
+            c.unattributed += 1;
+        }
+        let keys: Vec<Key> = sample
+            .frames
+            .iter()
+            .enumerate()
+            .map(|(depth, f)| self.key(f, depth > 0))
+            .collect();
+        *self.stacks.entry(keys).or_default() += 1;
+    }
+
+    fn count_frame(&mut self, f: &Frame) {
+        let c = &mut self.counts;
+        let reads = u64::from(f.reads);
+        c.reads += reads;
+        c.max_reads = c.max_reads.max(reads);
+        let slot = match f.kind {
+            FrameKind::Native => &mut c.native,
+            FrameKind::Method { .. } => &mut c.methods,
+            FrameKind::Stub { .. } => &mut c.stubs,
+            FrameKind::Image { .. } => &mut c.images,
+            FrameKind::Nothing => &mut c.nothing,
+            FrameKind::TooFar => &mut c.too_far,
+            FrameKind::Stale => &mut c.stale,
+            FrameKind::Error => &mut c.errors,
+        };
+        *slot += 1;
+        if f.kind != FrameKind::Native {
+            c.jit_reads += reads;
+            c.max_jit_reads = c.max_jit_reads.max(reads);
+        }
+    }
+
+    fn key(&mut self, f: &Frame, is_return: bool) -> Key {
+        match &f.kind {
+            FrameKind::Native => Key::Native {
+                addr: f.ip,
+                is_return,
+            },
+            FrameKind::Method {
+                start,
+                size,
+                method_id,
+                heap_id,
+                name,
+                truncated,
+            } => {
+                // The address the program looked up (a return address one
+                // byte back, in its call).
+                let at = if is_return { f.ip - 1 } else { f.ip };
+                let id = (*heap_id, *method_id, *start, *size, name.clone());
+                let i = *self.index.entry(id).or_insert_with(|| {
+                    self.placements.push(Placement {
+                        heap_id: *heap_id,
+                        method_id: *method_id,
+                        start: *start,
+                        size: *size,
+                        name: name.clone(),
+                        label: name.clone(),
+                        truncated: *truncated,
+                        lookups: (at, at),
+                        frames: 0,
+                    });
+                    self.placements.len() - 1
+                });
+                let p = &mut self.placements[i];
+                p.lookups = (p.lookups.0.min(at), p.lookups.1.max(at));
+                p.frames += 1;
+                Key::Method(i)
+            }
+            FrameKind::Stub { kind, .. } => Key::Stub(*kind),
+            FrameKind::Image { begin } => Key::Image(*begin),
+            FrameKind::Nothing => Key::Nothing,
+            FrameKind::TooFar => Key::TooFar,
+            FrameKind::Stale | FrameKind::Error => Key::Error,
+        }
+    }
+
+    /// The counts so far.
+    pub fn counts(&self) -> Counts {
+        self.counts
+    }
+
+    /// Every native address in the stacks, with whether it is a return
+    /// address (to be named one byte back), for [`Aggregator::finish`]'s names.
+    pub fn native_addresses(&self) -> Vec<(u64, bool)> {
+        let mut out: Vec<(u64, bool)> = self
+            .stacks
+            .keys()
+            .flatten()
+            .filter_map(|k| match *k {
+                Key::Native { addr, is_return } => Some((addr, is_return)),
+                _ => None,
+            })
+            .collect();
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
+    /// The finished stacks and placements. `native` names a native address
+    /// (from [`Aggregator::native_addresses`]); JIT placements that share a
+    /// name get labels `name`, `name [v2]`, ... in the order they were first
+    /// sampled; a name the kernel cut ends in `...`.
+    pub fn finish(
+        mut self,
+        native: impl Fn(u64, bool) -> String,
+    ) -> (Vec<Stack>, Vec<Placement>, Counts) {
+        let mut seen: HashMap<String, usize> = HashMap::new();
+        for p in &mut self.placements {
+            let base = if p.truncated {
+                format!("{}...", p.name)
+            } else {
+                p.name.clone()
+            };
+            let n = seen.entry(base.clone()).or_default();
+            *n += 1;
+            p.label = if *n > 1 {
+                format!("{base} [v{n}]")
+            } else {
+                base
+            };
+        }
+        let mut named: HashMap<Vec<String>, u64> = HashMap::new();
+        for (keys, count) in &self.stacks {
+            let frames = keys
+                .iter()
+                .map(|k| match *k {
+                    Key::Method(i) => self.placements[i].label.clone(),
+                    Key::Native { addr, is_return } => native(addr, is_return),
+                    Key::Stub(kind) => format!("[stub {kind}]"),
+                    Key::Image(begin) => format!("[image {begin:#x}]"),
+                    Key::Nothing => "[unattributed]".to_owned(),
+                    Key::TooFar => "[too far]".to_owned(),
+                    Key::Error => "[unreadable]".to_owned(),
+                })
+                .collect();
+            *named.entry(frames).or_default() += count;
+        }
+        let mut stacks: Vec<Stack> = named
+            .into_iter()
+            .map(|(frames, count)| Stack { frames, count })
+            .collect();
+        stacks.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.frames.cmp(&b.frames)));
+        (stacks, self.placements, self.counts)
+    }
+}
+
+/// A profile of the agent's type from the finished stacks, so that the
+/// agent's report tables, folded stacks, flamegraph and pprof writers serve
+/// the eBPF profiler too.
+pub fn profile(stacks: Vec<Stack>, counts: &Counts, duration: std::time::Duration) -> Profile {
+    Profile {
+        duration,
+        taken: counts.samples + counts.stale_samples + counts.empty_samples,
+        samples: counts.samples,
+        dropped: counts.stale_samples + counts.empty_samples,
+        unattributed: counts.unattributed,
+        lookups: counts.frames(),
+        stacks,
+        ..Profile::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn method(ip: u64, start: u64, name: &str) -> Frame {
+        Frame {
+            ip,
+            reads: 14,
+            kind: FrameKind::Method {
+                start,
+                size: 0x40,
+                method_id: 7,
+                heap_id: 1,
+                name: name.into(),
+                truncated: false,
+            },
+        }
+    }
+
+    fn native(ip: u64) -> Frame {
+        Frame {
+            ip,
+            reads: 3,
+            kind: FrameKind::Native,
+        }
+    }
+
+    fn sample(frames: Vec<Frame>) -> Sample {
+        Sample {
+            tid: 1,
+            reads: 1,
+            frames,
+        }
+    }
+
+    #[test]
+    fn stacks_placements_and_drops_are_counted_exactly() {
+        let mut agg = Aggregator::new();
+        // Two samples in f at its first placement, one at a second placement
+        // of the same name, one stale, one empty, one unattributed.
+        agg.add(&sample(vec![method(0x1010, 0x1000, "f"), native(0x500)]));
+        agg.add(&sample(vec![method(0x1020, 0x1000, "f"), native(0x500)]));
+        agg.add(&sample(vec![method(0x2010, 0x2000, "f"), native(0x500)]));
+        agg.add(&sample(vec![
+            Frame {
+                ip: 0x3000,
+                reads: 9,
+                kind: FrameKind::Stale,
+            },
+            native(0x500),
+        ]));
+        agg.add(&sample(vec![]));
+        agg.add(&sample(vec![
+            Frame {
+                ip: 0x1090,
+                reads: 12,
+                kind: FrameKind::Nothing,
+            },
+            native(0x600),
+        ]));
+        assert_eq!(agg.native_addresses(), [(0x500, true), (0x600, true)]);
+        let (stacks, placements, counts) =
+            agg.finish(|addr, is_return| format!("n{addr:x}{}", if is_return { "r" } else { "" }));
+        assert_eq!(
+            stacks,
+            [
+                Stack {
+                    frames: vec!["f".into(), "n500r".into()],
+                    count: 2
+                },
+                Stack {
+                    frames: vec!["[unattributed]".into(), "n600r".into()],
+                    count: 1
+                },
+                Stack {
+                    frames: vec!["f [v2]".into(), "n500r".into()],
+                    count: 1
+                },
+            ]
+        );
+        assert_eq!(placements.len(), 2);
+        assert_eq!(
+            (placements[0].lookups, placements[0].frames, &*placements[0].label),
+            ((0x1010, 0x1020), 2, "f")
+        );
+        assert_eq!(placements[1].start, 0x2000);
+        let expected = Counts {
+            samples: 4,
+            stale_samples: 1,
+            empty_samples: 1,
+            unattributed: 1,
+            native: 5,
+            methods: 3,
+            nothing: 1,
+            stale: 1,
+            reads: 5 * 3 + 3 * 14 + 12 + 9,
+            max_reads: 14,
+            jit_reads: 3 * 14 + 12 + 9,
+            max_jit_reads: 14,
+            ..Counts::default()
+        };
+        assert_eq!(counts, expected);
+        assert_eq!((counts.frames(), counts.jit_frames()), (10, 5));
+        let p = profile(stacks, &counts, std::time::Duration::from_secs(1));
+        assert_eq!((p.taken, p.samples, p.dropped, p.lookups), (6, 4, 2, 10));
+        assert_eq!(p.summary()[0].name, "f");
+    }
+}

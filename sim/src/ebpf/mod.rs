@@ -1,0 +1,540 @@
+//! `ebpf-profile`: a profiler for a jitmap host that runs outside it. An eBPF
+//! program on every CPU's cpu-clock tick takes the host's user stack and
+//! resolves each frame in the kernel through the host's descriptor
+//! (`docs/descriptor.md`), in a bounded number of reads; user space names the
+//! native frames and writes the agent's outputs (report, folded stacks,
+//! flamegraph, pprof).
+//!
+//! Built only with the `ebpf` feature (the program is compiled with clang).
+//! Loading it needs root, or `CAP_BPF` and `CAP_PERFMON`; reading the host's
+//! descriptor needs ptrace permission.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use jitmap_sim::ebpf::{self, Options};
+//!
+//! let run = ebpf::run(&Options { pid: 1234, hz: 1000, duration: Duration::from_secs(5) })?;
+//! print!("{}", run.report(10));
+//! # Ok::<(), jitmap_sim::ebpf::EbpfError>(())
+//! ```
+
+pub mod aggregate;
+pub mod event;
+pub mod program;
+
+use std::fmt;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use jitmap::agent::Profile;
+use jitmap::remote::{self, Descriptor, ProcessMemory, RemoteError, RemoteReader};
+
+use aggregate::{Aggregator, Counts, Placement};
+use event::{DecodeError, Sample};
+use program::{Config, KernelStats, Loaded, RunTime};
+
+/// What to profile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Options {
+    /// The host's process id.
+    pub pid: i32,
+    /// Samples per second of CPU time, per CPU (1 to 100,000).
+    pub hz: u32,
+    /// How long to profile (up to an hour); sooner if the host exits.
+    pub duration: Duration,
+}
+
+/// Why a profile could not be taken. Every one is a bad input or a missing
+/// privilege: `jitmap-sim ebpf-profile` exits with status 2.
+#[derive(Debug)]
+pub enum EbpfError {
+    /// An option is out of range.
+    Options(String),
+    /// No process has this id.
+    NoProcess(i32),
+    /// The process links no jitmap (no descriptor), or its descriptor is not
+    /// one this reader knows.
+    NotAHost {
+        /// The process.
+        pid: i32,
+        /// What the reader found.
+        reason: RemoteError,
+    },
+    /// A privilege is missing: reading the host's memory (ptrace), or loading
+    /// and attaching BPF programs (root, or CAP_BPF and CAP_PERFMON).
+    Privileges(String),
+    /// The host's memory could not be read for another reason.
+    Unreadable(RemoteError),
+    /// The descriptor's layout does not fit the program's fixed buffers.
+    Layout(&'static str),
+    /// The kernel refused the program or an attachment for another reason.
+    Bpf(String),
+    /// The program sent a record this side cannot decode.
+    Decode(DecodeError),
+    /// Writing the outputs failed.
+    Io(std::io::Error),
+}
+
+impl fmt::Display for EbpfError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Options(what) => write!(f, "{what}"),
+            Self::NoProcess(pid) => write!(f, "no process {pid}"),
+            Self::NotAHost { pid, reason } => {
+                write!(f, "process {pid} is not a jitmap host: {reason}")
+            }
+            Self::Privileges(what) => write!(f, "missing privileges: {what}"),
+            Self::Unreadable(e) => write!(f, "cannot read the host: {e}"),
+            Self::Layout(what) => write!(
+                f,
+                "the host's descriptor has a layout the eBPF program cannot read: {what}"
+            ),
+            Self::Bpf(what) => write!(f, "BPF: {what}"),
+            Self::Decode(e) => write!(f, "a sample from the kernel: {e}"),
+            Self::Io(e) => write!(f, "writing the outputs: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for EbpfError {}
+
+impl From<DecodeError> for EbpfError {
+    fn from(e: DecodeError) -> Self {
+        Self::Decode(e)
+    }
+}
+
+impl From<std::io::Error> for EbpfError {
+    fn from(e: std::io::Error) -> Self {
+        Self::Io(e)
+    }
+}
+
+/// The first OS error number in `e`'s chain of sources.
+fn errno_in(e: &(dyn std::error::Error + 'static)) -> Option<i32> {
+    let mut next = Some(e);
+    while let Some(e) = next {
+        if let Some(code) = e
+            .downcast_ref::<std::io::Error>()
+            .and_then(std::io::Error::raw_os_error)
+        {
+            return Some(code);
+        }
+        next = e.source();
+    }
+    None
+}
+
+impl EbpfError {
+    /// A BPF failure while `doing`: a missing privilege if the kernel said
+    /// EPERM or EACCES, else the kernel's error (the verifier's log included).
+    fn bpf(doing: &str, e: &(dyn std::error::Error + 'static)) -> Self {
+        match errno_in(e) {
+            Some(libc::EPERM | libc::EACCES) => Self::Privileges(format!(
+                "{doing}: {e} (loading and attaching BPF programs needs root, \
+                 or CAP_BPF and CAP_PERFMON)"
+            )),
+            _ => {
+                let mut what = format!("{doing}: {e}");
+                let mut source = e.source();
+                while let Some(s) = source {
+                    what.push_str(&format!(": {s}"));
+                    source = s.source();
+                }
+                Self::Bpf(what)
+            }
+        }
+    }
+
+    /// A failure to find or read the host's descriptor.
+    fn remote(pid: i32, e: RemoteError) -> Self {
+        match e {
+            RemoteError::Proc {
+                errno: libc::ENOENT | libc::ESRCH,
+                ..
+            }
+            | RemoteError::Unreadable {
+                errno: libc::ESRCH, ..
+            } => Self::NoProcess(pid),
+            RemoteError::Unreadable {
+                errno: libc::EPERM | libc::EACCES,
+                ..
+            } => Self::Privileges(format!(
+                "reading process {pid}'s memory: {e} (needs ptrace permission: \
+                 the same user, or CAP_SYS_PTRACE)"
+            )),
+            RemoteError::SymbolNotFound { .. } | RemoteError::BadDescriptor { .. } => {
+                Self::NotAHost { pid, reason: e }
+            }
+            other => Self::Unreadable(other),
+        }
+    }
+}
+
+/// A finished eBPF profile.
+#[derive(Debug)]
+pub struct EbpfRun {
+    /// The host.
+    pub pid: i32,
+    /// The sampling rate asked for.
+    pub hz: u32,
+    /// The profile in the agent's form.
+    pub profile: Profile,
+    /// The JIT method placements the samples named.
+    pub placements: Vec<Placement>,
+    /// Counts over the decoded samples.
+    pub counts: Counts,
+    /// The program's own counters.
+    pub kernel: KernelStats,
+    /// The kernel's accounting of the program (every process's ticks).
+    pub run_time: RunTime,
+    /// Whether the host exited before the duration was up.
+    pub host_exited: bool,
+}
+
+/// Checks the options, finds the host's descriptor and builds the program's
+/// configuration.
+fn configure(options: &Options) -> Result<Config, EbpfError> {
+    if !(1..=100_000).contains(&options.hz) {
+        return Err(EbpfError::Options(format!(
+            "--hz must be in 1..=100000, not {}",
+            options.hz
+        )));
+    }
+    if options.duration.is_zero() || options.duration > Duration::from_secs(3600) {
+        return Err(EbpfError::Options("--seconds must be in (0, 3600]".into()));
+    }
+    let pid = options.pid;
+    if pid <= 0 || !Path::new(&format!("/proc/{pid}")).exists() {
+        return Err(EbpfError::NoProcess(pid));
+    }
+    let descriptor = remote::process::find_descriptor(pid).map_err(|e| EbpfError::remote(pid, e))?;
+    let reader = RemoteReader::new(ProcessMemory::new(pid), descriptor)
+        .map_err(|e| EbpfError::remote(pid, e))?;
+    let managers = descriptor + std::mem::offset_of!(Descriptor, managers) as u64;
+    Config::new(pid as u32, managers, reader.layout())
+}
+
+/// Profiles the host for `options.duration` (or until it exits).
+pub fn run(options: &Options) -> Result<EbpfRun, EbpfError> {
+    let config = configure(options)?;
+    let mut loaded = Loaded::start(config, options.hz)?;
+    let started = Instant::now();
+    let deadline = started + options.duration;
+    let mut agg = Aggregator::new();
+    let decode = |agg: &mut Aggregator, loaded: &mut Loaded| -> Result<(), EbpfError> {
+        let mut error = None;
+        loaded.drain(|record| match Sample::decode(record) {
+            Ok(sample) => agg.add(&sample),
+            Err(e) => error = Some(e),
+        });
+        error.map_or(Ok(()), |e| Err(e.into()))
+    };
+    let alive = || Path::new(&format!("/proc/{}/maps", options.pid)).exists();
+    let mut host_exited = false;
+    while Instant::now() < deadline {
+        loaded.wait(Duration::from_millis(20).min(deadline - Instant::now()));
+        decode(&mut agg, &mut loaded)?;
+        if !alive() {
+            host_exited = true;
+            break;
+        }
+    }
+    let duration = started.elapsed();
+    loaded.detach()?;
+    decode(&mut agg, &mut loaded)?;
+    let kernel = loaded.stats()?;
+    let run_time = loaded.run_time()?;
+    let names = native_names(options.pid, &agg.native_addresses());
+    let (stacks, placements, counts) = agg.finish(|addr, is_return| {
+        names
+            .get(&(addr, is_return))
+            .cloned()
+            .unwrap_or_else(|| format!("{addr:#x}"))
+    });
+    Ok(EbpfRun {
+        pid: options.pid,
+        hz: options.hz,
+        profile: aggregate::profile(stacks, &counts, duration),
+        placements,
+        counts,
+        kernel,
+        run_time,
+        host_exited,
+    })
+}
+
+/// Names native addresses of process `pid` from its mapped files' symbols
+/// (a return address one byte back, in its call). Addresses it cannot name
+/// are left out, and shown in hex.
+fn native_names(
+    pid: i32,
+    addrs: &[(u64, bool)],
+) -> std::collections::HashMap<(u64, bool), String> {
+    use blazesym::symbolize::source::{Process, Source};
+    use blazesym::symbolize::{Input, Symbolized, Symbolizer};
+    let lookups: Vec<u64> = addrs
+        .iter()
+        .map(|&(a, is_return)| if is_return { a.saturating_sub(1) } else { a })
+        .collect();
+    let mut process = Process::new(blazesym::Pid::from(pid as u32));
+    // JIT frames are named by the kernel; native code by its symbol tables.
+    process.debug_syms = false;
+    process.perf_map = false;
+    let symbolizer = Symbolizer::new();
+    let Ok(symbols) = symbolizer.symbolize(&Source::Process(process), Input::AbsAddr(&lookups))
+    else {
+        return Default::default();
+    };
+    addrs
+        .iter()
+        .zip(symbols)
+        .filter_map(|(&key, s)| match s {
+            Symbolized::Sym(sym) => Some((key, sym.name.into_owned())),
+            Symbolized::Unknown(_) => None,
+        })
+        .collect()
+}
+
+impl EbpfRun {
+    /// Mean reads per frame lookup, and per lookup of a frame in a JIT section.
+    pub fn mean_reads(&self) -> (f64, f64) {
+        let per = |reads: u64, n: u64| reads as f64 / n.max(1) as f64;
+        (
+            per(self.counts.reads, self.counts.frames()),
+            per(self.counts.jit_reads, self.counts.jit_frames()),
+        )
+    }
+
+    /// Mean ns in the program per sample of the host (its own clock).
+    pub fn ns_per_sample(&self) -> f64 {
+        self.kernel.cost_ns as f64 / self.kernel.samples.max(1) as f64
+    }
+
+    /// The text report: the eBPF counters, then the agent's tables.
+    pub fn report(&self, top: usize) -> String {
+        let (c, k, p) = (&self.counts, &self.kernel, &self.profile);
+        let (mean, jit_mean) = self.mean_reads();
+        let mut out = format!(
+            "ebpf-profile of process {} at {} Hz for {:.2} s{}\n\
+             samples: {} in the profile; {} stale (dropped), {} without a user stack, \
+             {} lost (ring full), {} unattributed\n\
+             frames: {} ({} native, {} methods, {} stubs, {} images, {} in no block, \
+             {} too far, {} stale, {} unreadable)\n\
+             reads per frame: mean {:.2}, max {}; in a JIT section: mean {:.2}, max {}\n\
+             kernel: {:.0} ns per sample (max {} ns) by the program's clock; \
+             {} runs, {:.0} ns per run by bpf_prog_info (every process's ticks); \
+             the verifier processed {} instructions\n",
+            self.pid,
+            self.hz,
+            p.duration.as_secs_f64(),
+            if self.host_exited {
+                " (the host exited)"
+            } else {
+                ""
+            },
+            c.samples,
+            c.stale_samples,
+            c.empty_samples,
+            k.lost,
+            c.unattributed,
+            c.frames(),
+            c.native,
+            c.methods,
+            c.stubs,
+            c.images,
+            c.nothing,
+            c.too_far,
+            c.stale,
+            c.errors,
+            mean,
+            c.max_reads,
+            jit_mean,
+            c.max_jit_reads,
+            self.ns_per_sample(),
+            k.max_cost_ns,
+            self.run_time.runs,
+            self.run_time.ns as f64 / self.run_time.runs.max(1) as f64,
+            self.run_time
+                .verified_insns
+                .map_or_else(|| "an unknown number of".to_owned(), |n| n.to_string()),
+        );
+        out.push_str(&p.top_tables(top));
+        out
+    }
+
+    /// The run as one JSON object.
+    pub fn json(&self) -> serde_json::Value {
+        let (c, k) = (&self.counts, &self.kernel);
+        let (mean, jit_mean) = self.mean_reads();
+        let methods: Vec<_> = self
+            .profile
+            .summary()
+            .into_iter()
+            .map(|m| {
+                serde_json::json!({
+                    "name": m.name,
+                    "self_samples": m.self_samples,
+                    "total_samples": m.total_samples,
+                    "self_share": m.self_share,
+                })
+            })
+            .collect();
+        let placements: Vec<_> = self
+            .placements
+            .iter()
+            .map(|p| {
+                serde_json::json!({
+                    "heap_id": p.heap_id,
+                    "method_id": p.method_id,
+                    "start": p.start,
+                    "size": p.size,
+                    "name": p.name,
+                    "label": p.label,
+                    "truncated": p.truncated,
+                    "lowest": p.lookups.0,
+                    "highest": p.lookups.1,
+                    "frames": p.frames,
+                })
+            })
+            .collect();
+        serde_json::json!({
+            "pid": self.pid,
+            "hz": self.hz,
+            "seconds": self.profile.duration.as_secs_f64(),
+            "host_exited": self.host_exited,
+            "samples": c.samples,
+            "stale_samples": c.stale_samples,
+            "empty_samples": c.empty_samples,
+            "lost": k.lost,
+            "unattributed": c.unattributed,
+            "frames": {
+                "all": c.frames(), "native": c.native, "methods": c.methods,
+                "stubs": c.stubs, "images": c.images, "nothing": c.nothing,
+                "too_far": c.too_far, "stale": c.stale, "errors": c.errors,
+            },
+            "reads_per_frame": { "mean": mean, "max": c.max_reads },
+            "reads_per_jit_frame": { "mean": jit_mean, "max": c.max_jit_reads },
+            "kernel": {
+                "samples": k.samples,
+                "frames": k.frames,
+                "reads": k.reads,
+                "max_reads": k.max_reads,
+                "jit_frames": k.jit_frames,
+                "jit_reads": k.jit_reads,
+                "stale_frames": k.stale,
+                "ns_per_sample": self.ns_per_sample(),
+                "max_ns": k.max_cost_ns,
+                "prog_runs": self.run_time.runs,
+                "prog_ns": self.run_time.ns,
+                "verified_insns": self.run_time.verified_insns,
+            },
+            "methods": methods,
+            "placements": placements,
+        })
+    }
+
+    /// Writes `report.txt`, `stacks.folded`, `flamegraph.svg` and
+    /// `profile.pb.gz` into `dir` (created if needed).
+    pub fn write_outputs(&self, dir: &Path) -> std::io::Result<()> {
+        std::fs::create_dir_all(dir)?;
+        let p = &self.profile;
+        std::fs::write(dir.join("report.txt"), self.report(20))?;
+        std::fs::write(dir.join("stacks.folded"), p.folded())?;
+        let svg = std::fs::File::create(dir.join("flamegraph.svg"))?;
+        p.write_flamegraph(
+            &format!("jitmap ebpf-profile: process {}", self.pid),
+            std::io::BufWriter::new(svg),
+        )?;
+        let pb = std::fs::File::create(dir.join("profile.pb.gz"))?;
+        p.write_pprof(
+            1_000_000_000 / u64::from(self.hz.max(1)),
+            std::io::BufWriter::new(pb),
+        )?;
+        Ok(())
+    }
+}
+
+/// The program's cost on a host, as throughput ratios measured side by side.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Overhead {
+    /// The sampling rate.
+    pub hz: u32,
+    /// Demo throughput while profiled, over throughput with no program, per round.
+    pub ratios: Vec<f64>,
+    /// Throughput with the program attached at the same rate but profiling no
+    /// process (it returns after its process check: the cost of the ticks
+    /// themselves), over no program, per round.
+    pub floor: Vec<f64>,
+    /// Mean ns in the program per profiled sample, per round.
+    pub ns_per_sample: Vec<f64>,
+}
+
+/// Measures the program's cost on the demo host run by this process: `rounds`
+/// rounds, each running the demo for `slice` with no program, then for each
+/// rate with the program profiling no process (the floor) and profiling this
+/// process, a second thread draining the ring buffer as `ebpf-profile` would.
+pub fn overhead(rates: &[u32], slice: Duration, rounds: usize) -> Result<Vec<Overhead>, EbpfError> {
+    let manager = Arc::new(jitmap::ExecutionManager::new(16));
+    let demo = crate::demo::Demo::publish(&manager)
+        .map_err(|e| EbpfError::Options(format!("the demo host: {e}")))?;
+    let me = std::process::id() as i32;
+    let options = Options {
+        pid: me,
+        hz: rates.iter().copied().max().unwrap_or(1000),
+        duration: slice,
+    };
+    let profiled = configure(&options)?;
+    // No process has the largest id (pid_max is at most 2^22); 0 would be
+    // the idle task.
+    let nobody = profiled.with_tgid(u32::MAX);
+    let mut rng = crate::rng::Rng::new(11);
+    let mut out: Vec<Overhead> = rates
+        .iter()
+        .map(|&hz| Overhead {
+            hz,
+            ratios: Vec::new(),
+            floor: Vec::new(),
+            ns_per_sample: Vec::new(),
+        })
+        .collect();
+    for _ in 0..rounds {
+        let base = crate::profile::throughput(&demo, slice, &mut rng);
+        for row in &mut out {
+            let empty = Loaded::start(nobody, row.hz)?;
+            let floor = crate::profile::throughput(&demo, slice, &mut rng);
+            drop(empty);
+            row.floor.push(floor / base);
+            let loaded = Loaded::start(profiled, row.hz)?;
+            let stop = AtomicBool::new(false);
+            let (with, loaded) = std::thread::scope(|s| {
+                let drainer = s.spawn(|| {
+                    let mut loaded = loaded;
+                    let mut agg = Aggregator::new();
+                    // Relaxed: a stop flag; the join below orders the rest.
+                    while !stop.load(Ordering::Relaxed) {
+                        loaded.wait(Duration::from_millis(20));
+                        loaded.drain(|r| {
+                            if let Ok(sample) = Sample::decode(r) {
+                                agg.add(&sample);
+                            }
+                        });
+                    }
+                    loaded
+                });
+                let with = crate::profile::throughput(&demo, slice, &mut rng);
+                // Relaxed: see above.
+                stop.store(true, Ordering::Relaxed);
+                (with, drainer.join())
+            });
+            let loaded = loaded.map_err(|_| EbpfError::Bpf("the drain thread panicked".into()))?;
+            let k = loaded.stats()?;
+            row.ratios.push(with / base);
+            row.ns_per_sample
+                .push(k.cost_ns as f64 / k.samples.max(1) as f64);
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,335 @@
+//! The eBPF program's user-space side: its configuration, loading and
+//! attaching it with aya, draining its ring buffer, and reading its counters.
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::time::Duration;
+
+use aya::maps::{MapData, PerCpuArray, RingBuf};
+use aya::programs::perf_event::{PerfEventLinkId, PerfEventScope, SamplePolicy, perf_sw_ids};
+use aya::programs::{PerfEvent, PerfTypeId};
+use aya::{Ebpf, EbpfLoader};
+use jitmap::remote::Layout;
+
+use super::EbpfError;
+
+/// The compiled program (`bpf/profile.bpf.c`, built by `build.rs`).
+static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profile.bpf.o"));
+
+/// The program's name in its object.
+const PROGRAM: &str = "jitmap_profile";
+/// Largest fragment the program reads (`FRAGMENT_CAP`).
+const FRAGMENT_CAP: usize = 128;
+/// Bytes of a code header the program reads (`HEADER_CAP`).
+const HEADER_CAP: usize = 64;
+
+/// `struct config` of the program: the target and the descriptor's layout.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Config {
+    /// Address of the descriptor's managers array in the target.
+    pub managers: u64,
+    /// The target's process id (its thread-group id).
+    pub tgid: u32,
+    root_seq: u32,
+    fragment_size: u32,
+    fragment_begin: u32,
+    fragment_end: u32,
+    fragment_next: u32,
+    fragment_tag: u32,
+    tag_heap: u32,
+    tag_image: u32,
+    heap_words: u32,
+    heap_ends: u32,
+    heap_word_count: u32,
+    heap_version: u32,
+    heap_seq: u32,
+    heap_id: u32,
+    prefix_bytes: u32,
+    prefix_size: u32,
+    prefix_slot: u32,
+    max_stub_kind: u32,
+    header_method_id: u32,
+    header_code_size: u32,
+    header_name_ptr: u32,
+    header_name_len: u32,
+    pad: u32,
+}
+
+// SAFETY: `Config` is `#[repr(C)]`, `Copy`, made only of integers, with no
+// padding (a u64 then 24 u32), so every bit pattern is valid and its bytes are
+// all initialized.
+unsafe impl aya::Pod for Config {}
+
+/// Whether `off` leaves room for a `width`-byte value aligned to `width`
+/// inside a `cap`-byte buffer.
+fn fits(off: usize, width: usize, cap: usize) -> bool {
+    off.is_multiple_of(width) && off + width <= cap
+}
+
+impl Config {
+    /// The program's view of a host: `managers` is the address of its
+    /// descriptor's managers array, `layout` the layout its reader checked.
+    /// Refuses a layout the program's fixed-size buffers cannot hold.
+    pub fn new(tgid: u32, managers: u64, layout: &Layout) -> Result<Self, EbpfError> {
+        let bad = |what| Err(EbpfError::Layout(what));
+        let l = layout;
+        if l.fragment_size > FRAGMENT_CAP || l.root_seq >= 1 << 20 || l.root_seq % 8 != 0 {
+            return bad("fragment size or root sequence offset");
+        }
+        let in_fragment = [
+            (l.fragment_begin, 8),
+            (l.fragment_end, 8),
+            (l.fragment_next, 8),
+            (l.fragment_tag, 8),
+            (l.heap_words, 8),
+            (l.heap_ends, 8),
+            (l.heap_word_count, 4),
+            (l.heap_version, 1),
+        ];
+        if !in_fragment
+            .iter()
+            .all(|&(off, width)| fits(off, width, l.fragment_size))
+            || l.heap_base != l.fragment_begin
+        {
+            return bad("fragment offsets");
+        }
+        let in_16 = [l.heap_seq, l.heap_id, l.prefix_size, l.prefix_slot];
+        if !in_16.iter().all(|&off| off == 0 || off == 8) || l.prefix_bytes != 16 {
+            return bad("trailer or prefix offsets");
+        }
+        let in_header = [
+            l.header_method_id,
+            l.header_code_size,
+            l.header_name_ptr,
+            l.header_name_len,
+        ];
+        if !in_header.iter().all(|&off| fits(off, 8, HEADER_CAP)) {
+            return bad("header offsets");
+        }
+        let u = |v: usize| v as u32; // every value is below 2^20, checked above
+        Ok(Self {
+            managers,
+            tgid,
+            root_seq: l.root_seq as u32,
+            fragment_size: u(l.fragment_size),
+            fragment_begin: u(l.fragment_begin),
+            fragment_end: u(l.fragment_end),
+            fragment_next: u(l.fragment_next),
+            fragment_tag: u(l.fragment_tag),
+            tag_heap: l.tag_heap as u32,
+            tag_image: l.tag_image as u32,
+            heap_words: u(l.heap_words),
+            heap_ends: u(l.heap_ends),
+            heap_word_count: u(l.heap_word_count),
+            heap_version: u(l.heap_version),
+            heap_seq: u(l.heap_seq),
+            heap_id: u(l.heap_id),
+            prefix_bytes: l.prefix_bytes as u32,
+            prefix_size: u(l.prefix_size),
+            prefix_slot: u(l.prefix_slot),
+            max_stub_kind: l.max_stub_kind as u32,
+            header_method_id: u(l.header_method_id),
+            header_code_size: u(l.header_code_size),
+            header_name_ptr: u(l.header_name_ptr),
+            header_name_len: u(l.header_name_len),
+            pad: 0,
+        })
+    }
+}
+
+impl Config {
+    /// The same configuration for another process.
+    pub fn with_tgid(self, tgid: u32) -> Self {
+        Self { tgid, ..self }
+    }
+}
+
+/// `struct stats` of the program, summed over CPUs (maxima are maxima).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KernelStats {
+    /// Samples of the target the program handled.
+    pub samples: u64,
+    /// Samples the ring buffer had no room for.
+    pub lost: u64,
+    /// Frames looked up.
+    pub frames: u64,
+    /// Reads made by frame lookups.
+    pub reads: u64,
+    /// Most reads of one frame's lookup.
+    pub max_reads: u64,
+    /// Frames inside a range section (a heap or an image).
+    pub jit_frames: u64,
+    /// Reads made by those frames' lookups.
+    pub jit_reads: u64,
+    /// Frames whose lookup saw the host change.
+    pub stale: u64,
+    /// Time in the program for the target's samples, in ns.
+    pub cost_ns: u64,
+    /// The longest of them, in ns.
+    pub max_cost_ns: u64,
+}
+
+// SAFETY: `#[repr(C)]`, `Copy`, ten u64 and no padding: any bits are valid.
+unsafe impl aya::Pod for KernelStats {}
+
+/// The kernel's own accounting of the program (`bpf_prog_info`), over every
+/// CPU's ticks, the other processes' included.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RunTime {
+    /// Times the program ran.
+    pub runs: u64,
+    /// Total time in it, in ns.
+    pub ns: u64,
+    /// Instructions the verifier processed to accept it (kernels from 5.16).
+    pub verified_insns: Option<u32>,
+}
+
+/// The loaded program, attached to a cpu-clock event on every online CPU.
+pub struct Loaded {
+    bpf: Ebpf,
+    ring: RingBuf<MapData>,
+    links: Vec<PerfEventLinkId>,
+    /// Keeps the kernel's run-time statistics on while the program runs.
+    _stats: Option<OwnedFd>,
+}
+
+impl Loaded {
+    /// Loads the program for `config` (the verifier checks it here) and
+    /// attaches it to a cpu-clock event on every online CPU, every `1/hz` s
+    /// of CPU time.
+    pub fn start(config: Config, hz: u32) -> Result<Self, EbpfError> {
+        raise_memlock();
+        let stats = aya::sys::enable_stats(aya::sys::Stats::RunTime).ok();
+        let mut bpf = EbpfLoader::new()
+            .set_global("CONFIG", &config, true)
+            .load(OBJECT)
+            .map_err(|e| EbpfError::bpf("loading the program's maps", &e))?;
+        let ring = bpf
+            .take_map("EVENTS")
+            .ok_or(EbpfError::Bpf("the object has no EVENTS map".into()))?;
+        let ring = RingBuf::try_from(ring).map_err(|e| EbpfError::bpf("the ring buffer", &e))?;
+        let program: &mut PerfEvent = bpf
+            .program_mut(PROGRAM)
+            .ok_or(EbpfError::Bpf(format!("the object has no program {PROGRAM}")))?
+            .try_into()
+            .map_err(|e| EbpfError::bpf("the program's type", &e))?;
+        program
+            .load()
+            .map_err(|e| EbpfError::bpf("verifying and loading the program", &e))?;
+        let cpus = aya::util::online_cpus()
+            .map_err(|(what, e)| EbpfError::Bpf(format!("{what}: {e}")))?;
+        let period = 1_000_000_000 / u64::from(hz.max(1));
+        let mut links = Vec::with_capacity(cpus.len());
+        for cpu in cpus {
+            let link = program
+                .attach(
+                    PerfTypeId::Software,
+                    perf_sw_ids::PERF_COUNT_SW_CPU_CLOCK as u64,
+                    PerfEventScope::AllProcessesOneCpu { cpu },
+                    SamplePolicy::Period(period),
+                    false,
+                )
+                .map_err(|e| EbpfError::bpf("attaching to a cpu-clock event", &e))?;
+            links.push(link);
+        }
+        Ok(Self {
+            bpf,
+            ring,
+            links,
+            _stats: stats,
+        })
+    }
+
+    /// Waits up to `timeout` for the ring buffer to hold a record.
+    pub fn wait(&self, timeout: Duration) {
+        let mut pfd = libc::pollfd {
+            fd: self.ring.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd for the ring buffer's open descriptor; poll
+        // only writes its `revents`. An error or timeout just returns.
+        unsafe { libc::poll(&mut pfd, 1, timeout.as_millis().min(60_000) as libc::c_int) };
+    }
+
+    /// Hands every record in the ring buffer to `f`; returns how many.
+    pub fn drain(&mut self, mut f: impl FnMut(&[u8])) -> usize {
+        let mut n = 0;
+        while let Some(item) = self.ring.next() {
+            f(&item);
+            n += 1;
+        }
+        n
+    }
+
+    /// Stops sampling: detaches the program from every CPU's event.
+    pub fn detach(&mut self) -> Result<(), EbpfError> {
+        let program: &mut PerfEvent = self
+            .bpf
+            .program_mut(PROGRAM)
+            .ok_or(EbpfError::Bpf(format!("the object has no program {PROGRAM}")))?
+            .try_into()
+            .map_err(|e| EbpfError::bpf("the program's type", &e))?;
+        for link in self.links.drain(..) {
+            program
+                .detach(link)
+                .map_err(|e| EbpfError::bpf("detaching", &e))?;
+        }
+        Ok(())
+    }
+
+    /// The program's own counters, summed over CPUs.
+    pub fn stats(&self) -> Result<KernelStats, EbpfError> {
+        let map = self
+            .bpf
+            .map("STATS")
+            .ok_or(EbpfError::Bpf("the object has no STATS map".into()))?;
+        let array: PerCpuArray<_, KernelStats> =
+            PerCpuArray::try_from(map).map_err(|e| EbpfError::bpf("the STATS map", &e))?;
+        let per_cpu = array
+            .get(&0, 0)
+            .map_err(|e| EbpfError::bpf("reading STATS", &e))?;
+        Ok(per_cpu.iter().fold(KernelStats::default(), |a, c| KernelStats {
+            samples: a.samples + c.samples,
+            lost: a.lost + c.lost,
+            frames: a.frames + c.frames,
+            reads: a.reads + c.reads,
+            max_reads: a.max_reads.max(c.max_reads),
+            jit_frames: a.jit_frames + c.jit_frames,
+            jit_reads: a.jit_reads + c.jit_reads,
+            stale: a.stale + c.stale,
+            cost_ns: a.cost_ns + c.cost_ns,
+            max_cost_ns: a.max_cost_ns.max(c.max_cost_ns),
+        }))
+    }
+
+    /// The kernel's run-time accounting of the program (zero when statistics
+    /// could not be turned on).
+    pub fn run_time(&self) -> Result<RunTime, EbpfError> {
+        let program = self
+            .bpf
+            .program(PROGRAM)
+            .ok_or(EbpfError::Bpf(format!("the object has no program {PROGRAM}")))?;
+        let info = program
+            .info()
+            .map_err(|e| EbpfError::bpf("reading the program's info", &e))?;
+        Ok(RunTime {
+            runs: info.run_count(),
+            ns: info.run_time().as_nanos() as u64,
+            verified_insns: info.verified_instruction_count(),
+        })
+    }
+}
+
+/// Lifts RLIMIT_MEMLOCK for kernels that still charge BPF maps to it (before
+/// 5.11); newer kernels charge the memory cgroup and ignore it. Best effort:
+/// a failure shows up as a map-creation error.
+fn raise_memlock() {
+    let unlimited = libc::rlimit {
+        rlim_cur: libc::RLIM_INFINITY,
+        rlim_max: libc::RLIM_INFINITY,
+    };
+    // SAFETY: setrlimit reads one valid rlimit; failure changes nothing.
+    unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &unlimited) };
+}
