@@ -30,9 +30,13 @@ static u64 (*bpf_get_current_pid_tgid)(void) = (void *)14;
 static long (*bpf_get_stack)(void *ctx, void *buf, u32 size, u64 flags) = (void *)67;
 static long (*bpf_probe_read_user)(void *dst, u32 size, const void *ptr) = (void *)112;
 static long (*bpf_ringbuf_output)(void *ringbuf, void *data, u64 size, u64 flags) = (void *)130;
+static u64 (*bpf_ringbuf_query)(void *ringbuf, u64 flags) = (void *)134;
 static long (*bpf_loop)(u32 nr_loops, void *callback_fn, void *callback_ctx, u64 flags) = (void *)181;
 
 #define BPF_F_USER_STACK (1ULL << 8)
+#define BPF_RB_NO_WAKEUP 1
+#define BPF_RB_FORCE_WAKEUP 2
+#define BPF_RB_AVAIL_DATA 0
 #define BPF_MAP_TYPE_PERCPU_ARRAY 6
 #define BPF_MAP_TYPE_RINGBUF 27
 
@@ -51,6 +55,7 @@ static long (*bpf_loop)(u32 nr_loops, void *callback_fn, void *callback_ctx, u64
 #define V1_MAX_WORDS 256
 
 #define USER_LIMIT (1ULL << 47)
+#define RING_BYTES (8 << 20)
 
 enum frame_kind {
 	FRAME_NATIVE = 0,
@@ -81,9 +86,11 @@ struct frame {
 struct event_header {
 	u32 tid;
 	u32 frames;
-	u32 reads;     // reads for the sample itself (the managers array)
-	u32 pad;
+	u32 reads;     // reads for the sample as a whole (managers, range-map sequences)
+	u32 flags;     // SAMPLE_STALE: a range map changed during the sample
 };
+
+#define SAMPLE_STALE 1
 
 struct event {
 	struct event_header h;
@@ -128,7 +135,8 @@ struct stats {
 	u64 max_reads;     // most reads of one frame
 	u64 jit_frames;    // frames in a section (method, stub, image, nothing, too far)
 	u64 jit_reads;
-	u64 stale;         // frames dropped as stale
+	u64 stale;         // frames whose heap changed during their lookup
+	u64 stale_samples; // samples during which a range map changed
 	u64 cost_ns;       // total time in the program for target samples (from the
 	                   // tgid check to after the output)
 	u64 max_cost_ns;
@@ -140,6 +148,7 @@ struct scratch {
 	struct event ev;
 	u64 ips[MAX_FRAMES];
 	u64 roots[MAX_MANAGERS];
+	u64 seqs[MAX_MANAGERS];  // each root's sequence before the first lookup
 	u8 fragment[FRAGMENT_CAP];
 	u8 header[HEADER_CAP];
 	u32 words[V1_CHUNK_WORDS];
@@ -156,7 +165,7 @@ struct bpf_map_def {
 
 struct bpf_map_def SEC("maps") EVENTS = {
 	.type = BPF_MAP_TYPE_RINGBUF,
-	.max_entries = 8 << 20,
+	.max_entries = RING_BYTES,
 };
 
 struct bpf_map_def SEC("maps") SCRATCH = {
@@ -320,10 +329,13 @@ INLINE u8 resolve_heap(struct scratch *s, struct frame *f, u64 ip, u64 begin, u6
 	    count * 256 > end - begin + 256 || (version != 1 && version != 2))
 		return FRAME_ERROR;
 	u64 trailer = ends + 8 * count;
-	u64 hseq = 0, again = 0;
-	if (read_u64(&hseq, trailer + CONFIG.heap_seq, reads) ||
-	    read_u64(&f->heap_id, trailer + CONFIG.heap_id, reads))
+	u64 pair[2] = {0, 0};
+	*reads += 1;
+	if (bpf_probe_read_user(pair, 16, (const void *)trailer))
 		return FRAME_ERROR;
+	u64 hseq = CONFIG.heap_seq == 0 ? pair[0] : pair[1];
+	u64 again = 0;
+	f->heap_id = CONFIG.heap_id == 0 ? pair[0] : pair[1];
 	if (hseq & 1)
 		return FRAME_STALE;
 	u64 offset = ip - begin;
@@ -393,24 +405,15 @@ confirm:
 }
 
 // Finds the section of `ip` through every registered range map: on a hit the
-// fragment is in s->fragment and its root's sequence address and value are
-// returned through `seq_at` and `seq`. A miss is confirmed against each
-// map's sequence.
-INLINE u8 find_section(struct scratch *s, u64 ip, u64 *seq_at, u64 *seq, u64 *begin, u64 *end,
-		       u16 *reads)
+// fragment is in s->fragment. The range maps' sequences bracket the whole
+// sample (read before its first lookup and after its last), not each frame.
+INLINE u8 find_section(struct scratch *s, u64 ip, u64 *begin, u64 *end, u16 *reads)
 {
 	for (int m = 0; m < MAX_MANAGERS; m++) {
 		u64 root = s->roots[m];
 		if (root == 0)
 			continue;
-		if (bad_ptr(root, 4096))
-			return FRAME_ERROR;
-		u64 before = 0, after = 0, entry = 0;
-		u64 at = root + CONFIG.root_seq;
-		if (read_u64(&before, at, reads))
-			return FRAME_ERROR;
-		if (before & 1)
-			return FRAME_STALE;
+		u64 entry = 0;
 		u64 level = root;
 		for (int depth = LEVELS_BELOW_TOP; depth >= 0; depth--) {
 			if (read_u64(&entry, level + 8 * ((ip >> (17 + 8 * depth)) & 255), reads))
@@ -439,8 +442,6 @@ INLINE u8 find_section(struct scratch *s, u64 ip, u64 *seq_at, u64 *seq, u64 *be
 			u64 b = field64(s->fragment, CONFIG.fragment_begin, FRAGMENT_CAP);
 			u64 e = field64(s->fragment, CONFIG.fragment_end, FRAGMENT_CAP);
 			if (b <= ip && ip < e) {
-				*seq_at = at;
-				*seq = before;
 				*begin = b;
 				*end = e;
 				return SECTION_FOUND;
@@ -449,21 +450,18 @@ INLINE u8 find_section(struct scratch *s, u64 ip, u64 *seq_at, u64 *seq, u64 *be
 		}
 		if (frag != 0)
 			return FRAME_ERROR; // a longer list than any host builds
-		if (read_u64(&after, at, reads))
-			return FRAME_ERROR;
-		if (after != before)
-			return FRAME_STALE;
 	}
 	return FRAME_NATIVE;
 }
 
-// Resolves one address: its section, then (in a heap) its block.
+// Resolves one address: its section, then (in a heap) its block. The
+// sample's range-map sequences are checked by the caller.
 INLINE u8 resolve(struct scratch *s, struct frame *f, u64 ip, u16 *reads)
 {
 	if (ip >> 57)
 		return FRAME_NATIVE;
-	u64 at = 0, seq = 0, begin = 0, end = 0, again = 0;
-	u8 kind = find_section(s, ip, &at, &seq, &begin, &end, reads);
+	u64 begin = 0, end = 0;
+	u8 kind = find_section(s, ip, &begin, &end, reads);
 	if (kind != SECTION_FOUND)
 		return kind;
 	kind = FRAME_IMAGE;
@@ -480,9 +478,7 @@ INLINE u8 resolve(struct scratch *s, struct frame *f, u64 ip, u16 *reads)
 	} else {
 		return FRAME_ERROR;
 	}
-	if (read_u64(&again, at, reads))
-		return FRAME_ERROR;
-	return again == seq ? kind : FRAME_STALE;
+	return kind;
 }
 
 struct walk {
@@ -542,15 +538,55 @@ int jitmap_profile(void *ctx)
 	s->ev.h.tid = (u32)pid_tgid;
 	s->ev.h.frames = n;
 	s->ev.h.reads = 1;
-	s->ev.h.pad = 0;
+	s->ev.h.flags = 0;
 	if (bpf_probe_read_user(s->roots, sizeof(s->roots), (const void *)CONFIG.managers))
 		return 0;
-	struct walk w = {.s = s, .st = st};
-	bpf_loop(n, resolve_frame, &w, 0);
+	// Each range map's sequence before the first lookup; the sample counts
+	// only if all read the same even value after the last.
+	u32 stale = 0;
+	for (int m = 0; m < MAX_MANAGERS; m++) {
+		u64 root = s->roots[m];
+		s->seqs[m] = 0;
+		if (root == 0)
+			continue;
+		if (bad_ptr(root, 4096)) {
+			s->roots[m] = 0;
+			continue;
+		}
+		s->ev.h.reads += 1;
+		if (bpf_probe_read_user(&s->seqs[m], 8, (const void *)(root + CONFIG.root_seq)) ||
+		    (s->seqs[m] & 1))
+			stale = 1;
+	}
+	if (!stale) {
+		struct walk w = {.s = s, .st = st};
+		bpf_loop(n, resolve_frame, &w, 0);
+	}
+	for (int m = 0; m < MAX_MANAGERS; m++) {
+		u64 root = s->roots[m];
+		u64 again = 0;
+		if (root == 0 || stale)
+			continue;
+		s->ev.h.reads += 1;
+		if (bpf_probe_read_user(&again, 8, (const void *)(root + CONFIG.root_seq)) ||
+		    again != s->seqs[m])
+			stale = 1;
+	}
+	if (stale) {
+		s->ev.h.flags = SAMPLE_STALE;
+		s->ev.h.frames = 0;
+		n = 0;
+		st->stale_samples += 1;
+	}
 	u64 size = sizeof(struct event_header) + (u64)(n & (MAX_FRAMES * 2 - 1)) * sizeof(struct frame);
 	if (size > sizeof(struct event))
 		size = sizeof(struct event);
-	if (bpf_ringbuf_output(&EVENTS, &s->ev, size, 0))
+	// Wake the reader only when the ring is half full: a wakeup per sample
+	// costs more than the whole lookup (an interrupt, a VM exit on guests);
+	// the reader also drains on a short timer.
+	u64 flags = bpf_ringbuf_query(&EVENTS, BPF_RB_AVAIL_DATA) > RING_BYTES / 2 ? BPF_RB_FORCE_WAKEUP
+									: BPF_RB_NO_WAKEUP;
+	if (bpf_ringbuf_output(&EVENTS, &s->ev, size, flags))
 		st->lost += 1;
 	// The whole sample's cost: the stack, every lookup and the output.
 	u64 cost = bpf_ktime_get_ns() - t0;

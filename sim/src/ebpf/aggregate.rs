@@ -49,7 +49,8 @@ pub struct Placement {
 pub struct Counts {
     /// Samples in the profile.
     pub samples: u64,
-    /// Samples dropped because a frame's lookup saw the host change.
+    /// Samples dropped because the host changed a range map during the
+    /// sample, or a heap during one of its frames' lookups.
     pub stale_samples: u64,
     /// Samples without a user stack (the thread was in the kernel with no
     /// user frames to take).
@@ -124,12 +125,12 @@ impl Aggregator {
             self.count_frame(f);
         }
         let c = &mut self.counts;
-        if sample.frames.is_empty() {
-            c.empty_samples += 1;
+        if sample.stale || sample.frames.iter().any(|f| f.kind == FrameKind::Stale) {
+            c.stale_samples += 1;
             return;
         }
-        if sample.frames.iter().any(|f| f.kind == FrameKind::Stale) {
-            c.stale_samples += 1;
+        if sample.frames.is_empty() {
+            c.empty_samples += 1;
             return;
         }
         c.samples += 1;
@@ -332,6 +333,7 @@ mod tests {
         Sample {
             tid: 1,
             reads: 1,
+            stale: false,
             frames,
         }
     }
@@ -353,6 +355,10 @@ mod tests {
             native(0x500),
         ]));
         agg.add(&sample(vec![]));
+        agg.add(&Sample {
+            stale: true,
+            ..sample(vec![])
+        });
         agg.add(&sample(vec![
             Frame {
                 ip: 0x1090,
@@ -389,7 +395,7 @@ mod tests {
         assert_eq!(placements[1].start, 0x2000);
         let expected = Counts {
             samples: 4,
-            stale_samples: 1,
+            stale_samples: 2,
             empty_samples: 1,
             unattributed: 1,
             native: 5,
@@ -405,7 +411,7 @@ mod tests {
         assert_eq!(counts, expected);
         assert_eq!((counts.frames(), counts.jit_frames()), (10, 5));
         let p = profile(stacks, &counts, std::time::Duration::from_secs(1));
-        assert_eq!((p.taken, p.samples, p.dropped, p.lookups), (6, 4, 2, 10));
+        assert_eq!((p.taken, p.samples, p.dropped, p.lookups), (7, 4, 3, 10));
         assert_eq!(p.summary()[0].name, "f");
     }
 }

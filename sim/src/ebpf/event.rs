@@ -74,8 +74,12 @@ pub struct Frame {
 pub struct Sample {
     /// Kernel thread id of the sampled thread.
     pub tid: u32,
-    /// Reads made for the sample as a whole (the descriptor's managers).
+    /// Reads made for the sample as a whole (the descriptor's managers and
+    /// the range maps' sequences).
     pub reads: u32,
+    /// A range map changed while the sample was resolved: it carries no
+    /// frames and is dropped.
+    pub stale: bool,
     /// Frames, innermost first.
     pub frames: Vec<Frame>,
 }
@@ -143,6 +147,7 @@ impl Sample {
         let tid = u32_at(record, 0);
         let count = u32_at(record, 4) as usize;
         let reads = u32_at(record, 8);
+        let stale = u32_at(record, 12) & 1 != 0;
         if count > MAX_FRAMES || record.len() != HEADER_BYTES + count * FRAME_BYTES {
             return Err(DecodeError::Length {
                 got: record.len(),
@@ -153,7 +158,12 @@ impl Sample {
             .chunks_exact(FRAME_BYTES)
             .map(decode_frame)
             .collect::<Result<_, _>>()?;
-        Ok(Self { tid, reads, frames })
+        Ok(Self {
+            tid,
+            reads,
+            stale,
+            frames,
+        })
     }
 }
 
@@ -230,7 +240,7 @@ mod tests {
         });
         let sample = Sample::decode(&record(&[method, stub, frame(1, 6, |_| {})])).unwrap();
         assert_eq!(sample.tid, 99);
-        assert_eq!(sample.reads, 1);
+        assert_eq!((sample.reads, sample.stale), (1, false));
         assert_eq!(
             sample.frames,
             [
@@ -261,6 +271,14 @@ mod tests {
                 },
             ]
         );
+    }
+
+    #[test]
+    fn a_stale_sample_says_so() {
+        let mut r = record(&[]);
+        r[12] = 1;
+        let sample = Sample::decode(&r).unwrap();
+        assert_eq!((sample.stale, sample.frames.len()), (true, 0));
     }
 
     #[test]

@@ -162,15 +162,17 @@ pub struct KernelStats {
     pub jit_frames: u64,
     /// Reads made by those frames' lookups.
     pub jit_reads: u64,
-    /// Frames whose lookup saw the host change.
+    /// Frames whose heap changed during their lookup.
     pub stale: u64,
+    /// Samples during which a range map changed (sent without frames).
+    pub stale_samples: u64,
     /// Time in the program for the target's samples, in ns.
     pub cost_ns: u64,
     /// The longest of them, in ns.
     pub max_cost_ns: u64,
 }
 
-// SAFETY: `#[repr(C)]`, `Copy`, ten u64 and no padding: any bits are valid.
+// SAFETY: `#[repr(C)]`, `Copy`, eleven u64 and no padding: any bits are valid.
 unsafe impl aya::Pod for KernelStats {}
 
 /// The kernel's own accounting of the program (`bpf_prog_info`), over every
@@ -241,7 +243,8 @@ impl Loaded {
         })
     }
 
-    /// Waits up to `timeout` for the ring buffer to hold a record.
+    /// Waits up to `timeout`, or until the program wakes the reader (it does
+    /// so only when the ring buffer is half full).
     pub fn wait(&self, timeout: Duration) {
         let mut pfd = libc::pollfd {
             fd: self.ring.as_raw_fd(),
@@ -299,6 +302,7 @@ impl Loaded {
             jit_frames: a.jit_frames + c.jit_frames,
             jit_reads: a.jit_reads + c.jit_reads,
             stale: a.stale + c.stale,
+            stale_samples: a.stale_samples + c.stale_samples,
             cost_ns: a.cost_ns + c.cost_ns,
             max_cost_ns: a.max_cost_ns.max(c.max_cost_ns),
         }))
