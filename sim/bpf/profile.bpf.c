@@ -137,6 +137,7 @@ struct stats {
 	u64 jit_reads;
 	u64 stale;         // frames whose heap changed during their lookup
 	u64 stale_samples; // samples during which a range map changed
+	u64 holes;         // start-map reads that found no page (read as zeros)
 	u64 cost_ns;       // total time in the program for target samples (from the
 	                   // tgid check to after the output)
 	u64 max_cost_ns;
@@ -153,6 +154,7 @@ struct scratch {
 	u8 header[HEADER_CAP];
 	u32 words[V1_CHUNK_WORDS];
 	u64 start;
+	u64 holes;   // start-map reads that found no page, this frame
 };
 
 struct bpf_map_def {
@@ -245,6 +247,21 @@ INLINE u64 start_at_or_before(u32 w, u64 i, u64 offset)
 	return i * 256 + (u64)(bucket - 1 - skip) * 32 + (u64)(nibble - 1) * 4;
 }
 
+// Reads `size` bytes of start-map words. A page of the start map that was
+// never written may have no page behind it yet, and this program cannot
+// fault one in: such a read fails, and the words are read as what the page
+// would hold, zeros. (A page swapped out would hide its starts the same way;
+// the lookup then finds an earlier start or none, and the prefix's size check
+// answers "in no block" - never a wrong method.) Counted in s->holes.
+INLINE void read_words(struct scratch *s, void *dst, u32 size, u64 addr, u16 *reads)
+{
+	*reads += 1;
+	if (bpf_probe_read_user(dst, size, (const void *)addr)) {
+		__builtin_memset(dst, 0, size);
+		s->holes += 1;
+	}
+}
+
 #define NO_START (~0ULL)
 #define START_TOO_FAR (~1ULL)
 
@@ -258,9 +275,7 @@ INLINE u64 find_v1(struct scratch *s, u64 words, u64 offset, u16 *reads)
 {
 	u64 index = offset >> 8;
 	u32 w = 0;
-	*reads += 1;
-	if (bpf_probe_read_user(&w, 4, (const void *)(words + 4 * index)))
-		return NO_START - 2;
+	read_words(s, &w, 4, words + 4 * index, reads);
 	u64 start = start_at_or_before(w, index, offset);
 	if (start != NO_START)
 		return start;
@@ -273,9 +288,7 @@ INLINE u64 find_v1(struct scratch *s, u64 words, u64 offset, u16 *reads)
 		// lo = hi >= V1_CHUNK_WORDS ? hi - V1_CHUNK_WORDS : 0, without a branch.
 		u64 d = hi - V1_CHUNK_WORDS;
 		u64 lo = d & ((d >> 63) - 1);
-		*reads += 1;
-		if (bpf_probe_read_user(s->words, sizeof(s->words), (const void *)(words + 4 * lo)))
-			return NO_START - 2;
+		read_words(s, s->words, sizeof(s->words), words + 4 * lo, reads);
 #pragma clang loop unroll(disable)
 		for (int j = V1_CHUNK_WORDS - 1; j >= 0; j--) {
 			u64 at = lo + j;
@@ -293,21 +306,17 @@ INLINE u64 find_v1(struct scratch *s, u64 words, u64 offset, u16 *reads)
 }
 
 // v2: at most two words.
-INLINE u64 find_v2(u64 words, u64 offset, u16 *reads)
+INLINE u64 find_v2(struct scratch *s, u64 words, u64 offset, u16 *reads)
 {
 	u64 index = offset >> 8;
 	u32 w = 0;
-	*reads += 1;
-	if (bpf_probe_read_user(&w, 4, (const void *)(words + 4 * index)))
-		return NO_START - 2;
+	read_words(s, &w, 4, words + 4 * index, reads);
 	if ((w & 0xF) > 8)
 		return (u64)((w & ~0xFu) + (((w & 0xF) - 9) << 2));
 	u64 start = start_at_or_before(w, index, offset);
 	if (start != NO_START || index == 0)
 		return start;
-	*reads += 1;
-	if (bpf_probe_read_user(&w, 4, (const void *)(words + 4 * (index - 1))))
-		return NO_START - 2;
+	read_words(s, &w, 4, words + 4 * (index - 1), reads);
 	if ((w & 0xF) > 8)
 		return (u64)((w & ~0xFu) + (((w & 0xF) - 9) << 2));
 	if (w == 0)
@@ -345,10 +354,8 @@ INLINE u8 resolve_heap(struct scratch *s, struct frame *f, u64 ip, u64 begin, u6
 	// map is unknown to the verifier, so comparing it with the sentinels
 	// below cannot mark the scan's values precise, which would keep the
 	// verifier from pruning the scan's paths (and multiply them).
-	s->start = version == 2 ? find_v2(words, offset, reads) : find_v1(s, words, offset, reads);
+	s->start = version == 2 ? find_v2(s, words, offset, reads) : find_v1(s, words, offset, reads);
 	u64 start = *(volatile u64 *)&s->start;
-	if (start == NO_START - 2)
-		return FRAME_ERROR;
 	u8 kind = FRAME_NOTHING;
 	if (start == START_TOO_FAR) {
 		kind = FRAME_TOO_FAR;
@@ -502,6 +509,7 @@ static long resolve_frame(u32 i, struct walk *w)
 	f->name_len = 0;
 	f->copied = 0;
 	u16 reads = 0;
+	s->holes = 0;
 	// A return address is looked up one byte back, in its call instruction.
 	u8 kind = resolve(s, f, i == 0 ? ip : ip - 1, &reads);
 	f->kind = kind;
@@ -516,6 +524,7 @@ static long resolve_frame(u32 i, struct walk *w)
 	}
 	if (kind == FRAME_STALE)
 		st->stale += 1;
+	st->holes += s->holes;
 	return 0;
 }
 

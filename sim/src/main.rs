@@ -128,6 +128,13 @@ enum Command {
         /// Announce the functions to gdb through its JIT interface.
         #[arg(long)]
         gdb: bool,
+        /// The heap's map version.
+        #[arg(long, default_value = "v2")]
+        map: MapVersion,
+        /// NOP bytes before each function's hot loop (at most 1 MiB), to put
+        /// the samples deep inside the method.
+        #[arg(long, default_value_t = 0)]
+        pad: usize,
     },
     /// Run the demo host (leaf_1x, leaf_2x, leaf_4x under middle and top) under
     /// the in-process agent; write report.txt, stacks.folded, flamegraph.svg and
@@ -247,13 +254,20 @@ fn main() -> ExitCode {
             churn,
             unique_names,
             gdb,
+            map,
+            pad,
         }) => {
             let churn = match (churn, unique_names) {
                 (false, _) => Churn::Off,
                 (true, false) => Churn::On,
                 (true, true) => Churn::UniqueNames,
             };
-            run_spin(functions, seconds, perf, churn, gdb)
+            let layout = jitmap_sim::spin::Layout {
+                functions,
+                version: map,
+                pad,
+            };
+            run_spin(layout, seconds, perf, churn, gdb)
         }
         Some(Command::Profile {
             hz,
@@ -475,7 +489,7 @@ fn run_jitdump_check(file: &str) -> io::Result<ExitCode> {
 }
 
 fn run_spin(
-    functions: u32,
+    layout: jitmap_sim::spin::Layout,
     seconds: f64,
     perf: Option<PerfMode>,
     churn: Churn,
@@ -483,6 +497,10 @@ fn run_spin(
 ) -> io::Result<ExitCode> {
     if !cfg!(target_arch = "x86_64") {
         eprintln!("jitmap-sim spin: the demo functions are x86-64 machine code");
+        return Ok(ExitCode::from(2));
+    }
+    if layout.pad > 1 << 20 {
+        eprintln!("jitmap-sim spin: --pad must be at most 1048576");
         return Ok(ExitCode::from(2));
     }
     let mut config = PerfConfig::from_env().map_err(io::Error::other)?;
@@ -497,7 +515,7 @@ fn run_spin(
         .map_err(io::Error::other)?;
     let report = jitmap_sim::spin::run(
         &manager,
-        functions,
+        layout,
         Duration::from_secs_f64(seconds.max(0.0)),
         churn,
         gdb,

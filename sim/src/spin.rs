@@ -20,7 +20,16 @@ const INNER_LOOPS: u32 = 20_000;
 /// ret                    ; c3
 /// ```
 pub fn function_code(id: u32) -> Vec<u8> {
-    let mut code = vec![0xB9];
+    padded_function_code(id, 0)
+}
+
+/// [`function_code`] with `pad` one-byte NOPs before it: the hot loop then
+/// sits `pad` bytes into the method, where a v1 lookup must walk back to
+/// find the start (what the capped walks of the agent and the eBPF
+/// profiler are tested with).
+pub fn padded_function_code(id: u32, pad: usize) -> Vec<u8> {
+    let mut code = vec![0x90; pad];
+    code.push(0xB9);
     code.extend_from_slice(&INNER_LOOPS.to_le_bytes());
     code.extend_from_slice(&[0xFF, 0xC9, 0x75, 0xFC, 0xB8]);
     code.extend_from_slice(&id.to_le_bytes());
@@ -61,8 +70,24 @@ pub enum Churn {
     UniqueNames,
 }
 
-fn publish(heap: &jitmap::CodeHeap, id: u32, name: String) -> Result<CodeRef, HeapError> {
-    let code = function_code(id);
+/// How a spin run lays out its code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    /// Functions to publish.
+    pub functions: u32,
+    /// The heap's map version.
+    pub version: jitmap::MapVersion,
+    /// NOPs before each function's loop ([`padded_function_code`]).
+    pub pad: usize,
+}
+
+fn publish(
+    heap: &jitmap::CodeHeap,
+    id: u32,
+    name: String,
+    pad: usize,
+) -> Result<CodeRef, HeapError> {
+    let code = padded_function_code(id, pad);
     let mut r = heap.reserve(code.len() as u64)?;
     r.code_mut().copy_from_slice(&code);
     let info = CodeInfo {
@@ -74,7 +99,7 @@ fn publish(heap: &jitmap::CodeHeap, id: u32, name: String) -> Result<CodeRef, He
                 file: "spin.jit".into(),
             },
             DebugEntry {
-                offset: 5,
+                offset: 5 + pad as u32,
                 line: 11 + id,
                 column: 5,
                 file: "spin.jit".into(),
@@ -85,23 +110,31 @@ fn publish(heap: &jitmap::CodeHeap, id: u32, name: String) -> Result<CodeRef, He
     r.publish(info)
 }
 
-/// Publishes `functions` functions in a heap of `manager` and calls them round
-/// robin for `duration`, changing the heap as `churn` says; with `gdb`, the
-/// heap announces its functions through the GDB JIT interface. Needs x86-64.
+/// Publishes `layout.functions` functions in a heap of `manager` and calls
+/// them round robin for `duration`, changing the heap as `churn` says; with
+/// `gdb`, the heap announces its functions through the GDB JIT interface.
+/// Needs x86-64.
 pub fn run(
     manager: &ExecutionManager,
-    functions: u32,
+    layout: Layout,
     duration: Duration,
     churn: Churn,
     gdb: bool,
 ) -> Result<SpinReport, ManagerError> {
+    let Layout {
+        functions,
+        version,
+        pad,
+    } = layout;
+    let span = (16u64 << 20).max((2 * u64::from(functions) * (pad as u64 + 64)).next_power_of_two());
     let heap = manager.create_heap(HeapConfig {
-        span: 16 << 20,
+        span,
+        version,
         gdb_jit: gdb,
         ..HeapConfig::default()
     })?;
     let mut refs = (0..functions)
-        .map(|id| publish(&heap, id, function_name(id)))
+        .map(|id| publish(&heap, id, function_name(id), pad))
         .collect::<Result<Vec<_>, _>>()?;
     let mut report = SpinReport {
         functions,
@@ -121,7 +154,7 @@ pub fn run(
                 Churn::UniqueNames => format!("{}@{round}", function_name(p as u32)),
                 _ => function_name(p as u32),
             };
-            refs[p] = publish(&heap, p as u32, name)?;
+            refs[p] = publish(&heap, p as u32, name, pad)?;
             report.republishes += 1;
             heap.try_reclaim();
         }

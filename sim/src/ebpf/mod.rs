@@ -426,6 +426,7 @@ impl EbpfRun {
                 "jit_reads": k.jit_reads,
                 "stale_frames": k.stale,
                 "stale_samples": k.stale_samples,
+                "map_holes": k.holes,
                 "ns_per_sample": self.ns_per_sample(),
                 "max_ns": k.max_cost_ns,
                 "prog_runs": self.run_time.runs,

@@ -166,13 +166,16 @@ pub struct KernelStats {
     pub stale: u64,
     /// Samples during which a range map changed (sent without frames).
     pub stale_samples: u64,
+    /// Start-map reads that found no page behind them (never written), read
+    /// as the zeros such a page holds.
+    pub holes: u64,
     /// Time in the program for the target's samples, in ns.
     pub cost_ns: u64,
     /// The longest of them, in ns.
     pub max_cost_ns: u64,
 }
 
-// SAFETY: `#[repr(C)]`, `Copy`, eleven u64 and no padding: any bits are valid.
+// SAFETY: `#[repr(C)]`, `Copy`, twelve u64 and no padding: any bits are valid.
 unsafe impl aya::Pod for KernelStats {}
 
 /// The kernel's own accounting of the program (`bpf_prog_info`), over every
@@ -303,6 +306,7 @@ impl Loaded {
             jit_reads: a.jit_reads + c.jit_reads,
             stale: a.stale + c.stale,
             stale_samples: a.stale_samples + c.stale_samples,
+            holes: a.holes + c.holes,
             cost_ns: a.cost_ns + c.cost_ns,
             max_cost_ns: a.max_cost_ns.max(c.max_cost_ns),
         }))
