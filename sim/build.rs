@@ -22,7 +22,9 @@ fn compile_bpf() {
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
     let clang = std::env::var("CLANG").unwrap_or_else(|_| "clang".to_owned());
     let status = Command::new(&clang)
-        .args(["-target", "bpf", "-O2", "-g", "-Wall", "-Werror", "-c", source, "-o"])
+        .args([
+            "-target", "bpf", "-O2", "-g", "-Wall", "-Werror", "-c", source, "-o",
+        ])
         .arg(out.join("profile.bpf.o"))
         .status();
     match status {

@@ -138,6 +138,7 @@ struct stats {
 	u64 stale;         // frames whose heap changed during their lookup
 	u64 stale_samples; // samples during which a range map changed
 	u64 holes;         // start-map reads that found no page (read as zeros)
+	u64 unreadable;    // samples not sent: the descriptor's managers could not be read
 	u64 cost_ns;       // total time in the program for target samples (from the
 	                   // tgid check to after the output)
 	u64 max_cost_ns;
@@ -540,6 +541,8 @@ int jitmap_profile(void *ctx)
 	struct stats *st = bpf_map_lookup_elem(&STATS, &zero);
 	if (!s || !st)
 		return 0;
+	// Counted first: a sample user space receives is always counted here.
+	st->samples += 1;
 	long got = bpf_get_stack(ctx, s->ips, sizeof(s->ips), BPF_F_USER_STACK);
 	u32 n = got > 0 ? (u32)((u64)got / 8) : 0;
 	if (n > MAX_FRAMES)
@@ -548,8 +551,10 @@ int jitmap_profile(void *ctx)
 	s->ev.h.frames = n;
 	s->ev.h.reads = 1;
 	s->ev.h.flags = 0;
-	if (bpf_probe_read_user(s->roots, sizeof(s->roots), (const void *)CONFIG.managers))
+	if (bpf_probe_read_user(s->roots, sizeof(s->roots), (const void *)CONFIG.managers)) {
+		st->unreadable += 1;
 		return 0;
+	}
 	// Each range map's sequence before the first lookup; the sample counts
 	// only if all read the same even value after the last.
 	u32 stale = 0;
@@ -599,7 +604,6 @@ int jitmap_profile(void *ctx)
 		st->lost += 1;
 	// The whole sample's cost: the stack, every lookup and the output.
 	u64 cost = bpf_ktime_get_ns() - t0;
-	st->samples += 1;
 	st->cost_ns += cost;
 	if (cost > st->max_cost_ns)
 		st->max_cost_ns = cost;

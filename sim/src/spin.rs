@@ -126,7 +126,8 @@ pub fn run(
         version,
         pad,
     } = layout;
-    let span = (16u64 << 20).max((2 * u64::from(functions) * (pad as u64 + 64)).next_power_of_two());
+    let span =
+        (16u64 << 20).max((2 * u64::from(functions) * (pad as u64 + 64)).next_power_of_two());
     let heap = manager.create_heap(HeapConfig {
         span,
         version,

@@ -389,7 +389,11 @@ mod tests {
         );
         assert_eq!(placements.len(), 2);
         assert_eq!(
-            (placements[0].lookups, placements[0].frames, &*placements[0].label),
+            (
+                placements[0].lookups,
+                placements[0].frames,
+                &*placements[0].label
+            ),
             ((0x1010, 0x1020), 2, "f")
         );
         assert_eq!(placements[1].start, 0x2000);

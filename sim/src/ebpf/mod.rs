@@ -161,8 +161,12 @@ impl EbpfError {
             RemoteError::Unreadable {
                 errno: libc::EPERM | libc::EACCES,
                 ..
+            }
+            | RemoteError::Proc {
+                errno: libc::EPERM | libc::EACCES,
+                ..
             } => Self::Privileges(format!(
-                "reading process {pid}'s memory: {e} (needs ptrace permission: \
+                "reading process {pid}: {e} (needs ptrace permission: \
                  the same user, or CAP_SYS_PTRACE)"
             )),
             RemoteError::SymbolNotFound { .. } | RemoteError::BadDescriptor { .. } => {
@@ -210,7 +214,8 @@ fn configure(options: &Options) -> Result<Config, EbpfError> {
     if pid <= 0 || !Path::new(&format!("/proc/{pid}")).exists() {
         return Err(EbpfError::NoProcess(pid));
     }
-    let descriptor = remote::process::find_descriptor(pid).map_err(|e| EbpfError::remote(pid, e))?;
+    let descriptor =
+        remote::process::find_descriptor(pid).map_err(|e| EbpfError::remote(pid, e))?;
     let reader = RemoteReader::new(ProcessMemory::new(pid), descriptor)
         .map_err(|e| EbpfError::remote(pid, e))?;
     let managers = descriptor + std::mem::offset_of!(Descriptor, managers) as u64;
@@ -269,10 +274,7 @@ pub fn run(options: &Options) -> Result<EbpfRun, EbpfError> {
 /// Names native addresses of process `pid` from its mapped files' symbols
 /// (a return address one byte back, in its call). Addresses it cannot name
 /// are left out, and shown in hex.
-fn native_names(
-    pid: i32,
-    addrs: &[(u64, bool)],
-) -> std::collections::HashMap<(u64, bool), String> {
+fn native_names(pid: i32, addrs: &[(u64, bool)]) -> std::collections::HashMap<(u64, bool), String> {
     use blazesym::symbolize::source::{Process, Source};
     use blazesym::symbolize::{Input, Symbolized, Symbolizer};
     let lookups: Vec<u64> = addrs
@@ -427,6 +429,7 @@ impl EbpfRun {
                 "stale_frames": k.stale,
                 "stale_samples": k.stale_samples,
                 "map_holes": k.holes,
+                "unreadable_samples": k.unreadable,
                 "ns_per_sample": self.ns_per_sample(),
                 "max_ns": k.max_cost_ns,
                 "prog_runs": self.run_time.runs,

@@ -169,13 +169,15 @@ pub struct KernelStats {
     /// Start-map reads that found no page behind them (never written), read
     /// as the zeros such a page holds.
     pub holes: u64,
+    /// Samples not sent because the descriptor's managers could not be read.
+    pub unreadable: u64,
     /// Time in the program for the target's samples, in ns.
     pub cost_ns: u64,
     /// The longest of them, in ns.
     pub max_cost_ns: u64,
 }
 
-// SAFETY: `#[repr(C)]`, `Copy`, twelve u64 and no padding: any bits are valid.
+// SAFETY: `#[repr(C)]`, `Copy`, thirteen u64 and no padding: any bits are valid.
 unsafe impl aya::Pod for KernelStats {}
 
 /// The kernel's own accounting of the program (`bpf_prog_info`), over every
@@ -216,14 +218,16 @@ impl Loaded {
         let ring = RingBuf::try_from(ring).map_err(|e| EbpfError::bpf("the ring buffer", &e))?;
         let program: &mut PerfEvent = bpf
             .program_mut(PROGRAM)
-            .ok_or(EbpfError::Bpf(format!("the object has no program {PROGRAM}")))?
+            .ok_or(EbpfError::Bpf(format!(
+                "the object has no program {PROGRAM}"
+            )))?
             .try_into()
             .map_err(|e| EbpfError::bpf("the program's type", &e))?;
         program
             .load()
             .map_err(|e| EbpfError::bpf("verifying and loading the program", &e))?;
-        let cpus = aya::util::online_cpus()
-            .map_err(|(what, e)| EbpfError::Bpf(format!("{what}: {e}")))?;
+        let cpus =
+            aya::util::online_cpus().map_err(|(what, e)| EbpfError::Bpf(format!("{what}: {e}")))?;
         let period = 1_000_000_000 / u64::from(hz.max(1));
         let mut links = Vec::with_capacity(cpus.len());
         for cpu in cpus {
@@ -269,12 +273,15 @@ impl Loaded {
         n
     }
 
-    /// Stops sampling: detaches the program from every CPU's event.
+    /// Stops sampling: detaches the program from every CPU's event, then
+    /// gives runs already under way time to finish (they take microseconds).
     pub fn detach(&mut self) -> Result<(), EbpfError> {
         let program: &mut PerfEvent = self
             .bpf
             .program_mut(PROGRAM)
-            .ok_or(EbpfError::Bpf(format!("the object has no program {PROGRAM}")))?
+            .ok_or(EbpfError::Bpf(format!(
+                "the object has no program {PROGRAM}"
+            )))?
             .try_into()
             .map_err(|e| EbpfError::bpf("the program's type", &e))?;
         for link in self.links.drain(..) {
@@ -282,6 +289,7 @@ impl Loaded {
                 .detach(link)
                 .map_err(|e| EbpfError::bpf("detaching", &e))?;
         }
+        std::thread::sleep(Duration::from_millis(20));
         Ok(())
     }
 
@@ -296,29 +304,31 @@ impl Loaded {
         let per_cpu = array
             .get(&0, 0)
             .map_err(|e| EbpfError::bpf("reading STATS", &e))?;
-        Ok(per_cpu.iter().fold(KernelStats::default(), |a, c| KernelStats {
-            samples: a.samples + c.samples,
-            lost: a.lost + c.lost,
-            frames: a.frames + c.frames,
-            reads: a.reads + c.reads,
-            max_reads: a.max_reads.max(c.max_reads),
-            jit_frames: a.jit_frames + c.jit_frames,
-            jit_reads: a.jit_reads + c.jit_reads,
-            stale: a.stale + c.stale,
-            stale_samples: a.stale_samples + c.stale_samples,
-            holes: a.holes + c.holes,
-            cost_ns: a.cost_ns + c.cost_ns,
-            max_cost_ns: a.max_cost_ns.max(c.max_cost_ns),
-        }))
+        Ok(per_cpu
+            .iter()
+            .fold(KernelStats::default(), |a, c| KernelStats {
+                samples: a.samples + c.samples,
+                lost: a.lost + c.lost,
+                frames: a.frames + c.frames,
+                reads: a.reads + c.reads,
+                max_reads: a.max_reads.max(c.max_reads),
+                jit_frames: a.jit_frames + c.jit_frames,
+                jit_reads: a.jit_reads + c.jit_reads,
+                stale: a.stale + c.stale,
+                stale_samples: a.stale_samples + c.stale_samples,
+                holes: a.holes + c.holes,
+                unreadable: a.unreadable + c.unreadable,
+                cost_ns: a.cost_ns + c.cost_ns,
+                max_cost_ns: a.max_cost_ns.max(c.max_cost_ns),
+            }))
     }
 
     /// The kernel's run-time accounting of the program (zero when statistics
     /// could not be turned on).
     pub fn run_time(&self) -> Result<RunTime, EbpfError> {
-        let program = self
-            .bpf
-            .program(PROGRAM)
-            .ok_or(EbpfError::Bpf(format!("the object has no program {PROGRAM}")))?;
+        let program = self.bpf.program(PROGRAM).ok_or(EbpfError::Bpf(format!(
+            "the object has no program {PROGRAM}"
+        )))?;
         let info = program
             .info()
             .map_err(|e| EbpfError::bpf("reading the program's info", &e))?;

@@ -1,0 +1,572 @@
+//! `jitmap-sim ebpf-profile` against real hosts: the demo profiled three ways
+//! (in-process agent, perf with jitdump, eBPF from outside) in one run; churning
+//! hosts (v2, and v1 with methods deep enough for the capped walk) whose every
+//! eBPF-named placement must be one the host published; and the bad inputs.
+//!
+//! Needs root (BPF) and x86-64 (the hosts run x86-64 code). With `CI=true`
+//! nothing may be skipped; elsewhere a test says why it skips.
+#![cfg(feature = "ebpf")]
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+#[path = "tools/perf.rs"]
+mod perf_tools;
+mod tools;
+
+use jitmap_sim::demo::{LEAVES, MIDDLE, NATIVE_CALLER, TOP};
+use perf_tools::{inject_and_report, perf, temp_dir};
+
+const SIM: &str = env!("CARGO_BIN_EXE_jitmap-sim");
+
+fn must_run() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+/// Whether the hosts (x86-64 code) can run here.
+fn x86_64() -> bool {
+    if cfg!(target_arch = "x86_64") {
+        return true;
+    }
+    assert!(!must_run(), "CI must run the eBPF tests on x86-64");
+    println!("skipped: the hosts run x86-64 code");
+    false
+}
+
+/// The hosts take a core each; the tests go one at a time so that one's
+/// sampling does not starve another's host.
+fn one_run() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A host process, killed when dropped.
+struct Host(Child);
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A spin host writing its perf map into `dir`.
+fn spin(dir: &Path, args: &[&str]) -> Host {
+    Host(
+        Command::new(SIM)
+            .arg("spin")
+            .args(args)
+            .env("JITMAP_PERF", "map")
+            .env("JITMAP_PERF_DIR", dir)
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+/// `ebpf-profile --json ARGS`.
+fn ebpf_profile(args: &[String]) -> Output {
+    Command::new(SIM)
+        .arg("ebpf-profile")
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// Whether the profile ran; if BPF is unavailable (no privileges, an old
+/// kernel), skips with the reason, or fails under `CI=true`.
+fn ran(out: &Output) -> bool {
+    if out.status.success() {
+        return true;
+    }
+    let err = String::from_utf8_lossy(&out.stderr);
+    let no_bpf = out.status.code() == Some(2)
+        && (err.contains("missing privileges") || err.contains("BPF:"));
+    assert!(no_bpf, "ebpf-profile failed: {err}");
+    assert!(!must_run(), "BPF must work in CI: {err}");
+    println!("skipped: BPF is not available here: {err}");
+    false
+}
+
+fn json(out: &Output) -> serde_json::Value {
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Each leaf's share of the three leaves' samples, in percent.
+fn normalized(shares: [f64; 3]) -> [f64; 3] {
+    let sum: f64 = shares.iter().sum();
+    shares.map(|s| s * 100.0 / sum)
+}
+
+fn share(report: &serde_json::Value, name: &str) -> f64 {
+    report["methods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == name)
+        .and_then(|m| m["self_share"].as_f64())
+        .unwrap_or_else(|| panic!("{name} missing from {}", report["methods"]))
+}
+
+/// The child of `parent` running `jitmap-sim`, once it exists.
+fn child_of(parent: u32) -> i32 {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+                continue;
+            };
+            let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+                continue;
+            };
+            // pid (comm) state ppid ...
+            let Some((comm, rest)) = stat.split_once(") ") else {
+                continue;
+            };
+            let ppid = rest.split_whitespace().nth(1).and_then(|p| p.parse().ok());
+            if ppid == Some(parent) && comm.ends_with("(jitmap-sim") {
+                return pid;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("perf never started jitmap-sim");
+}
+
+/// The placements the host published, from its perf map (read after it
+/// exited, so complete): (start, size, name).
+fn published(dir: &Path, pid: u32) -> HashSet<(u64, u64, String)> {
+    let text = std::fs::read_to_string(dir.join(format!("perf-{pid}.map"))).unwrap();
+    text.lines()
+        .map(|l| {
+            let mut f = l.splitn(3, ' ');
+            let start = u64::from_str_radix(f.next().unwrap(), 16).unwrap();
+            let size = u64::from_str_radix(f.next().unwrap(), 16).unwrap();
+            (start, size, f.next().unwrap().to_owned())
+        })
+        .collect()
+}
+
+#[test]
+fn agent_perf_and_ebpf_agree_on_one_run() {
+    if !tools::available("perf") {
+        return;
+    }
+    let _one = one_run();
+    let dir = temp_dir("ebpf-agree");
+    let data = dir.join("perf.data");
+    let agent_out = dir.join("agent");
+    let ebpf_out = dir.join("ebpf");
+    // perf starts the demo host with jitdump on, and samples it too.
+    let mut record = Command::new("perf")
+        .args(["record", "-k", "1", "-e", "cpu-clock", "-F", "2000", "-o"])
+        .arg(&data)
+        .args([
+            "--",
+            SIM,
+            "profile",
+            "--clock",
+            "wall",
+            "--hz",
+            "2000",
+            "--seconds",
+            "6",
+            "--json",
+            "--out",
+        ])
+        .arg(&agent_out)
+        .current_dir(&dir)
+        .env("HOME", &dir)
+        .env("PERF_BUILDID_DIR", dir.join(".debug"))
+        .env("JITMAP_PERF", "jitdump")
+        .env("JITMAP_PERF_DIR", &dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let host = child_of(record.id());
+    std::thread::sleep(Duration::from_millis(500));
+    let out = ebpf_profile(&[
+        "--pid".into(),
+        host.to_string(),
+        "--seconds".into(),
+        "4".into(),
+        "--hz".into(),
+        "2000".into(),
+        "--json".into(),
+        "--out".into(),
+        ebpf_out.display().to_string(),
+    ]);
+    let recorded = record.wait_with_output().unwrap();
+    if !ran(&out) {
+        return;
+    }
+    assert!(
+        recorded.status.success(),
+        "perf record: {}",
+        String::from_utf8_lossy(&recorded.stderr)
+    );
+    let agent: serde_json::Value = serde_json::from_slice(&recorded.stdout).unwrap();
+    let ebpf = json(&out);
+    let summary = format!(
+        "samples {} stale {} empty {} lost {} unattributed {} frames {} reads {}",
+        ebpf["samples"],
+        ebpf["stale_samples"],
+        ebpf["empty_samples"],
+        ebpf["lost"],
+        ebpf["unattributed"],
+        ebpf["frames"],
+        ebpf["reads_per_jit_frame"]
+    );
+    assert_eq!(agent["wrong"], 0);
+    // The eBPF side: nothing lost, dropped, unattributed or unreadable on a
+    // host that does not change its code.
+    assert!(ebpf["samples"].as_u64().unwrap() >= 4000, "{summary}");
+    for counter in ["stale_samples", "empty_samples", "lost", "unattributed"] {
+        assert_eq!(ebpf[counter], 0, "{counter}: {summary}");
+    }
+    for kind in ["errors", "too_far", "stale", "nothing"] {
+        assert_eq!(ebpf["frames"][kind], 0, "{kind}: {summary}");
+    }
+    // The kernel's count of samples is the user side's, exactly.
+    assert_eq!(ebpf["kernel"]["samples"], ebpf["samples"]);
+    assert_eq!(ebpf["kernel"]["frames"], ebpf["frames"]["all"]);
+    // v2: at most 13 reads for a method frame (5 levels, a fragment, the
+    // trailer, two words, the prefix, the header, the name, the sequence).
+    let max_reads = ebpf["reads_per_jit_frame"]["max"].as_u64().unwrap();
+    assert!((12..=13).contains(&max_reads), "{summary}");
+    // The five functions, with the ids the demo published them under.
+    let mut placements: Vec<(String, u64)> = ebpf["placements"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["name"].as_str().unwrap().to_owned(),
+                p["method_id"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    placements.sort();
+    let expected: Vec<(String, u64)> = [
+        ("leaf_1x", 1),
+        ("leaf_2x", 2),
+        ("leaf_4x", 3),
+        (MIDDLE, 4),
+        (TOP, 5),
+    ]
+    .iter()
+    .map(|&(n, id)| (n.to_owned(), id))
+    .collect();
+    assert_eq!(placements, expected);
+    // Every leaf sample has exactly leaf;middle;top;native caller.
+    let folded = std::fs::read_to_string(ebpf_out.join("stacks.folded")).unwrap();
+    let (mut in_leaves, mut exact) = (0u64, 0u64);
+    for line in folded.lines() {
+        let (stack, count) = line.rsplit_once(' ').unwrap();
+        let count: u64 = count.parse().unwrap();
+        if LEAVES.iter().any(|l| stack.ends_with(l)) {
+            in_leaves += count;
+            let frames: Vec<&str> = stack.split(';').collect();
+            if frames.len() >= 4
+                && frames[frames.len() - 4..frames.len() - 1] == [NATIVE_CALLER, TOP, MIDDLE]
+            {
+                exact += count;
+            }
+        }
+    }
+    // The kernel walks frame pointers: a sample on a leaf's first
+    // instruction (before `push rbp`) misses `middle`, as it would for perf.
+    assert!(
+        exact * 100 >= in_leaves * 99,
+        "{exact} of {in_leaves}:\n{folded}"
+    );
+    let samples = ebpf["samples"].as_u64().unwrap();
+    assert!(in_leaves * 10 >= samples * 9, "{in_leaves} of {samples}");
+    for file in [
+        "report.txt",
+        "stacks.folded",
+        "flamegraph.svg",
+        "profile.pb.gz",
+    ] {
+        assert!(ebpf_out.join(file).is_file(), "{file} not written");
+    }
+    // The three profilers, leaf by leaf.
+    let text = inject_and_report(&dir, &data, "sym");
+    let perf_share = |name: &str| -> f64 {
+        let line = text
+            .lines()
+            .find(|l| l.split_whitespace().last() == Some(name))
+            .unwrap_or_else(|| panic!("{name} missing from perf report:\n{text}"));
+        line.split_whitespace()
+            .next()
+            .unwrap()
+            .trim_end_matches('%')
+            .parse()
+            .unwrap()
+    };
+    let from_agent = normalized(LEAVES.map(|l| share(&agent, l)));
+    let from_perf = normalized(LEAVES.map(perf_share));
+    let from_ebpf = normalized(LEAVES.map(|l| share(&ebpf, l)));
+    println!("agent {from_agent:.1?} perf {from_perf:.1?} ebpf {from_ebpf:.1?}");
+    for i in 0..3 {
+        let three = [from_agent[i], from_perf[i], from_ebpf[i]];
+        let (lo, hi) = three
+            .iter()
+            .fold((f64::MAX, f64::MIN), |(lo, hi), &s| (lo.min(s), hi.max(s)));
+        assert!(
+            hi - lo <= 3.0,
+            "{}: agent {:.1}%, perf {:.1}%, ebpf {:.1}% (of the leaves' samples)",
+            LEAVES[i],
+            three[0],
+            three[1],
+            three[2]
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Profiles a spin host started with `args` for `seconds`, then checks every
+/// placement the kernel named against the host's perf map; returns the report.
+fn profile_spin(name: &str, args: &[&str], seconds: u32) -> Option<serde_json::Value> {
+    let dir = temp_dir(name);
+    let mut host = spin(&dir, args);
+    let pid = host.0.id();
+    std::thread::sleep(Duration::from_millis(300));
+    let out = ebpf_profile(&[
+        "--pid".into(),
+        pid.to_string(),
+        "--seconds".into(),
+        seconds.to_string(),
+        "--hz".into(),
+        "4000".into(),
+        "--json".into(),
+    ]);
+    let status = host.0.wait().unwrap();
+    if !ran(&out) {
+        return None;
+    }
+    assert!(status.success(), "the host computed a wrong result");
+    let report = json(&out);
+    let published = published(&dir, pid);
+    let placements = report["placements"].as_array().unwrap();
+    for p in placements {
+        let (start, size, lowest, highest) = (
+            p["start"].as_u64().unwrap(),
+            p["size"].as_u64().unwrap(),
+            p["lowest"].as_u64().unwrap(),
+            p["highest"].as_u64().unwrap(),
+        );
+        let name = p["name"].as_str().unwrap().to_owned();
+        assert!(
+            published.contains(&(start, size, name)),
+            "a placement the host never published: {p}"
+        );
+        assert!(start <= lowest && highest < start + size, "{p}");
+    }
+    let f = &report["frames"];
+    let summary = format!(
+        "samples {} stale {} frames {} reads {}",
+        report["samples"], report["stale_samples"], f, report["reads_per_jit_frame"]
+    );
+    assert_eq!(f["errors"], 0, "{summary}");
+    assert_eq!(report["lost"], 0, "{summary}");
+    assert_eq!(
+        report["kernel"]["samples"],
+        report["samples"].as_u64().unwrap()
+            + report["stale_samples"].as_u64().unwrap()
+            + report["empty_samples"].as_u64().unwrap()
+    );
+    println!(
+        "{name}: {} placements, {} method frames, {} too far, {} stale samples, \
+         {} stale frames, reads per JIT frame {}",
+        placements.len(),
+        f["methods"],
+        f["too_far"],
+        report["stale_samples"],
+        f["stale"],
+        report["reads_per_jit_frame"]
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+    Some(report)
+}
+
+#[test]
+fn a_churning_v2_host_is_never_misnamed() {
+    if !x86_64() {
+        return;
+    }
+    let _one = one_run();
+    let args = [
+        "--functions",
+        "32",
+        "--seconds",
+        "6",
+        "--churn",
+        "--unique-names",
+    ];
+    let Some(report) = profile_spin("ebpf-churn-v2", &args, 4) else {
+        return;
+    };
+    let methods = report["frames"]["methods"].as_u64().unwrap();
+    assert!(methods >= 2000, "{methods}");
+    assert_eq!(report["frames"]["too_far"], 0);
+    // The pc is always in a live function: only return addresses (which a
+    // frame-pointer walk through code without them can make up) may fall
+    // between blocks.
+    assert_eq!(report["unattributed"], 0);
+    // Functions are moved and republished under new names all the time.
+    assert!(report["placements"].as_array().unwrap().len() >= 200);
+    let max = report["reads_per_jit_frame"]["max"].as_u64().unwrap();
+    assert!(max <= 13, "{max}");
+}
+
+#[test]
+fn a_churning_v1_host_within_the_walk_cap_is_never_misnamed() {
+    if !x86_64() {
+        return;
+    }
+    let _one = one_run();
+    // The hot loop 40,000 bytes in: 157 words back, inside the 256-word cap.
+    let args = [
+        "--functions",
+        "16",
+        "--seconds",
+        "6",
+        "--churn",
+        "--unique-names",
+        "--map",
+        "v1",
+        "--pad",
+        "40000",
+    ];
+    let Some(report) = profile_spin("ebpf-churn-v1", &args, 4) else {
+        return;
+    };
+    // Every pc is in reach; only made-up return addresses may be too far.
+    assert_eq!(report["unattributed"], 0);
+    assert!(report["frames"]["methods"].as_u64().unwrap() >= 1000);
+    // 5 levels, a fragment, the trailer, the covering word, at most 8
+    // chunks, the prefix, the header, the name, the sequence.
+    let max = report["reads_per_jit_frame"]["max"].as_u64().unwrap();
+    assert!(max <= 20, "{max}");
+}
+
+#[test]
+fn a_v1_method_beyond_the_walk_cap_is_too_far_never_wrong() {
+    if !x86_64() {
+        return;
+    }
+    let _one = one_run();
+    // The hot loop 100,000 bytes in: 390 words back, past the cap.
+    let args = [
+        "--functions",
+        "8",
+        "--seconds",
+        "5",
+        "--map",
+        "v1",
+        "--pad",
+        "100000",
+    ];
+    let Some(report) = profile_spin("ebpf-too-far", &args, 3) else {
+        return;
+    };
+    let too_far = report["frames"]["too_far"].as_u64().unwrap();
+    assert!(too_far >= 1000, "{too_far}");
+    assert_eq!(report["unattributed"], too_far);
+    // What was named lies within the cap: 256 words of 256 bytes.
+    for p in report["placements"].as_array().unwrap() {
+        let reach = p["highest"].as_u64().unwrap() - p["start"].as_u64().unwrap();
+        assert!(reach < 256 * 256, "{p}");
+    }
+}
+
+/// A copy of the binary that any user may run (the build directory may not be
+/// readable by `nobody`).
+fn world_runnable_copy(dir: &Path) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let bin = dir.join("jitmap-sim");
+    std::fs::copy(SIM, &bin).unwrap();
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    bin
+}
+
+#[test]
+fn bad_input_and_missing_privileges_exit_2_with_a_reason() {
+    let expect = |out: &Output, reason: &str| {
+        assert_eq!(out.status.code(), Some(2), "{out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(reason), "expected {reason:?} in {err:?}");
+    };
+    // No such process.
+    expect(
+        &ebpf_profile(&["--pid".into(), "999999999".into()]),
+        "no process 999999999",
+    );
+    // A process that links no jitmap.
+    let mut sleeper = Command::new("sleep").arg("30").spawn().unwrap();
+    let out = ebpf_profile(&["--pid".into(), sleeper.id().to_string()]);
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+    expect(&out, "is not a jitmap host");
+    // Options out of range.
+    expect(
+        &ebpf_profile(&["--pid".into(), "1".into(), "--hz".into(), "0".into()]),
+        "--hz must be in 1..=100000",
+    );
+    // Privileges: only root can take them away here.
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 || Command::new("setpriv").arg("--version").output().is_err()
+    {
+        assert!(!must_run(), "CI runs as root with setpriv (util-linux)");
+        println!("skipped the privilege checks: needs root and setpriv");
+        return;
+    }
+    let dir = temp_dir("ebpf-privileges");
+    let bin = world_runnable_copy(&dir);
+    // `nobody` may not read root's host.
+    let host = spin(&dir, &["--seconds", "20"]);
+    let out = Command::new("setpriv")
+        .args([
+            "--reuid",
+            "65534",
+            "--regid",
+            "65534",
+            "--clear-groups",
+            "--",
+        ])
+        .arg(&bin)
+        .args(["ebpf-profile", "--pid", &host.0.id().to_string()])
+        .output()
+        .unwrap();
+    expect(&out, "missing privileges: reading process");
+    drop(host);
+    // Root without capabilities may read a host that has none either, but
+    // may not load BPF.
+    let no_caps = ["--bounding-set=-all", "--inh-caps=-all", "--"];
+    let host = Host(
+        Command::new("setpriv")
+            .args(no_caps)
+            .arg(&bin)
+            .args(["spin", "--seconds", "20"])
+            .env("JITMAP_PERF", "map")
+            .env("JITMAP_PERF_DIR", &dir)
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let out = Command::new("setpriv")
+        .args(no_caps)
+        .arg(&bin)
+        .args(["ebpf-profile", "--pid", &host.0.id().to_string()])
+        .output()
+        .unwrap();
+    expect(&out, "loading and attaching BPF programs needs root");
+    drop(host);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
