@@ -17,7 +17,7 @@ mod perf_tools;
 mod tools;
 
 use jitmap_sim::demo::{LEAVES, MIDDLE, NATIVE_CALLER, TOP};
-use perf_tools::{inject_and_report, perf, temp_dir};
+use perf_tools::{inject_and_report, perf_command, temp_dir};
 
 const SIM: &str = env!("CARGO_BIN_EXE_jitmap-sim");
 
@@ -160,10 +160,18 @@ fn agent_perf_and_ebpf_agree_on_one_run() {
     let agent_out = dir.join("agent");
     let ebpf_out = dir.join("ebpf");
     // perf starts the demo host with jitdump on, and samples it too.
-    let mut record = Command::new("perf")
-        .args(["record", "-k", "1", "-e", "cpu-clock", "-F", "2000", "-o"])
-        .arg(&data)
-        .args([
+    let record = perf_command(
+        &dir,
+        &[
+            "record",
+            "-k",
+            "1",
+            "-e",
+            "cpu-clock",
+            "-F",
+            "2000",
+            "-o",
+            data.to_str().unwrap(),
             "--",
             SIM,
             "profile",
@@ -175,17 +183,13 @@ fn agent_perf_and_ebpf_agree_on_one_run() {
             "6",
             "--json",
             "--out",
-        ])
-        .arg(&agent_out)
-        .current_dir(&dir)
-        .env("HOME", &dir)
-        .env("PERF_BUILDID_DIR", dir.join(".debug"))
-        .env("JITMAP_PERF", "jitdump")
-        .env("JITMAP_PERF_DIR", &dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+            agent_out.to_str().unwrap(),
+        ],
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
     let host = child_of(record.id());
     std::thread::sleep(Duration::from_millis(500));
     let out = ebpf_profile(&[

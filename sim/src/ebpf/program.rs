@@ -73,7 +73,8 @@ impl Config {
     pub fn new(tgid: u32, managers: u64, layout: &Layout) -> Result<Self, EbpfError> {
         let bad = |what| Err(EbpfError::Layout(what));
         let l = layout;
-        if l.fragment_size > FRAGMENT_CAP || l.root_seq >= 1 << 20 || l.root_seq % 8 != 0 {
+        if l.fragment_size > FRAGMENT_CAP || l.root_seq >= 1 << 20 || !l.root_seq.is_multiple_of(8)
+        {
             return bad("fragment size or root sequence offset");
         }
         let in_fragment = [

@@ -4,18 +4,23 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-/// Runs `perf args...` in `dir`, with `HOME` and the build-id cache there and
-/// jitdump output on for a jitmap host it starts.
-pub fn perf(dir: &Path, args: &[&str]) -> Output {
-    Command::new("perf")
+/// `perf args...` to run in `dir`, with `HOME` and the build-id cache there
+/// and jitdump output on for a jitmap host it starts.
+pub fn perf_command(dir: &Path, args: &[&str]) -> Command {
+    let mut command = Command::new("perf");
+    command
         .args(args)
         .current_dir(dir)
         .env("HOME", dir)
         .env("PERF_BUILDID_DIR", dir.join(".debug"))
         .env("JITMAP_PERF", "jitdump")
-        .env("JITMAP_PERF_DIR", dir)
-        .output()
-        .expect("perf runs")
+        .env("JITMAP_PERF_DIR", dir);
+    command
+}
+
+/// Runs [`perf_command`] to completion.
+pub fn perf(dir: &Path, args: &[&str]) -> Output {
+    perf_command(dir, args).output().expect("perf runs")
 }
 
 /// `perf inject --jit` of `data`, then `perf report --stdio --sort SORT` of the
