@@ -124,7 +124,8 @@ struct config {
 	u32 header_code_size;
 	u32 header_name_ptr;
 	u32 header_name_len;
-	u32 pad;
+	u32 resolve;   // 0: take the stack but resolve nothing and send no frames
+	               // (the overhead measurement's floor)
 };
 
 struct stats {
@@ -152,6 +153,9 @@ struct scratch {
 	u64 roots[MAX_MANAGERS];
 	u64 seqs[MAX_MANAGERS];  // each root's sequence before the first lookup
 	u8 fragment[FRAGMENT_CAP];
+	u8 section[FRAGMENT_CAP];  // the fragment of the sample's last section hit
+	u64 hit_begin;             // ... and its bounds (empty: 0, 0)
+	u64 hit_end;
 	u8 header[HEADER_CAP];
 	u32 words[V1_CHUNK_WORDS];
 	u64 start;
@@ -325,12 +329,12 @@ INLINE u64 find_v2(struct scratch *s, u64 words, u64 offset, u16 *reads)
 	return last_start_in(w, index - 1);
 }
 
-// Resolves one heap frame from the fragment in s->fragment: the start map, the
+// Resolves one heap frame from the fragment in s->section: the start map, the
 // prefix, the header and the name, then the heap's sequence again. Returns the
 // frame kind; the root's sequence is checked by the caller.
 INLINE u8 resolve_heap(struct scratch *s, struct frame *f, u64 ip, u64 begin, u64 end, u16 *reads)
 {
-	const u8 *frag = s->fragment;
+	const u8 *frag = s->section;
 	u64 words = field64(frag, CONFIG.heap_words, FRAGMENT_CAP);
 	u64 ends = field64(frag, CONFIG.heap_ends, FRAGMENT_CAP);
 	u64 count = field32(frag, CONFIG.heap_word_count, FRAGMENT_CAP);
@@ -413,7 +417,7 @@ confirm:
 }
 
 // Finds the section of `ip` through every registered range map: on a hit the
-// fragment is in s->fragment. The range maps' sequences bracket the whole
+// fragment is copied to s->section. The range maps' sequences bracket the whole
 // sample (read before its first lookup and after its last), not each frame.
 INLINE u8 find_section(struct scratch *s, u64 ip, u64 *begin, u64 *end, u16 *reads)
 {
@@ -450,6 +454,9 @@ INLINE u8 find_section(struct scratch *s, u64 ip, u64 *begin, u64 *end, u16 *rea
 			u64 b = field64(s->fragment, CONFIG.fragment_begin, FRAGMENT_CAP);
 			u64 e = field64(s->fragment, CONFIG.fragment_end, FRAGMENT_CAP);
 			if (b <= ip && ip < e) {
+				__builtin_memcpy(s->section, s->fragment, FRAGMENT_CAP);
+				s->hit_begin = b;
+				s->hit_end = e;
 				*begin = b;
 				*end = e;
 				return SECTION_FOUND;
@@ -468,25 +475,25 @@ INLINE u8 resolve(struct scratch *s, struct frame *f, u64 ip, u16 *reads)
 {
 	if (ip >> 57)
 		return FRAME_NATIVE;
-	u64 begin = 0, end = 0;
-	u8 kind = find_section(s, ip, &begin, &end, reads);
-	if (kind != SECTION_FOUND)
-		return kind;
-	kind = FRAME_IMAGE;
+	u64 begin = s->hit_begin, end = s->hit_end;
+	// Frames of one sample are mostly in one section: the last hit is kept
+	// for the sample (the range maps cannot change under it unnoticed: their
+	// sequences bracket the sample).
+	if (!(begin <= ip && ip < end)) {
+		u8 found = find_section(s, ip, &begin, &end, reads);
+		if (found != SECTION_FOUND)
+			return found;
+	}
 	if (begin >= end || end - begin > (1ULL << 32))
 		return FRAME_ERROR;
-	u64 tag = field64(s->fragment, CONFIG.fragment_tag, FRAGMENT_CAP);
-	if (tag == CONFIG.tag_image) {
-		f->start = begin;
-		f->size = end - begin;
-	} else if (tag == CONFIG.tag_heap) {
-		kind = resolve_heap(s, f, ip, begin, end, reads);
-		if (kind == FRAME_ERROR || kind == FRAME_STALE)
-			return kind;
-	} else {
+	u64 tag = field64(s->section, CONFIG.fragment_tag, FRAGMENT_CAP);
+	if (tag == CONFIG.tag_heap)
+		return resolve_heap(s, f, ip, begin, end, reads);
+	if (tag != CONFIG.tag_image)
 		return FRAME_ERROR;
-	}
-	return kind;
+	f->start = begin;
+	f->size = end - begin;
+	return FRAME_IMAGE;
 }
 
 struct walk {
@@ -551,6 +558,8 @@ int jitmap_profile(void *ctx)
 	s->ev.h.frames = n;
 	s->ev.h.reads = 1;
 	s->ev.h.flags = 0;
+	s->hit_begin = 0;
+	s->hit_end = 0;
 	if (bpf_probe_read_user(s->roots, sizeof(s->roots), (const void *)CONFIG.managers)) {
 		st->unreadable += 1;
 		return 0;
@@ -572,7 +581,11 @@ int jitmap_profile(void *ctx)
 		    (s->seqs[m] & 1))
 			stale = 1;
 	}
-	if (!stale) {
+	if (!CONFIG.resolve) {
+		s->ev.h.frames = 0;
+		n = 0;
+	}
+	if (!stale && n > 0) {
 		struct walk w = {.s = s, .st = st};
 		bpf_loop(n, resolve_frame, &w, 0);
 	}

@@ -745,18 +745,23 @@ fn run_ebpf(
                     .collect::<Vec<_>>()
                     .join(" ")
             };
+            let median = profile::median;
             writeln!(
                 stdout,
                 "{} Hz (cpu-clock, every CPU), throughput over no program, median of {}: \
-                 profiling {:.4} [{}], attached but profiling no process (floor) {:.4} [{}]; \
-                 {:.0} ns per sample in the kernel",
+                 profiling {:.4} [{}], taking stacks only {:.4} [{}], attached but \
+                 profiling no process (floor) {:.4} [{}]; ns per sample in the kernel: \
+                 {:.0} profiling, {:.0} taking stacks only",
                 row.hz,
                 row.ratios.len(),
-                profile::median(&row.ratios),
+                median(&row.ratios),
                 list(&row.ratios),
-                profile::median(&row.floor),
+                median(&row.stack_only),
+                list(&row.stack_only),
+                median(&row.floor),
                 list(&row.floor),
-                profile::median(&row.ns_per_sample),
+                median(&row.ns_per_sample),
+                median(&row.stack_only_ns),
             )?;
         }
         return Ok(ExitCode::SUCCESS);

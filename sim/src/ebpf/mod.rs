@@ -469,25 +469,66 @@ pub struct Overhead {
     pub hz: u32,
     /// Demo throughput while profiled, over throughput with no program, per round.
     pub ratios: Vec<f64>,
-    /// Throughput with the program attached at the same rate but profiling no
+    /// The same with the program taking each sample's stack but resolving
+    /// nothing (what a profiler that only captures stacks pays).
+    pub stack_only: Vec<f64>,
+    /// The same with the program attached at the same rate but profiling no
     /// process (it returns after its process check: the cost of the ticks
-    /// themselves), over no program, per round.
+    /// themselves).
     pub floor: Vec<f64>,
     /// Mean ns in the program per profiled sample, per round.
     pub ns_per_sample: Vec<f64>,
+    /// Mean ns in the program per sample when it only takes the stack.
+    pub stack_only_ns: Vec<f64>,
+}
+
+/// Runs the demo on this thread for `slice` while a second thread drains the
+/// ring buffer as `ebpf-profile` would; returns the demo's throughput and the
+/// program's mean ns per sample.
+fn measure(
+    demo: &crate::demo::Demo,
+    config: Config,
+    hz: u32,
+    slice: Duration,
+    rng: &mut crate::rng::Rng,
+) -> Result<(f64, f64), EbpfError> {
+    let loaded = Loaded::start(config, hz)?;
+    let stop = AtomicBool::new(false);
+    let (throughput, loaded) = std::thread::scope(|s| {
+        let drainer = s.spawn(|| {
+            let mut loaded = loaded;
+            let mut agg = Aggregator::new();
+            // Relaxed: a stop flag; the join below orders everything else.
+            while !stop.load(Ordering::Relaxed) {
+                loaded.wait(Duration::from_millis(20));
+                loaded.drain(|r| {
+                    if let Ok(sample) = Sample::decode(r) {
+                        agg.add(&sample);
+                    }
+                });
+            }
+            loaded
+        });
+        let throughput = crate::profile::throughput(demo, slice, rng);
+        // Relaxed: as above.
+        stop.store(true, Ordering::Relaxed);
+        (throughput, drainer.join())
+    });
+    let loaded = loaded.map_err(|_| EbpfError::Bpf("the drain thread panicked".into()))?;
+    let k = loaded.stats()?;
+    Ok((throughput, k.cost_ns as f64 / k.samples.max(1) as f64))
 }
 
 /// Measures the program's cost on the demo host run by this process: `rounds`
 /// rounds, each running the demo for `slice` with no program, then for each
-/// rate with the program profiling no process (the floor) and profiling this
-/// process, a second thread draining the ring buffer as `ebpf-profile` would.
+/// rate with the program profiling no process (the floor), taking stacks
+/// only, and profiling this process, side by side.
 pub fn overhead(rates: &[u32], slice: Duration, rounds: usize) -> Result<Vec<Overhead>, EbpfError> {
     let manager = Arc::new(jitmap::ExecutionManager::new(16));
     let demo = crate::demo::Demo::publish(&manager)
         .map_err(|e| EbpfError::Options(format!("the demo host: {e}")))?;
-    let me = std::process::id() as i32;
     let options = Options {
-        pid: me,
+        pid: std::process::id() as i32,
         hz: rates.iter().copied().max().unwrap_or(1000),
         duration: slice,
     };
@@ -501,44 +542,23 @@ pub fn overhead(rates: &[u32], slice: Duration, rounds: usize) -> Result<Vec<Ove
         .map(|&hz| Overhead {
             hz,
             ratios: Vec::new(),
+            stack_only: Vec::new(),
             floor: Vec::new(),
             ns_per_sample: Vec::new(),
+            stack_only_ns: Vec::new(),
         })
         .collect();
     for _ in 0..rounds {
         let base = crate::profile::throughput(&demo, slice, &mut rng);
         for row in &mut out {
-            let empty = Loaded::start(nobody, row.hz)?;
-            let floor = crate::profile::throughput(&demo, slice, &mut rng);
-            drop(empty);
+            let (floor, _) = measure(&demo, nobody, row.hz, slice, &mut rng)?;
             row.floor.push(floor / base);
-            let loaded = Loaded::start(profiled, row.hz)?;
-            let stop = AtomicBool::new(false);
-            let (with, loaded) = std::thread::scope(|s| {
-                let drainer = s.spawn(|| {
-                    let mut loaded = loaded;
-                    let mut agg = Aggregator::new();
-                    // Relaxed: a stop flag; the join below orders the rest.
-                    while !stop.load(Ordering::Relaxed) {
-                        loaded.wait(Duration::from_millis(20));
-                        loaded.drain(|r| {
-                            if let Ok(sample) = Sample::decode(r) {
-                                agg.add(&sample);
-                            }
-                        });
-                    }
-                    loaded
-                });
-                let with = crate::profile::throughput(&demo, slice, &mut rng);
-                // Relaxed: see above.
-                stop.store(true, Ordering::Relaxed);
-                (with, drainer.join())
-            });
-            let loaded = loaded.map_err(|_| EbpfError::Bpf("the drain thread panicked".into()))?;
-            let k = loaded.stats()?;
+            let (stacks, ns) = measure(&demo, profiled.stack_only(), row.hz, slice, &mut rng)?;
+            row.stack_only.push(stacks / base);
+            row.stack_only_ns.push(ns);
+            let (with, ns) = measure(&demo, profiled, row.hz, slice, &mut rng)?;
             row.ratios.push(with / base);
-            row.ns_per_sample
-                .push(k.cost_ns as f64 / k.samples.max(1) as f64);
+            row.ns_per_sample.push(ns);
         }
     }
     Ok(out)

@@ -52,7 +52,9 @@ pub struct Config {
     header_code_size: u32,
     header_name_ptr: u32,
     header_name_len: u32,
-    pad: u32,
+    /// 0: the program takes the stack but resolves nothing and sends no
+    /// frames (a floor for the overhead measurement).
+    resolve: u32,
 }
 
 // SAFETY: `Config` is `#[repr(C)]`, `Copy`, made only of integers, with no
@@ -133,7 +135,7 @@ impl Config {
             header_code_size: u(l.header_code_size),
             header_name_ptr: u(l.header_name_ptr),
             header_name_len: u(l.header_name_len),
-            pad: 0,
+            resolve: 1,
         })
     }
 }
@@ -142,6 +144,11 @@ impl Config {
     /// The same configuration for another process.
     pub fn with_tgid(self, tgid: u32) -> Self {
         Self { tgid, ..self }
+    }
+
+    /// The same configuration, taking stacks but resolving no frames.
+    pub fn stack_only(self) -> Self {
+        Self { resolve: 0, ..self }
     }
 }
 
