@@ -574,3 +574,49 @@ fn bad_input_and_missing_privileges_exit_2_with_a_reason() {
     drop(host);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn a_host_that_exits_ends_the_profile_with_what_it_took() {
+    if !x86_64() {
+        return;
+    }
+    let _one = one_run();
+    let dir = temp_dir("ebpf-exit");
+    let host = spin(&dir, &["--functions", "4", "--seconds", "1.5"]);
+    let started = Instant::now();
+    let out = ebpf_profile(&[
+        "--pid".into(),
+        host.0.id().to_string(),
+        "--seconds".into(),
+        "30".into(),
+        "--json".into(),
+    ]);
+    drop(host);
+    if !ran(&out) {
+        return;
+    }
+    let report = json(&out);
+    assert_eq!(report["host_exited"], true);
+    assert!(started.elapsed() < Duration::from_secs(10));
+    let seconds = report["seconds"].as_f64().unwrap();
+    assert!(seconds < 5.0, "{seconds}");
+    // Four functions, each named as published.
+    let mut names: Vec<&str> = report["placements"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    assert_eq!(
+        names,
+        [
+            "jitmap_spin_0",
+            "jitmap_spin_1",
+            "jitmap_spin_2",
+            "jitmap_spin_3"
+        ]
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

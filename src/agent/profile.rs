@@ -256,6 +256,22 @@ impl Profile {
     /// The report's two tables: the top `top` names by self samples, then by
     /// total samples, each with both counts and shares of all samples. (A
     /// profiler other than the agent prints its own counters above them.)
+    ///
+    /// ```
+    /// use jitmap::agent::{Profile, Stack};
+    ///
+    /// let profile = Profile {
+    ///     samples: 4,
+    ///     stacks: vec![
+    ///         Stack { frames: vec!["leaf".into(), "main".into()], count: 3 },
+    ///         Stack { frames: vec!["main".into()], count: 1 },
+    ///     ],
+    ///     ..Profile::default()
+    /// };
+    /// let tables = profile.top_tables(1);
+    /// assert!(tables.contains("       3   75.0%        3   75.0%  leaf"));
+    /// assert!(tables.contains("       4  100.0%        1   25.0%  main"));
+    /// ```
     pub fn top_tables(&self, top: usize) -> String {
         let mut out = String::new();
         let mut summary = self.summary();

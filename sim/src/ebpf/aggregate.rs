@@ -74,7 +74,7 @@ pub struct Counts {
     pub stale: u64,
     /// Frames whose lookup failed a read or a check.
     pub errors: u64,
-    /// Reads of every frame's lookup, and the most of one.
+    /// Reads of every frame's lookup.
     pub reads: u64,
     /// The most reads one frame's lookup made.
     pub max_reads: u64,

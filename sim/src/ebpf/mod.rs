@@ -237,7 +237,11 @@ pub fn run(options: &Options) -> Result<EbpfRun, EbpfError> {
         });
         error.map_or(Ok(()), |e| Err(e.into()))
     };
-    let alive = || Path::new(&format!("/proc/{}/maps", options.pid)).exists();
+    let alive = || host_alive(options.pid);
+    // Native frames are named while the host lives (its mappings are read
+    // from /proc), every quarter second, and once more at the end.
+    let mut names = NativeNames::new(options.pid);
+    let mut named_at = Instant::now();
     let mut host_exited = false;
     while Instant::now() < deadline {
         loaded.wait(Duration::from_millis(20).min(deadline - Instant::now()));
@@ -246,19 +250,20 @@ pub fn run(options: &Options) -> Result<EbpfRun, EbpfError> {
             host_exited = true;
             break;
         }
+        if named_at.elapsed() >= Duration::from_millis(250) {
+            names.add(&agg.native_addresses());
+            named_at = Instant::now();
+        }
     }
     let duration = started.elapsed();
     loaded.detach()?;
     decode(&mut agg, &mut loaded)?;
     let kernel = loaded.stats()?;
     let run_time = loaded.run_time()?;
-    let names = native_names(options.pid, &agg.native_addresses());
-    let (stacks, placements, counts) = agg.finish(|addr, is_return| {
-        names
-            .get(&(addr, is_return))
-            .cloned()
-            .unwrap_or_else(|| format!("{addr:#x}"))
-    });
+    if !host_exited {
+        names.add(&agg.native_addresses());
+    }
+    let (stacks, placements, counts) = agg.finish(|addr, is_return| names.name(addr, is_return));
     Ok(EbpfRun {
         pid: options.pid,
         hz: options.hz,
@@ -271,33 +276,78 @@ pub fn run(options: &Options) -> Result<EbpfRun, EbpfError> {
     })
 }
 
-/// Names native addresses of process `pid` from its mapped files' symbols
-/// (a return address one byte back, in its call). Addresses it cannot name
-/// are left out, and shown in hex.
-fn native_names(pid: i32, addrs: &[(u64, bool)]) -> std::collections::HashMap<(u64, bool), String> {
-    use blazesym::symbolize::source::{Process, Source};
-    use blazesym::symbolize::{Input, Symbolized, Symbolizer};
-    let lookups: Vec<u64> = addrs
-        .iter()
-        .map(|&(a, is_return)| if is_return { a.saturating_sub(1) } else { a })
-        .collect();
-    let mut process = Process::new(blazesym::Pid::from(pid as u32));
-    // JIT frames are named by the kernel; native code by its symbol tables.
-    process.debug_syms = false;
-    process.perf_map = false;
-    let symbolizer = Symbolizer::new();
-    let Ok(symbols) = symbolizer.symbolize(&Source::Process(process), Input::AbsAddr(&lookups))
-    else {
-        return Default::default();
-    };
-    addrs
-        .iter()
-        .zip(symbols)
-        .filter_map(|(&key, s)| match s {
-            Symbolized::Sym(sym) => Some((key, sym.name.into_owned())),
-            Symbolized::Unknown(_) => None,
-        })
-        .collect()
+/// Whether process `pid` still runs: it exists and is not a zombie (a child
+/// of someone who has not reaped it yet).
+fn host_alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        // pid (comm) state ...: the comm may hold spaces and parentheses.
+        stat.rsplit_once(") ")
+            .and_then(|(_, rest)| rest.chars().next())
+            .is_some_and(|state| !matches!(state, 'Z' | 'X' | 'x'))
+    })
+}
+
+/// Names of native addresses of one process, from its mapped files' symbol
+/// tables (a return address is named one byte back, in its call).
+struct NativeNames {
+    pid: i32,
+    symbolizer: blazesym::symbolize::Symbolizer,
+    /// Every address asked about; `None` for one no symbol covers.
+    names: std::collections::HashMap<(u64, bool), Option<String>>,
+}
+
+impl NativeNames {
+    fn new(pid: i32) -> Self {
+        Self {
+            pid,
+            symbolizer: blazesym::symbolize::Symbolizer::new(),
+            names: Default::default(),
+        }
+    }
+
+    /// Names the addresses not asked about yet. If the process is gone, they
+    /// stay unnamed (shown in hex).
+    fn add(&mut self, addrs: &[(u64, bool)]) {
+        use blazesym::symbolize::source::{Process, Source};
+        use blazesym::symbolize::{Input, Symbolized};
+        let new: Vec<(u64, bool)> = addrs
+            .iter()
+            .filter(|k| !self.names.contains_key(k))
+            .copied()
+            .collect();
+        if new.is_empty() {
+            return;
+        }
+        let lookups: Vec<u64> = new
+            .iter()
+            .map(|&(a, is_return)| if is_return { a.saturating_sub(1) } else { a })
+            .collect();
+        let mut process = Process::new(blazesym::Pid::from(self.pid as u32));
+        // JIT frames are named by the kernel; native code by symbol tables.
+        process.debug_syms = false;
+        process.perf_map = false;
+        let Ok(symbols) = self
+            .symbolizer
+            .symbolize(&Source::Process(process), Input::AbsAddr(&lookups))
+        else {
+            return;
+        };
+        for (key, symbol) in new.into_iter().zip(symbols) {
+            let name = match symbol {
+                Symbolized::Sym(sym) => Some(sym.name.into_owned()),
+                Symbolized::Unknown(_) => None,
+            };
+            self.names.insert(key, name);
+        }
+    }
+
+    /// The name of a native address, or the address in hex.
+    fn name(&self, addr: u64, is_return: bool) -> String {
+        match self.names.get(&(addr, is_return)) {
+            Some(Some(name)) => name.clone(),
+            _ => format!("{addr:#x}"),
+        }
+    }
 }
 
 impl EbpfRun {
