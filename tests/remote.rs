@@ -226,6 +226,32 @@ fn a_heap_dropped_during_the_lookup_is_nothing() {
     assert!(reader.stats().retries >= 1);
 }
 
+#[test]
+fn a_manager_dropped_during_the_lookup_is_retried_not_an_error() {
+    let manager = std::sync::Arc::new(ExecutionManager::new(4));
+    let heap = manager
+        .create_owned_heap(HeapConfig {
+            span: 1 << 20,
+            ..HeapConfig::default()
+        })
+        .unwrap();
+    let start = publish(&heap, 1, 100).start() as u64;
+    // The heap holds the manager; dropping both drops the manager, its range
+    // map and its descriptor entry in the middle of the lookup.
+    let owned = RefCell::new(Some((heap, manager)));
+    let memory = Hooked {
+        inner: me(),
+        hook: RefCell::new(Box::new(|addr| {
+            if addr == start - 16 {
+                drop(owned.borrow_mut().take());
+            }
+        })),
+    };
+    let reader = RemoteReader::new(memory, remote::descriptor_address()).unwrap();
+    assert_eq!(reader.resolve(start + 5).unwrap(), Resolution::Nothing);
+    assert!(reader.stats().retries >= 1);
+}
+
 /// A listed block: start, size, and for a method its id and name.
 type Listed = (u64, u64, Option<(u64, String)>);
 

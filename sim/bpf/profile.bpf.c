@@ -152,6 +152,7 @@ struct scratch {
 	u64 ips[MAX_FRAMES];
 	u64 roots[MAX_MANAGERS];
 	u64 seqs[MAX_MANAGERS];  // each root's sequence before the first lookup
+	u64 after[MAX_MANAGERS]; // the managers array after the last lookup
 	u8 fragment[FRAGMENT_CAP];
 	u8 section[FRAGMENT_CAP];  // the fragment of the sample's last section hit
 	u64 hit_begin;             // ... and its bounds (empty: 0, 0)
@@ -423,7 +424,7 @@ INLINE u8 find_section(struct scratch *s, u64 ip, u64 *begin, u64 *end, u16 *rea
 {
 	for (int m = 0; m < MAX_MANAGERS; m++) {
 		u64 root = s->roots[m];
-		if (root == 0)
+		if (bad_ptr(root, 4096))
 			continue;
 		u64 entry = 0;
 		u64 level = root;
@@ -570,12 +571,10 @@ int jitmap_profile(void *ctx)
 	for (int m = 0; m < MAX_MANAGERS; m++) {
 		u64 root = s->roots[m];
 		s->seqs[m] = 0;
-		if (root == 0)
+		// A root that is no page address is no manager's (only corrupt
+		// memory holds one): it is skipped here and in every lookup.
+		if (bad_ptr(root, 4096))
 			continue;
-		if (bad_ptr(root, 4096)) {
-			s->roots[m] = 0;
-			continue;
-		}
 		s->ev.h.reads += 1;
 		if (bpf_probe_read_user(&s->seqs[m], 8, (const void *)(root + CONFIG.root_seq)) ||
 		    (s->seqs[m] & 1))
@@ -589,10 +588,23 @@ int jitmap_profile(void *ctx)
 		struct walk w = {.s = s, .st = st};
 		bpf_loop(n, resolve_frame, &w, 0);
 	}
+	// A manager dropped during the sample clears its entry before freeing
+	// its map (whose sequence it leaves odd): either shows here.
+	if (!stale) {
+		s->ev.h.reads += 1;
+		if (bpf_probe_read_user(s->after, sizeof(s->after), (const void *)CONFIG.managers))
+			stale = 1;
+	}
 	for (int m = 0; m < MAX_MANAGERS; m++) {
 		u64 root = s->roots[m];
 		u64 again = 0;
-		if (root == 0 || stale)
+		if (stale)
+			break;
+		if (s->after[m] != root) {
+			stale = 1;
+			break;
+		}
+		if (bad_ptr(root, 4096))
 			continue;
 		s->ev.h.reads += 1;
 		if (bpf_probe_read_user(&again, 8, (const void *)(root + CONFIG.root_seq)) ||

@@ -470,6 +470,11 @@ impl<T: Clone> RangeSectionMap<T> {
 
 impl<T> Drop for RangeSectionMap<T> {
     fn drop(&mut self) {
+        // A change that never ends: a reader in another process that read the
+        // sequence before this drop and checks it after sees it odd (or, once
+        // the root's memory is reused, some other value), so nothing it read
+        // from the freed levels and fragments is ever confirmed.
+        self.root.seq.begin();
         let w = self.writer.get_mut();
         for (_, live) in std::mem::take(&mut w.live) {
             free_fragments(live.fragments);

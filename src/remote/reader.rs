@@ -369,10 +369,23 @@ impl<M: Memory> RemoteReader<M> {
 
     /// One attempt over every registered manager.
     fn attempt(&self, ip: u64) -> Result<Resolution, Fail> {
-        for root in self.managers()? {
-            match self.attempt_in(root, ip)? {
-                Resolution::Nothing => continue,
-                found => return Ok(found),
+        let roots = self.managers()?;
+        for &root in &roots {
+            match self.attempt_in(root, ip) {
+                Ok(Resolution::Nothing) => continue,
+                Ok(found) => return Ok(found),
+                // A manager dropped during the attempt: its entry is cleared
+                // before its map is freed, so an error read from the freed
+                // map comes with a changed managers array. That is a change,
+                // not corruption: try again.
+                Err(Fail::Error(e)) => {
+                    return if self.managers()? == roots {
+                        Err(Fail::Error(e))
+                    } else {
+                        Err(Fail::Stale)
+                    };
+                }
+                Err(Fail::Stale) => return Err(Fail::Stale),
             }
         }
         Ok(Resolution::Nothing)
