@@ -172,7 +172,8 @@ enum Command {
         /// Samples per second of CPU time, per CPU.
         #[arg(long, default_value_t = 1000)]
         hz: u32,
-        /// Seconds to profile (fewer if the host exits).
+        /// Seconds to profile (fewer if the host exits; Ctrl-C ends it early,
+        /// with its outputs).
         #[arg(long, default_value_t = 5.0)]
         seconds: f64,
         /// Directory for report.txt, stacks.folded, flamegraph.svg and profile.pb.gz.
@@ -769,7 +770,7 @@ fn run_ebpf(
     let Some(pid) = pid else {
         return fail(&"--pid is required");
     };
-    let run = match ebpf::run(&ebpf::Options { pid, hz, duration }) {
+    let run = match ebpf::run(&ebpf::Options { pid, hz, duration }, stop_on_sigint()) {
         Ok(run) => run,
         Err(e) => return fail(&e),
     };
@@ -786,6 +787,29 @@ fn run_ebpf(
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A flag that SIGINT sets (and no longer kills the process), so that Ctrl-C
+/// ends a profile early with its outputs written.
+#[cfg(feature = "ebpf")]
+fn stop_on_sigint() -> &'static std::sync::atomic::AtomicBool {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static STOP: AtomicBool = AtomicBool::new(false);
+    extern "C" fn on_sigint(_: libc::c_int) {
+        // Relaxed: a flag the profile loop polls; an atomic store is
+        // async-signal-safe.
+        STOP.store(true, Ordering::Relaxed);
+    }
+    // SAFETY: a zeroed sigaction is valid; the handler only stores to an
+    // atomic, which is async-signal-safe; SA_RESTART keeps the profile's
+    // system calls going. If sigaction fails, SIGINT keeps its default.
+    unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = on_sigint as *const () as libc::sighandler_t;
+        action.sa_flags = libc::SA_RESTART;
+        libc::sigaction(libc::SIGINT, &action, std::ptr::null_mut());
+    }
+    &STOP
 }
 
 /// `ebpf-profile` in a build without the `ebpf` feature: says how to get it.

@@ -620,3 +620,45 @@ fn a_host_that_exits_ends_the_profile_with_what_it_took() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn sigint_ends_the_profile_with_its_outputs() {
+    if !x86_64() {
+        return;
+    }
+    let _one = one_run();
+    let dir = temp_dir("ebpf-sigint");
+    let host = spin(&dir, &["--functions", "4", "--seconds", "20"]);
+    let out_dir = dir.join("out");
+    let profiler = Command::new(SIM)
+        .args(["ebpf-profile", "--seconds", "30", "--json", "--pid"])
+        .arg(host.0.id().to_string())
+        .arg("--out")
+        .arg(&out_dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    // SAFETY: kill has no memory preconditions; the pid is our child's.
+    assert_eq!(unsafe { libc::kill(profiler.id() as i32, libc::SIGINT) }, 0);
+    let out = profiler.wait_with_output().unwrap();
+    drop(host);
+    if !ran(&out) {
+        return;
+    }
+    let report = json(&out);
+    assert_eq!(report["stopped"], true);
+    assert_eq!(report["host_exited"], false);
+    assert!(report["seconds"].as_f64().unwrap() < 10.0);
+    assert!(report["samples"].as_u64().unwrap() > 0);
+    for file in [
+        "report.txt",
+        "stacks.folded",
+        "flamegraph.svg",
+        "profile.pb.gz",
+    ] {
+        assert!(out_dir.join(file).is_file(), "{file} not written");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -10,10 +10,12 @@
 //! descriptor needs ptrace permission.
 //!
 //! ```no_run
+//! use std::sync::atomic::AtomicBool;
 //! use std::time::Duration;
 //! use jitmap_sim::ebpf::{self, Options};
 //!
-//! let run = ebpf::run(&Options { pid: 1234, hz: 1000, duration: Duration::from_secs(5) })?;
+//! let options = Options { pid: 1234, hz: 1000, duration: Duration::from_secs(5) };
+//! let run = ebpf::run(&options, &AtomicBool::new(false))?;
 //! print!("{}", run.report(10));
 //! # Ok::<(), jitmap_sim::ebpf::EbpfError>(())
 //! ```
@@ -196,6 +198,8 @@ pub struct EbpfRun {
     pub run_time: RunTime,
     /// Whether the host exited before the duration was up.
     pub host_exited: bool,
+    /// Whether the caller stopped the profile before the duration was up.
+    pub stopped: bool,
 }
 
 /// Checks the options, finds the host's descriptor and builds the program's
@@ -222,8 +226,9 @@ fn configure(options: &Options) -> Result<Config, EbpfError> {
     Config::new(pid as u32, managers, reader.layout())
 }
 
-/// Profiles the host for `options.duration` (or until it exits).
-pub fn run(options: &Options) -> Result<EbpfRun, EbpfError> {
+/// Profiles the host for `options.duration`, or until it exits, or until
+/// `stop` is set (a SIGINT handler may set it).
+pub fn run(options: &Options, stop: &AtomicBool) -> Result<EbpfRun, EbpfError> {
     let config = configure(options)?;
     let mut loaded = Loaded::start(config, options.hz)?;
     let started = Instant::now();
@@ -243,7 +248,13 @@ pub fn run(options: &Options) -> Result<EbpfRun, EbpfError> {
     let mut names = NativeNames::new(options.pid);
     let mut named_at = Instant::now();
     let mut host_exited = false;
+    let mut stopped = false;
     while Instant::now() < deadline {
+        // Relaxed: a flag; nothing else is published through it.
+        if stop.load(Ordering::Relaxed) {
+            stopped = true;
+            break;
+        }
         loaded.wait(Duration::from_millis(20).min(deadline - Instant::now()));
         decode(&mut agg, &mut loaded)?;
         if !alive() {
@@ -273,6 +284,7 @@ pub fn run(options: &Options) -> Result<EbpfRun, EbpfError> {
         kernel,
         run_time,
         host_exited,
+        stopped,
     })
 }
 
@@ -382,10 +394,10 @@ impl EbpfRun {
             self.pid,
             self.hz,
             p.duration.as_secs_f64(),
-            if self.host_exited {
-                " (the host exited)"
-            } else {
-                ""
+            match (self.host_exited, self.stopped) {
+                (true, _) => " (the host exited)",
+                (_, true) => " (stopped)",
+                _ => "",
             },
             c.samples,
             c.stale_samples,
@@ -457,6 +469,7 @@ impl EbpfRun {
             "hz": self.hz,
             "seconds": self.profile.duration.as_secs_f64(),
             "host_exited": self.host_exited,
+            "stopped": self.stopped,
             "samples": c.samples,
             "stale_samples": c.stale_samples,
             "empty_samples": c.empty_samples,
