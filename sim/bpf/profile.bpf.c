@@ -42,7 +42,9 @@ static long (*bpf_loop)(u32 nr_loops, void *callback_fn, void *callback_ctx, u64
 
 // Shared with user space (sim/src/ebpf/event.rs mirrors these).
 #define MAX_FRAMES 64
-#define NAME_CAP 64
+#define NAME_CAP 256
+// Name bytes one sample carries at most; a name that does not fit is cut.
+#define NAMES_BYTES 4096
 #define MAX_MANAGERS 8
 #define LEVELS_BELOW_TOP 4
 #define MAX_FRAGMENTS 32
@@ -79,8 +81,10 @@ struct frame {
 	u32 name_len;  // the name's full length in bytes
 	u16 reads;     // reads this frame's lookup made
 	u8 kind;       // enum frame_kind
-	u8 copied;     // name bytes copied into `name`
-	char name[NAME_CAP];
+	u8 pad0;
+	u16 name_off;  // where its name starts in the sample's name area
+	u16 name_copied; // name bytes copied there (at most NAME_CAP)
+	u32 pad1;
 };
 
 struct event_header {
@@ -88,14 +92,16 @@ struct event_header {
 	u32 frames;
 	u32 reads;     // reads for the sample as a whole (managers, range-map sequences)
 	u32 flags;     // SAMPLE_STALE: a range map changed during the sample
+	u32 names;     // bytes of the name area, after the frames
+	u32 pad;
 };
 
 #define SAMPLE_STALE 1
 
-struct event {
-	struct event_header h;
-	struct frame f[MAX_FRAMES];
-};
+// A sample as sent: the header, `frames` frames, then `names` bytes of names.
+#define HEADER_BYTES 24
+#define FRAME_BYTES 56
+#define EVENT_BYTES (HEADER_BYTES + MAX_FRAMES * FRAME_BYTES + NAMES_BYTES)
 
 // The descriptor's layout, checked by user space before loading
 // (jitmap::remote::Layout), plus the target.
@@ -148,7 +154,9 @@ struct stats {
 // Per-CPU working memory: the sample being built and the lookup's buffers
 // (the BPF stack is 512 bytes).
 struct scratch {
-	struct event ev;
+	u8 ev[EVENT_BYTES];   // the sample being built, laid out as sent
+	u64 names_at;         // offset of the name area in `ev`
+	u64 names_used;       // bytes of it used
 	u64 ips[MAX_FRAMES];
 	u64 roots[MAX_MANAGERS];
 	u64 seqs[MAX_MANAGERS];  // each root's sequence before the first lookup
@@ -399,15 +407,24 @@ INLINE u8 resolve_heap(struct scratch *s, struct frame *f, u64 ip, u64 begin, u6
 	u64 name = field64(s->header, CONFIG.header_name_ptr, HEADER_CAP);
 	u64 len = field64(s->header, CONFIG.header_name_len, HEADER_CAP);
 	f->name_len = len > 0xFFFFFFFFULL ? 0xFFFFFFFFu : (u32)len;
+	// The name goes to the sample's name area, cut at NAME_CAP bytes; once
+	// the area has less than NAME_CAP bytes left, names are left out (the
+	// frame says so: nothing copied of a non-empty name).
+	u64 used = s->names_used;
+	u64 at = s->names_at;
 	u64 copy = len < NAME_CAP ? len : NAME_CAP;
+	if (used > NAMES_BYTES - NAME_CAP || at > HEADER_BYTES + MAX_FRAMES * FRAME_BYTES)
+		copy = 0;
 	if (copy > 0) {
 		if (name == 0 || name >= USER_LIMIT)
 			return FRAME_ERROR;
 		*reads += 1;
-		if (bpf_probe_read_user(f->name, (u32)copy, (const void *)name))
+		if (bpf_probe_read_user(s->ev + at + used, (u32)copy, (const void *)name))
 			return FRAME_ERROR;
 	}
-	f->copied = (u8)copy;
+	f->name_off = (u16)used;
+	f->name_copied = (u16)copy;
+	s->names_used = used + copy;
 	kind = FRAME_METHOD;
 confirm:
 	if (read_u64(&again, trailer + CONFIG.heap_seq, reads))
@@ -508,7 +525,7 @@ static long resolve_frame(u32 i, struct walk *w)
 	struct stats *st = w->st;
 	if (i >= MAX_FRAMES)
 		return 1;
-	struct frame *f = &s->ev.f[i];
+	struct frame *f = (struct frame *)(s->ev + HEADER_BYTES + (u64)i * FRAME_BYTES);
 	u64 ip = s->ips[i];
 	f->ip = ip;
 	f->start = 0;
@@ -516,7 +533,10 @@ static long resolve_frame(u32 i, struct walk *w)
 	f->heap_id = 0;
 	f->size = 0;
 	f->name_len = 0;
-	f->copied = 0;
+	f->name_off = 0;
+	f->name_copied = 0;
+	f->pad0 = 0;
+	f->pad1 = 0;
 	u16 reads = 0;
 	s->holes = 0;
 	// A return address is looked up one byte back, in its call instruction.
@@ -555,10 +575,15 @@ int jitmap_profile(void *ctx)
 	u32 n = got > 0 ? (u32)((u64)got / 8) : 0;
 	if (n > MAX_FRAMES)
 		n = MAX_FRAMES;
-	s->ev.h.tid = (u32)pid_tgid;
-	s->ev.h.frames = n;
-	s->ev.h.reads = 1;
-	s->ev.h.flags = 0;
+	struct event_header *h = (struct event_header *)s->ev;
+	h->tid = (u32)pid_tgid;
+	h->frames = n;
+	h->reads = 1;
+	h->flags = 0;
+	h->names = 0;
+	h->pad = 0;
+	s->names_at = HEADER_BYTES + (u64)n * FRAME_BYTES;
+	s->names_used = 0;
 	s->hit_begin = 0;
 	s->hit_end = 0;
 	if (bpf_probe_read_user(s->roots, sizeof(s->roots), (const void *)CONFIG.managers)) {
@@ -575,13 +600,13 @@ int jitmap_profile(void *ctx)
 		// memory holds one): it is skipped here and in every lookup.
 		if (bad_ptr(root, 4096))
 			continue;
-		s->ev.h.reads += 1;
+		h->reads += 1;
 		if (bpf_probe_read_user(&s->seqs[m], 8, (const void *)(root + CONFIG.root_seq)) ||
 		    (s->seqs[m] & 1))
 			stale = 1;
 	}
 	if (!CONFIG.resolve) {
-		s->ev.h.frames = 0;
+		h->frames = 0;
 		n = 0;
 	}
 	if (!stale && n > 0) {
@@ -591,7 +616,7 @@ int jitmap_profile(void *ctx)
 	// A manager dropped during the sample clears its entry before freeing
 	// its map (whose sequence it leaves odd): either shows here.
 	if (!stale) {
-		s->ev.h.reads += 1;
+		h->reads += 1;
 		if (bpf_probe_read_user(s->after, sizeof(s->after), (const void *)CONFIG.managers))
 			stale = 1;
 	}
@@ -606,26 +631,31 @@ int jitmap_profile(void *ctx)
 		}
 		if (bad_ptr(root, 4096))
 			continue;
-		s->ev.h.reads += 1;
+		h->reads += 1;
 		if (bpf_probe_read_user(&again, 8, (const void *)(root + CONFIG.root_seq)) ||
 		    again != s->seqs[m])
 			stale = 1;
 	}
 	if (stale) {
-		s->ev.h.flags = SAMPLE_STALE;
-		s->ev.h.frames = 0;
+		h->flags = SAMPLE_STALE;
+		h->frames = 0;
+		s->names_used = 0;
 		n = 0;
 		st->stale_samples += 1;
 	}
-	u64 size = sizeof(struct event_header) + (u64)(n & (MAX_FRAMES * 2 - 1)) * sizeof(struct frame);
-	if (size > sizeof(struct event))
-		size = sizeof(struct event);
+	u64 names = s->names_used;
+	if (names > NAMES_BYTES)
+		names = 0;
+	h->names = (u32)names;
+	u64 size = HEADER_BYTES + (u64)(n & (MAX_FRAMES * 2 - 1)) * FRAME_BYTES + names;
+	if (size > EVENT_BYTES)
+		size = EVENT_BYTES;
 	// Wake the reader only when the ring is half full: a wakeup per sample
 	// costs more than the whole lookup (an interrupt, a VM exit on guests);
 	// the reader also drains on a short timer.
 	u64 flags = bpf_ringbuf_query(&EVENTS, BPF_RB_AVAIL_DATA) > RING_BYTES / 2 ? BPF_RB_FORCE_WAKEUP
 									: BPF_RB_NO_WAKEUP;
-	if (bpf_ringbuf_output(&EVENTS, &s->ev, size, flags))
+	if (bpf_ringbuf_output(&EVENTS, s->ev, size, flags))
 		st->lost += 1;
 	// The whole sample's cost: the stack, every lookup and the output.
 	u64 cost = bpf_ktime_get_ns() - t0;

@@ -135,6 +135,9 @@ enum Command {
         /// the samples deep inside the method.
         #[arg(long, default_value_t = 0)]
         pad: usize,
+        /// Pad each name with `_` to at least this many bytes (at most 4096).
+        #[arg(long, default_value_t = 0)]
+        name_width: usize,
     },
     /// Run the demo host (leaf_1x, leaf_2x, leaf_4x under middle and top) under
     /// the in-process agent; write report.txt, stacks.folded, flamegraph.svg and
@@ -257,6 +260,7 @@ fn main() -> ExitCode {
             gdb,
             map,
             pad,
+            name_width,
         }) => {
             let churn = match (churn, unique_names) {
                 (false, _) => Churn::Off,
@@ -267,6 +271,7 @@ fn main() -> ExitCode {
                 functions,
                 version: map,
                 pad,
+                name_width,
             };
             run_spin(layout, seconds, perf, churn, gdb)
         }
@@ -500,8 +505,8 @@ fn run_spin(
         eprintln!("jitmap-sim spin: the demo functions are x86-64 machine code");
         return Ok(ExitCode::from(2));
     }
-    if layout.pad > 1 << 20 {
-        eprintln!("jitmap-sim spin: --pad must be at most 1048576");
+    if layout.pad > 1 << 20 || layout.name_width > 4096 {
+        eprintln!("jitmap-sim spin: --pad must be at most 1048576, --name-width at most 4096");
         return Ok(ExitCode::from(2));
     }
     let mut config = PerfConfig::from_env().map_err(io::Error::other)?;

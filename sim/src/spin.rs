@@ -79,6 +79,18 @@ pub struct Layout {
     pub version: jitmap::MapVersion,
     /// NOPs before each function's loop ([`padded_function_code`]).
     pub pad: usize,
+    /// Names are padded with `_` to at least this many bytes (for readers
+    /// that cut long names).
+    pub name_width: usize,
+}
+
+impl Layout {
+    /// The name of function `id` as published (`suffix` is the republish
+    /// round's, if any).
+    fn name(&self, id: u32, suffix: &str) -> String {
+        let name = format!("{}{suffix}", function_name(id));
+        format!("{name:_<width$}", width = self.name_width)
+    }
 }
 
 fn publish(
@@ -125,6 +137,7 @@ pub fn run(
         functions,
         version,
         pad,
+        ..
     } = layout;
     let span =
         (16u64 << 20).max((2 * u64::from(functions) * (pad as u64 + 64)).next_power_of_two());
@@ -135,7 +148,7 @@ pub fn run(
         ..HeapConfig::default()
     })?;
     let mut refs = (0..functions)
-        .map(|id| publish(&heap, id, function_name(id), pad))
+        .map(|id| publish(&heap, id, layout.name(id, ""), pad))
         .collect::<Result<Vec<_>, _>>()?;
     let mut report = SpinReport {
         functions,
@@ -152,8 +165,8 @@ pub fn run(
             let p = (round + n / 2) % n;
             heap.free(refs[p])?;
             let name = match churn {
-                Churn::UniqueNames => format!("{}@{round}", function_name(p as u32)),
-                _ => function_name(p as u32),
+                Churn::UniqueNames => layout.name(p as u32, &format!("@{round}")),
+                _ => layout.name(p as u32, ""),
             };
             refs[p] = publish(&heap, p as u32, name, pad)?;
             report.republishes += 1;

@@ -662,3 +662,42 @@ fn sigint_ends_the_profile_with_its_outputs() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn a_long_name_is_cut_at_256_bytes_and_says_so() {
+    if !x86_64() {
+        return;
+    }
+    let _one = one_run();
+    let dir = temp_dir("ebpf-names");
+    let mut host = spin(
+        &dir,
+        &["--functions", "3", "--seconds", "3", "--name-width", "300"],
+    );
+    let pid = host.0.id();
+    std::thread::sleep(Duration::from_millis(300));
+    let out = ebpf_profile(&[
+        "--pid".into(),
+        pid.to_string(),
+        "--seconds".into(),
+        "2".into(),
+        "--json".into(),
+    ]);
+    host.0.wait().unwrap();
+    if !ran(&out) {
+        return;
+    }
+    let report = json(&out);
+    let published: Vec<String> = published(&dir, pid).into_iter().map(|p| p.2).collect();
+    let placements = report["placements"].as_array().unwrap();
+    assert_eq!(placements.len(), 3);
+    for p in placements {
+        let name = p["name"].as_str().unwrap();
+        assert_eq!(name.len(), 256);
+        assert_eq!(p["truncated"], true);
+        assert_eq!(p["label"].as_str().unwrap(), format!("{name}..."));
+        let full = published.iter().find(|n| n.starts_with(name)).unwrap();
+        assert_eq!(full.len(), 300);
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

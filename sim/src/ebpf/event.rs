@@ -1,19 +1,23 @@
 //! The samples the eBPF program sends, decoded from the ring buffer's bytes.
 //!
-//! The layout mirrors `bpf/profile.bpf.c` (`struct event_header`, `struct
-//! frame`); every field is decoded at its fixed offset from little-endian
-//! bytes, and a record of the wrong size is refused rather than read past.
+//! The layout mirrors `bpf/profile.bpf.c`: a `struct event_header`, its
+//! `frames` frames (`struct frame`), then `names` bytes of names that the
+//! frames point into. Every field is decoded at its fixed offset from
+//! little-endian bytes, and a record whose sizes or name slices do not add
+//! up is refused rather than read past.
 
 use std::fmt;
 
 /// Frames a sample holds at most (`MAX_FRAMES` in the program).
 pub const MAX_FRAMES: usize = 64;
-/// Name bytes a frame carries at most (`NAME_CAP` in the program).
-pub const NAME_CAP: usize = 64;
+/// Bytes of one name the program copies at most (`NAME_CAP`).
+pub const NAME_CAP: usize = 256;
+/// Bytes of names one sample carries at most (`NAMES_BYTES`).
+pub const NAMES_BYTES: usize = 4096;
 /// Bytes of `struct event_header`.
-pub const HEADER_BYTES: usize = 16;
+pub const HEADER_BYTES: usize = 24;
 /// Bytes of `struct frame`.
-pub const FRAME_BYTES: usize = 40 + 8 + NAME_CAP;
+pub const FRAME_BYTES: usize = 56;
 
 /// What the program found at one address.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -33,7 +37,7 @@ pub enum FrameKind {
         heap_id: u64,
         /// The name (invalid UTF-8 replaced).
         name: String,
-        /// Whether the name was cut at [`NAME_CAP`] bytes.
+        /// Whether the name was cut.
         truncated: bool,
     },
     /// A stub block.
@@ -87,7 +91,7 @@ pub struct Sample {
 /// Why a ring-buffer record could not be decoded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DecodeError {
-    /// Its length does not match its frame count.
+    /// Its length does not match its frame count and name bytes.
     Length {
         /// Bytes received.
         got: usize,
@@ -96,6 +100,13 @@ pub enum DecodeError {
     },
     /// A frame's kind byte is not one the program writes.
     Kind(u8),
+    /// A frame's name lies outside the sample's name area.
+    Name {
+        /// Where it starts in the area.
+        offset: usize,
+        /// Its bytes.
+        len: usize,
+    },
 }
 
 impl fmt::Display for DecodeError {
@@ -105,6 +116,9 @@ impl fmt::Display for DecodeError {
                 write!(f, "a {got}-byte sample record claims {frames} frames")
             }
             Self::Kind(k) => write!(f, "unknown frame kind {k}"),
+            Self::Name { offset, len } => {
+                write!(f, "a {len}-byte name at {offset} lies outside its sample")
+            }
         }
     }
 }
@@ -148,15 +162,22 @@ impl Sample {
         let count = u32_at(record, 4) as usize;
         let reads = u32_at(record, 8);
         let stale = u32_at(record, 12) & 1 != 0;
-        if count > MAX_FRAMES || record.len() != HEADER_BYTES + count * FRAME_BYTES {
-            return Err(DecodeError::Length {
-                got: record.len(),
-                frames: count,
-            });
+        let names = u32_at(record, 16) as usize;
+        let bad_length = Err(DecodeError::Length {
+            got: record.len(),
+            frames: count,
+        });
+        if count > MAX_FRAMES || names > NAMES_BYTES {
+            return bad_length;
         }
-        let frames = record[HEADER_BYTES..]
+        let names_at = HEADER_BYTES + count * FRAME_BYTES;
+        if record.len() != names_at + names {
+            return bad_length;
+        }
+        let area = &record[names_at..];
+        let frames = record[HEADER_BYTES..names_at]
             .chunks_exact(FRAME_BYTES)
-            .map(decode_frame)
+            .map(|b| decode_frame(b, area))
             .collect::<Result<_, _>>()?;
         Ok(Self {
             tid,
@@ -167,7 +188,7 @@ impl Sample {
     }
 }
 
-fn decode_frame(b: &[u8]) -> Result<Frame, DecodeError> {
+fn decode_frame(b: &[u8], names: &[u8]) -> Result<Frame, DecodeError> {
     let (ip, start, id, heap_id, size) = (
         u64_at(b, 0),
         u64_at(b, 8),
@@ -177,17 +198,26 @@ fn decode_frame(b: &[u8]) -> Result<Frame, DecodeError> {
     );
     let name_len = u32_at(b, 40) as usize;
     let reads = u16::from_le_bytes([b[44], b[45]]);
-    let copied = usize::from(b[47]).min(NAME_CAP);
+    let offset = usize::from(u16::from_le_bytes([b[48], b[49]]));
+    let copied = usize::from(u16::from_le_bytes([b[50], b[51]]));
     let kind = match b[46] {
         0 => FrameKind::Native,
-        1 => FrameKind::Method {
-            start,
-            size,
-            method_id: id,
-            heap_id,
-            name: String::from_utf8_lossy(&b[48..48 + copied]).into_owned(),
-            truncated: name_len > copied,
-        },
+        1 => {
+            let name = names
+                .get(offset..offset + copied)
+                .ok_or(DecodeError::Name {
+                    offset,
+                    len: copied,
+                })?;
+            FrameKind::Method {
+                start,
+                size,
+                method_id: id,
+                heap_id,
+                name: String::from_utf8_lossy(name).into_owned(),
+                truncated: name_len > copied,
+            }
+        }
         2 => FrameKind::Stub { start, kind: id },
         3 => FrameKind::Image { begin: start },
         4 => FrameKind::Nothing,
@@ -211,51 +241,65 @@ mod tests {
         b
     }
 
-    fn record(frames: &[Vec<u8>]) -> Vec<u8> {
+    fn record(frames: &[Vec<u8>], names: &[u8]) -> Vec<u8> {
         let mut r = vec![0u8; HEADER_BYTES];
         r[0..4].copy_from_slice(&99u32.to_le_bytes());
         r[4..8].copy_from_slice(&(frames.len() as u32).to_le_bytes());
         r[8..12].copy_from_slice(&1u32.to_le_bytes());
+        r[16..20].copy_from_slice(&(names.len() as u32).to_le_bytes());
         for f in frames {
             r.extend_from_slice(f);
         }
+        r.extend_from_slice(names);
         r
     }
 
-    #[test]
-    fn every_field_decodes_at_its_offset() {
-        let method = frame(0x7000_0010, 1, |b| {
+    /// A method frame whose name is `len` bytes at `offset` of the name
+    /// area, of a full name of `full` bytes.
+    fn method(ip: u64, offset: u16, len: u16, full: u32) -> Vec<u8> {
+        frame(ip, 1, |b| {
             b[8..16].copy_from_slice(&0x7000_0000u64.to_le_bytes());
             b[16..24].copy_from_slice(&42u64.to_le_bytes());
             b[24..32].copy_from_slice(&3u64.to_le_bytes());
             b[32..40].copy_from_slice(&0x40u64.to_le_bytes());
-            b[40..44].copy_from_slice(&70u32.to_le_bytes());
+            b[40..44].copy_from_slice(&full.to_le_bytes());
             b[44..46].copy_from_slice(&15u16.to_le_bytes());
-            b[47] = 64;
-            b[48..112].fill(b'a');
-        });
+            b[48..50].copy_from_slice(&offset.to_le_bytes());
+            b[50..52].copy_from_slice(&len.to_le_bytes());
+        })
+    }
+
+    #[test]
+    fn every_field_decodes_at_its_offset() {
         let stub = frame(0x7000_0100, 2, |b| {
             b[8..16].copy_from_slice(&0x7000_00f0u64.to_le_bytes());
             b[16..24].copy_from_slice(&5u64.to_le_bytes());
         });
-        let sample = Sample::decode(&record(&[method, stub, frame(1, 6, |_| {})])).unwrap();
+        let frames = [
+            method(0x7000_0010, 0, 3, 3),
+            stub,
+            method(0x7000_0020, 3, 4, 300),
+            frame(1, 6, |_| {}),
+        ];
+        let sample = Sample::decode(&record(&frames, b"topleaf")).unwrap();
         assert_eq!(sample.tid, 99);
         assert_eq!((sample.reads, sample.stale), (1, false));
+        let method = |ip, name: &str, truncated| Frame {
+            ip,
+            reads: 15,
+            kind: FrameKind::Method {
+                start: 0x7000_0000,
+                size: 0x40,
+                method_id: 42,
+                heap_id: 3,
+                name: name.into(),
+                truncated,
+            },
+        };
         assert_eq!(
             sample.frames,
             [
-                Frame {
-                    ip: 0x7000_0010,
-                    reads: 15,
-                    kind: FrameKind::Method {
-                        start: 0x7000_0000,
-                        size: 0x40,
-                        method_id: 42,
-                        heap_id: 3,
-                        name: "a".repeat(64),
-                        truncated: true,
-                    },
-                },
+                method(0x7000_0010, "top", false),
                 Frame {
                     ip: 0x7000_0100,
                     reads: 0,
@@ -264,6 +308,7 @@ mod tests {
                         kind: 5
                     },
                 },
+                method(0x7000_0020, "leaf", true),
                 Frame {
                     ip: 1,
                     reads: 0,
@@ -275,7 +320,7 @@ mod tests {
 
     #[test]
     fn a_stale_sample_says_so() {
-        let mut r = record(&[]);
+        let mut r = record(&[], b"");
         r[12] = 1;
         let sample = Sample::decode(&r).unwrap();
         assert_eq!((sample.stale, sample.frames.len()), (true, 0));
@@ -287,16 +332,17 @@ mod tests {
             Sample::decode(&[0u8; 3]),
             Err(DecodeError::Length { got: 3, frames: 0 })
         );
-        let mut r = record(&[frame(1, 0, |_| {})]);
+        // One byte short of its name area.
+        let mut r = record(&[method(1, 0, 2, 2)], b"ab");
         r.pop();
         assert_eq!(
             Sample::decode(&r),
             Err(DecodeError::Length {
-                got: HEADER_BYTES + FRAME_BYTES - 1,
+                got: HEADER_BYTES + FRAME_BYTES + 1,
                 frames: 1
             })
         );
-        let mut big = record(&[]);
+        let mut big = record(&[], b"");
         big[4..8].copy_from_slice(&65u32.to_le_bytes());
         big.resize(HEADER_BYTES + 65 * FRAME_BYTES, 0);
         assert!(matches!(
@@ -304,8 +350,13 @@ mod tests {
             Err(DecodeError::Length { frames: 65, .. })
         ));
         assert_eq!(
-            Sample::decode(&record(&[frame(1, 8, |_| {})])),
+            Sample::decode(&record(&[frame(1, 8, |_| {})], b"")),
             Err(DecodeError::Kind(8))
+        );
+        // A name reaching past the area.
+        assert_eq!(
+            Sample::decode(&record(&[method(1, 1, 2, 2)], b"ab")),
+            Err(DecodeError::Name { offset: 1, len: 2 })
         );
     }
 }
