@@ -77,6 +77,8 @@ pub enum EbpfError {
     Decode(DecodeError),
     /// Writing the outputs failed.
     Io(std::io::Error),
+    /// The overhead measurement could not build its demo host.
+    Demo(crate::demo::DemoError),
 }
 
 impl fmt::Display for EbpfError {
@@ -96,6 +98,7 @@ impl fmt::Display for EbpfError {
             Self::Bpf(what) => write!(f, "BPF: {what}"),
             Self::Decode(e) => write!(f, "a sample from the kernel: {e}"),
             Self::Io(e) => write!(f, "writing the outputs: {e}"),
+            Self::Demo(e) => write!(f, "the demo host: {e}"),
         }
     }
 }
@@ -105,6 +108,12 @@ impl std::error::Error for EbpfError {}
 impl From<DecodeError> for EbpfError {
     fn from(e: DecodeError) -> Self {
         Self::Decode(e)
+    }
+}
+
+impl From<crate::demo::DemoError> for EbpfError {
+    fn from(e: crate::demo::DemoError) -> Self {
+        Self::Demo(e)
     }
 }
 
@@ -588,8 +597,7 @@ fn measure(
 /// only, and profiling this process, side by side.
 pub fn overhead(rates: &[u32], slice: Duration, rounds: usize) -> Result<Vec<Overhead>, EbpfError> {
     let manager = Arc::new(jitmap::ExecutionManager::new(16));
-    let demo = crate::demo::Demo::publish(&manager)
-        .map_err(|e| EbpfError::Options(format!("the demo host: {e}")))?;
+    let demo = crate::demo::Demo::publish(&manager)?;
     let options = Options {
         pid: std::process::id() as i32,
         hz: rates.iter().copied().max().unwrap_or(1000),
