@@ -4,7 +4,8 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use jitmap::epoch::with_current_reader;
 mod signals;
@@ -14,14 +15,19 @@ use jitmap::{CodeInfo, EpochError, ExecutionManager, HeapConfig, JitKind, Manage
 /// Counts allocations made while a handler runs.
 struct Counting;
 
-static IN_HANDLER: AtomicBool = AtomicBool::new(false);
+thread_local! {
+    /// Whether this thread is inside the handler. Per thread, so that other
+    /// threads' allocations (the test harness's, the event dispatcher's) are
+    /// not counted; const-initialized and without a destructor, so reading it
+    /// from a signal handler or an allocator initializes nothing.
+    static IN_HANDLER: Cell<bool> = const { Cell::new(false) };
+}
 static HANDLER_ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
 
 // SAFETY: forwards to the system allocator; the counters are atomics.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // Relaxed: the handler and the allocator run on the same thread (a signal handler is sequenced with the code it interrupts).
-        if IN_HANDLER.load(Ordering::Relaxed) {
+        if IN_HANDLER.with(Cell::get) {
             // Relaxed: a counter read by the same thread.
             HANDLER_ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
         }
@@ -30,8 +36,7 @@ unsafe impl GlobalAlloc for Counting {
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // Relaxed: as in `alloc`.
-        if IN_HANDLER.load(Ordering::Relaxed) {
+        if IN_HANDLER.with(Cell::get) {
             // Relaxed: as in `alloc`.
             HANDLER_ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
         }
@@ -50,11 +55,9 @@ static UNBOUND: AtomicU64 = AtomicU64::new(0);
 static WRONG: AtomicU64 = AtomicU64::new(0);
 
 extern "C" fn on_sigprof(_: libc::c_int) {
-    // Relaxed: read by this same thread's allocator.
-    IN_HANDLER.store(true, Ordering::Relaxed);
+    IN_HANDLER.with(|h| h.set(true));
     let Some(manager) = MANAGER.get() else {
-        // Relaxed: as above.
-        IN_HANDLER.store(false, Ordering::Relaxed);
+        IN_HANDLER.with(|h| h.set(false));
         return;
     };
     // Relaxed: set by the interrupted thread before it raised the signal.
@@ -70,8 +73,7 @@ extern "C" fn on_sigprof(_: libc::c_int) {
         Some(Some(42)) => FOUND.fetch_add(1, Ordering::Relaxed),
         Some(_) => WRONG.fetch_add(1, Ordering::Relaxed),
     };
-    // Relaxed: as at entry.
-    IN_HANDLER.store(false, Ordering::Relaxed);
+    IN_HANDLER.with(|h| h.set(false));
 }
 
 fn heap(m: &ExecutionManager) -> ManagedHeap<'_> {

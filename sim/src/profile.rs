@@ -67,18 +67,7 @@ pub fn run(
 /// other counters.
 pub fn json(run: &ProfileRun) -> serde_json::Value {
     let p = &run.profile;
-    let methods: Vec<_> = p
-        .summary()
-        .into_iter()
-        .map(|m| {
-            serde_json::json!({
-                "name": m.name,
-                "self_samples": m.self_samples,
-                "total_samples": m.total_samples,
-                "self_share": m.self_share,
-            })
-        })
-        .collect();
+    let methods = methods_json(p);
     serde_json::json!({
         "samples": p.samples,
         "dropped": p.dropped,
@@ -94,17 +83,53 @@ pub fn json(run: &ProfileRun) -> serde_json::Value {
     })
 }
 
+/// Every name of a profile as JSON objects (`name`, `self_samples`,
+/// `total_samples`, `self_share`), most self samples first: the `methods` of
+/// both profilers' JSON.
+pub fn methods_json(p: &Profile) -> Vec<serde_json::Value> {
+    p.summary()
+        .into_iter()
+        .map(|m| {
+            serde_json::json!({
+                "name": m.name,
+                "self_samples": m.self_samples,
+                "total_samples": m.total_samples,
+                "self_share": m.self_share,
+            })
+        })
+        .collect()
+}
+
 /// Writes `report.txt`, `stacks.folded`, `flamegraph.svg` and `profile.pb.gz`
 /// into `dir` (created if needed).
 pub fn write_outputs(run: &ProfileRun, dir: &Path) -> std::io::Result<()> {
-    std::fs::create_dir_all(dir)?;
     let p = &run.profile;
-    std::fs::write(dir.join("report.txt"), p.report(20))?;
+    write_profile(
+        p,
+        &p.report(20),
+        "jitmap agent: demo host",
+        run.period_ns,
+        dir,
+    )
+}
+
+/// Writes a profile's four outputs into `dir` (created if needed): `report`
+/// as `report.txt`, the folded stacks, a flamegraph titled `title`, and pprof
+/// with one sample worth `period_ns`.
+pub fn write_profile(
+    p: &Profile,
+    report: &str,
+    title: &str,
+    period_ns: u64,
+    dir: &Path,
+) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    std::fs::write(dir.join("report.txt"), report)?;
     std::fs::write(dir.join("stacks.folded"), p.folded())?;
     let svg = std::fs::File::create(dir.join("flamegraph.svg"))?;
-    p.write_flamegraph("jitmap agent: demo host", std::io::BufWriter::new(svg))?;
+    p.write_flamegraph(title, std::io::BufWriter::new(svg))?;
     let pb = std::fs::File::create(dir.join("profile.pb.gz"))?;
-    p.write_pprof(run.period_ns, std::io::BufWriter::new(pb))?;
+    p.write_pprof(period_ns, std::io::BufWriter::new(pb))?;
     Ok(())
 }
 

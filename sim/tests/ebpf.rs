@@ -12,35 +12,18 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+#[path = "tools/demo.rs"]
+mod demo_tools;
 #[path = "tools/perf.rs"]
 mod perf_tools;
 mod tools;
 
+use demo_tools::{assert_outputs, json_share, normalized, one_run, record_demo};
 use jitmap_sim::demo::{LEAVES, MIDDLE, NATIVE_CALLER, TOP};
-use perf_tools::{inject_and_report, perf_command, temp_dir};
+use perf_tools::{inject_and_report, report_share, temp_dir};
+use tools::{must_run, runs_x86_64};
 
 const SIM: &str = env!("CARGO_BIN_EXE_jitmap-sim");
-
-fn must_run() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
-}
-
-/// Whether the hosts (x86-64 code) can run here.
-fn x86_64() -> bool {
-    if cfg!(target_arch = "x86_64") {
-        return true;
-    }
-    assert!(!must_run(), "CI must run the eBPF tests on x86-64");
-    println!("skipped: the hosts run x86-64 code");
-    false
-}
-
-/// The hosts take a core each; the tests go one at a time so that one's
-/// sampling does not starve another's host.
-fn one_run() -> std::sync::MutexGuard<'static, ()> {
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// A host process, killed when dropped.
 struct Host(Child);
@@ -66,13 +49,19 @@ fn spin(dir: &Path, args: &[&str]) -> Host {
     )
 }
 
-/// `ebpf-profile --json ARGS`.
-fn ebpf_profile(args: &[String]) -> Output {
-    Command::new(SIM)
-        .arg("ebpf-profile")
-        .args(args)
-        .output()
-        .unwrap()
+/// `ebpf-profile --pid PID --seconds SECONDS --json EXTRA...`.
+fn ebpf_profile(pid: impl ToString, seconds: &str, extra: &[&str]) -> Output {
+    ebpf_command(pid, seconds, extra).output().unwrap()
+}
+
+/// The command [`ebpf_profile`] runs, to start it in the background.
+fn ebpf_command(pid: impl ToString, seconds: &str, extra: &[&str]) -> Command {
+    let mut command = Command::new(SIM);
+    command
+        .args(["ebpf-profile", "--json", "--seconds", seconds, "--pid"])
+        .arg(pid.to_string())
+        .args(extra);
+    command
 }
 
 /// Whether the profile ran; if BPF is unavailable (no privileges, an old
@@ -92,22 +81,6 @@ fn ran(out: &Output) -> bool {
 
 fn json(out: &Output) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).unwrap()
-}
-
-/// Each leaf's share of the three leaves' samples, in percent.
-fn normalized(shares: [f64; 3]) -> [f64; 3] {
-    let sum: f64 = shares.iter().sum();
-    shares.map(|s| s * 100.0 / sum)
-}
-
-fn share(report: &serde_json::Value, name: &str) -> f64 {
-    report["methods"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|m| m["name"] == name)
-        .and_then(|m| m["self_share"].as_f64())
-        .unwrap_or_else(|| panic!("{name} missing from {}", report["methods"]))
 }
 
 /// The child of `parent` running `jitmap-sim`, once it exists.
@@ -160,59 +133,23 @@ fn agent_perf_and_ebpf_agree_on_one_run() {
     let agent_out = dir.join("agent");
     let ebpf_out = dir.join("ebpf");
     // perf starts the demo host with jitdump on, and samples it too.
-    let record = perf_command(
-        &dir,
-        &[
-            "record",
-            "-k",
-            "1",
-            "-e",
-            "cpu-clock",
-            "-F",
-            "2000",
-            "-o",
-            data.to_str().unwrap(),
-            "--",
-            SIM,
-            "profile",
-            "--clock",
-            "wall",
-            "--hz",
-            "2000",
-            "--seconds",
-            "6",
-            "--json",
-            "--out",
-            agent_out.to_str().unwrap(),
-        ],
-    )
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped())
-    .spawn()
-    .unwrap();
+    let record = record_demo(&dir, &data, "6", &agent_out)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
     let host = child_of(record.id());
     std::thread::sleep(Duration::from_millis(500));
-    let out = ebpf_profile(&[
-        "--pid".into(),
-        host.to_string(),
-        "--seconds".into(),
-        "4".into(),
-        "--hz".into(),
-        "2000".into(),
-        "--json".into(),
-        "--out".into(),
-        ebpf_out.display().to_string(),
-    ]);
-    let recorded = record.wait_with_output().unwrap();
+    let ebpf_dir = ebpf_out.to_str().unwrap();
+    let out = ebpf_profile(host, "4", &["--hz", "2000", "--out", ebpf_dir]);
+    let record_out = record.wait_with_output().unwrap();
     if !ran(&out) {
         return;
     }
-    assert!(
-        recorded.status.success(),
-        "perf record: {}",
-        String::from_utf8_lossy(&recorded.stderr)
-    );
-    let agent: serde_json::Value = serde_json::from_slice(&recorded.stdout).unwrap();
+    if !perf_tools::recorded(&record_out) {
+        return;
+    }
+    let agent: serde_json::Value = serde_json::from_slice(&record_out.stdout).unwrap();
     let ebpf = json(&out);
     let summary = format!(
         "samples {} stale {} empty {} lost {} unattributed {} frames {} reads {}",
@@ -289,31 +226,12 @@ fn agent_perf_and_ebpf_agree_on_one_run() {
     );
     let samples = ebpf["samples"].as_u64().unwrap();
     assert!(in_leaves * 10 >= samples * 9, "{in_leaves} of {samples}");
-    for file in [
-        "report.txt",
-        "stacks.folded",
-        "flamegraph.svg",
-        "profile.pb.gz",
-    ] {
-        assert!(ebpf_out.join(file).is_file(), "{file} not written");
-    }
+    assert_outputs(&ebpf_out);
     // The three profilers, leaf by leaf.
     let text = inject_and_report(&dir, &data, "sym");
-    let perf_share = |name: &str| -> f64 {
-        let line = text
-            .lines()
-            .find(|l| l.split_whitespace().last() == Some(name))
-            .unwrap_or_else(|| panic!("{name} missing from perf report:\n{text}"));
-        line.split_whitespace()
-            .next()
-            .unwrap()
-            .trim_end_matches('%')
-            .parse()
-            .unwrap()
-    };
-    let from_agent = normalized(LEAVES.map(|l| share(&agent, l)));
-    let from_perf = normalized(LEAVES.map(perf_share));
-    let from_ebpf = normalized(LEAVES.map(|l| share(&ebpf, l)));
+    let from_agent = normalized(LEAVES.map(|l| json_share(&agent, l)));
+    let from_perf = normalized(LEAVES.map(|l| report_share(&text, l).1));
+    let from_ebpf = normalized(LEAVES.map(|l| json_share(&ebpf, l)));
     println!("agent {from_agent:.1?} perf {from_perf:.1?} ebpf {from_ebpf:.1?}");
     for i in 0..3 {
         let three = [from_agent[i], from_perf[i], from_ebpf[i]];
@@ -332,22 +250,19 @@ fn agent_perf_and_ebpf_agree_on_one_run() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// Profiles a spin host started with `args` for `seconds`, then checks every
-/// placement the kernel named against the host's perf map; returns the report.
-fn profile_spin(name: &str, args: &[&str], seconds: u32) -> Option<serde_json::Value> {
+/// Profiles a spin host started with `args` for `seconds` at 4 kHz, then
+/// checks every placement the kernel named against the host's perf map;
+/// returns the report, or `None` when the test skips here.
+fn profile_spin(name: &str, args: &[&str], seconds: &str) -> Option<serde_json::Value> {
+    if !runs_x86_64() {
+        return None;
+    }
+    let _one = one_run();
     let dir = temp_dir(name);
     let mut host = spin(&dir, args);
     let pid = host.0.id();
     std::thread::sleep(Duration::from_millis(300));
-    let out = ebpf_profile(&[
-        "--pid".into(),
-        pid.to_string(),
-        "--seconds".into(),
-        seconds.to_string(),
-        "--hz".into(),
-        "4000".into(),
-        "--json".into(),
-    ]);
+    let out = ebpf_profile(pid, seconds, &["--hz", "4000"]);
     let status = host.0.wait().unwrap();
     if !ran(&out) {
         return None;
@@ -399,10 +314,6 @@ fn profile_spin(name: &str, args: &[&str], seconds: u32) -> Option<serde_json::V
 
 #[test]
 fn a_churning_v2_host_is_never_misnamed() {
-    if !x86_64() {
-        return;
-    }
-    let _one = one_run();
     let args = [
         "--functions",
         "32",
@@ -411,7 +322,7 @@ fn a_churning_v2_host_is_never_misnamed() {
         "--churn",
         "--unique-names",
     ];
-    let Some(report) = profile_spin("ebpf-churn-v2", &args, 4) else {
+    let Some(report) = profile_spin("ebpf-churn-v2", &args, "4") else {
         return;
     };
     let methods = report["frames"]["methods"].as_u64().unwrap();
@@ -429,10 +340,6 @@ fn a_churning_v2_host_is_never_misnamed() {
 
 #[test]
 fn a_churning_v1_host_within_the_walk_cap_is_never_misnamed() {
-    if !x86_64() {
-        return;
-    }
-    let _one = one_run();
     // The hot loop 40,000 bytes in: 157 words back, inside the 256-word cap.
     let args = [
         "--functions",
@@ -446,7 +353,7 @@ fn a_churning_v1_host_within_the_walk_cap_is_never_misnamed() {
         "--pad",
         "40000",
     ];
-    let Some(report) = profile_spin("ebpf-churn-v1", &args, 4) else {
+    let Some(report) = profile_spin("ebpf-churn-v1", &args, "4") else {
         return;
     };
     // Every pc is in reach; only made-up return addresses may be too far.
@@ -460,10 +367,6 @@ fn a_churning_v1_host_within_the_walk_cap_is_never_misnamed() {
 
 #[test]
 fn a_v1_method_beyond_the_walk_cap_is_too_far_never_wrong() {
-    if !x86_64() {
-        return;
-    }
-    let _one = one_run();
     // The hot loop 100,000 bytes in: 390 words back, past the cap.
     let args = [
         "--functions",
@@ -475,7 +378,7 @@ fn a_v1_method_beyond_the_walk_cap_is_too_far_never_wrong() {
         "--pad",
         "100000",
     ];
-    let Some(report) = profile_spin("ebpf-too-far", &args, 3) else {
+    let Some(report) = profile_spin("ebpf-too-far", &args, "3") else {
         return;
     };
     let too_far = report["frames"]["too_far"].as_u64().unwrap();
@@ -507,19 +410,16 @@ fn bad_input_and_missing_privileges_exit_2_with_a_reason() {
         assert!(err.contains(reason), "expected {reason:?} in {err:?}");
     };
     // No such process.
-    expect(
-        &ebpf_profile(&["--pid".into(), "999999999".into()]),
-        "no process 999999999",
-    );
+    expect(&ebpf_profile("999999999", "5", &[]), "no process 999999999");
     // A process that links no jitmap.
     let mut sleeper = Command::new("sleep").arg("30").spawn().unwrap();
-    let out = ebpf_profile(&["--pid".into(), sleeper.id().to_string()]);
+    let out = ebpf_profile(sleeper.id(), "5", &[]);
     let _ = sleeper.kill();
     let _ = sleeper.wait();
     expect(&out, "is not a jitmap host");
     // Options out of range.
     expect(
-        &ebpf_profile(&["--pid".into(), "1".into(), "--hz".into(), "0".into()]),
+        &ebpf_profile(1, "5", &["--hz", "0"]),
         "--hz must be in 1..=100000",
     );
     // Privileges: only root can take them away here.
@@ -577,20 +477,14 @@ fn bad_input_and_missing_privileges_exit_2_with_a_reason() {
 
 #[test]
 fn a_host_that_exits_ends_the_profile_with_what_it_took() {
-    if !x86_64() {
+    if !runs_x86_64() {
         return;
     }
     let _one = one_run();
     let dir = temp_dir("ebpf-exit");
     let host = spin(&dir, &["--functions", "4", "--seconds", "1.5"]);
     let started = Instant::now();
-    let out = ebpf_profile(&[
-        "--pid".into(),
-        host.0.id().to_string(),
-        "--seconds".into(),
-        "30".into(),
-        "--json".into(),
-    ]);
+    let out = ebpf_profile(host.0.id(), "30", &[]);
     drop(host);
     if !ran(&out) {
         return;
@@ -623,18 +517,14 @@ fn a_host_that_exits_ends_the_profile_with_what_it_took() {
 
 #[test]
 fn sigint_ends_the_profile_with_its_outputs() {
-    if !x86_64() {
+    if !runs_x86_64() {
         return;
     }
     let _one = one_run();
     let dir = temp_dir("ebpf-sigint");
     let host = spin(&dir, &["--functions", "4", "--seconds", "20"]);
     let out_dir = dir.join("out");
-    let profiler = Command::new(SIM)
-        .args(["ebpf-profile", "--seconds", "30", "--json", "--pid"])
-        .arg(host.0.id().to_string())
-        .arg("--out")
-        .arg(&out_dir)
+    let profiler = ebpf_command(host.0.id(), "30", &["--out", out_dir.to_str().unwrap()])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -652,20 +542,13 @@ fn sigint_ends_the_profile_with_its_outputs() {
     assert_eq!(report["host_exited"], false);
     assert!(report["seconds"].as_f64().unwrap() < 10.0);
     assert!(report["samples"].as_u64().unwrap() > 0);
-    for file in [
-        "report.txt",
-        "stacks.folded",
-        "flamegraph.svg",
-        "profile.pb.gz",
-    ] {
-        assert!(out_dir.join(file).is_file(), "{file} not written");
-    }
+    assert_outputs(&out_dir);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
 fn a_long_name_is_cut_at_256_bytes_and_says_so() {
-    if !x86_64() {
+    if !runs_x86_64() {
         return;
     }
     let _one = one_run();
@@ -676,13 +559,7 @@ fn a_long_name_is_cut_at_256_bytes_and_says_so() {
     );
     let pid = host.0.id();
     std::thread::sleep(Duration::from_millis(300));
-    let out = ebpf_profile(&[
-        "--pid".into(),
-        pid.to_string(),
-        "--seconds".into(),
-        "2".into(),
-        "--json".into(),
-    ]);
+    let out = ebpf_profile(pid, "2", &[]);
     host.0.wait().unwrap();
     if !ran(&out) {
         return;

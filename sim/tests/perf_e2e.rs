@@ -10,7 +10,7 @@ use jitmap::perf::check::{Body, Violation, check};
 mod perf_tools;
 mod tools;
 
-use perf_tools::{inject_and_report, perf, temp_dir};
+use perf_tools::{inject_and_report, record, recorded, report_share, temp_dir};
 
 const SIM: &str = env!("CARGO_BIN_EXE_jitmap-sim");
 
@@ -71,49 +71,17 @@ fn real_perf_names_jit_functions() {
     if !tools::available("perf") {
         return;
     }
-    let must_run = std::env::var("CI").is_ok_and(|v| v == "true");
     let dir = temp_dir("perf-e2e");
     let data = dir.join("perf.data");
-    let out = perf(
-        &dir,
-        &[
-            "record",
-            "-k",
-            "1",
-            "-e",
-            "cpu-clock",
-            "-o",
-            data.to_str().unwrap(),
-            "--",
-            SIM,
-            "spin",
-            "--functions",
-            "4",
-            "--seconds",
-            "2",
-        ],
-    );
-    if !out.status.success() {
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(!must_run, "perf record failed in CI: {err}");
-        println!("skipped: perf cannot record here: {err}");
+    let spin = [SIM, "spin", "--functions", "4", "--seconds", "2"];
+    let out = record(&dir, &data, None, &spin).output().unwrap();
+    if !recorded(&out) {
         return;
     }
     let text = inject_and_report(&dir, &data, "dso,sym");
     for id in 0..4 {
-        let name = format!("jitmap_spin_{id}");
-        let line = text
-            .lines()
-            .find(|l| l.contains(&name))
-            .unwrap_or_else(|| panic!("{name} missing from perf report:\n{text}"));
-        let percent: f64 = line
-            .split_whitespace()
-            .next()
-            .unwrap()
-            .trim_end_matches('%')
-            .parse()
-            .unwrap();
-        assert!(percent > 1.0, "{name} has {percent}% of samples");
+        let (line, percent) = report_share(&text, &format!("jitmap_spin_{id}"));
+        assert!(percent > 1.0, "jitmap_spin_{id} has {percent}% of samples");
         assert!(line.contains("jitted-"), "{line}");
     }
     std::fs::remove_dir_all(&dir).unwrap();

@@ -10,7 +10,9 @@ use parking_lot::Mutex;
 use crate::events::{CodeEvent, CodeListener};
 use crate::{CodeInfo, ExecutionManager};
 
-use super::profile::{MethodVersion, ProbeCounts, ProbeEvent, Profile, Sample, SampleFrame, Stack};
+use super::profile::{
+    MethodVersion, ProbeCounts, ProbeEvent, Profile, Sample, SampleFrame, Stack, version_labels,
+};
 use super::record::{FrameKind, ProbeKind, RawFrame, ThreadRecord};
 
 /// The code events the collector has not applied yet.
@@ -501,15 +503,11 @@ fn version_key(info: &Arc<CodeInfo>) -> usize {
     Arc::as_ptr(info) as usize
 }
 
-/// Gives versions that share a name distinct labels: `f`, `f [v2]`, ...
+/// Gives versions that share a name distinct labels ([`version_labels`]).
 fn label_versions(methods: &mut [MethodVersion]) {
-    let mut seen: HashMap<String, usize> = HashMap::new();
-    for m in methods.iter_mut() {
-        let n = seen.entry(m.name.clone()).or_default();
-        *n += 1;
-        if *n > 1 {
-            m.label = format!("{} [v{n}]", m.name);
-        }
+    let labels = version_labels(methods.iter().map(|m| m.name.as_str()));
+    for (m, label) in methods.iter_mut().zip(labels) {
+        m.label = label;
     }
 }
 

@@ -103,6 +103,7 @@ pub use counters::{CallCounters, CounterCell, CounterError, jitmap_probe_count};
 pub use probes::{ProbeContext, jitmap_probe_enter, jitmap_probe_value};
 pub use profile::{
     MethodSummary, MethodVersion, ProbeCounts, ProbeEvent, Profile, Sample, SampleFrame, Stack,
+    version_labels,
 };
 
 /// Highest sampling frequency accepted.

@@ -25,6 +25,30 @@ pub struct MethodVersion {
     pub freed: bool,
 }
 
+/// Labels for method versions named `names`, in order: a name's first
+/// version keeps it, later ones get `name [v2]`, `name [v3]`, ... so that
+/// stacks tell versions of one method apart.
+///
+/// ```
+/// use jitmap::agent::version_labels;
+/// assert_eq!(version_labels(["f", "g", "f"]), ["f", "g", "f [v2]"]);
+/// ```
+pub fn version_labels<'a>(names: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    names
+        .into_iter()
+        .map(|name| {
+            let n = seen.entry(name).or_default();
+            *n += 1;
+            if *n > 1 {
+                format!("{name} [v{n}]")
+            } else {
+                name.to_owned()
+            }
+        })
+        .collect()
+}
+
 /// One frame of a kept sample ([`super::AgentConfig::keep_samples`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SampleFrame {

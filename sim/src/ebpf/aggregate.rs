@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use jitmap::agent::{Profile, Stack};
+use jitmap::agent::{Profile, Stack, version_labels};
 
 use super::event::{Frame, FrameKind, Sample};
 
@@ -108,7 +108,9 @@ impl Counts {
 pub struct Aggregator {
     stacks: HashMap<Vec<Key>, u64>,
     placements: Vec<Placement>,
-    index: HashMap<(u64, u64, u64, u64, String), usize>,
+    /// Placements by (heap id, method id, start, size); names differ only
+    /// when a placement was reused, so the list is almost always one long.
+    index: HashMap<(u64, u64, u64, u64), Vec<usize>>,
     counts: Counts,
 }
 
@@ -188,8 +190,15 @@ impl Aggregator {
                 // The address the program looked up (a return address one
                 // byte back, in its call).
                 let at = if is_return { f.ip - 1 } else { f.ip };
-                let id = (*heap_id, *method_id, *start, *size, name.clone());
-                let i = *self.index.entry(id).or_insert_with(|| {
+                let same = self
+                    .index
+                    .entry((*heap_id, *method_id, *start, *size))
+                    .or_default();
+                let found = same
+                    .iter()
+                    .copied()
+                    .find(|&i| self.placements[i].name == *name);
+                let i = found.unwrap_or_else(|| {
                     self.placements.push(Placement {
                         heap_id: *heap_id,
                         method_id: *method_id,
@@ -201,6 +210,7 @@ impl Aggregator {
                         lookups: (at, at),
                         frames: 0,
                     });
+                    same.push(self.placements.len() - 1);
                     self.placements.len() - 1
                 });
                 let p = &mut self.placements[i];
@@ -246,20 +256,20 @@ impl Aggregator {
         mut self,
         native: impl Fn(u64, bool) -> String,
     ) -> (Vec<Stack>, Vec<Placement>, Counts) {
-        let mut seen: HashMap<String, usize> = HashMap::new();
-        for p in &mut self.placements {
-            let base = if p.truncated {
-                format!("{}...", p.name)
-            } else {
-                p.name.clone()
-            };
-            let n = seen.entry(base.clone()).or_default();
-            *n += 1;
-            p.label = if *n > 1 {
-                format!("{base} [v{n}]")
-            } else {
-                base
-            };
+        let names: Vec<String> = self
+            .placements
+            .iter()
+            .map(|p| {
+                if p.truncated {
+                    format!("{}...", p.name)
+                } else {
+                    p.name.clone()
+                }
+            })
+            .collect();
+        let labels = version_labels(names.iter().map(String::as_str));
+        for (p, label) in self.placements.iter_mut().zip(labels) {
+            p.label = label;
         }
         let mut named: HashMap<Vec<String>, u64> = HashMap::new();
         for (keys, count) in &self.stacks {
@@ -336,6 +346,23 @@ mod tests {
             stale: false,
             frames,
         }
+    }
+
+    #[test]
+    fn a_reused_placement_with_a_new_name_is_a_new_placement() {
+        let mut agg = Aggregator::new();
+        agg.add(&sample(vec![method(0x1010, 0x1000, "f")]));
+        agg.add(&sample(vec![method(0x1020, 0x1000, "g")]));
+        agg.add(&sample(vec![method(0x1030, 0x1000, "f")]));
+        let (_, placements, _) = agg.finish(|addr, _| format!("{addr:x}"));
+        let seen: Vec<_> = placements
+            .iter()
+            .map(|p| (p.name.as_str(), p.lookups, p.frames))
+            .collect();
+        assert_eq!(
+            seen,
+            [("f", (0x1010, 0x1030), 2), ("g", (0x1020, 0x1020), 1)]
+        );
     }
 
     #[test]

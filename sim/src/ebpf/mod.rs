@@ -442,19 +442,7 @@ impl EbpfRun {
     pub fn json(&self) -> serde_json::Value {
         let (c, k) = (&self.counts, &self.kernel);
         let (mean, jit_mean) = self.mean_reads();
-        let methods: Vec<_> = self
-            .profile
-            .summary()
-            .into_iter()
-            .map(|m| {
-                serde_json::json!({
-                    "name": m.name,
-                    "self_samples": m.self_samples,
-                    "total_samples": m.total_samples,
-                    "self_share": m.self_share,
-                })
-            })
-            .collect();
+        let methods = crate::profile::methods_json(&self.profile);
         let placements: Vec<_> = self
             .placements
             .iter()
@@ -516,21 +504,13 @@ impl EbpfRun {
     /// Writes `report.txt`, `stacks.folded`, `flamegraph.svg` and
     /// `profile.pb.gz` into `dir` (created if needed).
     pub fn write_outputs(&self, dir: &Path) -> std::io::Result<()> {
-        std::fs::create_dir_all(dir)?;
-        let p = &self.profile;
-        std::fs::write(dir.join("report.txt"), self.report(20))?;
-        std::fs::write(dir.join("stacks.folded"), p.folded())?;
-        let svg = std::fs::File::create(dir.join("flamegraph.svg"))?;
-        p.write_flamegraph(
+        crate::profile::write_profile(
+            &self.profile,
+            &self.report(20),
             &format!("jitmap ebpf-profile: process {}", self.pid),
-            std::io::BufWriter::new(svg),
-        )?;
-        let pb = std::fs::File::create(dir.join("profile.pb.gz"))?;
-        p.write_pprof(
             1_000_000_000 / u64::from(self.hz.max(1)),
-            std::io::BufWriter::new(pb),
-        )?;
-        Ok(())
+            dir,
+        )
     }
 }
 

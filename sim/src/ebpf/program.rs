@@ -224,13 +224,7 @@ impl Loaded {
             .take_map("EVENTS")
             .ok_or(EbpfError::Bpf("the object has no EVENTS map".into()))?;
         let ring = RingBuf::try_from(ring).map_err(|e| EbpfError::bpf("the ring buffer", &e))?;
-        let program: &mut PerfEvent = bpf
-            .program_mut(PROGRAM)
-            .ok_or(EbpfError::Bpf(format!(
-                "the object has no program {PROGRAM}"
-            )))?
-            .try_into()
-            .map_err(|e| EbpfError::bpf("the program's type", &e))?;
+        let program = perf_event(&mut bpf)?;
         program
             .load()
             .map_err(|e| EbpfError::bpf("verifying and loading the program", &e))?;
@@ -284,14 +278,7 @@ impl Loaded {
     /// Stops sampling: detaches the program from every CPU's event, then
     /// gives runs already under way time to finish (they take microseconds).
     pub fn detach(&mut self) -> Result<(), EbpfError> {
-        let program: &mut PerfEvent = self
-            .bpf
-            .program_mut(PROGRAM)
-            .ok_or(EbpfError::Bpf(format!(
-                "the object has no program {PROGRAM}"
-            )))?
-            .try_into()
-            .map_err(|e| EbpfError::bpf("the program's type", &e))?;
+        let program = perf_event(&mut self.bpf)?;
         for link in self.links.drain(..) {
             program
                 .detach(link)
@@ -334,9 +321,7 @@ impl Loaded {
     /// The kernel's run-time accounting of the program (zero when statistics
     /// could not be turned on).
     pub fn run_time(&self) -> Result<RunTime, EbpfError> {
-        let program = self.bpf.program(PROGRAM).ok_or(EbpfError::Bpf(format!(
-            "the object has no program {PROGRAM}"
-        )))?;
+        let program = self.bpf.program(PROGRAM).ok_or_else(no_program)?;
         let info = program
             .info()
             .map_err(|e| EbpfError::bpf("reading the program's info", &e))?;
@@ -346,6 +331,18 @@ impl Loaded {
             verified_insns: info.verified_instruction_count(),
         })
     }
+}
+
+/// The object's program, as the perf-event program it is.
+fn perf_event(bpf: &mut Ebpf) -> Result<&mut PerfEvent, EbpfError> {
+    bpf.program_mut(PROGRAM)
+        .ok_or_else(no_program)?
+        .try_into()
+        .map_err(|e| EbpfError::bpf("the program's type", &e))
+}
+
+fn no_program() -> EbpfError {
+    EbpfError::Bpf(format!("the object has no program {PROGRAM}"))
 }
 
 /// Lifts RLIMIT_MEMLOCK for kernels that still charge BPF maps to it (before
