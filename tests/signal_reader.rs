@@ -3,8 +3,8 @@
 //! allocates nothing (a counting global allocator watches it).
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::OnceLock;
 use std::cell::Cell;
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use jitmap::epoch::with_current_reader;

@@ -135,6 +135,25 @@ pub struct Stack {
     pub count: u64,
 }
 
+impl Stack {
+    /// Distinct stacks with their counts, most samples first (then by frames):
+    /// the order of [`Profile::stacks`].
+    ///
+    /// ```
+    /// use jitmap::agent::Stack;
+    /// let stacks = Stack::ranked([(vec!["a".to_string()], 1), (vec!["b".to_string()], 2)]);
+    /// assert_eq!(stacks[0], Stack { frames: vec!["b".into()], count: 2 });
+    /// ```
+    pub fn ranked(counts: impl IntoIterator<Item = (Vec<String>, u64)>) -> Vec<Stack> {
+        let mut stacks: Vec<Stack> = counts
+            .into_iter()
+            .map(|(frames, count)| Stack { frames, count })
+            .collect();
+        stacks.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.frames.cmp(&b.frames)));
+        stacks
+    }
+}
+
 /// A name's samples: as the innermost frame (self) and anywhere (total).
 #[derive(Clone, Debug, PartialEq)]
 pub struct MethodSummary {

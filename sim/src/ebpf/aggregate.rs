@@ -287,11 +287,7 @@ impl Aggregator {
                 .collect();
             *named.entry(frames).or_default() += count;
         }
-        let mut stacks: Vec<Stack> = named
-            .into_iter()
-            .map(|(frames, count)| Stack { frames, count })
-            .collect();
-        stacks.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.frames.cmp(&b.frames)));
+        let stacks = Stack::ranked(named);
         (stacks, self.placements, self.counts)
     }
 }
