@@ -24,6 +24,9 @@ pub enum Defect {
     CheckThenSetCrossing,
     /// A change sequence's odd value is not fenced before the change's stores.
     SeqNoFence,
+    /// A guard answers from the range-map section it remembers without
+    /// checking that the map's write sequence is unchanged.
+    SectionCacheUnchecked,
 }
 
 thread_local! {

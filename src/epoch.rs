@@ -246,7 +246,11 @@ impl Reader {
         // SeqCst: orders the slot store before this guard's lookups, against the
         // fence a writer issues between unpublishing and scanning the slots.
         fence(Ordering::SeqCst);
-        Ok(Guard { reader: self })
+        Ok(Guard {
+            reader: self,
+            domain: Arc::as_ptr(&self.domain),
+            last_section: Cell::new(LastSection::NONE),
+        })
     }
 
     /// The domain this reader is registered in.
@@ -445,8 +449,42 @@ pub fn with_current_reader<R>(f: impl FnOnce(&Reader) -> R) -> Option<R> {
 }
 
 /// Proof that the holder's reader is pinned. Lookups take `&Guard`.
+///
+/// A guard also remembers the last section a range map found under it, so
+/// that a stack walk, whose frames mostly sit in one heap, routes each frame
+/// without walking the map's levels again (see
+/// [`RangeSectionMap::find`](crate::range::RangeSectionMap::find)).
 pub struct Guard<'r> {
     reader: &'r Reader,
+    /// The reader's domain, so that a lookup's check is one load and a compare.
+    domain: *const Domain,
+    last_section: Cell<LastSection>,
+}
+
+/// The last section a range map found under one guard. The pointer is only
+/// ever followed while the same guard is pinned, and only if the map's write
+/// sequence still reads `seq`: the section is then still linked, and alive.
+#[derive(Clone, Copy)]
+pub(crate) struct LastSection {
+    /// The id of the map that found it (0: nothing yet); ids are never reused.
+    pub(crate) map: u64,
+    /// The map's write sequence (even) read before the walk that found it.
+    pub(crate) seq: u64,
+    /// The section's bounds, copied so a miss costs no load of the section.
+    pub(crate) begin: usize,
+    pub(crate) end: usize,
+    /// The section (a fragment of that map).
+    pub(crate) section: *const (),
+}
+
+impl LastSection {
+    const NONE: Self = Self {
+        map: 0,
+        seq: 0,
+        begin: 0,
+        end: 0,
+        section: std::ptr::null(),
+    };
 }
 
 impl Guard<'_> {
@@ -455,10 +493,16 @@ impl Guard<'_> {
         &self.reader.domain
     }
 
+    /// What a range map found last under this guard.
+    #[inline]
+    pub(crate) fn last_section(&self) -> &Cell<LastSection> {
+        &self.last_section
+    }
+
     /// `Ok` if this guard is pinned in `domain`.
     #[inline]
     pub fn check(&self, domain: &Arc<Domain>) -> Result<(), ForeignGuard> {
-        if Arc::ptr_eq(&self.reader.domain, domain) {
+        if std::ptr::eq(self.domain, Arc::as_ptr(domain)) {
             Ok(())
         } else {
             Err(ForeignGuard)

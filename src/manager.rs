@@ -461,8 +461,9 @@ impl ExecutionManager {
         })
     }
 
-    /// What is at `ip` inside `section` (which contains it).
-    #[inline]
+    /// What is at `ip` inside `section` (which contains it). Inlined into
+    /// `find` and `classify`, so that `find` builds no `Lookup` in memory.
+    #[inline(always)]
     fn classify_in(section: &Section<SectionKind>, ip: usize, v1_words: usize) -> Lookup<'_> {
         match section.value() {
             // SAFETY: `classify` found the section under a guard the range map
@@ -517,13 +518,16 @@ impl ExecutionManager {
 
     /// The method block containing `ip`, or `None` (stubs, thunks, free space,
     /// headers, no section). Exact: an address past a block's end is `None`.
-    #[inline]
+    #[inline(always)]
     pub fn find<'g>(
         &'g self,
         guard: &'g Guard<'_>,
         ip: usize,
     ) -> Result<Option<CodeBlock<'g>>, ForeignGuard> {
-        Ok(match self.classify(guard, ip)? {
+        let Some(section) = self.ranges.find(guard, ip)? else {
+            return Ok(None);
+        };
+        Ok(match Self::classify_in(section, ip, usize::MAX) {
             Lookup::Method(block) => Some(block),
             _ => None,
         })

@@ -63,6 +63,7 @@ impl ChangeSeq {
     }
 
     /// A reader's first step: the value before its reads.
+    #[inline]
     pub fn read(&self) -> u64 {
         // Acquire: the reads that follow see at least every change whose end
         // this value shows.
@@ -71,6 +72,7 @@ impl ChangeSeq {
 
     /// A reader's last step: whether its reads since [`ChangeSeq::read`]
     /// returned `seen` overlapped no change.
+    #[inline]
     pub fn validate(&self, seen: u64) -> bool {
         // Acquire fence: if a read saw a store of a change, this fence
         // synchronizes with the writer's Release fence after that change's

@@ -179,6 +179,129 @@ fn matches_a_model_over_random_inserts_and_removes() {
     assert_eq!(map.len(), model.len());
 }
 
+/// A guard remembers the last section it found. One guard held across a random
+/// sequence of changes: each step finds an address (caching its section), then
+/// removes that very section or reinserts over it with a new value, or changes
+/// something elsewhere, and the same address must then answer as the model
+/// does, never from the guard's memory of the old map.
+#[test]
+fn one_guard_held_across_changes_never_answers_from_a_stale_section() {
+    let (d, map) = setup();
+    let reader = d.register().unwrap();
+    let guard = reader.pin().unwrap();
+    let mut model: BTreeMap<usize, (usize, u64)> = BTreeMap::new();
+    let mut rng = Rng::new(11);
+    let span = 16 * CHUNK;
+    let expected = |model: &BTreeMap<usize, (usize, u64)>, addr: usize| {
+        model
+            .range(..=addr)
+            .next_back()
+            .filter(|(_, (e, _))| addr < *e)
+            .map(|(_, &(_, v))| v)
+    };
+    let mut removed_then_missed = 0;
+    for step in 1..=2000u64 {
+        let begin = BASE + rng.below(span as u64) as usize;
+        let end = begin + rng.range(1, 2 * CHUNK as u64) as usize;
+        let overlaps = model
+            .range(..end)
+            .next_back()
+            .is_some_and(|(_, &(e, _))| e > begin);
+        if !overlaps {
+            map.insert(begin, end, step).unwrap();
+            model.insert(begin, (end, step));
+        }
+        let Some((&b, &(e, v))) = model.iter().nth(rng.below(model.len() as u64) as usize) else {
+            continue;
+        };
+        let addr = b + rng.below((e - b) as u64) as usize;
+        assert_eq!(map.find(&guard, addr).unwrap().map(|s| *s.value()), Some(v));
+        match rng.below(3) {
+            0 => {
+                map.remove(b).unwrap();
+                model.remove(&b);
+                removed_then_missed += 1;
+            }
+            1 => {
+                map.remove(b).unwrap();
+                map.insert(b, e, v + 100_000).unwrap();
+                model.insert(b, (e, v + 100_000));
+            }
+            _ => {}
+        }
+        assert_eq!(
+            map.find(&guard, addr).unwrap().map(|s| *s.value()),
+            expected(&model, addr),
+            "step {step} addr {addr:#x}"
+        );
+    }
+    assert!(removed_then_missed > 500, "{removed_then_missed}");
+}
+
+/// Two maps in one domain, searched with one guard: each answers from its own
+/// sections, whichever the guard found last.
+#[test]
+fn one_guard_over_two_maps_keeps_them_apart() {
+    let (d, first) = setup();
+    let second: RangeSectionMap<u64> = RangeSectionMap::new(&d);
+    first.insert(BASE, BASE + CHUNK, 1).unwrap();
+    second.insert(BASE + 0x100, BASE + 0x200, 2).unwrap();
+    let reader = d.register().unwrap();
+    let guard = reader.pin().unwrap();
+    for _ in 0..3 {
+        assert_eq!(
+            first
+                .find(&guard, BASE + 0x180)
+                .unwrap()
+                .map(|s| *s.value()),
+            Some(1)
+        );
+        assert_eq!(
+            second
+                .find(&guard, BASE + 0x180)
+                .unwrap()
+                .map(|s| *s.value()),
+            Some(2)
+        );
+        assert_eq!(
+            second
+                .find(&guard, BASE + 0x80)
+                .unwrap()
+                .map(|s| *s.value()),
+            None
+        );
+        assert_eq!(
+            first.find(&guard, BASE + 0x80).unwrap().map(|s| *s.value()),
+            Some(1)
+        );
+    }
+    // A map dropped while the guard remembers one of its sections, and a new
+    // one (perhaps where it was): the new map never answers with the old one's.
+    assert_eq!(
+        second
+            .find(&guard, BASE + 0x180)
+            .unwrap()
+            .map(|s| *s.value()),
+        Some(2)
+    );
+    drop(second);
+    let third: RangeSectionMap<u64> = RangeSectionMap::new(&d);
+    assert_eq!(
+        first
+            .find(&guard, BASE + 0x180)
+            .unwrap()
+            .map(|s| *s.value()),
+        Some(1)
+    );
+    assert_eq!(
+        third
+            .find(&guard, BASE + 0x180)
+            .unwrap()
+            .map(|s| *s.value()),
+        None
+    );
+}
+
 #[test]
 fn removal_waits_for_pinned_readers() {
     let domain = Domain::new(2);

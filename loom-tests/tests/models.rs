@@ -13,7 +13,7 @@ use jitmap::range::RangeSectionMap;
 use jitmap::words::VecWords;
 use jitmap::{Domain, MapVersion, MapWriter};
 use loom::cell::UnsafeCell;
-use loom::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use loom::thread;
 
 const SPAN: u64 = 0x800;
@@ -362,6 +362,57 @@ fn range_removal() {
     });
 }
 
+/// A reader finds a section, then finds it again with the same guard (from the
+/// guard's memory of it) while the writer removes and reclaims it. The second
+/// answer is the live section or nothing; and once the reader has seen the
+/// writer's "removed" flag, it is nothing: the guard's memory never outlives
+/// the section in the map.
+#[test]
+fn a_guard_never_remembers_a_removed_section() {
+    remembered_section();
+}
+
+fn remembered_section() {
+    model_big_stack(|| {
+        let domain = Domain::new(2);
+        let map = Arc::new(RangeSectionMap::new(&domain));
+        let copies = Arc::new(AtomicUsize::new(1));
+        let removed = Arc::new(AtomicBool::new(false));
+        map.insert(BASE, BASE + 0x100, Tracker(Arc::clone(&copies)))
+            .unwrap();
+        let (m, d, c, f) = (
+            Arc::clone(&map),
+            Arc::clone(&domain),
+            Arc::clone(&copies),
+            Arc::clone(&removed),
+        );
+        let reader = thread::spawn(move || {
+            let r = d.register().unwrap();
+            let g = r.pin().unwrap();
+            if m.find(&g, BASE + 8).unwrap().is_none() {
+                return;
+            }
+            let seen_removed = f.load(Ordering::Acquire);
+            let again = m.find(&g, BASE + 0x10).unwrap();
+            if seen_removed {
+                assert!(again.is_none(), "a removed section answered from the guard");
+            }
+            if let Some(s) = again {
+                assert_eq!((s.begin(), s.end()), (BASE, BASE + 0x100));
+                assert_eq!(
+                    c.load(Ordering::SeqCst),
+                    1,
+                    "the fragment was freed under a guard"
+                );
+            }
+        });
+        map.remove(BASE).unwrap();
+        removed.store(true, Ordering::Release);
+        map.try_reclaim();
+        reader.join().unwrap();
+    });
+}
+
 /// A reader looks up while a section is inserted: none, or the whole section.
 #[test]
 fn range_insert_is_seen_whole_or_not_at_all() {
@@ -386,6 +437,11 @@ fn caught(defect: Defect, model: impl FnOnce()) -> bool {
     let failed = catch_unwind(AssertUnwindSafe(model)).is_err();
     defect::seed(None);
     failed
+}
+
+#[test]
+fn seeded_unchecked_section_memory_is_caught() {
+    assert!(caught(Defect::SectionCacheUnchecked, remembered_section));
 }
 
 #[test]

@@ -204,6 +204,49 @@ impl RawEnds {
         }
     }
 
+    /// [`RawEnds::ends_between`] for a v2 lookup, whose start map names a
+    /// start only from `a`'s word or the word before: `lo` lies in one of
+    /// those two words, so the answer is in at most two end words, read
+    /// without a loop: any end in the buckets from `lo`'s up to `a`'s, or in
+    /// `a`'s bucket before `a`. An end in `lo`'s bucket lies at or after `lo`,
+    /// because the allocator never starts a block in the bucket where another
+    /// ends (and a `lo` past the block's start is a word's first byte). A
+    /// property test checks that both scans agree on heaps the allocator laid out.
+    ///
+    /// # Safety
+    /// `lo <= a`, both inside the span of a live heap, and `lo`'s word is `a`'s
+    /// or the one before.
+    #[inline(always)]
+    pub(crate) unsafe fn ends_between_v2(self, lo: u64, a: u64) -> bool {
+        // Each bucket's end offset + 1 (0: none ends there), stub flags dropped.
+        const ENDS: u64 = u64::from_ne_bytes([END as u8; 8]);
+        let same_word = lo / WORD_BYTES == a / WORD_BYTES;
+        // Both words are read from `a` alone (the word before `a`'s, or `a`'s
+        // again at the span's start, where `lo` can only share `a`'s word), so
+        // on a cache miss they load beside the start-map word, not after it.
+        // SAFETY: both words are inside the span (the caller's contract).
+        let (high, low) = unsafe {
+            (
+                self.load(a) & ENDS,
+                self.load(a.saturating_sub(WORD_BYTES)) & ENDS,
+            )
+        };
+        let a_shift = (a % WORD_BYTES) / BUCKET * 8;
+        let lo_shift = (lo % WORD_BYTES) / BUCKET * 8;
+        // `a`'s word below `a`'s bucket; then from `lo`'s bucket on, in
+        // whichever word holds it.
+        let below_a = high & ((1 << a_shift) - 1);
+        let between = if same_word {
+            below_a >> lo_shift
+        } else {
+            below_a | low >> lo_shift
+        };
+        // An end byte `e` marks the last byte at `e - 1` in its bucket; 0 wraps
+        // past every bound.
+        let a_last = ((high >> a_shift) & END).wrapping_sub(1);
+        between != 0 || a_last < a % BUCKET
+    }
+
     /// Whether the block starting at `start` is a stub.
     ///
     /// # Safety

@@ -93,10 +93,14 @@ impl HeapLookup {
     /// heap must stay alive for `'a`, and the caller
     /// must hold a guard pinned in the heap's domain for `'a`: that keeps freed
     /// headers and prefixes from being reclaimed while the answer is in use.
-    #[inline]
+    #[inline(always)]
     pub(crate) unsafe fn find<'a>(&self, base: usize, ip: usize) -> Option<Hit<'a>> {
-        // SAFETY: this function's contract; an unlimited walk is never too far.
-        unsafe { self.find_capped(base, ip, usize::MAX) }.unwrap_or(None)
+        match self.version {
+            // SAFETY: this function's contract.
+            MapVersion::V2 => unsafe { self.find_v2(base, ip) },
+            // SAFETY: as above; an unlimited walk is never too far.
+            MapVersion::V1 => unsafe { self.find_v1(base, ip, usize::MAX) }.unwrap_or(None),
+        }
     }
 
     /// [`HeapLookup::find`] reading at most `v1_words` start-map words in a v1
@@ -105,62 +109,87 @@ impl HeapLookup {
     ///
     /// # Safety
     /// As for [`HeapLookup::find`].
-    #[inline]
+    #[inline(always)]
     pub(crate) unsafe fn find_capped<'a>(
         &self,
         base: usize,
         ip: usize,
         v1_words: usize,
     ) -> Result<Option<Hit<'a>>, TooFar> {
-        let offset = ip.wrapping_sub(base) as u64;
-        // SAFETY: `words` and `word_count` describe the live map of a live heap
-        // (this function's contract). Offsets past the span fall past the last word,
-        // where both lookups answer none.
-        let words = unsafe { RawWords::from_raw_parts(self.words, self.word_count as usize) };
-        let found = match self.version {
-            MapVersion::V1 => match find_v1_capped(&words, offset, v1_words) {
-                Capped::Found(start) => Some((start, false)),
-                Capped::Nothing => None,
-                Capped::TooFar => return Err(TooFar),
-            },
-            MapVersion::V2 => find_v2_covered(&words, offset),
-        };
-        // SAFETY: `found` is what this heap's map named for `offset`; the rest
-        // is this function's contract.
-        Ok(unsafe { self.exact(base, offset, found) })
+        match self.version {
+            // SAFETY: this function's contract.
+            MapVersion::V2 => Ok(unsafe { self.find_v2(base, ip) }),
+            // SAFETY: as above.
+            MapVersion::V1 => unsafe { self.find_v1(base, ip, v1_words) },
+        }
     }
 
-    /// The hit for the start the map named (`found`), unless the block ends
-    /// before `offset`.
+    /// The v2 lookup, inlined into every caller: the start map names a start
+    /// from `ip`'s word or the word before (or a pointer word proves `ip`
+    /// inside), and unless proved, the two end words of those words say
+    /// whether the block ends before `ip`, without a loop.
     ///
     /// # Safety
-    /// `found` is what this heap's start map named for `offset` (with whether a
-    /// v2 pointer word proved it inside); otherwise as for [`HeapLookup::find`].
-    #[inline]
-    unsafe fn exact<'a>(
-        &self,
-        base: usize,
-        offset: u64,
-        found: Option<(u64, bool)>,
-    ) -> Option<Hit<'a>> {
-        let (start, covered) = found?;
+    /// As for [`HeapLookup::find`], and the heap's map is v2.
+    #[inline(always)]
+    unsafe fn find_v2<'a>(&self, base: usize, ip: usize) -> Option<Hit<'a>> {
+        let offset = ip.wrapping_sub(base) as u64;
+        // SAFETY: `words` and `word_count` describe the live map of a live heap
+        // (this function's contract). Offsets past the span fall past the last
+        // word, where the lookup answers none.
+        let words = unsafe { RawWords::from_raw_parts(self.words, self.word_count as usize) };
+        let (start, covered) = find_v2_covered(&words, offset)?;
         if start < PREFIX {
             return None;
         }
-        if !covered {
-            // v2 names a start from `ip`'s word or the word before; the block's
-            // end, if before `ip`, is in those two words. v1 may look further back.
-            let lo = match self.version {
-                MapVersion::V1 => start,
-                MapVersion::V2 => start.max((offset - offset % 256).saturating_sub(256)),
-            };
-            // SAFETY: `start <= lo <= offset`, inside the span of the live heap
-            // (the map named `start` for `offset`).
-            if unsafe { self.ends.ends_between(lo, offset) } {
-                return None;
-            }
+        // Without a covering pointer word, the start came from `offset`'s word
+        // or the one before; so does the block's end, if it lies before `offset`.
+        let lo = start.max((offset - offset % 256).saturating_sub(256));
+        // SAFETY: `start <= lo <= offset`, inside the span of the live heap (the
+        // map named `start` for `offset`), `lo` in `offset`'s word or the one before.
+        if !covered && unsafe { self.ends.ends_between_v2(lo, offset) } {
+            return None;
         }
-        Some(Hit {
+        // SAFETY: the map named `start` for `offset`; the rest is the contract.
+        Some(unsafe { self.hit(base, offset, start) })
+    }
+
+    /// The v1 lookup: a walk back over at most `v1_words` start-map words, then
+    /// the end words from the start forward.
+    ///
+    /// # Safety
+    /// As for [`HeapLookup::find`], and the heap's map is v1.
+    unsafe fn find_v1<'a>(
+        &self,
+        base: usize,
+        ip: usize,
+        v1_words: usize,
+    ) -> Result<Option<Hit<'a>>, TooFar> {
+        let offset = ip.wrapping_sub(base) as u64;
+        // SAFETY: as in `find_v2`.
+        let words = unsafe { RawWords::from_raw_parts(self.words, self.word_count as usize) };
+        let start = match find_v1_capped(&words, offset, v1_words) {
+            Capped::Found(start) => start,
+            Capped::Nothing => return Ok(None),
+            Capped::TooFar => return Err(TooFar),
+        };
+        // SAFETY: `start <= offset`, inside the span of the live heap (the map
+        // named `start` for `offset`).
+        if start < PREFIX || unsafe { self.ends.ends_between(start, offset) } {
+            return Ok(None);
+        }
+        // SAFETY: the map named `start` for `offset`; the rest is the contract.
+        Ok(Some(unsafe { self.hit(base, offset, start) }))
+    }
+
+    /// The hit for the block at `start`, which the map named for `offset`.
+    ///
+    /// # Safety
+    /// `start` is a start this heap's map named; otherwise as for
+    /// [`HeapLookup::find`].
+    #[inline(always)]
+    unsafe fn hit<'a>(&self, base: usize, offset: u64, start: u64) -> Hit<'a> {
+        Hit {
             start: base + start as usize,
             offset: offset - start,
             ends: self.ends,
@@ -168,7 +197,7 @@ impl HeapLookup {
             // SAFETY: the map holds only starts placed by the allocator, and the
             // heap (which owns the mapping) outlives `'a` by the callers' contract.
             prefix: unsafe { prefix_at(base, start) },
-        })
+        }
     }
 }
 

@@ -20,9 +20,12 @@ use parking_lot::Mutex;
 
 pub use error::RangeError;
 
-use crate::epoch::{Domain, ForeignGuard, Guard};
+use crate::epoch::{Domain, ForeignGuard, Guard, LastSection};
 use crate::seq::ChangeSeq;
 use crate::sync::{AtomicPtr, AtomicU64, Ordering};
+
+/// The next map's id (see [`RangeSectionMap::find`]); 0 means none.
+static NEXT_MAP_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 /// Entries per level.
 pub const FANOUT: usize = 256;
@@ -151,6 +154,8 @@ pub(crate) struct Root {
 /// Address → section map with lock-free, bounded lookups.
 pub struct RangeSectionMap<T> {
     root: Box<Root>,
+    /// This map's id among every map of the process (for guards' caches).
+    id: u64,
     /// The level-2 table of the most recent insert, packed as `key << 36 | ptr >> 12`
     /// where the key is address bits 33..56 (0 = none). Levels are never freed
     /// while the map lives, so a stale hint still names a valid level for its key;
@@ -176,6 +181,8 @@ impl<T: Clone> RangeSectionMap<T> {
                 top: Level::new(),
                 seq: ChangeSeq::new(),
             }),
+            // Relaxed: a unique number, ordering nothing.
+            id: NEXT_MAP_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             hint: AtomicU64::new(0),
             domain: Arc::clone(domain),
             writer: Mutex::new(Writer {
@@ -211,7 +218,31 @@ impl<T: Clone> RangeSectionMap<T> {
         addr: usize,
     ) -> Result<Option<&'g Section<T>>, ForeignGuard> {
         guard.check(&self.domain)?;
-        Ok(self.find_pinned(addr))
+        let last = guard.last_section().get();
+        if addr.wrapping_sub(last.begin) < last.end - last.begin
+            && last.map == self.id
+            && (crate::defect!(SectionCacheUnchecked) || self.root.seq.read() == last.seq)
+        {
+            // SAFETY: this map found the fragment under `guard`, which is still
+            // pinned, so the fragment is not yet freed; and no change has
+            // happened since (the sequence reads as it did before that walk),
+            // so it is still linked and this walk would find it again.
+            return Ok(Some(unsafe { &*last.section.cast::<Section<T>>() }));
+        }
+        let seq = self.root.seq.read();
+        let found = self.find_pinned(addr);
+        if let Some(section) = found
+            && seq & 1 == 0
+        {
+            guard.last_section().set(LastSection {
+                map: self.id,
+                seq,
+                begin: section.begin,
+                end: section.end,
+                section: ptr::from_ref(section).cast(),
+            });
+        }
+        Ok(found)
     }
 
     /// [`RangeSectionMap::find`] once the guard is checked.
