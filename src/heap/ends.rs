@@ -135,9 +135,26 @@ impl EndMap {
 }
 
 /// Bit position of the byte for `offset`'s bucket within its word.
-#[inline]
+#[inline(always)]
 fn shift(offset: u64) -> u64 {
     (offset % WORD_BYTES) / BUCKET * 8
+}
+
+/// Each bucket's end offset + 1 (0: none ends there), stub flags dropped.
+const ENDS: u64 = u64::from_ne_bytes([END as u8; 8]);
+
+/// The bytes of a word for the buckets before `a`'s.
+#[inline(always)]
+fn below(a: u64) -> u64 {
+    (1 << shift(a)) - 1
+}
+
+/// Whether `word` (stub flags dropped) marks an end in `a`'s bucket before
+/// `a`. An end byte `e` marks the last byte at `e - 1` in its bucket; 0 wraps
+/// past every bound.
+#[inline(always)]
+fn ends_in_bucket_before(word: u64, a: u64) -> bool {
+    ((word >> shift(a)) & END).wrapping_sub(1) < a % BUCKET
 }
 
 /// The end map's read side: a copyable pointer, like the start map's.
@@ -204,47 +221,35 @@ impl RawEnds {
         }
     }
 
-    /// [`RawEnds::ends_between`] for a v2 lookup, whose start map names a
-    /// start only from `a`'s word or the word before: `lo` lies in one of
-    /// those two words, so the answer is in at most two end words, read
-    /// without a loop: any end in the buckets from `lo`'s up to `a`'s, or in
-    /// `a`'s bucket before `a`. An end in `lo`'s bucket lies at or after `lo`,
-    /// because the allocator never starts a block in the bucket where another
-    /// ends (and a `lo` past the block's start is a word's first byte). A
-    /// property test checks that both scans agree on heaps the allocator laid out.
+    /// [`RawEnds::ends_between`] for a v2 lookup whose start map named
+    /// `start` from `a`'s own word: one end word, no loop. Any end in the
+    /// buckets from `start`'s up to `a`'s, or in `a`'s bucket before `a`, is
+    /// the block's own: the allocator never starts a block in the bucket where
+    /// another ends, so an end in `start`'s bucket lies after `start`.
     ///
     /// # Safety
-    /// `lo <= a`, both inside the span of a live heap, and `lo`'s word is `a`'s
-    /// or the one before.
+    /// `start <= a`, both in one word of the span of a live heap.
     #[inline(always)]
-    pub(crate) unsafe fn ends_between_v2(self, lo: u64, a: u64) -> bool {
-        // Each bucket's end offset + 1 (0: none ends there), stub flags dropped.
-        const ENDS: u64 = u64::from_ne_bytes([END as u8; 8]);
-        let same_word = lo / WORD_BYTES == a / WORD_BYTES;
-        // Both words are read from `a` alone (the word before `a`'s, or `a`'s
-        // again at the span's start, where `lo` can only share `a`'s word), so
-        // on a cache miss they load beside the start-map word, not after it.
+    pub(crate) unsafe fn ends_before_in_word(self, start: u64, a: u64) -> bool {
+        // SAFETY: `a` is inside the span (the caller's contract).
+        let word = unsafe { self.load(a) } & ENDS;
+        ((word & below(a)) >> shift(start)) != 0 || ends_in_bucket_before(word, a)
+    }
+
+    /// [`RawEnds::ends_between`] for a v2 lookup whose start map named the
+    /// start from the word before `a`'s: two end words, no loop. `lo` is the
+    /// start, or the previous word's first byte when a pointer there named a
+    /// start further back (the block covers that word, so its end is not
+    /// before it). Both words are addressed from `a` alone, so on a cache miss
+    /// they load beside the start-map words, not after them.
+    ///
+    /// # Safety
+    /// `lo` lies in the word before `a`'s, both inside the span of a live heap.
+    #[inline(always)]
+    pub(crate) unsafe fn ends_before_from_prev(self, lo: u64, a: u64) -> bool {
         // SAFETY: both words are inside the span (the caller's contract).
-        let (high, low) = unsafe {
-            (
-                self.load(a) & ENDS,
-                self.load(a.saturating_sub(WORD_BYTES)) & ENDS,
-            )
-        };
-        let a_shift = (a % WORD_BYTES) / BUCKET * 8;
-        let lo_shift = (lo % WORD_BYTES) / BUCKET * 8;
-        // `a`'s word below `a`'s bucket; then from `lo`'s bucket on, in
-        // whichever word holds it.
-        let below_a = high & ((1 << a_shift) - 1);
-        let between = if same_word {
-            below_a >> lo_shift
-        } else {
-            below_a | low >> lo_shift
-        };
-        // An end byte `e` marks the last byte at `e - 1` in its bucket; 0 wraps
-        // past every bound.
-        let a_last = ((high >> a_shift) & END).wrapping_sub(1);
-        between != 0 || a_last < a % BUCKET
+        let (high, low) = unsafe { (self.load(a) & ENDS, self.load(a - WORD_BYTES) & ENDS) };
+        (high & below(a)) | (low >> shift(lo)) != 0 || ends_in_bucket_before(high, a)
     }
 
     /// Whether the block starting at `start` is a stub.
@@ -260,7 +265,85 @@ impl RawEnds {
 
 #[cfg(test)]
 mod tests {
-    use super::EndMap;
+    use super::{BUCKET, EndMap, WORD_BYTES};
+
+    /// The loop-free v2 checks against the model (a block's last byte) and
+    /// the looping scan, for every address a v2 start map would attribute to
+    /// each block of random layouts that keep the allocator's rule (no block
+    /// starts in the bucket where the previous one ends).
+    #[test]
+    fn loop_free_checks_agree_with_the_scan_on_allocator_layouts() {
+        const WORDS: usize = 96;
+        let span = WORDS as u64 * WORD_BYTES;
+        let mut state = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = |below: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state % below
+        };
+        // Addresses checked through each branch: own word, previous word's
+        // start, previous word covered.
+        let mut checked = [0u64; 3];
+        for _ in 0..40 {
+            let map = EndMap::new(WORDS, 1, false).unwrap();
+            let ends = map.raw();
+            let mut blocks = Vec::new();
+            let mut from = 0;
+            loop {
+                let start = from + next(80) * 4;
+                let size = if next(4) == 0 {
+                    1 + next(1500)
+                } else {
+                    1 + next(120)
+                };
+                if start + size > span {
+                    break;
+                }
+                map.mark(start, size, next(3) == 0);
+                let last = start + size - 1;
+                blocks.push((start, last));
+                from = (last / BUCKET + 1) * BUCKET;
+            }
+            for (i, &(start, last)) in blocks.iter().enumerate() {
+                let next_start = blocks.get(i + 1).map_or(span, |b| b.0);
+                for a in start..next_start {
+                    let (a_word, s_word) = (a / WORD_BYTES, start / WORD_BYTES);
+                    let prev_base = a_word.wrapping_sub(1).wrapping_mul(WORD_BYTES);
+                    // Where a v2 map would find `start` for `a`, and the
+                    // matching check; `None` when it would not (or proves `a`
+                    // inside without the end map).
+                    // SAFETY: every offset lies in the span of the live map,
+                    // and each call meets its check's word contract.
+                    let fast = unsafe {
+                        if a_word == s_word {
+                            Some((0, ends.ends_before_in_word(start, a)))
+                        } else if a_word == s_word + 1 {
+                            Some((1, ends.ends_before_from_prev(start, a)))
+                        } else if prev_base > start && prev_base + WORD_BYTES - 1 <= last {
+                            // A pointer in the previous word; `a`'s word is
+                            // not one (the block does not cover it whole).
+                            (last < a_word * WORD_BYTES + WORD_BYTES - 1)
+                                .then(|| (2, ends.ends_before_from_prev(prev_base, a)))
+                        } else {
+                            None
+                        }
+                    };
+                    if let Some((branch, fast)) = fast {
+                        // SAFETY: as above.
+                        let scan = unsafe { ends.ends_between(start, a) };
+                        assert_eq!(fast, last < a, "block {start}..={last}, address {a}");
+                        assert_eq!(scan, last < a, "scan: block {start}..={last}, address {a}");
+                        checked[branch] += 1;
+                    }
+                }
+            }
+        }
+        // Every layout is the same for this fixed seed: a changed count means
+        // the test stopped checking what it did.
+        assert_eq!(checked, EXPECTED_CHECKS);
+    }
+    const EXPECTED_CHECKS: [u64; 3] = [282_200, 344_352, 99_456];
 
     #[test]
     fn ends_are_found_exactly_and_cleared() {

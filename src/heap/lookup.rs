@@ -8,7 +8,7 @@ use super::alloc::PREFIX;
 use super::ends::RawEnds;
 use super::header::CodeHeader;
 use super::{BlockKind, MAX_STUB_KIND};
-use crate::nibble::{Capped, MapVersion, find_v1_capped, find_v2_covered};
+use crate::nibble::{Capped, MapVersion, V2Origin, find_v1_capped, find_v2_with};
 use crate::words::{MmapWords, RawWords, WordRead};
 
 /// The two words before every code start: code size, then the header slot.
@@ -126,8 +126,9 @@ impl HeapLookup {
 
     /// The v2 lookup, inlined into every caller: the start map names a start
     /// from `ip`'s word or the word before (or a pointer word proves `ip`
-    /// inside), and unless proved, the two end words of those words say
-    /// whether the block ends before `ip`, without a loop.
+    /// inside), and unless proved, the end words where the block could have
+    /// ended before `ip` say whether it did, without a loop: `ip`'s word when
+    /// the start is in it, else that word and the one before.
     ///
     /// # Safety
     /// As for [`HeapLookup::find`], and the heap's map is v2.
@@ -138,20 +139,44 @@ impl HeapLookup {
         // (this function's contract). Offsets past the span fall past the last
         // word, where the lookup answers none.
         let words = unsafe { RawWords::from_raw_parts(self.words, self.word_count as usize) };
-        let (start, covered) = find_v2_covered(&words, offset)?;
+        // SAFETY: the map named `start` for `offset`, from the word `origin`
+        // says; the rest is this function's contract.
+        find_v2_with(&words, offset, |start, origin| unsafe {
+            self.exact(base, offset, start, origin)
+        })
+    }
+
+    /// The hit for `start`, which the v2 map named for `offset` from the word
+    /// `origin` says, unless the end words where the block could have ended
+    /// before `offset` say it did (see [`V2Origin`]).
+    ///
+    /// # Safety
+    /// As for [`HeapLookup::hit`], and `origin` is where the map found `start`.
+    #[inline(always)]
+    unsafe fn exact<'a>(
+        &self,
+        base: usize,
+        offset: u64,
+        start: u64,
+        origin: V2Origin,
+    ) -> Option<Hit<'a>> {
         if start < PREFIX {
             return None;
         }
-        // Without a covering pointer word, the start came from `offset`'s word
-        // or the one before; so does the block's end, if it lies before `offset`.
-        let lo = start.max((offset - offset % 256).saturating_sub(256));
-        // SAFETY: `start <= lo <= offset`, inside the span of the live heap (the
-        // map named `start` for `offset`), `lo` in `offset`'s word or the one before.
-        if !covered && unsafe { self.ends.ends_between_v2(lo, offset) } {
-            return None;
-        }
-        // SAFETY: the map named `start` for `offset`; the rest is the contract.
-        Some(unsafe { self.hit(base, offset, start) })
+        // SAFETY (each check): `start <= offset`, inside the span of the live
+        // heap; the origin says which word holds `start`, or for a pointer in
+        // the previous word that the block covers it from its first byte.
+        let ended = match origin {
+            V2Origin::Covered => false,
+            V2Origin::OwnWord => unsafe { self.ends.ends_before_in_word(start, offset) },
+            V2Origin::PrevWord => unsafe { self.ends.ends_before_from_prev(start, offset) },
+            V2Origin::PrevCovered => unsafe {
+                self.ends
+                    .ends_before_from_prev(offset - offset % 256 - 256, offset)
+            },
+        };
+        // SAFETY: the caller's contract.
+        (!ended).then(|| unsafe { self.hit(base, offset, start) })
     }
 
     /// The v1 lookup: a walk back over at most `v1_words` start-map words, then

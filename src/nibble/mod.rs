@@ -11,7 +11,8 @@ mod write;
 use std::sync::Arc;
 
 pub use error::MapError;
-pub use read::{Capped, Starts, find_v1, find_v1_capped, find_v2, find_v2_covered};
+pub(crate) use read::find_v2_with;
+pub use read::{Capped, Starts, V2Origin, find_v1, find_v1_capped, find_v2, find_v2_placed};
 
 #[cfg(not(loom))]
 use crate::words::MmapWords;

@@ -65,32 +65,76 @@ pub fn find_v1_capped<W: WordRead + ?Sized>(words: &W, offset: u64, max_words: u
 /// further back would have left a pointer in it).
 #[inline]
 pub fn find_v2<W: WordRead + ?Sized>(words: &W, offset: u64) -> Option<u64> {
-    find_v2_covered(words, offset).map(|(start, _)| start)
+    find_v2_placed(words, offset).map(|(start, _)| start)
 }
 
-/// [`find_v2`], also telling whether `offset` is proved inside the block: true
-/// when the word covering `offset` is itself a pointer, which only a block that
-/// covers the whole word leaves. (An answer from the previous word may lie past
-/// the block's end.)
+/// Where a v2 lookup found its start, which bounds where the block can have
+/// ended: an exact reader checks the end map only over what is not proved.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum V2Origin {
+    /// The word covering the offset is a pointer, which only a block covering
+    /// the whole word leaves: the offset is inside the block.
+    Covered,
+    /// A start nibble in the offset's own word: the block starts there, and an
+    /// end before the offset lies in that word.
+    OwnWord,
+    /// A start nibble in the previous word: an end before the offset lies
+    /// after the start in that word, or in the offset's word.
+    PrevWord,
+    /// The previous word is a pointer, to a start further back: the block
+    /// covers that whole word, so an end before the offset lies at the word's
+    /// last byte or in the offset's word.
+    PrevCovered,
+}
+
+/// [`find_v2`], also telling where the start was found (see [`V2Origin`]).
+///
+/// ```
+/// use jitmap::nibble::{MapVersion, MapWriter, V2Origin, find_v2_placed};
+/// let mut writer = MapWriter::new(MapVersion::V2, 4096).unwrap();
+/// // Bytes 0x100..0x350: a nibble in word 1, a pointer in word 2, word 3 bare;
+/// // then bytes 0x4e0..0x520, across words 4 and 5.
+/// writer.set(0x100, 0x250).unwrap();
+/// writer.set(0x4e0, 0x40).unwrap();
+/// let words = writer.map().words();
+/// assert_eq!(find_v2_placed(words, 0x120), Some((0x100, V2Origin::OwnWord)));
+/// assert_eq!(find_v2_placed(words, 0x210), Some((0x100, V2Origin::Covered)));
+/// // Past the block's end too: the map alone is not exact.
+/// assert_eq!(find_v2_placed(words, 0x3f0), Some((0x100, V2Origin::PrevCovered)));
+/// assert_eq!(find_v2_placed(words, 0x510), Some((0x4e0, V2Origin::PrevWord)));
+/// ```
 #[inline]
-pub fn find_v2_covered<W: WordRead + ?Sized>(words: &W, offset: u64) -> Option<(u64, bool)> {
+pub fn find_v2_placed<W: WordRead + ?Sized>(words: &W, offset: u64) -> Option<(u64, V2Origin)> {
+    find_v2_with(words, offset, |start, origin| Some((start, origin)))
+}
+
+/// [`find_v2_placed`] handing the start and its origin to `found`, which is
+/// called from the branch that found them: once inlined, each branch runs
+/// `found` with its origin a constant, so a caller's check per origin costs
+/// no second dispatch.
+#[inline(always)]
+pub(crate) fn find_v2_with<W: WordRead + ?Sized, R>(
+    words: &W,
+    offset: u64,
+    found: impl FnOnce(u64, V2Origin) -> Option<R>,
+) -> Option<R> {
     let index = word_index(offset);
     if index >= words.word_count() {
         return None;
     }
     let word = words.load(index);
     if is_pointer(word) {
-        return Some((u64::from(decode_pointer(word)), true));
+        return found(u64::from(decode_pointer(word)), V2Origin::Covered);
     }
     if let Some(start) = start_at_or_before(word, index, offset) {
-        return Some((start, false));
+        return found(start, V2Origin::OwnWord);
     }
     let prev_index = index.checked_sub(1)?;
     let prev = words.load(prev_index);
     if is_pointer(prev) {
-        return Some((u64::from(decode_pointer(prev)), false));
+        return found(u64::from(decode_pointer(prev)), V2Origin::PrevCovered);
     }
-    last_start_in(prev, prev_index).map(|start| (start, false))
+    found(last_start_in(prev, prev_index)?, V2Origin::PrevWord)
 }
 
 /// Iterator over the live starts of a map in ascending order; pointer words are

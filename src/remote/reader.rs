@@ -13,7 +13,7 @@ use super::{MAX_FRAGMENTS, MAX_NAME, RETRIES, RemoteError, V1_MAX_WORDS};
 use std::sync::atomic::AtomicU64;
 
 use crate::heap::ends::RawEnds;
-use crate::nibble::{Capped, Starts, find_v1_capped, find_v2_covered};
+use crate::nibble::{Capped, Starts, V2Origin, find_v1_capped, find_v2_placed};
 use crate::range::{ADDRESS_BITS, CHUNK_BITS, FANOUT, LEVELS};
 
 /// The largest fragment, prefix and header a reader accepts from a descriptor.
@@ -555,7 +555,9 @@ impl<M: Memory> RemoteReader<M> {
                 Capped::TooFar => Err(Resolution::Unknown(Unknown::TooFar)),
             }
         } else {
-            find_v2_covered(&words, offset).ok_or(Resolution::Nothing)
+            find_v2_placed(&words, offset)
+                .map(|(start, origin)| (start, origin == V2Origin::Covered))
+                .ok_or(Resolution::Nothing)
         };
         words.check()?;
         let (start, covered) = match found {
