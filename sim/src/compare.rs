@@ -1,5 +1,6 @@
 //! `compare`: every structure measured side by side in one process, so ratios are
-//! taken under the same machine conditions. Medians of repeated timed batches.
+//! taken under the same machine conditions. Medians of repeated timed batches,
+//! interleaved across the structures of each table.
 
 use std::fmt::Write as _;
 use std::hint::black_box;
@@ -101,49 +102,84 @@ impl Timing {
     }
 }
 
-/// Median ns per lookup of `addresses` (cycled) by one structure: the timed
-/// loop is monomorphized for the finder it is given.
-struct Measure<'a> {
+/// ns per lookup over one timed batch of `iters` lookups of `addresses`
+/// (cycled), in a loop monomorphized for the finder.
+fn batch<F: Finder>(finder: &F, addresses: &[usize], iters: usize) -> f64 {
+    let mask = addresses.len() - 1;
+    let t = Instant::now();
+    for i in 0..iters {
+        black_box(finder.find(black_box(addresses[i & mask])));
+    }
+    t.elapsed().as_nanos() as f64 / iters as f64
+}
+
+/// The batch length for one finder: doubled until a batch takes the target.
+fn calibrate<F: Finder>(finder: &F, addresses: &[usize], timing: Timing) -> usize {
+    let target = timing.target.as_nanos() as f64;
+    let mut iters = 1;
+    while batch(finder, addresses, iters) * (iters as f64) < target && iters < 1 << 30 {
+        iters *= 2;
+    }
+    iters
+}
+
+/// A fixture structure's batch length (see [`calibrate`]).
+struct Calibrate<'a> {
     addresses: &'a [usize],
     timing: Timing,
 }
 
-impl Visitor for Measure<'_> {
-    type Output = f64;
+impl Visitor for Calibrate<'_> {
+    type Output = usize;
 
-    fn visit<F: Finder>(self, finder: F) -> f64 {
-        let mask = self.addresses.len() - 1;
-        let addresses = self.addresses;
-        let batch = |iters: usize| {
-            let t = Instant::now();
-            for i in 0..iters {
-                black_box(finder.find(black_box(addresses[i & mask])));
-            }
-            t.elapsed()
-        };
-        let mut iters = 1;
-        while batch(iters) < self.timing.target && iters < 1 << 30 {
-            iters *= 2;
-        }
-        median(
-            (0..self.timing.samples)
-                .map(|_| batch(iters).as_nanos() as f64 / iters as f64)
-                .collect(),
-        )
+    fn visit<F: Finder>(self, finder: F) -> usize {
+        calibrate(&finder, self.addresses, self.timing)
     }
 }
 
-/// Median ns per call of `f` (for the many-heaps structures, which are not
-/// fixture finders).
-fn measure_fn(timing: Timing, addresses: &[usize], f: impl Fn(usize) -> Option<usize>) -> f64 {
-    struct Closure<G>(G);
-    impl<G: Fn(usize) -> Option<usize>> Finder for Closure<G> {
-        #[inline(always)]
-        fn find(&self, addr: usize) -> Option<usize> {
-            (self.0)(addr)
+/// One timed batch of a fixture structure (see [`batch`]).
+struct Batch<'a> {
+    addresses: &'a [usize],
+    iters: usize,
+}
+
+impl Visitor for Batch<'_> {
+    type Output = f64;
+
+    fn visit<F: Finder>(self, finder: F) -> f64 {
+        batch(&finder, self.addresses, self.iters)
+    }
+}
+
+/// Median ns per lookup of `addresses` for every structure. The batches are
+/// interleaved: each round times one batch of every structure in turn, so a
+/// slow spell of a shared machine lands on all of them, and the ratios
+/// between structures (what the report is for) hold through it.
+fn measure_all(
+    fixture: &Fixture<'_>,
+    guard: &jitmap::Guard<'_>,
+    addresses: &[usize],
+    timing: Timing,
+) -> Vec<(Structure, f64)> {
+    let iters = Structure::ALL.map(|s| fixture.visit(s, guard, Calibrate { addresses, timing }));
+    let mut ns = Structure::ALL.map(|_| Vec::with_capacity(timing.samples));
+    for _ in 0..timing.samples {
+        for ((s, &iters), ns) in Structure::ALL.iter().zip(&iters).zip(&mut ns) {
+            ns.push(fixture.visit(*s, guard, Batch { addresses, iters }));
         }
     }
-    Measure { addresses, timing }.visit(Closure(f))
+    Structure::ALL.into_iter().zip(ns.map(median)).collect()
+}
+
+/// A closure as a finder (for the many-heaps structures, which are not
+/// fixture finders).
+struct Closure<G>(G);
+
+impl<G: Fn(usize) -> Option<usize>> Finder for Closure<G> {
+    #[inline(always)]
+    fn find(&self, addr: usize) -> Option<usize> {
+        (self.0)(addr)
+    }
 }
 
 /// The sizes of the shared fixture: 100,000 realistic methods with the
@@ -179,28 +215,15 @@ pub fn run(quick: bool) -> Result<Report, BoxError> {
                         format!("{} does not find the method at {:#x}", s.name(), tail[0]).into(),
                     );
                 }
-                let ns = fixture.visit(
-                    s,
-                    &guard,
-                    Measure {
-                        addresses: &tail,
-                        timing,
-                    },
-                );
+            }
+            for (s, ns) in measure_all(&fixture, &guard, &tail, timing) {
                 report.tail.push((s, size, ns));
             }
         }
         let by_bytes = fixture.random_addresses(&mut Rng::new(23), 1 << 16);
         let by_method = fixture.random_method_addresses(&mut Rng::new(31), 1 << 16);
-        for (addresses, out) in [
-            (&by_bytes, &mut report.random),
-            (&by_method, &mut report.random_method),
-        ] {
-            for s in Structure::ALL {
-                let ns = fixture.visit(s, &guard, Measure { addresses, timing });
-                out.push((s, ns));
-            }
-        }
+        report.random = measure_all(&fixture, &guard, &by_bytes, timing);
+        report.random_method = measure_all(&fixture, &guard, &by_method, timing);
     }
     let span = fixture.heap().span();
     report.memory = Memory {
@@ -210,12 +233,25 @@ pub fn run(quick: bool) -> Result<Report, BoxError> {
         map_resident: fixture.map_resident_bytes().unwrap_or(0) as u64,
     };
     let addresses = fixture.random_addresses(&mut Rng::new(23), 1 << 16);
-    let duration = Duration::from_millis(if quick { 300 } else { 2000 });
-    for (readers, writer) in [(1, false), (2, false), (1, true), (2, true)] {
+    // Rounds of every configuration in turn, as for the lookups: a slow spell
+    // of the machine lands on all four, not on one.
+    let (rounds, duration) = if quick {
+        (3, Duration::from_millis(100))
+    } else {
+        (5, Duration::from_millis(400))
+    };
+    let configs = [(1, false), (2, false), (1, true), (2, true)];
+    let mut rates = configs.map(|_| Vec::with_capacity(rounds));
+    for _ in 0..rounds {
+        for (&(readers, writer), rates) in configs.iter().zip(&mut rates) {
+            rates.push(throughput(&fixture, &addresses, readers, writer, duration));
+        }
+    }
+    for ((readers, writer), rates) in configs.into_iter().zip(rates) {
         report.concurrent.push(Concurrent {
             readers,
             writer,
-            lookups_per_sec: throughput(&fixture, &addresses, readers, writer, duration),
+            lookups_per_sec: median(rates),
         });
     }
     drop(fixture);
@@ -235,45 +271,49 @@ fn many_heaps(timing: Timing) -> Result<Vec<(&'static str, f64)>, BoxError> {
     let reader = many.manager.register()?;
     let guard = reader.pin()?;
     let indices: Vec<usize> = (0..addresses.len()).collect();
-    Ok(vec![
-        (
-            "floor",
-            measure_fn(timing, &indices, |i| {
-                let (words, offset) = located[i];
-                fixture::floor_find(words, offset).map(|s| s as usize)
-            }),
-        ),
-        (
-            "btree_ranges",
-            measure_fn(timing, &addresses, |a| {
-                many.ranges
-                    .range(..=a)
-                    .next_back()
-                    .filter(|(_, (end, _))| a < *end)
-                    .map(|(_, &(_, i))| i)
-            }),
-        ),
-        (
-            "range_map",
-            measure_fn(timing, &addresses, |a| {
-                many.manager
-                    .section(&guard, a)
-                    .ok()
-                    .flatten()
-                    .map(|s| s.begin())
-            }),
-        ),
-        (
-            "manager",
-            measure_fn(timing, &addresses, |a| {
-                many.manager
-                    .find(&guard, a)
-                    .ok()
-                    .flatten()
-                    .map(|b| b.start())
-            }),
-        ),
-    ])
+    let floor = Closure(|i: usize| {
+        let (words, offset) = located[i];
+        fixture::floor_find(words, offset).map(|s| s as usize)
+    });
+    let btree = Closure(|a: usize| {
+        many.ranges
+            .range(..=a)
+            .next_back()
+            .filter(|(_, (end, _))| a < *end)
+            .map(|(_, &(_, i))| i)
+    });
+    let range_map = Closure(|a: usize| {
+        many.manager
+            .section(&guard, a)
+            .ok()
+            .flatten()
+            .map(|s| s.begin())
+    });
+    let manager = Closure(|a: usize| {
+        many.manager
+            .find(&guard, a)
+            .ok()
+            .flatten()
+            .map(|b| b.start())
+    });
+    // Interleaved rounds, as in `measure_all`.
+    let iters = [
+        calibrate(&floor, &indices, timing),
+        calibrate(&btree, &addresses, timing),
+        calibrate(&range_map, &addresses, timing),
+        calibrate(&manager, &addresses, timing),
+    ];
+    let mut ns: [Vec<f64>; 4] = Default::default();
+    for _ in 0..timing.samples {
+        ns[0].push(batch(&floor, &indices, iters[0]));
+        ns[1].push(batch(&btree, &addresses, iters[1]));
+        ns[2].push(batch(&range_map, &addresses, iters[2]));
+        ns[3].push(batch(&manager, &addresses, iters[3]));
+    }
+    Ok(["floor", "btree_ranges", "range_map", "manager"]
+        .into_iter()
+        .zip(ns.map(median))
+        .collect())
 }
 
 /// Manager lookups per second by `readers` threads for `duration`, optionally
@@ -295,13 +335,18 @@ pub fn throughput(
                 let Ok(reader) = fixture.manager().register() else {
                     return;
                 };
+                // Each reader walks the addresses with its own odd stride (a
+                // full cycle of the power-of-two length): the same working set
+                // in an unrelated order, so no reader fetches lines just ahead
+                // of another and the readers scale no better than they would.
+                let stride = 1 + 2 * r * 20_011;
                 let mut i = r * 7919;
                 let mut count = 0u64;
                 // Relaxed: a stop flag; no data rides on it.
                 while !stop.load(Ordering::Relaxed) {
                     let Ok(guard) = reader.pin() else { return };
                     for _ in 0..256 {
-                        i = (i + 1) & (addresses.len() - 1);
+                        i = (i + stride) & (addresses.len() - 1);
                         black_box(
                             fixture
                                 .manager()
