@@ -151,24 +151,37 @@ impl Visitor for Batch<'_> {
     }
 }
 
-/// Median ns per lookup of `addresses` for every structure. The batches are
-/// interleaved: each round times one batch of every structure in turn, so a
-/// slow spell of a shared machine lands on all of them, and the ratios
-/// between structures (what the report is for) hold through it.
+/// Median ns per lookup of each address set for every structure, one list
+/// per set. The batches are interleaved: each round times one batch of every
+/// structure on every set in turn, so a slow spell of a shared machine lands
+/// on all of them, and the ratios the report is for (between structures, and
+/// between sets, such as v2 at 64 MiB against v2 at 64 B) hold through it.
 fn measure_all(
     fixture: &Fixture<'_>,
     guard: &jitmap::Guard<'_>,
-    addresses: &[usize],
+    sets: &[&[usize]],
     timing: Timing,
-) -> Vec<(Structure, f64)> {
-    let iters = Structure::ALL.map(|s| fixture.visit(s, guard, Calibrate { addresses, timing }));
-    let mut ns = Structure::ALL.map(|_| Vec::with_capacity(timing.samples));
+) -> Vec<Vec<(Structure, f64)>> {
+    let iters: Vec<[usize; Structure::ALL.len()]> = sets
+        .iter()
+        .map(|&addresses| {
+            Structure::ALL.map(|s| fixture.visit(s, guard, Calibrate { addresses, timing }))
+        })
+        .collect();
+    let mut ns: Vec<[Vec<f64>; Structure::ALL.len()]> = sets
+        .iter()
+        .map(|_| Structure::ALL.map(|_| Vec::with_capacity(timing.samples)))
+        .collect();
     for _ in 0..timing.samples {
-        for ((s, &iters), ns) in Structure::ALL.iter().zip(&iters).zip(&mut ns) {
-            ns.push(fixture.visit(*s, guard, Batch { addresses, iters }));
+        for ((&addresses, iters), ns) in sets.iter().zip(&iters).zip(&mut ns) {
+            for ((s, &iters), ns) in Structure::ALL.iter().zip(iters).zip(ns) {
+                ns.push(fixture.visit(*s, guard, Batch { addresses, iters }));
+            }
         }
     }
-    Structure::ALL.into_iter().zip(ns.map(median)).collect()
+    ns.into_iter()
+        .map(|ns| Structure::ALL.into_iter().zip(ns.map(median)).collect())
+        .collect()
 }
 
 /// A closure as a finder (for the many-heaps structures, which are not
@@ -205,25 +218,34 @@ pub fn run(quick: bool) -> Result<Report, BoxError> {
     let reader = manager.register()?;
     {
         let guard = reader.pin()?;
+        let mut tails = Vec::new();
         for (&size, &i) in TAIL_SIZES.iter().zip(&tail_at) {
             let (start, _) = fixture.blocks()[i];
-            let tail = [start + size as usize - 1];
+            let tail = start + size as usize - 1;
             for s in Structure::ALL {
                 // The floor reads one word and may not reach the start.
-                if s != Structure::Floor && fixture.lookup(s, &guard, tail[0]) != Some(start) {
+                if s != Structure::Floor && fixture.lookup(s, &guard, tail) != Some(start) {
                     return Err(
-                        format!("{} does not find the method at {:#x}", s.name(), tail[0]).into(),
+                        format!("{} does not find the method at {tail:#x}", s.name()).into(),
                     );
                 }
             }
-            for (s, ns) in measure_all(&fixture, &guard, &tail, timing) {
-                report.tail.push((s, size, ns));
-            }
+            tails.push([tail]);
+        }
+        let sets: Vec<&[usize]> = tails.iter().map(|t| &t[..]).collect();
+        for (&size, row) in TAIL_SIZES
+            .iter()
+            .zip(measure_all(&fixture, &guard, &sets, timing))
+        {
+            report
+                .tail
+                .extend(row.into_iter().map(|(s, ns)| (s, size, ns)));
         }
         let by_bytes = fixture.random_addresses(&mut Rng::new(23), 1 << 16);
         let by_method = fixture.random_method_addresses(&mut Rng::new(31), 1 << 16);
-        report.random = measure_all(&fixture, &guard, &by_bytes, timing);
-        report.random_method = measure_all(&fixture, &guard, &by_method, timing);
+        let mut random = measure_all(&fixture, &guard, &[&by_bytes, &by_method], timing);
+        report.random_method = random.pop().unwrap_or_default();
+        report.random = random.pop().unwrap_or_default();
     }
     let span = fixture.heap().span();
     report.memory = Memory {
@@ -236,9 +258,9 @@ pub fn run(quick: bool) -> Result<Report, BoxError> {
     // Rounds of every configuration in turn, as for the lookups: a slow spell
     // of the machine lands on all four, not on one.
     let (rounds, duration) = if quick {
-        (3, Duration::from_millis(100))
+        (5, Duration::from_millis(60))
     } else {
-        (5, Duration::from_millis(400))
+        (21, Duration::from_millis(100))
     };
     let configs = [(1, false), (2, false), (1, true), (2, true)];
     let mut rates = configs.map(|_| Vec::with_capacity(rounds));
