@@ -736,3 +736,115 @@ impl Report {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{Concurrent, Memory, Report, TAIL_SIZES};
+    use crate::fixture::Structure;
+
+    /// A report with known figures: tail ns = (structure index + 1) × (size
+    /// index + 1); random ns = structure index + 1 (twice that for
+    /// `random_method`).
+    fn synthetic() -> Report {
+        let mut r = Report::default();
+        for (k, &size) in TAIL_SIZES.iter().enumerate() {
+            for (j, &s) in Structure::ALL.iter().enumerate() {
+                r.tail.push((s, size, ((j + 1) * (k + 1)) as f64));
+            }
+        }
+        for (j, &s) in Structure::ALL.iter().enumerate() {
+            r.random.push((s, (j + 1) as f64));
+            r.random_method.push((s, 2.0 * (j + 1) as f64));
+        }
+        r.many_heaps = vec![
+            ("floor", 1.0),
+            ("btree_ranges", 3.0),
+            ("range_map", 2.0),
+            ("manager", 4.0),
+        ];
+        r.memory = Memory {
+            span: 1 << 20,
+            code: 1 << 19,
+            map_reserved: 48 << 10,
+            map_resident: 24 << 10,
+        };
+        for (readers, writer, rate) in [
+            (1, false, 100.0),
+            (2, false, 190.0),
+            (1, true, 95.0),
+            (2, true, 180.0),
+        ] {
+            r.concurrent.push(Concurrent {
+                readers,
+                writer,
+                lookups_per_sec: rate,
+            });
+        }
+        r
+    }
+
+    /// The JSON a run prints (quick or not: the keys come from the rows, not
+    /// from the timing) has every section the issue names, and each ratio is
+    /// the quotient of the rows it names.
+    #[test]
+    fn json_holds_every_section_and_each_ratio_is_its_rows_quotient() {
+        let json: serde_json::Value = serde_json::from_str(&synthetic().json()).unwrap();
+        let sections: Vec<&str> = json
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        let mut expected = vec![
+            "concurrent",
+            "many_heaps",
+            "memory",
+            "random_ip",
+            "random_method",
+            "ratios",
+            "tail_of_method",
+        ];
+        let mut sorted = sections.clone();
+        sorted.sort_unstable();
+        expected.sort_unstable();
+        assert_eq!(sorted, expected);
+        let ratios = json["ratios"].as_object().unwrap();
+        // 8 sizes × 6 structures over the floor, v2 at 64 MiB over 64 B, two
+        // random sections × (6 over the floor + 3 over heap), 3 many-heaps rows
+        // over the floor and one over the range map, 8 kept from earlier runs,
+        // 3 concurrency ratios.
+        assert_eq!(ratios.len(), 48 + 1 + 18 + 4 + 8 + 3);
+        let ratio = |k: &str| ratios[k].as_f64().unwrap_or_else(|| panic!("no ratio {k}"));
+        assert_eq!(ratio("tail_of_method/64B/heap/floor"), 4.0);
+        assert_eq!(ratio("tail_of_method/64MiB/manager/floor"), 5.0);
+        assert_eq!(ratio("tail_of_method/v2@64MiB/v2@64B"), 8.0);
+        assert_eq!(ratio("random_ip/sorted_vec/heap"), 1.75);
+        assert_eq!(ratio("random_method/btree_rwlock/heap"), 1.5);
+        assert_eq!(ratio("random_method/manager/heap"), 1.25);
+        assert_eq!(ratio("random_ip/heap/floor"), 4.0);
+        assert_eq!(ratio("many_heaps/manager/floor"), 4.0);
+        assert_eq!(ratio("many_heaps/btree_ranges/range_map"), 1.5);
+        assert_eq!(ratio("concurrent_2r/1r"), 1.9);
+        assert_eq!(ratio("concurrent_1r_churn/1r"), 0.95);
+        let floor_rows: Vec<&str> = json["random_method"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|row| row["structure"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            floor_rows,
+            [
+                "floor",
+                "v2",
+                "v1",
+                "heap",
+                "manager",
+                "btree_rwlock",
+                "sorted_vec"
+            ]
+        );
+        assert_eq!(json["tail_of_method"].as_array().unwrap().len(), 8 * 7);
+        assert_eq!(json["memory"]["map_resident"], 24 << 10);
+    }
+}
