@@ -225,7 +225,34 @@ fn agent_perf_and_ebpf_agree_on_one_run() {
         "{exact} of {in_leaves}:\n{folded}"
     );
     let samples = ebpf["samples"].as_u64().unwrap();
-    assert!(in_leaves * 10 >= samples * 9, "{in_leaves} of {samples}");
+    // On failure, say where the other samples went: the heaviest stacks that
+    // do not end in a leaf.
+    let others = || {
+        let mut lines: Vec<(u64, &str)> = folded
+            .lines()
+            .filter(|l| {
+                !LEAVES
+                    .iter()
+                    .any(|leaf| l.rsplit_once(' ').unwrap().0.ends_with(leaf))
+            })
+            .map(|l| {
+                let (stack, count) = l.rsplit_once(' ').unwrap();
+                (count.parse().unwrap(), stack)
+            })
+            .collect();
+        lines.sort_unstable_by(|a, b| b.cmp(a));
+        lines
+            .iter()
+            .take(12)
+            .map(|(count, stack)| format!("{count} {stack}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    assert!(
+        in_leaves * 10 >= samples * 9,
+        "{in_leaves} of {samples}; heaviest other stacks:\n{}",
+        others()
+    );
     assert_outputs(&ebpf_out);
     // The three profilers, leaf by leaf.
     let text = inject_and_report(&dir, &data, "sym");
