@@ -216,6 +216,7 @@ pub fn run(quick: bool) -> Result<Report, BoxError> {
     let (sizes, tail_at) = shared_sizes();
     let fixture = Fixture::new(&manager, &sizes)?;
     let reader = manager.register()?;
+    let by_bytes = fixture.random_addresses(&mut Rng::new(23), 1 << 16);
     {
         let guard = reader.pin()?;
         let mut tails = Vec::new();
@@ -241,7 +242,6 @@ pub fn run(quick: bool) -> Result<Report, BoxError> {
                 .tail
                 .extend(row.into_iter().map(|(s, ns)| (s, size, ns)));
         }
-        let by_bytes = fixture.random_addresses(&mut Rng::new(23), 1 << 16);
         let by_method = fixture.random_method_addresses(&mut Rng::new(31), 1 << 16);
         let mut random = measure_all(&fixture, &guard, &[&by_bytes, &by_method], timing);
         report.random_method = random.pop().unwrap_or_default();
@@ -254,7 +254,6 @@ pub fn run(quick: bool) -> Result<Report, BoxError> {
         map_reserved: fixture.heap().map_reserved_bytes() as u64,
         map_resident: fixture.map_resident_bytes().unwrap_or(0) as u64,
     };
-    let addresses = fixture.random_addresses(&mut Rng::new(23), 1 << 16);
     // Rounds of every configuration in turn, as for the lookups: a slow spell
     // of the machine lands on all four, not on one.
     let (rounds, duration) = if quick {
@@ -266,7 +265,7 @@ pub fn run(quick: bool) -> Result<Report, BoxError> {
     let mut rates = configs.map(|_| Vec::with_capacity(rounds));
     for _ in 0..rounds {
         for (&(readers, writer), rates) in configs.iter().zip(&mut rates) {
-            rates.push(throughput(&fixture, &addresses, readers, writer, duration));
+            rates.push(throughput(&fixture, &by_bytes, readers, writer, duration));
         }
     }
     for ((readers, writer), rates) in configs.into_iter().zip(rates) {

@@ -252,6 +252,19 @@ impl RawEnds {
         (high & below(a)) | (low >> shift(lo)) != 0 || ends_in_bucket_before(high, a)
     }
 
+    /// [`RawEnds::ends_before_from_prev`] when a pointer in the word before
+    /// `a`'s named the start: the block covers that whole word, so the check
+    /// runs from its first byte.
+    ///
+    /// # Safety
+    /// `a` lies past the span's first word, inside the span of a live heap.
+    #[inline(always)]
+    pub(crate) unsafe fn ends_before_after_covered(self, a: u64) -> bool {
+        // SAFETY: the previous word's first byte lies in the word before `a`'s
+        // (the caller's contract).
+        unsafe { self.ends_before_from_prev(a - a % WORD_BYTES - WORD_BYTES, a) }
+    }
+
     /// Whether the block starting at `start` is a stub.
     ///
     /// # Safety
@@ -324,7 +337,7 @@ mod tests {
                             // A pointer in the previous word; `a`'s word is
                             // not one (the block does not cover it whole).
                             (last < a_word * WORD_BYTES + WORD_BYTES - 1)
-                                .then(|| (2, ends.ends_before_from_prev(prev_base, a)))
+                                .then(|| (2, ends.ends_before_after_covered(a)))
                         } else {
                             None
                         }

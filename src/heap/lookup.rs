@@ -170,10 +170,7 @@ impl HeapLookup {
             V2Origin::Covered => false,
             V2Origin::OwnWord => unsafe { self.ends.ends_before_in_word(start, offset) },
             V2Origin::PrevWord => unsafe { self.ends.ends_before_from_prev(start, offset) },
-            V2Origin::PrevCovered => unsafe {
-                self.ends
-                    .ends_before_from_prev(offset - offset % 256 - 256, offset)
-            },
+            V2Origin::PrevCovered => unsafe { self.ends.ends_before_after_covered(offset) },
         };
         // SAFETY: the caller's contract.
         (!ended).then(|| unsafe { self.hit(base, offset, start) })
