@@ -296,14 +296,29 @@ impl Sim {
                     self.cycle_groups(&mut last_load, &mut next_group, &mut rng)?;
                 }
             }
-            if self.params.churn && rng.chance(20) {
-                let m = rng.below(main.methods.len() as u64) as usize;
-                let tier1 = matches!(main.current.lock()[m], Some((_, _, 1)));
-                if tier1 && self.install(&main, m, 0, &mut rng)? {
-                    main.counters.rearm(m as u32, self.params.threshold)?;
-                    // Relaxed: statistics.
-                    self.counts.deopts.fetch_add(1, Ordering::Relaxed);
-                }
+            // De-optimize one of the main group's tier-1 methods, picked
+            // uniformly among them: the rate of de-optimizations then does not
+            // hang on how many methods have tiered up yet (a slow machine
+            // tiers up few in a short run, and a pick among all methods
+            // mostly missed them). Only this thread installs code, so the
+            // method is still at tier 1 when it is replaced.
+            let tier1 = |c: &Option<(CodeRef, u64, u8)>| matches!(c, Some((_, _, 1)));
+            let picked = if self.params.churn && rng.chance(20) {
+                let current = main.current.lock();
+                let count = current.iter().filter(|c| tier1(c)).count() as u64;
+                (count > 0)
+                    .then(|| rng.below(count) as usize)
+                    .and_then(|k| current.iter().enumerate().filter(|(_, c)| tier1(c)).nth(k))
+                    .map(|(m, _)| m)
+            } else {
+                None
+            };
+            if let Some(m) = picked
+                && self.install(&main, m, 0, &mut rng)?
+            {
+                main.counters.rearm(m as u32, self.params.threshold)?;
+                // Relaxed: statistics.
+                self.counts.deopts.fetch_add(1, Ordering::Relaxed);
             }
             self.cycle_groups(&mut last_load, &mut next_group, &mut rng)?;
             std::thread::sleep(Duration::from_micros(200));
