@@ -4,7 +4,10 @@
 //! One byte per 32-byte bucket, eight to a 64-bit word (the same 256 bytes of
 //! code as one nibble-map word). Bits 0–5 hold the offset of the last code byte
 //! of a block ending in the bucket, plus one (0: none ends there); bit 7 says a
-//! stub starts in the bucket. The allocator pads every extent so that no two
+//! stub starts in the bucket. Bit 6 of a word's first byte says a block ended
+//! at the previous word's last byte, so a lookup whose start map found a
+//! pointer in the previous word (the block covers it) reads one end word, not
+//! two. The allocator pads every extent so that no two
 //! blocks end in one bucket and no block starts in the bucket where the previous
 //! one ends, so one byte per bucket is enough.
 //!
@@ -28,6 +31,9 @@ const BUCKET: u64 = 32;
 const STUB: u64 = 0x80;
 /// Bits 0–5 of an end byte: last byte's offset + 1.
 const END: u64 = 0x3F;
+/// Bit 6 of a word's first byte: a block ended at the previous word's last
+/// byte. Scans (here and in other processes) mask it out with [`END`].
+const PREV_END: u64 = 0x40;
 
 /// The end map's storage, written under the heap's lock, and its trailer:
 /// after the last end word, the heap's change sequence and its id, where a
@@ -108,6 +114,9 @@ impl EndMap {
     pub(crate) fn mark(&self, start: u64, size: u64, stub: bool) {
         let last = start + size.max(1) - 1;
         self.update(last, |w| w | ((last % BUCKET) + 1) << shift(last));
+        if self.ends_a_word(last) {
+            self.update(last + 1, |w| w | PREV_END);
+        }
         if stub {
             self.update(start, |w| w | STUB << shift(start));
         }
@@ -118,7 +127,16 @@ impl EndMap {
     pub(crate) fn clear(&self, start: u64, size: u64) {
         let last = start + size.max(1) - 1;
         self.update(last, |w| w & !(END << shift(last)));
+        if self.ends_a_word(last) {
+            self.update(last + 1, |w| w & !PREV_END);
+        }
         self.update(start, |w| w & !(STUB << shift(start)));
+    }
+
+    /// Whether `last` is the last byte of a word that another word follows:
+    /// where an end also sets [`PREV_END`] in the next word.
+    fn ends_a_word(&self, last: u64) -> bool {
+        last % WORD_BYTES == WORD_BYTES - 1 && last / WORD_BYTES + 1 < self.words as u64
     }
 
     /// Rewrites the word covering `offset`. A load and a store, not a
@@ -253,16 +271,17 @@ impl RawEnds {
     }
 
     /// [`RawEnds::ends_before_from_prev`] when a pointer in the word before
-    /// `a`'s named the start: the block covers that whole word, so the check
-    /// runs from its first byte.
+    /// `a`'s named the start: the block covers that whole word, so it can only
+    /// have ended at that word's last byte (which [`PREV_END`] in `a`'s word
+    /// records) or in `a`'s word. One end word.
     ///
     /// # Safety
-    /// `a` lies past the span's first word, inside the span of a live heap.
+    /// `a` lies inside the span of a live heap.
     #[inline(always)]
     pub(crate) unsafe fn ends_before_after_covered(self, a: u64) -> bool {
-        // SAFETY: the previous word's first byte lies in the word before `a`'s
-        // (the caller's contract).
-        unsafe { self.ends_before_from_prev(a - a % WORD_BYTES - WORD_BYTES, a) }
+        // SAFETY: `a` is inside the span (the caller's contract).
+        let word = unsafe { self.load(a) };
+        (word & (ENDS & below(a) | PREV_END)) != 0 || ends_in_bucket_before(word, a)
     }
 
     /// Whether the block starting at `start` is a stub.
@@ -278,7 +297,9 @@ impl RawEnds {
 
 #[cfg(test)]
 mod tests {
-    use super::{BUCKET, EndMap, WORD_BYTES};
+    use std::sync::atomic::Ordering::Relaxed;
+
+    use super::{BUCKET, EndMap, PREV_END, WORD_BYTES};
 
     /// The loop-free v2 checks against the model (a block's last byte) and
     /// the looping scan, for every address a v2 start map would attribute to
@@ -296,8 +317,9 @@ mod tests {
             state % below
         };
         // Addresses checked through each branch: own word, previous word's
-        // start, previous word covered.
-        let mut checked = [0u64; 3];
+        // start, previous word covered; and of the last, those past a block
+        // that ended at the previous word's last byte (the `PREV_END` bit).
+        let mut checked = [0u64; 4];
         for _ in 0..40 {
             let map = EndMap::new(WORDS, 1, false).unwrap();
             let ends = map.raw();
@@ -348,6 +370,9 @@ mod tests {
                         assert_eq!(fast, last < a, "block {start}..={last}, address {a}");
                         assert_eq!(scan, last < a, "scan: block {start}..={last}, address {a}");
                         checked[branch] += 1;
+                        if branch == 2 && last == prev_base + WORD_BYTES - 1 {
+                            checked[3] += 1;
+                        }
                     }
                 }
             }
@@ -356,7 +381,7 @@ mod tests {
         // the test stopped checking what it did.
         assert_eq!(checked, EXPECTED_CHECKS);
     }
-    const EXPECTED_CHECKS: [u64; 3] = [282_200, 344_352, 99_456];
+    const EXPECTED_CHECKS: [u64; 4] = [282_200, 344_352, 99_456, 728];
 
     #[test]
     fn ends_are_found_exactly_and_cleared() {
@@ -374,6 +399,22 @@ mod tests {
             assert!(ends.is_stub(304) && !ends.is_stub(48));
             assert!(ends.ends_between(0, 4095));
         }
+        // Last byte 2047, word 7's last: the flag goes in word 8's first byte.
+        map.mark(1536, 512, false);
+        // Relaxed: this thread wrote the map.
+        assert_eq!(map.word(2048).load(Relaxed), PREV_END);
+        // SAFETY: offsets inside the span.
+        unsafe {
+            assert!(ends.ends_before_after_covered(2048));
+            assert!(!ends.ends_before_after_covered(2047));
+        }
+        map.clear(1536, 512);
+        assert_eq!(map.word(2048).load(Relaxed), 0);
+        // SAFETY: as above.
+        assert!(!unsafe { ends.ends_before_after_covered(2048) });
+        // A block ending at the span's last byte has no next word to mark.
+        map.mark(3840, 256, false);
+        map.clear(3840, 256);
         map.clear(304, 1000);
         // SAFETY: as above.
         unsafe {
