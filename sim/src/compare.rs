@@ -360,7 +360,9 @@ pub fn throughput(
                 // full cycle of the power-of-two length): the same working set
                 // in an unrelated order, so no reader fetches lines just ahead
                 // of another and the readers scale no better than they would.
-                let stride = 1 + 2 * r * 20_011;
+                // None walks them in order (stride 1), which would let the
+                // prefetcher serve one reader's address reads and not the others'.
+                let stride = 1 + 2 * (r + 1) * 20_011;
                 let mut i = r * 7919;
                 let mut count = 0u64;
                 // Relaxed: a stop flag; no data rides on it.
