@@ -254,20 +254,21 @@ impl RawEnds {
         ((word & below(a)) >> shift(start)) != 0 || ends_in_bucket_before(word, a)
     }
 
-    /// [`RawEnds::ends_between`] for a v2 lookup whose start map named the
-    /// start from the word before `a`'s: two end words, no loop. `lo` is the
-    /// start, or the previous word's first byte when a pointer there named a
-    /// start further back (the block covers that word, so its end is not
-    /// before it). Both words are addressed from `a` alone, so on a cache miss
-    /// they load beside the start-map words, not after them.
+    /// [`RawEnds::ends_between`] for a v2 lookup whose start map named
+    /// `start` from a nibble in the word before `a`'s: two end words, no loop
+    /// (an end after `start` in its word, or before `a` in `a`'s). Both words
+    /// are addressed from `a` alone, so on a cache miss they load beside the
+    /// start-map words, not after them. A pointer in the previous word needs
+    /// only `a`'s word: [`RawEnds::ends_before_after_covered`].
     ///
     /// # Safety
-    /// `lo` lies in the word before `a`'s, both inside the span of a live heap.
+    /// `start` lies in the word before `a`'s, both inside the span of a live
+    /// heap.
     #[inline(always)]
-    pub(crate) unsafe fn ends_before_from_prev(self, lo: u64, a: u64) -> bool {
+    pub(crate) unsafe fn ends_before_from_prev(self, start: u64, a: u64) -> bool {
         // SAFETY: both words are inside the span (the caller's contract).
         let (high, low) = unsafe { (self.load(a) & ENDS, self.load(a - WORD_BYTES) & ENDS) };
-        (high & below(a)) | (low >> shift(lo)) != 0 || ends_in_bucket_before(high, a)
+        (high & below(a)) | (low >> shift(start)) != 0 || ends_in_bucket_before(high, a)
     }
 
     /// [`RawEnds::ends_before_from_prev`] when a pointer in the word before
@@ -409,6 +410,7 @@ mod tests {
             assert!(!ends.ends_before_after_covered(2047));
         }
         map.clear(1536, 512);
+        // Relaxed: as above.
         assert_eq!(map.word(2048).load(Relaxed), 0);
         // SAFETY: as above.
         assert!(!unsafe { ends.ends_before_after_covered(2048) });

@@ -164,8 +164,9 @@ impl HeapLookup {
             return None;
         }
         // SAFETY (each check): `start <= offset`, inside the span of the live
-        // heap; the origin says which word holds `start`, or for a pointer in
-        // the previous word that the block covers it from its first byte.
+        // heap; the origin says which word holds `start` (a nibble in
+        // `offset`'s word or the one before), or that a pointer in the word
+        // before names it (the block covers that word).
         let ended = match origin {
             V2Origin::Covered => false,
             V2Origin::OwnWord => unsafe { self.ends.ends_before_in_word(start, offset) },
