@@ -414,9 +414,16 @@ mod tests {
         assert_eq!(map.word(2048).load(Relaxed), 0);
         // SAFETY: as above.
         assert!(!unsafe { ends.ends_before_after_covered(2048) });
-        // A block ending at the span's last byte has no next word to mark.
+        // A block ending at the span's last byte has no next word to mark: its
+        // end byte lands in word 15's last byte, and the trailer after word 15
+        // (the change sequence first) stays untouched.
         map.mark(3840, 256, false);
+        // Relaxed: as above.
+        assert_eq!(map.word(3840).load(Relaxed), 32 << 56);
+        assert_eq!(map.trailer_word(0).load(Relaxed), 0);
         map.clear(3840, 256);
+        // Relaxed: as above.
+        assert_eq!(map.word(3840).load(Relaxed), 0);
         map.clear(304, 1000);
         // SAFETY: as above.
         unsafe {
@@ -426,10 +433,6 @@ mod tests {
         }
         assert_eq!(map.reserved_bytes(), 128 + 16);
         // Relaxed: this thread wrote the id; no other thread is involved.
-        assert_eq!(
-            map.trailer_word(1)
-                .load(std::sync::atomic::Ordering::Relaxed),
-            7
-        );
+        assert_eq!(map.trailer_word(1).load(Relaxed), 7);
     }
 }
