@@ -420,6 +420,7 @@ mod tests {
         map.mark(3840, 256, false);
         // Relaxed: as above.
         assert_eq!(map.word(3840).load(Relaxed), 32 << 56);
+        // Relaxed: as above.
         assert_eq!(map.trailer_word(0).load(Relaxed), 0);
         map.clear(3840, 256);
         // Relaxed: as above.
