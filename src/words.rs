@@ -184,8 +184,16 @@ mod mmap {
 
         #[inline]
         fn load(&self, index: usize) -> u32 {
+            if index >= self.count {
+                return 0;
+            }
+            // Not through `word`: its `Option` of a reference costs a null test
+            // of the mapping's base on every load once inlined into a lookup.
+            let base = self.map.base().cast::<AtomicU32>().as_ptr();
+            // SAFETY: as in `word`: `index < count` words of the live, aligned,
+            // zeroed mapping, only ever accessed atomically.
             // Acquire: pairs with the Release store that published the word.
-            self.word(index).map_or(0, |w| w.load(Ordering::Acquire))
+            unsafe { (*base.add(index)).load(Ordering::Acquire) }
         }
     }
 

@@ -139,11 +139,17 @@ impl HeapLookup {
         // (this function's contract). Offsets past the span fall past the last
         // word, where the lookup answers none.
         let words = unsafe { RawWords::from_raw_parts(self.words, self.word_count as usize) };
+        // Inlined always: left to the heuristics, a binary with several
+        // callers (the simulator's) outlined it on the two previous-word
+        // branches, where it dispatched on `origin` a second time.
         // SAFETY: the map named `start` for `offset`, from the word `origin`
         // says; the rest is this function's contract.
-        find_v2_with(&words, offset, |start, origin| unsafe {
-            self.exact(base, offset, start, origin)
-        })
+        find_v2_with(
+            &words,
+            offset,
+            #[inline(always)]
+            |start, origin| unsafe { self.exact(base, offset, start, origin) },
+        )
     }
 
     /// The hit for `start`, which the v2 map named for `offset` from the word
