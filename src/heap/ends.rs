@@ -161,15 +161,41 @@ fn shift(offset: u64) -> u64 {
 /// Each bucket's end offset + 1 (0: none ends there), stub flags dropped.
 const ENDS: u64 = u64::from_ne_bytes([END as u8; 8]);
 
-/// The bytes of a word for the buckets before `a`'s.
+/// For each bucket, the end bits (stub flags dropped) of the buckets before
+/// it. A table: one load where a shifted mask took three instructions, and
+/// the mask comes with the stub flags already dropped.
+const ENDS_BELOW: [u64; 8] = {
+    let mut table = [0; 8];
+    let mut bucket = 1;
+    while bucket < 8 {
+        table[bucket] = ENDS & ((1 << (8 * bucket)) - 1);
+        bucket += 1;
+    }
+    table
+};
+
+/// [`ENDS_BELOW`] with [`PREV_END`]: what a block covering the previous word
+/// can have left in the address's word before the address's bucket.
+const COVERED_BELOW: [u64; 8] = {
+    let mut table = ENDS_BELOW;
+    let mut bucket = 0;
+    while bucket < 8 {
+        table[bucket] |= PREV_END;
+        bucket += 1;
+    }
+    table
+};
+
+/// The end bits of a word for the buckets before `a`'s.
 #[inline(always)]
-fn below(a: u64) -> u64 {
-    (1 << shift(a)) - 1
+fn ends_below(a: u64) -> u64 {
+    // Indexed through `shift`, which the in-bucket test computes anyway.
+    ENDS_BELOW[(shift(a) / 8) as usize]
 }
 
-/// Whether `word` (stub flags dropped) marks an end in `a`'s bucket before
-/// `a`. An end byte `e` marks the last byte at `e - 1` in its bucket; 0 wraps
-/// past every bound.
+/// Whether `word` marks an end in `a`'s bucket before `a` (the bucket's stub
+/// and previous-end flags are masked off here). An end byte `e` marks the
+/// last byte at `e - 1` in its bucket; 0 wraps past every bound.
 #[inline(always)]
 fn ends_in_bucket_before(word: u64, a: u64) -> bool {
     ((word >> shift(a)) & END).wrapping_sub(1) < a % BUCKET
@@ -250,8 +276,8 @@ impl RawEnds {
     #[inline(always)]
     pub(crate) unsafe fn ends_before_in_word(self, start: u64, a: u64) -> bool {
         // SAFETY: `a` is inside the span (the caller's contract).
-        let word = unsafe { self.load(a) } & ENDS;
-        ((word & below(a)) >> shift(start)) != 0 || ends_in_bucket_before(word, a)
+        let word = unsafe { self.load(a) };
+        ((word & ends_below(a)) >> shift(start)) != 0 || ends_in_bucket_before(word, a)
     }
 
     /// [`RawEnds::ends_between`] for a v2 lookup whose start map named
@@ -267,8 +293,8 @@ impl RawEnds {
     #[inline(always)]
     pub(crate) unsafe fn ends_before_from_prev(self, start: u64, a: u64) -> bool {
         // SAFETY: both words are inside the span (the caller's contract).
-        let (high, low) = unsafe { (self.load(a) & ENDS, self.load(a - WORD_BYTES) & ENDS) };
-        (high & below(a)) | (low >> shift(start)) != 0 || ends_in_bucket_before(high, a)
+        let (high, low) = unsafe { (self.load(a), self.load(a - WORD_BYTES) & ENDS) };
+        (high & ends_below(a)) | (low >> shift(start)) != 0 || ends_in_bucket_before(high, a)
     }
 
     /// [`RawEnds::ends_before_from_prev`] when a pointer in the word before
@@ -282,7 +308,7 @@ impl RawEnds {
     pub(crate) unsafe fn ends_before_after_covered(self, a: u64) -> bool {
         // SAFETY: `a` is inside the span (the caller's contract).
         let word = unsafe { self.load(a) };
-        (word & (ENDS & below(a) | PREV_END)) != 0 || ends_in_bucket_before(word, a)
+        (word & COVERED_BELOW[(shift(a) / 8) as usize]) != 0 || ends_in_bucket_before(word, a)
     }
 
     /// Whether the block starting at `start` is a stub.
