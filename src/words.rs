@@ -182,18 +182,14 @@ mod mmap {
             self.count
         }
 
+        /// Through the same load as [`RawWords`], not through `word`: its
+        /// `Option` of a reference cost a null test of the mapping's base on
+        /// every load once inlined into a lookup.
         #[inline]
         fn load(&self, index: usize) -> u32 {
-            if index >= self.count {
-                return 0;
-            }
-            // Not through `word`: its `Option` of a reference costs a null test
-            // of the mapping's base on every load once inlined into a lookup.
-            let base = self.map.base().cast::<AtomicU32>().as_ptr();
-            // SAFETY: as in `word`: `index < count` words of the live, aligned,
-            // zeroed mapping, only ever accessed atomically.
-            // Acquire: pairs with the Release store that published the word.
-            unsafe { (*base.add(index)).load(Ordering::Acquire) }
+            // SAFETY: `base` and `count` are this live mapping's, and the view
+            // lives only for this call.
+            unsafe { RawWords::from_raw_parts(self.base(), self.count) }.load(index)
         }
     }
 

@@ -186,11 +186,11 @@ const COVERED_BELOW: [u64; 8] = {
     table
 };
 
-/// The end bits of a word for the buckets before `a`'s.
+/// `table`'s mask for `a`'s bucket ([`ENDS_BELOW`] or [`COVERED_BELOW`]).
 #[inline(always)]
-fn ends_below(a: u64) -> u64 {
+fn below(table: &[u64; 8], a: u64) -> u64 {
     // Indexed through `shift`, which the in-bucket test computes anyway.
-    ENDS_BELOW[(shift(a) / 8) as usize]
+    table[(shift(a) / 8) as usize]
 }
 
 /// Whether `word` marks an end in `a`'s bucket before `a` (the bucket's stub
@@ -277,7 +277,7 @@ impl RawEnds {
     pub(crate) unsafe fn ends_before_in_word(self, start: u64, a: u64) -> bool {
         // SAFETY: `a` is inside the span (the caller's contract).
         let word = unsafe { self.load(a) };
-        ((word & ends_below(a)) >> shift(start)) != 0 || ends_in_bucket_before(word, a)
+        ((word & below(&ENDS_BELOW, a)) >> shift(start)) != 0 || ends_in_bucket_before(word, a)
     }
 
     /// [`RawEnds::ends_between`] for a v2 lookup whose start map named
@@ -294,7 +294,8 @@ impl RawEnds {
     pub(crate) unsafe fn ends_before_from_prev(self, start: u64, a: u64) -> bool {
         // SAFETY: both words are inside the span (the caller's contract).
         let (high, low) = unsafe { (self.load(a), self.load(a - WORD_BYTES) & ENDS) };
-        (high & ends_below(a)) | (low >> shift(start)) != 0 || ends_in_bucket_before(high, a)
+        (high & below(&ENDS_BELOW, a)) | (low >> shift(start)) != 0
+            || ends_in_bucket_before(high, a)
     }
 
     /// [`RawEnds::ends_before_from_prev`] when a pointer in the word before
@@ -308,7 +309,7 @@ impl RawEnds {
     pub(crate) unsafe fn ends_before_after_covered(self, a: u64) -> bool {
         // SAFETY: `a` is inside the span (the caller's contract).
         let word = unsafe { self.load(a) };
-        (word & COVERED_BELOW[(shift(a) / 8) as usize]) != 0 || ends_in_bucket_before(word, a)
+        (word & below(&COVERED_BELOW, a)) != 0 || ends_in_bucket_before(word, a)
     }
 
     /// Whether the block starting at `start` is a stub.

@@ -409,9 +409,9 @@ impl Sim {
     /// 4,000 methods in 3 s; batched, all of them in each of 17 runs. In an
     /// optimized build the batches made no difference that could be measured
     /// (steady scenario, six alternated 3 s runs of each: a median of 799
-    /// publishes batched against 810 unbatched, 0.99). Judging after the fact is as strict: versions stay in
-    /// the model after their free, and their times only ever move from unknown
-    /// to known.
+    /// publishes batched against 810 unbatched, 0.99). Judging after the fact
+    /// is as strict: versions stay in the model after their free, and their
+    /// times only ever move from unknown to known.
     fn reader(&self, seed: u64) -> Result<(), RunError> {
         let reader = self.manager.register()?;
         let mut rng = Rng::new(seed);
