@@ -95,17 +95,19 @@ impl HeapLookup {
     /// headers and prefixes from being reclaimed while the answer is in use.
     #[inline(always)]
     pub(crate) unsafe fn find<'a>(&self, base: usize, ip: usize) -> Option<Hit<'a>> {
-        match self.version {
-            // SAFETY: this function's contract.
-            MapVersion::V2 => unsafe { self.find_v2(base, ip) },
-            // SAFETY: as above; an unlimited walk is never too far.
-            MapVersion::V1 => unsafe { self.find_v1(base, ip, usize::MAX) }.unwrap_or(None),
-        }
+        // SAFETY: this function's contract; an unlimited walk is never too far.
+        unsafe { self.find_capped(base, ip, usize::MAX) }.unwrap_or(None)
     }
 
     /// [`HeapLookup::find`] reading at most `v1_words` start-map words in a v1
     /// heap (and as many end words): `Err(TooFar)` when the start lies further
     /// back. A v2 heap reads at most two of each whatever the cap.
+    ///
+    /// Both versions hand back only the block's start, and the hit is built
+    /// here, once. When each branch that found a start built its own hit, the
+    /// execution manager merged the five-word hits of the four inlined v2
+    /// branches and of the out-of-line v1 walk through the stack: 16 moves
+    /// per lookup.
     ///
     /// # Safety
     /// As for [`HeapLookup::find`].
@@ -116,25 +118,33 @@ impl HeapLookup {
         ip: usize,
         v1_words: usize,
     ) -> Result<Option<Hit<'a>>, TooFar> {
-        match self.version {
+        let offset = ip.wrapping_sub(base) as u64;
+        let start = match self.version {
             // SAFETY: this function's contract.
-            MapVersion::V2 => Ok(unsafe { self.find_v2(base, ip) }),
+            MapVersion::V2 => unsafe { self.start_v2(offset) },
             // SAFETY: as above.
-            MapVersion::V1 => unsafe { self.find_v1(base, ip, v1_words) },
-        }
+            MapVersion::V1 => unsafe { self.start_v1(offset, v1_words) }?,
+        };
+        // The allocator places no start below the prefix; a map naming one
+        // would be corrupt, and the prefix would lie outside the heap.
+        // SAFETY: the map named `start` for `offset`; the rest is this
+        // function's contract.
+        Ok(start
+            .filter(|&start| start >= PREFIX)
+            .map(|start| unsafe { self.hit(base, offset, start) }))
     }
 
-    /// The v2 lookup, inlined into every caller: the start map names a start
-    /// from `ip`'s word or the word before (or a pointer word proves `ip`
-    /// inside), and unless proved, the end words where the block could have
-    /// ended before `ip` say whether it did, without a loop: `ip`'s word when
-    /// the start is in it, else that word and the one before.
+    /// The v2 lookup's start, inlined into every caller: the start map names
+    /// a start from `offset`'s word or the word before (or a pointer word
+    /// proves `offset` inside), and unless proved, the end words where the
+    /// block could have ended before `offset` say whether it did, without a
+    /// loop: `offset`'s word when the start is in it, else that word and the
+    /// one before.
     ///
     /// # Safety
     /// As for [`HeapLookup::find`], and the heap's map is v2.
     #[inline(always)]
-    unsafe fn find_v2<'a>(&self, base: usize, ip: usize) -> Option<Hit<'a>> {
-        let offset = ip.wrapping_sub(base) as u64;
+    unsafe fn start_v2(&self, offset: u64) -> Option<u64> {
         // SAFETY: `words` and `word_count` describe the live map of a live heap
         // (this function's contract). Offsets past the span fall past the last
         // word, where the lookup answers none.
@@ -142,60 +152,46 @@ impl HeapLookup {
         // Inlined always: left to the heuristics, a binary with several
         // callers (the simulator's) outlined it on the two previous-word
         // branches, where it dispatched on `origin` a second time.
-        // SAFETY: the map named `start` for `offset`, from the word `origin`
-        // says; the rest is this function's contract.
         find_v2_with(
             &words,
             offset,
             #[inline(always)]
-            |start, origin| unsafe { self.exact(base, offset, start, origin) },
+            // SAFETY: the map named `start` for `offset`, from the word
+            // `origin` says; the rest is this function's contract.
+            |start, origin| (!unsafe { self.ended(offset, start, origin) }).then_some(start),
         )
     }
 
-    /// The hit for `start`, which the v2 map named for `offset` from the word
-    /// `origin` says, unless the end words where the block could have ended
-    /// before `offset` say it did (see [`V2Origin`]).
+    /// Whether the block at `start`, which the v2 map named for `offset` from
+    /// the word `origin` says, ends before `offset`, from the end words where
+    /// it could have (see [`V2Origin`]).
     ///
     /// # Safety
-    /// As for [`HeapLookup::hit`], and `origin` is where the map found `start`.
+    /// `start <= offset`, both inside the span of a live heap, and `origin`
+    /// is where the map found `start`.
     #[inline(always)]
-    unsafe fn exact<'a>(
-        &self,
-        base: usize,
-        offset: u64,
-        start: u64,
-        origin: V2Origin,
-    ) -> Option<Hit<'a>> {
-        if start < PREFIX {
-            return None;
-        }
-        // SAFETY (each check): `start <= offset`, inside the span of the live
-        // heap; the origin says which word holds `start` (a nibble in
-        // `offset`'s word or the one before), or that a pointer in the word
-        // before names it (the block covers that word).
-        let ended = match origin {
+    unsafe fn ended(&self, offset: u64, start: u64, origin: V2Origin) -> bool {
+        // SAFETY (each check): the caller's contract; the origin says which
+        // word holds `start` (a nibble in `offset`'s word or the one before),
+        // or that a pointer in the word before names it (the block covers
+        // that word).
+        match origin {
             V2Origin::Covered => false,
             V2Origin::OwnWord => unsafe { self.ends.ends_before_in_word(start, offset) },
             V2Origin::PrevWord => unsafe { self.ends.ends_before_from_prev(start, offset) },
             V2Origin::PrevCovered => unsafe { self.ends.ends_before_after_covered(offset) },
-        };
-        // SAFETY: the caller's contract.
-        (!ended).then(|| unsafe { self.hit(base, offset, start) })
+        }
     }
 
-    /// The v1 lookup: a walk back over at most `v1_words` start-map words, then
-    /// the end words from the start forward.
+    /// The v1 lookup's start: a walk back over at most `v1_words` start-map
+    /// words, then the end words from the start forward. Out of line: the
+    /// walk is a loop, and a v1 heap is the slow path.
     ///
     /// # Safety
     /// As for [`HeapLookup::find`], and the heap's map is v1.
-    unsafe fn find_v1<'a>(
-        &self,
-        base: usize,
-        ip: usize,
-        v1_words: usize,
-    ) -> Result<Option<Hit<'a>>, TooFar> {
-        let offset = ip.wrapping_sub(base) as u64;
-        // SAFETY: as in `find_v2`.
+    #[inline(never)]
+    unsafe fn start_v1(&self, offset: u64, v1_words: usize) -> Result<Option<u64>, TooFar> {
+        // SAFETY: as in `start_v2`.
         let words = unsafe { RawWords::from_raw_parts(self.words, self.word_count as usize) };
         let start = match find_v1_capped(&words, offset, v1_words) {
             Capped::Found(start) => start,
@@ -204,11 +200,7 @@ impl HeapLookup {
         };
         // SAFETY: `start <= offset`, inside the span of the live heap (the map
         // named `start` for `offset`).
-        if start < PREFIX || unsafe { self.ends.ends_between(start, offset) } {
-            return Ok(None);
-        }
-        // SAFETY: the map named `start` for `offset`; the rest is the contract.
-        Ok(Some(unsafe { self.hit(base, offset, start) }))
+        Ok((!unsafe { self.ends.ends_between(start, offset) }).then_some(start))
     }
 
     /// The hit for the block at `start`, which the map named for `offset`.

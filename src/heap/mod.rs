@@ -485,7 +485,11 @@ impl CodeHeap {
     /// back over the method, so its cost grows with the method's size. The
     /// block's size and kind are read on demand. A guard from another domain is
     /// refused.
-    #[inline]
+    ///
+    /// Inlined always, like [`ExecutionManager::find`](crate::ExecutionManager::find):
+    /// left to the heuristics, a caller in another crate (the simulator's
+    /// timed loop) called it, and got its answer back through memory.
+    #[inline(always)]
     pub fn find<'a>(
         &'a self,
         guard: &'a Guard<'_>,
