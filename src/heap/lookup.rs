@@ -125,13 +125,13 @@ impl HeapLookup {
             // SAFETY: as above.
             MapVersion::V1 => unsafe { self.start_v1(offset, v1_words) }?,
         };
-        // The allocator places no start below the prefix; a map naming one
-        // would be corrupt, and the prefix would lie outside the heap.
+        // No test of `start` against `PREFIX`: only the heap's allocator
+        // writes the map, and it places every start at least `PREFIX` bytes
+        // into its extent (`alloc::place`). Readers of another process's
+        // memory, which may be anything, keep the test.
         // SAFETY: the map named `start` for `offset`; the rest is this
         // function's contract.
-        Ok(start
-            .filter(|&start| start >= PREFIX)
-            .map(|start| unsafe { self.hit(base, offset, start) }))
+        Ok(start.map(|start| unsafe { self.hit(base, offset, start) }))
     }
 
     /// The v2 lookup's start, inlined into every caller: the start map names
