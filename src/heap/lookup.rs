@@ -127,8 +127,9 @@ impl HeapLookup {
         };
         // No test of `start` against `PREFIX`: only the heap's allocator
         // writes the map, and it places every start at least `PREFIX` bytes
-        // into its extent (`alloc::place`). Readers of another process's
-        // memory, which may be anything, keep the test.
+        // into its extent (`alloc::place`, checked by its test
+        // `every_start_leaves_room_for_its_prefix_in_its_extent`). Readers of
+        // another process's memory, which may be anything, keep the test.
         // SAFETY: the map named `start` for `offset`; the rest is this
         // function's contract.
         Ok(start.map(|start| unsafe { self.hit(base, offset, start) }))
