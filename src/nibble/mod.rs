@@ -115,9 +115,19 @@ impl<S: WordRead> NibbleMap<S> {
     /// Lock-free; safe to call while the writer works.
     pub fn find(&self, offset: u64) -> Option<u64> {
         match self.version {
-            MapVersion::V1 => find_v1(&self.words, offset),
             MapVersion::V2 => find_v2(&self.words, offset),
+            MapVersion::V1 => self.find_v1_outlined(offset),
         }
+    }
+
+    /// [`find_v1`] out of line and marked cold, so that the v2 lookup is
+    /// the fall-through path of [`NibbleMap::find`] (it was a taken jump
+    /// past the inlined walk). A v1 lookup reads as many words as its method
+    /// is long; one jump more is nothing beside that.
+    #[cold]
+    #[inline(never)]
+    fn find_v1_outlined(&self, offset: u64) -> Option<u64> {
+        find_v1(&self.words, offset)
     }
 
     /// Live starts in ascending order.
