@@ -4,18 +4,22 @@
 //! One byte per 32-byte bucket, eight to a 64-bit word (the same 256 bytes of
 //! code as one nibble-map word). Bits 0–5 hold the offset of the last code byte
 //! of a block ending in the bucket, plus one (0: none ends there); bit 7 says a
-//! stub starts in the bucket. Bit 6 of a word's first byte says a block ended
-//! at the previous word's last byte, so a lookup whose start map found a
-//! pointer in the previous word (the block covers it) reads one end word, not
-//! two. The allocator pads every extent so that no two
-//! blocks end in one bucket and no block starts in the bucket where the previous
-//! one ends, so one byte per bucket is enough.
+//! stub starts in the bucket. Bit 6 lets a v2 lookup whose start lies in the
+//! previous word read one end word, not two: bit 6 of byte `j` says the block
+//! that starts in bucket `j` of the previous word runs into this word (for a
+//! start named by a nibble there), and bit 6 of byte 0 also says a block that
+//! covered the whole previous word ended at its last byte (for a start named
+//! by a pointer there; see [`RUNS_ON`] for why the two never meet). The
+//! allocator pads every extent so that no two blocks end in one bucket and no
+//! block starts in the bucket where the previous one ends, so one byte per
+//! bucket is enough.
 //!
 //! A lookup that the start map answers with start `S` for address `A`, without
 //! a v2 pointer word proving `A` inside, asks: is the first end at or after `S`
 //! (which is `S`'s own) before `A`? In v2 the start map only names `S` from `A`'s word or
-//! the word before (a nibble there, or a pointer word covering it), so only
-//! those two end words need reading. The .NET map words are untouched.
+//! the word before (a nibble there, or a pointer word covering it), and bit
+//! 6 carries what the word before would say into `A`'s: one end word
+//! answers. The .NET map words are untouched.
 
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -31,8 +35,27 @@ const BUCKET: u64 = 32;
 const STUB: u64 = 0x80;
 /// Bits 0–5 of an end byte: last byte's offset + 1.
 const END: u64 = 0x3F;
-/// Bit 6 of a word's first byte: a block ended at the previous word's last
-/// byte. Scans (here and in other processes) mask it out with [`END`].
+/// Bit 6 of an end byte: the block that starts in this bucket of the
+/// previous word runs into this word (its last byte lies here or further).
+/// Scans (here and in other processes) mask it out with [`END`].
+///
+/// It names the block by its start's bucket, rather than flagging that some
+/// block runs on, because a flag would vouch for whichever start a reader
+/// found: a block being published marks the end map before the start map
+/// shows its start, and a freed block's marks stay until its extent is
+/// reclaimed, so a reader that found an earlier start in the same word would
+/// take the flag for its own. A bucket holds at most one start among the
+/// blocks live, being published or awaiting reclamation (the allocator's
+/// padding), so a bit for the reader's bucket is its block's.
+///
+/// Byte 0's bit is shared with [`PREV_END`]. A reader asks it as `RUNS_ON`
+/// only when the start map named a start in bucket 0 of the previous word,
+/// and as `PREV_END` only when a pointer there named a block that covers that
+/// whole word: one reserved extent cannot hold both, and `PREV_END` is set
+/// only by a block that started before the word whose last byte it ends on.
+const RUNS_ON: u64 = 0x40;
+/// Bit 6 of a word's first byte: a block that started before the previous
+/// word ended at that word's last byte. Scans mask it out with [`END`].
 const PREV_END: u64 = 0x40;
 
 /// The end map's storage, written under the heap's lock, and its trailer:
@@ -114,29 +137,38 @@ impl EndMap {
     pub(crate) fn mark(&self, start: u64, size: u64, stub: bool) {
         let last = start + size.max(1) - 1;
         self.update(last, |w| w | ((last % BUCKET) + 1) << shift(last));
-        if self.ends_a_word(last) {
+        if self.ends_a_word(start, last) {
             self.update(last + 1, |w| w | PREV_END);
         }
         if stub {
             self.update(start, |w| w | STUB << shift(start));
         }
+        if let Some(next) = next_word(start, last) {
+            self.update(next, |w| w | RUNS_ON << shift(start));
+        }
     }
 
     /// Clears a block's marks when its extent is reclaimed (no reader can
-    /// still be looking at it).
+    /// still be looking at it), or when the start map refused it.
     pub(crate) fn clear(&self, start: u64, size: u64) {
         let last = start + size.max(1) - 1;
         self.update(last, |w| w & !(END << shift(last)));
-        if self.ends_a_word(last) {
+        if self.ends_a_word(start, last) {
             self.update(last + 1, |w| w & !PREV_END);
         }
         self.update(start, |w| w & !(STUB << shift(start)));
+        if let Some(next) = next_word(start, last) {
+            self.update(next, |w| w & !(RUNS_ON << shift(start)));
+        }
     }
 
-    /// Whether `last` is the last byte of a word that another word follows:
-    /// where an end also sets [`PREV_END`] in the next word.
-    fn ends_a_word(&self, last: u64) -> bool {
-        last % WORD_BYTES == WORD_BYTES - 1 && last / WORD_BYTES + 1 < self.words as u64
+    /// Whether a block from `start` to `last` ends on the last byte of a word
+    /// that it covers whole and that another word follows: where it sets
+    /// [`PREV_END`] in the next word.
+    fn ends_a_word(&self, start: u64, last: u64) -> bool {
+        last % WORD_BYTES == WORD_BYTES - 1
+            && start / WORD_BYTES < last / WORD_BYTES
+            && last / WORD_BYTES + 1 < self.words as u64
     }
 
     /// Rewrites the word covering `offset`. A load and a store, not a
@@ -150,6 +182,13 @@ impl EndMap {
         // the block's lookups from its reclamation.
         word.store(f(word.load(Ordering::Relaxed)), Ordering::Relaxed);
     }
+}
+
+/// The first byte of the word after `start`'s, when the block from `start`
+/// to `last` runs into it: where the block sets [`RUNS_ON`].
+fn next_word(start: u64, last: u64) -> Option<u64> {
+    let next = start - start % WORD_BYTES + WORD_BYTES;
+    (last >= next).then_some(next)
 }
 
 /// Bit position of the byte for `offset`'s bucket within its word.
@@ -232,26 +271,6 @@ impl RawEnds {
         unsafe { (*self.base.add((offset / WORD_BYTES) as usize)).load(Ordering::Relaxed) }
     }
 
-    /// The end words covering `offset` and the 256 bytes before it, indexed
-    /// from one word index (computing the second from `offset - 256` cost two
-    /// instructions more per lookup).
-    ///
-    /// # Safety
-    /// `offset` lies inside the heap's span, past its first word, and the
-    /// heap is alive.
-    #[inline(always)]
-    unsafe fn load_pair(self, offset: u64) -> (u64, u64) {
-        let index = (offset / WORD_BYTES) as usize;
-        // SAFETY: the caller's contract: both words are in the map.
-        // Relaxed: as in `load`.
-        unsafe {
-            (
-                (*self.base.add(index)).load(Ordering::Relaxed),
-                (*self.base.add(index - 1)).load(Ordering::Relaxed),
-            )
-        }
-    }
-
     /// Whether the first block end at or after `lo` comes before `a`: with
     /// `lo` at a block's start (or inside it), whether that block ends before
     /// `a`. Reads the end words from `lo`'s forward, stopping at the first end
@@ -301,22 +320,24 @@ impl RawEnds {
     }
 
     /// [`RawEnds::ends_between`] for a v2 lookup whose start map named
-    /// `start` from a nibble in the word before `a`'s: two end words, no loop
-    /// (an end after `start` in its word, or before `a` in `a`'s). Both words
-    /// are addressed from `a` alone, so on a cache miss they load beside the
-    /// start-map words, not after them. A pointer in the previous word needs
-    /// only `a`'s word: [`RawEnds::ends_before_after_covered`].
+    /// `start` from a nibble in the word before `a`'s: one end word, no loop.
+    /// The block ended before `a` unless [`RUNS_ON`] in `a`'s word is set
+    /// for `start`'s bucket (then it ended in its own word, after `start`),
+    /// or if it ends in `a`'s word before `a`. Any such end is the block's own: a
+    /// later block would start in `a`'s word before `a`, and the start map
+    /// would have named it instead.
     ///
     /// # Safety
     /// `start` lies in the word before `a`'s, both inside the span of a live
     /// heap.
     #[inline(always)]
     pub(crate) unsafe fn ends_before_from_prev(self, start: u64, a: u64) -> bool {
-        // SAFETY: both words are inside the span (the caller's contract).
-        let (high, low) = unsafe { self.load_pair(a) };
-        let low = low & ENDS;
-        (high & below(&ENDS_BELOW, a)) | (low >> shift(start)) != 0
-            || ends_in_bucket_before(high, a)
+        // SAFETY: `a` is inside the span (the caller's contract).
+        let word = unsafe { self.load(a) };
+        // `RUNS_ON` tested inverted: clear for `start`'s bucket, it ended in
+        // its own word.
+        ((!word >> shift(start)) & RUNS_ON) | (word & below(&ENDS_BELOW, a)) != 0
+            || ends_in_bucket_before(word, a)
     }
 
     /// [`RawEnds::ends_before_from_prev`] when a pointer in the word before
@@ -348,7 +369,7 @@ impl RawEnds {
 mod tests {
     use std::sync::atomic::Ordering::Relaxed;
 
-    use super::{BUCKET, EndMap, PREV_END, WORD_BYTES};
+    use super::{BUCKET, EndMap, PREV_END, RUNS_ON, WORD_BYTES};
 
     /// The loop-free v2 checks against the model (a block's last byte) and
     /// the looping scan, for every address a v2 start map would attribute to
@@ -432,6 +453,38 @@ mod tests {
     }
     const EXPECTED_CHECKS: [u64; 4] = [282_200, 344_352, 99_456, 728];
 
+    /// A block that runs into the next word vouches for itself only: not for
+    /// an earlier start in its word, which a reader finds while the runner is
+    /// being published (marked, its start not yet in the start map) or after
+    /// it was freed (its start gone, its marks kept until reclamation).
+    #[test]
+    fn a_block_that_runs_on_vouches_only_for_itself() {
+        let map = EndMap::new(4, 1, false).unwrap();
+        let ends = map.raw();
+        map.mark(260, 40, false); // bytes 260..=299, in word 1
+        map.mark(400, 300, false); // bytes 400..=699, from word 1 into 2
+        // SAFETY: offsets inside the 1024-byte span, the starts in word 1.
+        unsafe {
+            assert!(ends.ends_before_from_prev(260, 600));
+            assert!(ends.ends_before_from_prev(260, 512));
+            assert!(!ends.ends_before_from_prev(400, 600));
+            assert!(!ends.ends_before_from_prev(400, 699));
+            assert!(ends.ends_before_from_prev(400, 700));
+        }
+        map.clear(400, 300);
+        // Relaxed: this thread wrote the map.
+        assert_eq!(map.word(512).load(Relaxed), 0);
+        // Word 2 exactly, from its bucket 0: it ends on its own word's last
+        // byte, so word 3's bit 6 of byte 0 stays clear (as `PREV_END` it is
+        // only for a block that covered word 2 from before; as `RUNS_ON` it
+        // would say this block goes on).
+        map.mark(512, 256, false);
+        // Relaxed: as above.
+        assert_eq!(map.word(768).load(Relaxed), 0);
+        // SAFETY: as above; the start lies in word 2.
+        assert!(unsafe { ends.ends_before_from_prev(512, 768) });
+    }
+
     #[test]
     fn ends_are_found_exactly_and_cleared() {
         let map = EndMap::new(16, 7, false).unwrap();
@@ -448,18 +501,38 @@ mod tests {
             assert!(ends.is_stub(304) && !ends.is_stub(48));
             assert!(ends.ends_between(0, 4095));
         }
-        // Last byte 2047, word 7's last: the flag goes in word 8's first byte.
+        // 304..=1303 runs out of word 1: word 2 says so, and only word 2.
+        // Relaxed: this thread wrote the map.
+        assert_eq!(map.word(512).load(Relaxed), RUNS_ON << 8);
+        // Relaxed: as above.
+        assert_eq!(map.word(768).load(Relaxed), 0);
+        // SAFETY: offsets inside the span.
+        unsafe {
+            // Word 2 is carried, with no end in it: inside, at any byte.
+            assert!(!ends.ends_before_from_prev(304, 512));
+            assert!(!ends.ends_before_from_prev(304, 767));
+            // 48..=147 never left word 0: nothing is carried into word 1.
+            assert!(ends.ends_before_from_prev(48, 256));
+        }
+        // Last byte 2047, word 7's last: the flag goes in word 8's first byte,
+        // and the block runs from word 6 into 7.
         map.mark(1536, 512, false);
         // Relaxed: this thread wrote the map.
         assert_eq!(map.word(2048).load(Relaxed), PREV_END);
+        // Relaxed: as above.
+        assert_eq!(map.word(1792).load(Relaxed), RUNS_ON | 32 << 56);
         // SAFETY: offsets inside the span.
         unsafe {
-            assert!(ends.ends_before_after_covered(2048));
-            assert!(!ends.ends_before_after_covered(2047));
+            assert!(!ends.ends_before_from_prev(1536, 1792));
+            assert!(!ends.ends_before_from_prev(1536, 2047));
         }
+        // SAFETY: word 7 is the block's pointer word, before 2048's.
+        assert!(unsafe { ends.ends_before_after_covered(2048) });
         map.clear(1536, 512);
         // Relaxed: as above.
         assert_eq!(map.word(2048).load(Relaxed), 0);
+        // Relaxed: as above.
+        assert_eq!(map.word(1792).load(Relaxed), 0);
         // SAFETY: as above.
         assert!(!unsafe { ends.ends_before_after_covered(2048) });
         // A block ending at the span's last byte has no next word to mark: its
@@ -474,6 +547,8 @@ mod tests {
         // Relaxed: as above.
         assert_eq!(map.word(3840).load(Relaxed), 0);
         map.clear(304, 1000);
+        // Relaxed: as above.
+        assert_eq!(map.word(512).load(Relaxed), 0);
         // SAFETY: as above.
         unsafe {
             assert!(!ends.ends_between(304, 4095));

@@ -85,8 +85,8 @@ impl HeapLookup {
     /// The block containing `ip` in the heap whose executable view starts at
     /// `base`, exactly, from the maps alone: the start map
     /// names the start, and unless a v2 pointer word proves `ip` inside, the end
-    /// map says whether the block ends before `ip` (at most two more words in
-    /// v2). Code memory is not read.
+    /// map says whether the block ends before `ip` (one more word in v2). Code
+    /// memory is not read.
     ///
     /// # Safety
     /// `base` is the executable base of the heap this view was taken from, that
@@ -101,7 +101,8 @@ impl HeapLookup {
 
     /// [`HeapLookup::find`] reading at most `v1_words` start-map words in a v1
     /// heap (and as many end words): `Err(TooFar)` when the start lies further
-    /// back. A v2 heap reads at most two of each whatever the cap.
+    /// back. A v2 heap reads at most two start words and one end word whatever
+    /// the cap.
     ///
     /// Both versions hand back only the block's start, and the hit is built
     /// here, once. When each branch that found a start built its own hit, the
@@ -137,10 +138,10 @@ impl HeapLookup {
 
     /// The v2 lookup's start, inlined into every caller: the start map names
     /// a start from `offset`'s word or the word before (or a pointer word
-    /// proves `offset` inside), and unless proved, the end words where the
-    /// block could have ended before `offset` say whether it did, without a
-    /// loop: `offset`'s word when the start is in it, else that word and the
-    /// one before.
+    /// proves `offset` inside), and unless proved, `offset`'s end word says
+    /// whether the block ended before `offset`, without a loop: its end bits,
+    /// and for a start in the word before, the bit that says whether the
+    /// block runs on from that word.
     ///
     /// # Safety
     /// As for [`HeapLookup::find`], and the heap's map is v2.
