@@ -167,7 +167,7 @@ impl EndMap {
     /// [`PREV_END`] in the next word.
     fn ends_a_word(&self, start: u64, last: u64) -> bool {
         last % WORD_BYTES == WORD_BYTES - 1
-            && start / WORD_BYTES < last / WORD_BYTES
+            && next_word(start, last).is_some()
             && last / WORD_BYTES + 1 < self.words as u64
     }
 
@@ -321,9 +321,9 @@ impl RawEnds {
 
     /// [`RawEnds::ends_between`] for a v2 lookup whose start map named
     /// `start` from a nibble in the word before `a`'s: one end word, no loop.
-    /// The block ended before `a` unless [`RUNS_ON`] in `a`'s word is set
-    /// for `start`'s bucket (then it ended in its own word, after `start`),
-    /// or if it ends in `a`'s word before `a`. Any such end is the block's own: a
+    /// The block ended before `a` if [`RUNS_ON`] in `a`'s word is clear for
+    /// `start`'s bucket (it ended in its own word, after `start`), or if it
+    /// ends in `a`'s word before `a`. Any such end is the block's own: a
     /// later block would start in `a`'s word before `a`, and the start map
     /// would have named it instead.
     ///
@@ -508,10 +508,11 @@ mod tests {
         assert_eq!(map.word(768).load(Relaxed), 0);
         // SAFETY: offsets inside the span.
         unsafe {
-            // Word 2 is carried, with no end in it: inside, at any byte.
+            // 304..=1303 runs on into word 2, with no end in it: inside, at
+            // any byte.
             assert!(!ends.ends_before_from_prev(304, 512));
             assert!(!ends.ends_before_from_prev(304, 767));
-            // 48..=147 never left word 0: nothing is carried into word 1.
+            // 48..=147 never left word 0: nothing runs on into word 1.
             assert!(ends.ends_before_from_prev(48, 256));
         }
         // Last byte 2047, word 7's last: the flag goes in word 8's first byte,
@@ -535,6 +536,20 @@ mod tests {
         assert_eq!(map.word(1792).load(Relaxed), 0);
         // SAFETY: as above.
         assert!(!unsafe { ends.ends_before_after_covered(2048) });
+        // Covering word 7 and ending in word 8 at 2135: inside up to there.
+        map.mark(1536, 600, false);
+        // SAFETY: word 7 is the block's pointer word, before word 8's
+        // addresses.
+        unsafe {
+            assert!(!ends.ends_before_after_covered(2048));
+            assert!(!ends.ends_before_after_covered(2135));
+            assert!(ends.ends_before_after_covered(2136));
+        }
+        map.clear(1536, 600);
+        // Relaxed: as above.
+        assert_eq!(map.word(1792).load(Relaxed), 0);
+        // Relaxed: as above.
+        assert_eq!(map.word(2048).load(Relaxed), 0);
         // A block ending at the span's last byte has no next word to mark: its
         // end byte lands in word 15's last byte, and the trailer after word 15
         // (the change sequence first) stays untouched.
