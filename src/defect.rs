@@ -27,6 +27,9 @@ pub enum Defect {
     /// A guard answers from the range-map section it remembers without
     /// checking that the map's write sequence is unchanged.
     SectionCacheUnchecked,
+    /// An exact v2 lookup takes any block's "runs on" bit in the end word for
+    /// its own block's, as if the bit were a plain flag.
+    RunsOnAnyBucket,
 }
 
 thread_local! {

@@ -103,6 +103,10 @@ pub mod agent;
 pub mod counters;
 #[cfg(loom)]
 pub mod defect;
+/// The end map's words alone, for the loom models (see `heap::end_words`).
+#[cfg(loom)]
+#[path = "heap/end_words.rs"]
+pub mod end_words;
 pub mod epoch;
 #[cfg(not(loom))]
 pub mod events;

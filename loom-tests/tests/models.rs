@@ -8,7 +8,8 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
 use jitmap::defect::{self, Defect};
-use jitmap::nibble::words_for_span;
+use jitmap::end_words::{EndWords, RawEnds};
+use jitmap::nibble::{find_v2_placed, words_for_span};
 use jitmap::range::RangeSectionMap;
 use jitmap::words::VecWords;
 use jitmap::{Domain, MapVersion, MapWriter};
@@ -46,27 +47,58 @@ impl Header {
 const LIVE: u64 = 0xC0DE;
 const POISON: u64 = 0xDEAD;
 
-/// Runs `f` under loom, with bounds from the `LOOM_*` variables.
+/// Runs `f` under loom, with bounds from the `LOOM_*` variables (see
+/// [`explored`]).
 fn model(f: impl Fn() + Sync + Send + 'static) {
-    loom::model(f);
+    explored(loom::model, f);
 }
 
 /// Runs `f` under loom in a thread whose stack fits range-map levels of 256 loom
 /// atomics (loom's main model thread has a small, fixed stack). Building and
 /// dropping those levels are loom operations too, so the branch limit is raised.
 fn model_big_stack(f: impl Fn() + Sync + Send + 'static) {
-    let f = Arc::new(f);
-    let mut builder = loom::model::Builder::new();
-    builder.max_branches = builder.max_branches.max(20_000);
-    builder.check(move || {
-        let f = Arc::clone(&f);
-        thread::Builder::new()
-            .stack_size(8 << 20)
-            .spawn(move || f())
-            .unwrap()
-            .join()
-            .unwrap();
-    });
+    explored(
+        |f| {
+            let f = Arc::new(f);
+            let mut builder = loom::model::Builder::new();
+            builder.max_branches = builder.max_branches.max(20_000);
+            builder.check(move || {
+                let f = Arc::clone(&f);
+                thread::Builder::new()
+                    .stack_size(8 << 20)
+                    .spawn(move || f())
+                    .unwrap()
+                    .join()
+                    .unwrap();
+            });
+        },
+        f,
+    );
+}
+
+/// Runs model `f` through `run` and fails unless loom explored more than one
+/// interleaving. Every model here races two threads or more, so one
+/// interleaving means loom lost the race, and the model checked nothing. loom
+/// 0.7 does lose one: when a thread loads an atomic and then stores to it
+/// (the map writer's nibble update, the end map's), another thread's earlier
+/// load of it is forgotten, and no other order is tried (tokio-rs/loom#392).
+/// The models put the writer on the model's main thread and the readers on
+/// spawned ones, which keeps every race in view.
+fn explored(run: impl FnOnce(Box<dyn Fn() + Sync + Send>), f: impl Fn() + Sync + Send + 'static) {
+    let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = Arc::clone(&runs);
+    run(Box::new(move || {
+        // Relaxed: counted and read on this test's OS thread, which runs
+        // every loom thread in turn.
+        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        f();
+    }));
+    // Relaxed: as above.
+    let runs = runs.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        runs > 1,
+        "loom explored {runs} interleaving: the model checks nothing"
+    );
 }
 
 fn writer(version: MapVersion) -> MapWriter<VecWords> {
@@ -80,9 +112,9 @@ fn neighbour_publish(version: MapVersion, a: (u64, u64), b: (u64, u64), probe: u
         let mut w = writer(version);
         w.set(a.0, a.1).unwrap();
         let map = Arc::clone(w.map());
-        let t = thread::spawn(move || w.set(b.0, b.1).unwrap());
-        assert_eq!(map.find(probe), Some(a.0));
-        t.join().unwrap();
+        let reader = thread::spawn(move || assert_eq!(map.find(probe), Some(a.0)));
+        w.set(b.0, b.1).unwrap();
+        reader.join().unwrap();
     });
 }
 
@@ -109,21 +141,23 @@ fn publish_self(version: MapVersion) {
     model(move || {
         let mut w = writer(version);
         let map = Arc::clone(w.map());
-        let t = thread::spawn(move || w.set_allocated(0x40, 0x300).unwrap());
-        let through_pointer = map.find(0x1F0);
-        let in_start_word = map.find(0x60);
-        assert!(
-            matches!(through_pointer, None | Some(0x40)),
-            "{through_pointer:?}"
-        );
-        assert!(
-            matches!(in_start_word, None | Some(0x40)),
-            "{in_start_word:?}"
-        );
-        if through_pointer == Some(0x40) {
-            assert_eq!(in_start_word, Some(0x40), "B vanished between two lookups");
-        }
-        t.join().unwrap();
+        let reader = thread::spawn(move || {
+            let through_pointer = map.find(0x1F0);
+            let in_start_word = map.find(0x60);
+            assert!(
+                matches!(through_pointer, None | Some(0x40)),
+                "{through_pointer:?}"
+            );
+            assert!(
+                matches!(in_start_word, None | Some(0x40)),
+                "{in_start_word:?}"
+            );
+            if through_pointer == Some(0x40) {
+                assert_eq!(in_start_word, Some(0x40), "B vanished between two lookups");
+            }
+        });
+        w.set_allocated(0x40, 0x300).unwrap();
+        reader.join().unwrap();
     });
 }
 
@@ -143,16 +177,17 @@ fn header_published_with_block(version: MapVersion) {
         let map = Arc::clone(w.map());
         let header = Arc::new(AtomicU64::new(0));
         let h = Arc::clone(&header);
-        let t = thread::spawn(move || {
-            // Relaxed: ordered by the map's publish, as in the heap.
-            h.store(POISON, Ordering::Relaxed); // a reservation that is aborted
-            h.store(LIVE, Ordering::Relaxed); // the reservation that is published
-            w.set_allocated(0x100, 0x200).unwrap(); // as the heap publishes
+        let reader = thread::spawn(move || {
+            if map.find(0x2F0) == Some(0x100) {
+                // Relaxed: ordered by the map's publish, as in the heap.
+                assert_eq!(h.load(Ordering::Relaxed), LIVE);
+            }
         });
-        if map.find(0x2F0) == Some(0x100) {
-            assert_eq!(header.load(Ordering::Relaxed), LIVE);
-        }
-        t.join().unwrap();
+        // Relaxed: as above.
+        header.store(POISON, Ordering::Relaxed); // a reservation that is aborted
+        header.store(LIVE, Ordering::Relaxed); // the reservation that is published
+        w.set_allocated(0x100, 0x200).unwrap(); // as the heap publishes
+        reader.join().unwrap();
     });
 }
 
@@ -596,4 +631,107 @@ fn change_sequence_readers_see_whole_changes() {
 #[test]
 fn seeded_unfenced_change_sequence_is_caught() {
     assert!(caught(Defect::SeqNoFence, change_seq_pair));
+}
+
+/// Block A (bytes 0x20..=0x3F) ends in word 0; block B starts later in word 0
+/// (bucket 5, at 0xA0) and runs into word 1, ending at 0x19F.
+const A: (u64, u64) = (0x20, 0x20);
+const B: (u64, u64) = (0xA0, 0x100);
+
+/// The heap's exact v2 lookup over a start map and end words: the start map
+/// names a start and where it found it, and the end word for that origin says
+/// whether the block ended before `offset` (`HeapLookup::start_v2`'s
+/// composition, through the same two functions).
+fn exact(map: &jitmap::NibbleMap<VecWords>, ends: &[AtomicU64], offset: u64) -> Option<u64> {
+    let (start, origin) = find_v2_placed(map.words(), offset)?;
+    // SAFETY: `ends` outlives the view, has a word per 256 bytes of the span,
+    // and the map named `start` for `offset` from `origin`.
+    let ended = unsafe { RawEnds::over(ends).ended(offset, start, origin) };
+    (!ended).then_some(start)
+}
+
+/// End words for the model's span, with A marked and published in `w`.
+fn with_a(w: &mut MapWriter<VecWords>) -> Arc<Vec<AtomicU64>> {
+    let ends: Arc<Vec<AtomicU64>> = Arc::new(
+        (0..words_for_span(SPAN))
+            .map(|_| AtomicU64::new(0))
+            .collect(),
+    );
+    EndWords::new(&ends).mark(A.0, A.1, false);
+    w.set_allocated(A.0, A.1).unwrap();
+    ends
+}
+
+/// While the writer publishes B as the heap does (end words marked, then the
+/// start map's Release stores), a reader looks up an address of B in word 1:
+/// B or nothing, never A, whose start is the last the start map shows in
+/// word 0 until B's appears. Then an address in A (always A) and one past B's
+/// end in word 1 (never anything).
+fn runs_on_during_publish() {
+    model(|| {
+        let mut w = writer(MapVersion::V2);
+        let ends = with_a(&mut w);
+        let map = Arc::clone(w.map());
+        let (m, e) = (Arc::clone(&map), Arc::clone(&ends));
+        let reader = thread::spawn(move || {
+            let in_b = exact(&m, &e, 0x150);
+            assert!(matches!(in_b, None | Some(0xA0)), "{in_b:x?}");
+            assert_eq!(exact(&m, &e, 0x30), Some(A.0));
+            assert_eq!(exact(&m, &e, 0x1B0), None);
+        });
+        EndWords::new(&ends).mark(B.0, B.1, false);
+        w.set_allocated(B.0, B.1).unwrap();
+        reader.join().unwrap();
+        assert_eq!(exact(&map, &ends, 0x150), Some(B.0));
+    });
+}
+
+#[test]
+fn a_block_being_published_runs_on_for_itself_only() {
+    runs_on_during_publish();
+}
+
+#[test]
+fn seeded_runs_on_flag_is_caught_during_publish() {
+    assert!(caught(Defect::RunsOnAnyBucket, runs_on_during_publish));
+}
+
+/// The writer frees B as the heap does (start map cleared, then the end words
+/// cleared once the grace period allows) while a pinned reader looks up an
+/// address of B in word 1: B or nothing, never A, although B's end-word
+/// marks outlive its start until reclamation.
+fn runs_on_after_free() {
+    model(|| {
+        let domain = Domain::new(2);
+        let mut w = writer(MapVersion::V2);
+        let ends = with_a(&mut w);
+        EndWords::new(&ends).mark(B.0, B.1, false);
+        w.set_allocated(B.0, B.1).unwrap();
+        let map = Arc::clone(w.map());
+        let (d, e) = (Arc::clone(&domain), Arc::clone(&ends));
+        let reader = thread::spawn(move || {
+            let r = d.register().unwrap();
+            let guard = r.pin().unwrap();
+            let in_b = exact(&map, &e, 0x150);
+            assert!(matches!(in_b, None | Some(0xA0)), "{in_b:x?}");
+            assert_eq!(exact(&map, &e, 0x30), Some(A.0));
+            drop(guard);
+        });
+        w.delete(B.0).unwrap();
+        let tag = domain.retire_tag();
+        if domain.is_safe(tag) {
+            EndWords::new(&ends).clear(B.0, B.1);
+        }
+        reader.join().unwrap();
+    });
+}
+
+#[test]
+fn a_freed_block_runs_on_for_nothing() {
+    runs_on_after_free();
+}
+
+#[test]
+fn seeded_runs_on_flag_is_caught_after_free() {
+    assert!(caught(Defect::RunsOnAnyBucket, runs_on_after_free));
 }

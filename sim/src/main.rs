@@ -66,9 +66,11 @@ enum Command {
         /// Script file, or `-` for standard input.
         file: String,
     },
-    /// Measure every lookup structure side by side (v2, v1, manager, B-tree, sorted vector).
+    /// Measure every lookup structure side by side (floor, v2, v1, heap, manager, B-tree,
+    /// sorted vector).
     Compare {
-        /// Shorter batches and runs (under a minute).
+        /// Shorter batches and fewer samples: the same keys in seconds (well under 15 s),
+        /// for a smoke run, not for figures.
         #[arg(long)]
         quick: bool,
         /// Print one JSON object instead of the table.

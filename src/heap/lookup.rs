@@ -5,10 +5,10 @@
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
 use super::alloc::PREFIX;
-use super::ends::RawEnds;
+use super::end_words::RawEnds;
 use super::header::CodeHeader;
 use super::{BlockKind, MAX_STUB_KIND};
-use crate::nibble::{Capped, MapVersion, V2Origin, find_v1_capped, find_v2_with};
+use crate::nibble::{Capped, MapVersion, find_v1_capped, find_v2_with};
 use crate::words::{MmapWords, RawWords, WordRead};
 
 /// The two words before every code start: code size, then the header slot.
@@ -160,29 +160,8 @@ impl HeapLookup {
             #[inline(always)]
             // SAFETY: the map named `start` for `offset`, from the word
             // `origin` says; the rest is this function's contract.
-            |start, origin| (!unsafe { self.ended(offset, start, origin) }).then_some(start),
+            |start, origin| (!unsafe { self.ends.ended(offset, start, origin) }).then_some(start),
         )
-    }
-
-    /// Whether the block at `start`, which the v2 map named for `offset` from
-    /// the word `origin` says, ends before `offset`, from the end words where
-    /// it could have (see [`V2Origin`]).
-    ///
-    /// # Safety
-    /// `start <= offset`, both inside the span of a live heap, and `origin`
-    /// is where the map found `start`.
-    #[inline(always)]
-    unsafe fn ended(&self, offset: u64, start: u64, origin: V2Origin) -> bool {
-        // SAFETY (each check): the caller's contract; the origin says which
-        // word holds `start` (a nibble in `offset`'s word or the one before),
-        // or that a pointer in the word before names it (the block covers
-        // that word).
-        match origin {
-            V2Origin::Covered => false,
-            V2Origin::OwnWord => unsafe { self.ends.ends_before_in_word(start, offset) },
-            V2Origin::PrevWord => unsafe { self.ends.ends_before_from_prev(start, offset) },
-            V2Origin::PrevCovered => unsafe { self.ends.ends_before_after_covered(offset) },
-        }
     }
 
     /// The v1 lookup's start: a walk back over at most `v1_words` start-map

@@ -7,6 +7,7 @@
 //! [`CodeHeader`] (kept outside executable memory), or a stub kind 1..=15.
 
 mod alloc;
+pub(crate) mod end_words;
 pub(crate) mod ends;
 mod error;
 pub(crate) mod header;
@@ -769,7 +770,7 @@ impl CodeHeap {
         for r in std::mem::take(&mut w.retired) {
             if r.tag < safe_before {
                 bytes += r.extent.end - r.extent.start;
-                self.ends.clear(r.start, r.size);
+                self.ends.writer().clear(r.start, r.size);
                 w.free.release(r.extent);
                 drop(r.header.map(HeaderPtr::into_box));
             } else {
@@ -907,10 +908,10 @@ impl CodeHeap {
             });
         });
         self.seq().begin();
-        self.ends.mark(start, size, is_stub);
+        self.ends.writer().mark(start, size, is_stub);
         let stored = w.map.set_allocated(start, size);
         if stored.is_err() {
-            self.ends.clear(start, size);
+            self.ends.writer().clear(start, size);
         }
         self.seq().end();
         if let Err(e) = stored {

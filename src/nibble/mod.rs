@@ -11,6 +11,8 @@ mod write;
 use std::sync::Arc;
 
 pub use error::MapError;
+// The heap's exact lookup inlines it (not built under loom).
+#[cfg(not(loom))]
 pub(crate) use read::find_v2_with;
 pub use read::{Capped, Starts, V2Origin, find_v1, find_v1_capped, find_v2, find_v2_placed};
 

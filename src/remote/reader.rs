@@ -12,7 +12,7 @@ use super::words::{ChunkWords, RemoteWords};
 use super::{MAX_FRAGMENTS, MAX_NAME, RETRIES, RemoteError, V1_MAX_WORDS};
 use std::sync::atomic::AtomicU64;
 
-use crate::heap::ends::RawEnds;
+use crate::heap::end_words::RawEnds;
 use crate::nibble::{Capped, Starts, V2Origin, find_v1_capped, find_v2_placed};
 use crate::range::{ADDRESS_BITS, CHUNK_BITS, FANOUT, LEVELS};
 
