@@ -343,3 +343,226 @@ impl RawEnds {
         (unsafe { self.load(start) } >> shift(start)) & STUB != 0
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicU64;
+    use std::sync::atomic::Ordering::Relaxed;
+
+    use super::{BUCKET, EndWords, PREV_END, RUNS_ON, RawEnds, WORD_BYTES};
+
+    /// `n` zeroed end words, in plain memory (so that miri can run these
+    /// tests; the heap's own words live in a mapping, see `ends`).
+    fn words(n: usize) -> Vec<AtomicU64> {
+        (0..n).map(|_| AtomicU64::new(0)).collect()
+    }
+
+    /// The read side of `words`, which outlives it in each test.
+    fn raw(words: &[AtomicU64]) -> RawEnds {
+        // SAFETY: every test keeps `words` alive while it uses the view, and
+        // asks only about offsets in its span.
+        unsafe { RawEnds::over(words) }
+    }
+
+    /// The loop-free v2 checks against the model (a block's last byte) and
+    /// the looping scan, for every address a v2 start map would attribute to
+    /// each block of random layouts that keep the allocator's rule (no block
+    /// starts in the bucket where the previous one ends).
+    #[test]
+    fn loop_free_checks_agree_with_the_scan_on_allocator_layouts() {
+        const WORDS: usize = 96;
+        let span = WORDS as u64 * WORD_BYTES;
+        let mut state = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = |below: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state % below
+        };
+        // Addresses checked through each branch: own word, previous word's
+        // start, previous word covered; and of the last, those past a block
+        // that ended at the previous word's last byte (the `PREV_END` bit).
+        let mut checked = [0u64; 4];
+        for _ in 0..40 {
+            let map = words(WORDS);
+            let ends = raw(&map);
+            let w = EndWords::new(&map);
+            let mut blocks = Vec::new();
+            let mut from = 0;
+            loop {
+                let start = from + next(80) * 4;
+                let size = if next(4) == 0 {
+                    1 + next(1500)
+                } else {
+                    1 + next(120)
+                };
+                if start + size > span {
+                    break;
+                }
+                w.mark(start, size, next(3) == 0);
+                let last = start + size - 1;
+                blocks.push((start, last));
+                from = (last / BUCKET + 1) * BUCKET;
+            }
+            for (i, &(start, last)) in blocks.iter().enumerate() {
+                let next_start = blocks.get(i + 1).map_or(span, |b| b.0);
+                for a in start..next_start {
+                    let (a_word, s_word) = (a / WORD_BYTES, start / WORD_BYTES);
+                    let prev_base = a_word.wrapping_sub(1).wrapping_mul(WORD_BYTES);
+                    // Where a v2 map would find `start` for `a`, and the
+                    // matching check; `None` when it would not (or proves `a`
+                    // inside without the end map).
+                    // SAFETY: every offset lies in the span of the live map,
+                    // and each call meets its check's word contract.
+                    let fast = unsafe {
+                        if a_word == s_word {
+                            Some((0, ends.ends_before_in_word(start, a)))
+                        } else if a_word == s_word + 1 {
+                            Some((1, ends.ends_before_from_prev(start, a)))
+                        } else if prev_base > start && prev_base + WORD_BYTES - 1 <= last {
+                            // A pointer in the previous word; `a`'s word is
+                            // not one (the block does not cover it whole).
+                            (last < a_word * WORD_BYTES + WORD_BYTES - 1)
+                                .then(|| (2, ends.ends_before_after_covered(a)))
+                        } else {
+                            None
+                        }
+                    };
+                    if let Some((branch, fast)) = fast {
+                        // SAFETY: as above.
+                        let scan = unsafe { ends.ends_between(start, a) };
+                        assert_eq!(fast, last < a, "block {start}..={last}, address {a}");
+                        assert_eq!(scan, last < a, "scan: block {start}..={last}, address {a}");
+                        checked[branch] += 1;
+                        if branch == 2 && last == prev_base + WORD_BYTES - 1 {
+                            checked[3] += 1;
+                        }
+                    }
+                }
+            }
+        }
+        // Every layout is the same for this fixed seed: a changed count means
+        // the test stopped checking what it did.
+        assert_eq!(checked, EXPECTED_CHECKS);
+    }
+    const EXPECTED_CHECKS: [u64; 4] = [282_200, 344_352, 99_456, 728];
+
+    /// A block that runs into the next word vouches for itself only: not for
+    /// an earlier start in its word, which a reader finds while the runner is
+    /// being published (marked, its start not yet in the start map) or after
+    /// it was freed (its start gone, its marks kept until reclamation).
+    #[test]
+    fn a_block_that_runs_on_vouches_only_for_itself() {
+        let map = words(4);
+        let ends = raw(&map);
+        let w = EndWords::new(&map);
+        w.mark(260, 40, false); // bytes 260..=299, in word 1
+        w.mark(400, 300, false); // bytes 400..=699, from word 1 into 2
+        // SAFETY: offsets inside the 1024-byte span, the starts in word 1.
+        unsafe {
+            assert!(ends.ends_before_from_prev(260, 600));
+            assert!(ends.ends_before_from_prev(260, 512));
+            assert!(!ends.ends_before_from_prev(400, 600));
+            assert!(!ends.ends_before_from_prev(400, 699));
+            assert!(ends.ends_before_from_prev(400, 700));
+        }
+        w.clear(400, 300);
+        // Relaxed: this thread wrote the map.
+        assert_eq!(w.word(512).load(Relaxed), 0);
+        // Word 2 exactly, from its bucket 0: it ends on its own word's last
+        // byte, so word 3's bit 6 of byte 0 stays clear (as `PREV_END` it is
+        // only for a block that covered word 2 from before; as `RUNS_ON` it
+        // would say this block goes on).
+        w.mark(512, 256, false);
+        // Relaxed: as above.
+        assert_eq!(w.word(768).load(Relaxed), 0);
+        // SAFETY: as above; the start lies in word 2.
+        assert!(unsafe { ends.ends_before_from_prev(512, 768) });
+    }
+
+    #[test]
+    fn ends_are_found_exactly_and_cleared() {
+        let map = words(16);
+        let ends = raw(&map);
+        let w = EndWords::new(&map);
+        w.mark(48, 100, false); // last byte 147
+        w.mark(304, 1000, true); // last byte 1303, stub
+        // SAFETY: offsets inside the 4096-byte span.
+        unsafe {
+            assert!(!ends.ends_between(48, 147));
+            assert!(ends.ends_between(48, 148));
+            assert!(ends.ends_between(100, 300));
+            assert!(!ends.ends_between(148, 1303));
+            assert!(ends.ends_between(304, 1304));
+            assert!(ends.is_stub(304) && !ends.is_stub(48));
+            assert!(ends.ends_between(0, 4095));
+        }
+        // 304..=1303 runs out of word 1: word 2 says so, and only word 2.
+        // Relaxed: this thread wrote the map.
+        assert_eq!(w.word(512).load(Relaxed), RUNS_ON << 8);
+        // Relaxed: as above.
+        assert_eq!(w.word(768).load(Relaxed), 0);
+        // SAFETY: offsets inside the span.
+        unsafe {
+            // 304..=1303 runs on into word 2, with no end in it: inside, at
+            // any byte.
+            assert!(!ends.ends_before_from_prev(304, 512));
+            assert!(!ends.ends_before_from_prev(304, 767));
+            // 48..=147 never left word 0: nothing runs on into word 1.
+            assert!(ends.ends_before_from_prev(48, 256));
+        }
+        // Last byte 2047, word 7's last: the flag goes in word 8's first byte,
+        // and the block runs from word 6 into 7.
+        w.mark(1536, 512, false);
+        // Relaxed: this thread wrote the map.
+        assert_eq!(w.word(2048).load(Relaxed), PREV_END);
+        // Relaxed: as above.
+        assert_eq!(w.word(1792).load(Relaxed), RUNS_ON | 32 << 56);
+        // SAFETY: offsets inside the span.
+        unsafe {
+            assert!(!ends.ends_before_from_prev(1536, 1792));
+            assert!(!ends.ends_before_from_prev(1536, 2047));
+        }
+        // SAFETY: word 7 is the block's pointer word, before 2048's.
+        assert!(unsafe { ends.ends_before_after_covered(2048) });
+        w.clear(1536, 512);
+        // Relaxed: as above.
+        assert_eq!(w.word(2048).load(Relaxed), 0);
+        // Relaxed: as above.
+        assert_eq!(w.word(1792).load(Relaxed), 0);
+        // SAFETY: as above.
+        assert!(!unsafe { ends.ends_before_after_covered(2048) });
+        // Covering word 7 and ending in word 8 at 2135: inside up to there.
+        w.mark(1536, 600, false);
+        // SAFETY: word 7 is the block's pointer word, before word 8's
+        // addresses.
+        unsafe {
+            assert!(!ends.ends_before_after_covered(2048));
+            assert!(!ends.ends_before_after_covered(2135));
+            assert!(ends.ends_before_after_covered(2136));
+        }
+        w.clear(1536, 600);
+        // Relaxed: as above.
+        assert_eq!(w.word(1792).load(Relaxed), 0);
+        // Relaxed: as above.
+        assert_eq!(w.word(2048).load(Relaxed), 0);
+        // A block ending at the span's last byte has no next word to mark: its
+        // end byte lands in word 15's last byte, and nothing past it is
+        // touched (`word` would panic there).
+        w.mark(3840, 256, false);
+        // Relaxed: as above.
+        assert_eq!(w.word(3840).load(Relaxed), 32 << 56);
+        w.clear(3840, 256);
+        // Relaxed: as above.
+        assert_eq!(w.word(3840).load(Relaxed), 0);
+        w.clear(304, 1000);
+        // Relaxed: as above.
+        assert_eq!(w.word(512).load(Relaxed), 0);
+        // SAFETY: as above.
+        unsafe {
+            assert!(!ends.ends_between(304, 4095));
+            assert!(!ends.is_stub(304));
+            assert!(ends.ends_between(0, 4095));
+        }
+    }
+}
