@@ -4,8 +4,10 @@
 //! Run: `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 cargo test -p jitmap-loom-tests --release`
 #![cfg(loom)]
 
+use std::collections::BTreeSet;
+use std::fmt::Debug;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use jitmap::defect::{self, Defect};
 use jitmap::end_words::{EndWords, RawEnds};
@@ -101,6 +103,33 @@ fn explored(run: impl FnOnce(Box<dyn Fn() + Sync + Send>), f: impl Fn() + Sync +
     );
 }
 
+/// What a model's reader answered, over every interleaving loom explored.
+/// `explored` proves that loom tried more than one order; this proves it
+/// tried the ones that matter: each answer the race allows turned up.
+struct Seen<T>(Arc<Mutex<BTreeSet<T>>>);
+
+impl<T> Clone for Seen<T> {
+    fn clone(&self) -> Self {
+        Self(Arc::clone(&self.0))
+    }
+}
+
+impl<T: Ord + Debug> Seen<T> {
+    fn new() -> Self {
+        Self(Arc::new(Mutex::new(BTreeSet::new())))
+    }
+
+    /// Records one answer (from a loom thread: one runs at a time).
+    fn add(&self, answer: T) {
+        self.0.lock().unwrap().insert(answer);
+    }
+
+    /// Fails unless the answers were exactly `all`.
+    fn assert_all(&self, all: impl IntoIterator<Item = T>) {
+        assert_eq!(*self.0.lock().unwrap(), all.into_iter().collect());
+    }
+}
+
 fn writer(version: MapVersion) -> MapWriter<VecWords> {
     MapWriter::with_store(version, SPAN, VecWords::new(words_for_span(SPAN))).unwrap()
 }
@@ -138,12 +167,16 @@ fn neighbour_pointer_words() {
 /// none, and once a lookup (through a pointer word) has found B, a later lookup
 /// in B's start word finds it too.
 fn publish_self(version: MapVersion) {
+    let seen = Seen::new();
+    let answers = seen.clone();
     model(move || {
         let mut w = writer(version);
         let map = Arc::clone(w.map());
+        let answers = answers.clone();
         let reader = thread::spawn(move || {
             let through_pointer = map.find(0x1F0);
             let in_start_word = map.find(0x60);
+            answers.add((through_pointer, in_start_word));
             assert!(
                 matches!(through_pointer, None | Some(0x40)),
                 "{through_pointer:?}"
@@ -159,6 +192,7 @@ fn publish_self(version: MapVersion) {
         w.set_allocated(0x40, 0x300).unwrap();
         reader.join().unwrap();
     });
+    seen.assert_all([(None, None), (None, Some(0x40)), (Some(0x40), Some(0x40))]);
 }
 
 #[test]
@@ -172,13 +206,18 @@ fn publish_is_seen_whole_or_not_at_all() {
 /// a reader that finds the block sees the published header, never the aborted
 /// one or none.
 fn header_published_with_block(version: MapVersion) {
+    let seen = Seen::new();
+    let answers = seen.clone();
     model(move || {
         let mut w = writer(version);
         let map = Arc::clone(w.map());
         let header = Arc::new(AtomicU64::new(0));
         let h = Arc::clone(&header);
+        let answers = answers.clone();
         let reader = thread::spawn(move || {
-            if map.find(0x2F0) == Some(0x100) {
+            let found = map.find(0x2F0);
+            answers.add(found);
+            if found == Some(0x100) {
                 // Relaxed: ordered by the map's publish, as in the heap.
                 assert_eq!(h.load(Ordering::Relaxed), LIVE);
             }
@@ -189,6 +228,7 @@ fn header_published_with_block(version: MapVersion) {
         w.set_allocated(0x100, 0x200).unwrap(); // as the heap publishes
         reader.join().unwrap();
     });
+    seen.assert_all([None, Some(0x100)]);
 }
 
 #[test]
@@ -668,13 +708,17 @@ fn with_a(w: &mut MapWriter<VecWords>) -> Arc<Vec<AtomicU64>> {
 /// word 0 until B's appears. Then an address in A (always A) and one past B's
 /// end in word 1 (never anything).
 fn runs_on_during_publish() {
-    model(|| {
+    let seen = Seen::new();
+    let answers = seen.clone();
+    model(move || {
         let mut w = writer(MapVersion::V2);
         let ends = with_a(&mut w);
         let map = Arc::clone(w.map());
         let (m, e) = (Arc::clone(&map), Arc::clone(&ends));
+        let answers = answers.clone();
         let reader = thread::spawn(move || {
             let in_b = exact(&m, &e, 0x150);
+            answers.add(in_b);
             assert!(matches!(in_b, None | Some(0xA0)), "{in_b:x?}");
             assert_eq!(exact(&m, &e, 0x30), Some(A.0));
             assert_eq!(exact(&m, &e, 0x1B0), None);
@@ -684,6 +728,7 @@ fn runs_on_during_publish() {
         reader.join().unwrap();
         assert_eq!(exact(&map, &ends, 0x150), Some(B.0));
     });
+    seen.assert_all([None, Some(B.0)]);
 }
 
 #[test]
@@ -701,7 +746,9 @@ fn seeded_runs_on_flag_is_caught_during_publish() {
 /// address of B in word 1: B or nothing, never A, although B's end-word
 /// marks outlive its start until reclamation.
 fn runs_on_after_free() {
-    model(|| {
+    let seen = Seen::new();
+    let answers = seen.clone();
+    model(move || {
         let domain = Domain::new(2);
         let mut w = writer(MapVersion::V2);
         let ends = with_a(&mut w);
@@ -709,10 +756,12 @@ fn runs_on_after_free() {
         w.set_allocated(B.0, B.1).unwrap();
         let map = Arc::clone(w.map());
         let (d, e) = (Arc::clone(&domain), Arc::clone(&ends));
+        let answers = answers.clone();
         let reader = thread::spawn(move || {
             let r = d.register().unwrap();
             let guard = r.pin().unwrap();
             let in_b = exact(&map, &e, 0x150);
+            answers.add(in_b);
             assert!(matches!(in_b, None | Some(0xA0)), "{in_b:x?}");
             assert_eq!(exact(&map, &e, 0x30), Some(A.0));
             drop(guard);
@@ -724,6 +773,7 @@ fn runs_on_after_free() {
         }
         reader.join().unwrap();
     });
+    seen.assert_all([None, Some(B.0)]);
 }
 
 #[test]
