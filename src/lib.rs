@@ -131,6 +131,8 @@ pub mod range;
 pub mod remote;
 pub mod seq;
 pub mod sync;
+#[cfg(test)]
+mod test_rng;
 pub mod words;
 
 pub use epoch::{Domain, EpochError, Executor, ForeignGuard, Guard, Reader};

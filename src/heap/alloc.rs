@@ -130,6 +130,7 @@ fn place(at: u64, end: u64, size: u64, align: u64, granule: u64) -> Option<Place
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_rng::Xorshift;
 
     #[test]
     fn first_block_starts_after_its_prefix() {
@@ -200,13 +201,8 @@ mod tests {
     /// alignments and granules, with frees between.
     #[test]
     fn every_start_leaves_room_for_its_prefix_in_its_extent() {
-        let mut state = 0x2545_F491_4F6C_DD1Du64;
-        let mut next = |below: u64| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state % below
-        };
+        let mut rng = Xorshift::new(0x2545_F491_4F6C_DD1D);
+        let mut next = |below: u64| rng.below(below);
         let mut placed = 0;
         for granule in [1, 64, 4096] {
             let span = 1 << 20;

@@ -87,6 +87,10 @@ impl<'a> EndWords<'a> {
 
     /// Marks a block of `size` bytes (at least 1) at offset `start`, before
     /// the start map publishes it.
+    ///
+    /// # Panics
+    /// If the block does not lie in the span: the heap's allocator only
+    /// places blocks inside it.
     pub fn mark(self, start: u64, size: u64, stub: bool) {
         let last = start + size.max(1) - 1;
         self.update(last, |w| w | ((last % BUCKET) + 1) << shift(last));
@@ -103,6 +107,9 @@ impl<'a> EndWords<'a> {
 
     /// Clears a block's marks when its extent is reclaimed (no reader can
     /// still be looking at it), or when the start map refused it.
+    ///
+    /// # Panics
+    /// As [`EndWords::mark`].
     pub fn clear(self, start: u64, size: u64) {
         let last = start + size.max(1) - 1;
         self.update(last, |w| w & !(END << shift(last)));
@@ -350,6 +357,7 @@ mod tests {
     use std::sync::atomic::Ordering::Relaxed;
 
     use super::{BUCKET, EndWords, PREV_END, RUNS_ON, RawEnds, WORD_BYTES};
+    use crate::test_rng::Xorshift;
 
     /// `n` zeroed end words, in plain memory (so that miri can run these
     /// tests; the heap's own words live in a mapping, see `ends`).
@@ -372,13 +380,8 @@ mod tests {
     fn loop_free_checks_agree_with_the_scan_on_allocator_layouts() {
         const WORDS: usize = 96;
         let span = WORDS as u64 * WORD_BYTES;
-        let mut state = 0x9E37_79B9_7F4A_7C15u64;
-        let mut next = |below: u64| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state % below
-        };
+        let mut rng = Xorshift::new(0x9E37_79B9_7F4A_7C15);
+        let mut next = |below: u64| rng.below(below);
         // Addresses checked through each branch: own word, previous word's
         // start, previous word covered; and of the last, those past a block
         // that ended at the previous word's last byte (the `PREV_END` bit).

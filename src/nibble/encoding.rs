@@ -101,6 +101,7 @@ pub const fn start_at_or_before(word: u32, index: usize, offset: u64) -> Option<
 #[cfg(test)]
 mod tests {
     use super::{BUCKETS_PER_WORD, WORD_BYTES, bucket_shift, last_start_in, start_at_or_before};
+    use crate::test_rng::Xorshift;
 
     /// Every start a nibble word marks, ascending, for a word at `index`:
     /// the model the arithmetic decoders are checked against.
@@ -120,7 +121,7 @@ mod tests {
     /// indexes from 0 up, and for every word with a single start.
     #[test]
     fn decoders_agree_with_the_nibble_by_nibble_model() {
-        let mut state = 0x2545_F491_4F6C_DD1Du64;
+        let mut rng = Xorshift::new(0x2545_F491_4F6C_DD1D);
         let mut words: Vec<u32> = (0..BUCKETS_PER_WORD)
             .flat_map(|bucket| (1..=8).map(move |n| n << bucket_shift(bucket)))
             .collect();
@@ -128,9 +129,7 @@ mod tests {
         for _ in 0..4000 {
             let mut word = 0;
             for bucket in 0..BUCKETS_PER_WORD {
-                state ^= state << 13;
-                state ^= state >> 7;
-                state ^= state << 17;
+                let state = rng.next_u64();
                 // Empty half the time, else one of the bucket's eight starts.
                 let nibble = if state & 1 == 0 {
                     0
