@@ -12,7 +12,7 @@ use jitmap::agent::{
     Agent, AgentConfig, AttachedThread, CallCounters, jitmap_probe_count, jitmap_probe_enter,
 };
 use jitmap::{ExecutionManager, HeapConfig, OwnedHeap};
-use jitmap_sim::jitcode;
+use jitmap_testkit::jitcode;
 
 /// Samples taken at the bottom of each recursion.
 const SAMPLES_PER_CALL: u64 = 64;

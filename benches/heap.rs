@@ -8,8 +8,8 @@ use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use jitmap::heap::JitKind;
 use jitmap::perf::{PerfConfig, PerfMode};
 use jitmap::{CodeHeap, CodeInfo, Domain, HeapConfig, MapVersion};
-use jitmap_sim::rng::Rng;
-use jitmap_sim::workload::method_size;
+use jitmap_testkit::rng::Rng;
+use jitmap_testkit::workload::method_size;
 
 const SIZES: [(u64, &str); 4] = [
     (64, "64B"),

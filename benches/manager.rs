@@ -7,8 +7,8 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use jitmap::heap::JitKind;
 use jitmap::image::{ImageFunction, ImageInfo, ImageMethod};
 use jitmap::{CodeInfo, ExecutionManager, HeapConfig};
-use jitmap_sim::rng::Rng;
-use jitmap_sim::workload::method_size;
+use jitmap_testkit::rng::Rng;
+use jitmap_testkit::workload::method_size;
 
 fn manager(c: &mut Criterion) {
     let mut group = c.benchmark_group("manager");

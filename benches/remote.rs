@@ -9,8 +9,8 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use jitmap::heap::JitKind;
 use jitmap::remote::{self, Memory, ProcessMemory, RemoteReader};
 use jitmap::{CodeInfo, ExecutionManager, HeapConfig};
-use jitmap_sim::rng::Rng;
-use jitmap_sim::workload::method_size;
+use jitmap_testkit::rng::Rng;
+use jitmap_testkit::workload::method_size;
 
 fn remote(c: &mut Criterion) {
     let mut group = c.benchmark_group("remote");

@@ -341,7 +341,7 @@ struct Version {
 
 /// Machine code for a function that counts down and returns `id`.
 fn function_code(id: u32) -> Vec<u8> {
-    jitmap_sim::spin::function_code(id)
+    jitmap_testkit::spin::function_code(id)
 }
 
 #[test]

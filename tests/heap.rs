@@ -2,7 +2,6 @@
 //! and a concurrent writers-against-readers run.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use jitmap::heap::{BlockKind, HeapBlock, HeapStats, JitKind, PREFIX};
 use jitmap::{
@@ -438,28 +437,4 @@ fn stats_track_commit_and_use() {
         ),
         (0, 120, 0, 0)
     );
-}
-
-#[test]
-fn writers_against_readers_give_no_wrong_answer() {
-    for (version, wx) in [(MapVersion::V1, true), (MapVersion::V2, false)] {
-        let report = jitmap_sim::stress::run(jitmap_sim::stress::StressConfig {
-            version,
-            wx,
-            writers: 1,
-            readers: 2,
-            duration: Duration::from_millis(1500),
-            seed: 42,
-        })
-        .unwrap();
-        assert_eq!(report.wrong, 0, "{version}: {report:?}");
-        assert!(
-            report.exact > 1000 && report.frees > 100 && report.aborts > 10,
-            "{report:?}"
-        );
-        assert_eq!(
-            report.publishes, report.frees,
-            "every block is freed at the end"
-        );
-    }
 }

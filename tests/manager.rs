@@ -453,7 +453,7 @@ fn a_heap_fragment_is_one_cache_line() {
 #[test]
 fn manager_agrees_with_the_heap_at_every_byte() {
     use jitmap::heap::BlockKind;
-    use jitmap_sim::rng::Rng;
+    use jitmap_testkit::rng::Rng;
     for version in [jitmap::MapVersion::V1, jitmap::MapVersion::V2] {
         for with_stubs in [false, true] {
             let m = ExecutionManager::new(4);
@@ -534,7 +534,7 @@ enum Byte {
 fn random_heaps_answer_every_byte_like_the_model() {
     use jitmap::MapVersion;
     use jitmap::heap::BlockKind;
-    use jitmap_sim::rng::Rng;
+    use jitmap_testkit::rng::Rng;
 
     const SPAN: usize = 256 << 10;
     for version in [MapVersion::V1, MapVersion::V2] {

@@ -6,9 +6,9 @@ use std::cell::Cell;
 use jitmap::nibble::words_for_span;
 use jitmap::words::{VecWords, WordRead, WordStore};
 use jitmap::{MapError, MapVersion, MapWriter};
-use jitmap_sim::model::{MapModel, Verdict};
-use jitmap_sim::rng::Rng;
-use jitmap_sim::workload::{MapOp, map_op};
+use jitmap_testkit::model::{MapModel, Verdict};
+use jitmap_testkit::rng::Rng;
+use jitmap_testkit::workload::{MapOp, map_op};
 
 const SPAN: u64 = 16 * 1024;
 
@@ -155,7 +155,7 @@ fn v2_reads_at_most_two_words() {
     let mut w = counting(MapVersion::V2, span);
     let mut model = MapModel::new(span);
     for _ in 0..400 {
-        let size = jitmap_sim::workload::method_size(&mut rng, 128 * 1024);
+        let size = jitmap_testkit::workload::method_size(&mut rng, 128 * 1024);
         let start = rng.below(span) & !15;
         if model.judge(start, size) == Verdict::Valid {
             w.set(start, size).unwrap();

@@ -6,7 +6,7 @@ use std::sync::{Arc, Weak};
 
 use jitmap::Domain;
 use jitmap::range::{RangeError, RangeSectionMap};
-use jitmap_sim::rng::Rng;
+use jitmap_testkit::rng::Rng;
 
 const CHUNK: usize = 128 * 1024;
 const BASE: usize = 0x7f12_3400_0000;

@@ -5,7 +5,7 @@
 use arbitrary::Arbitrary;
 use jitmap::heap::{BlockKind, JitKind};
 use jitmap::{CodeHeap, CodeInfo, CodeRef, Domain, HeapConfig, HeapError, MapVersion, MemoryMode};
-use jitmap_sim::model::MapModel;
+use jitmap_testkit::model::MapModel;
 use libfuzzer_sys::fuzz_target;
 
 #[derive(Arbitrary, Debug)]

@@ -7,7 +7,7 @@ use arbitrary::Arbitrary;
 use jitmap::nibble::words_for_span;
 use jitmap::words::VecWords;
 use jitmap::{MapVersion, MapWriter};
-use jitmap_sim::model::{MapModel, Verdict};
+use jitmap_testkit::model::{MapModel, Verdict};
 use libfuzzer_sys::fuzz_target;
 
 #[derive(Arbitrary, Debug)]

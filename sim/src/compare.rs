@@ -13,7 +13,7 @@ use jitmap::heap::JitKind;
 use crate::fixture::{
     self, BoxError, Finder, Fixture, ManyHeaps, Structure, Visitor, realistic_sizes,
 };
-use crate::rng::Rng;
+use jitmap_testkit::rng::Rng;
 
 /// Method sizes for `tail_of_method`.
 pub const TAIL_SIZES: [u64; 8] = [

@@ -28,7 +28,7 @@ use jitmap::{
 };
 use parking_lot::RwLock;
 
-use crate::rng::Rng;
+use jitmap_testkit::rng::Rng;
 
 /// Any error a fixture or a measurement run can meet.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -349,11 +349,11 @@ impl Structure {
     }
 }
 
-/// A realistic mix of `count` method sizes (see [`crate::workload::method_size`]).
+/// A realistic mix of `count` method sizes (see [`jitmap_testkit::workload::method_size`]).
 pub fn realistic_sizes(count: usize, seed: u64) -> Vec<u64> {
     let mut rng = Rng::new(seed);
     (0..count)
-        .map(|_| crate::workload::method_size(&mut rng, 256 << 10))
+        .map(|_| jitmap_testkit::workload::method_size(&mut rng, 256 << 10))
         .collect()
 }
 
@@ -385,7 +385,7 @@ impl ManyHeaps {
             })?;
             let mut list = Vec::new();
             for id in 0..methods {
-                let size = crate::workload::method_size(&mut rng, 8 << 10);
+                let size = jitmap_testkit::workload::method_size(&mut rng, 8 << 10);
                 let code = heap.reserve(size)?.publish(CodeInfo::new(
                     id as u64,
                     "m",

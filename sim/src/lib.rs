@@ -1,19 +1,16 @@
-//! The jitmap simulator's library half: workload generators and drivers shared by
-//! the `jitmap-sim` binary, the tests, the loom models, the fuzz targets and the
-//! benches.
+//! The simulator's library half: what simulates or measures jitmap itself,
+//! shared by the `jitmap-sim` binary, its tests and the benches.
+//!
+//! - [`tiered`]: the tiered JIT simulator, the main job (`jitmap-sim run`);
+//! - [`stress`]: writers against readers on one heap, every lookup checked;
+//! - [`replay`]: scripts of nibble-map operations;
+//! - [`compare`] and [`fixture`]: every lookup structure timed side by side.
+//!
+//! The demo hosts (`spin`, the 1:2:4 profile demo) live in `jitmap-testkit`,
+//! which the `jitmap` tool's tests use too.
 
 pub mod compare;
-pub mod demo;
-#[cfg(feature = "ebpf")]
-pub mod ebpf;
 pub mod fixture;
-pub mod inspect;
-pub mod jitcode;
-pub mod model;
-pub mod profile;
 pub mod replay;
-pub mod rng;
-pub mod spin;
 pub mod stress;
 pub mod tiered;
-pub mod workload;

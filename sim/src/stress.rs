@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 use jitmap::heap::{BlockKind, CodeRef, HeapConfig, MemoryMode};
 use jitmap::{CodeHeap, CodeInfo, Domain, MapVersion};
 
-use crate::rng::Rng;
-use crate::workload::method_size;
+use jitmap_testkit::rng::Rng;
+use jitmap_testkit::workload::method_size;
 
 /// Stress parameters.
 #[derive(Clone, Copy, Debug)]

@@ -6,24 +6,22 @@ use std::time::Duration;
 
 use jitmap::ExecutionManager;
 use jitmap::agent::Clock;
-use jitmap_sim::demo::{LEAVES, MIDDLE, NATIVE_CALLER, TOP};
-use jitmap_sim::profile;
+use jitmap_testkit::demo::{LEAVES, MIDDLE, NATIVE_CALLER, TOP};
+use jitmap_testkit::profile;
 
-#[path = "tools/demo.rs"]
-mod demo_tools;
-#[path = "tools/perf.rs"]
-mod perf_tools;
-mod tools;
+use jitmap_testkit::e2e::{
+    self, assert_outputs, inject_and_report, json_share, normalized, one_run, record_demo,
+    recorded, report_share, temp_dir,
+};
 
-use demo_tools::{assert_outputs, json_share, normalized, one_run, record_demo};
-use perf_tools::{inject_and_report, recorded, report_share, temp_dir};
+const SIM: &str = env!("CARGO_BIN_EXE_jitmap-sim");
 
 /// 1/7, 2/7 and 4/7, in percent.
 const EXPECTED: [f64; 3] = [100.0 / 7.0, 200.0 / 7.0, 400.0 / 7.0];
 
 #[test]
 fn leaves_get_their_share_and_their_exact_stack() {
-    if !tools::runs_x86_64() {
+    if !e2e::runs_x86_64() {
         return;
     }
     let _one = one_run();
@@ -75,14 +73,16 @@ fn leaves_get_their_share_and_their_exact_stack() {
 
 #[test]
 fn agent_and_perf_agree_on_one_run() {
-    if !tools::available("perf") {
+    if !e2e::available("perf") {
         return;
     }
     let _one = one_run();
     let dir = temp_dir("agent-perf");
     let data = dir.join("perf.data");
     let out_dir = dir.join("out");
-    let record = record_demo(&dir, &data, "4", &out_dir).output().unwrap();
+    let record = record_demo(&[SIM, "profile"], &dir, &data, "4", &out_dir)
+        .output()
+        .unwrap();
     if !recorded(&record) {
         return;
     }

@@ -4,13 +4,13 @@
 
 use std::process::Command;
 
-mod tools;
+use jitmap_testkit::e2e;
 
 const SIM: &str = env!("CARGO_BIN_EXE_jitmap-sim");
 
 #[test]
 fn real_gdb_breaks_in_and_names_a_jit_function() {
-    if !tools::available("gdb") {
+    if !e2e::available("gdb") {
         return;
     }
     let out = Command::new("gdb")

@@ -6,11 +6,7 @@ use std::time::{Duration, Instant};
 
 use jitmap::perf::check::{Body, Violation, check};
 
-#[path = "tools/perf.rs"]
-mod perf_tools;
-mod tools;
-
-use perf_tools::{inject_and_report, record, recorded, report_share, temp_dir};
+use jitmap_testkit::e2e::{self, inject_and_report, record, recorded, report_share, temp_dir};
 
 const SIM: &str = env!("CARGO_BIN_EXE_jitmap-sim");
 
@@ -68,7 +64,7 @@ fn killed_writer_leaves_a_valid_prefix() {
 
 #[test]
 fn real_perf_names_jit_functions() {
-    if !tools::available("perf") {
+    if !e2e::available("perf") {
         return;
     }
     let dir = temp_dir("perf-e2e");

@@ -10,7 +10,7 @@ use parking_lot::Mutex;
 
 use super::codegen::triangle;
 use super::{RunConfig, RunError};
-use crate::rng::Rng;
+use jitmap_testkit::rng::Rng;
 
 /// One method of a group.
 #[derive(Clone, Copy, Debug)]

@@ -27,10 +27,10 @@ use jitmap::events::monotonic_ns;
 use jitmap::{CodeInfo, CodeRef, ExecutionManager, JitKind, MapVersion};
 use parking_lot::{Mutex, RwLock};
 
-use crate::demo::DemoError;
-use crate::rng::Rng;
 use codegen::MethodShape;
 use group::Group;
+use jitmap_testkit::demo::DemoError;
+use jitmap_testkit::rng::Rng;
 pub use report::Report;
 use scenario::Params;
 pub use scenario::{RunConfig, RunError, SCENARIOS, Scenario};
@@ -571,13 +571,13 @@ pub fn run(
         return Err(RunError(e));
     }
     if let Some(dir) = out {
-        let run = crate::profile::ProfileRun {
+        let run = jitmap_testkit::profile::ProfileRun {
             profile: profile.clone(),
             calls: 0,
             wrong: 0,
             period_ns: 1_000_000_000 / u64::from(config.hz),
         };
-        crate::profile::write_outputs(&run, dir)?;
+        jitmap_testkit::profile::write_outputs(&run, dir)?;
     }
     // Every sample's JIT frames, judged against the shadow model; a leaf left
     // unattributed must be one the handler's capped v1 walk cannot reach.
@@ -651,6 +651,8 @@ pub fn run(
         lookups: load(&c.lookups),
         results_checked: load(&c.results),
         samples: profile.samples,
+        samples_taken: profile.taken,
+        samples_dropped: profile.dropped,
         frames_checked,
         probe_enters: profile.probes.enters,
         crossings: load(&c.crossings),

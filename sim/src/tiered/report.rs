@@ -39,6 +39,10 @@ pub struct Report {
     pub results_checked: u64,
     /// Samples the agent took.
     pub samples: u64,
+    /// Signals the agent's handlers ran for.
+    pub samples_taken: u64,
+    /// Samples lost: a full ring, or a handler that could not pin.
+    pub samples_dropped: u64,
     /// JIT frames of samples judged.
     pub frames_checked: u64,
     /// Entry-probe records.

@@ -14,7 +14,7 @@ use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_m
 use jitmap::ExecutionManager;
 use jitmap_sim::compare::{RANDOM_METHODS, TAIL_SIZES, shared_sizes, size_label, throughput};
 use jitmap_sim::fixture::{Finder, Fixture, Structure, Visitor, realistic_sizes};
-use jitmap_sim::rng::Rng;
+use jitmap_testkit::rng::Rng;
 
 /// Times one structure's finder over `addresses` (cycled), monomorphized.
 struct Bench<'a, 'c> {

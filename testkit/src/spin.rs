@@ -122,6 +122,17 @@ fn publish(
     r.publish(info)
 }
 
+/// The span of the heap [`run`] creates for `functions` functions with `pad`
+/// bytes before each loop: room for every function twice (moves and
+/// republishes), at least 16 MiB.
+pub fn heap_span(functions: u32, pad: usize) -> u64 {
+    (16u64 << 20).max(
+        (2 * u64::from(functions) * (pad as u64 + 64))
+            .checked_next_power_of_two()
+            .unwrap_or(u64::MAX),
+    )
+}
+
 /// Publishes `layout.functions` functions in a heap of `manager` and calls
 /// them round robin for `duration`, changing the heap as `churn` says; with
 /// `gdb`, the heap announces its functions through the GDB JIT interface.
@@ -139,8 +150,7 @@ pub fn run(
         pad,
         ..
     } = layout;
-    let span =
-        (16u64 << 20).max((2 * u64::from(functions) * (pad as u64 + 64)).next_power_of_two());
+    let span = heap_span(functions, pad);
     let heap = manager.create_heap(HeapConfig {
         span,
         version,

@@ -141,7 +141,7 @@ impl Sample {
     /// Decodes one ring-buffer record.
     ///
     /// ```
-    /// use jitmap_sim::ebpf::event::{Frame, FrameKind, Sample, FRAME_BYTES, HEADER_BYTES};
+    /// use jitmap_cli::ebpf::event::{Frame, FrameKind, Sample, FRAME_BYTES, HEADER_BYTES};
     ///
     /// let mut record = vec![0u8; HEADER_BYTES + FRAME_BYTES];
     /// record[0..4].copy_from_slice(&7u32.to_le_bytes()); // tid
@@ -149,7 +149,7 @@ impl Sample {
     /// record[HEADER_BYTES..HEADER_BYTES + 8].copy_from_slice(&0x1234u64.to_le_bytes());
     /// let sample = Sample::decode(&record)?;
     /// assert_eq!(sample.frames, [Frame { ip: 0x1234, reads: 0, kind: FrameKind::Native }]);
-    /// # Ok::<(), jitmap_sim::ebpf::event::DecodeError>(())
+    /// # Ok::<(), jitmap_cli::ebpf::event::DecodeError>(())
     /// ```
     pub fn decode(record: &[u8]) -> Result<Self, DecodeError> {
         if record.len() < HEADER_BYTES {

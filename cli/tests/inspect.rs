@@ -1,13 +1,33 @@
-//! `jitmap-sim inspect` against live `jitmap-sim spin` children: every answer
-//! is checked against the child's perf map, while the child is still and while
-//! it churns.
+//! `jitmap inspect` against live spin hosts (this test binary run as
+//! `jitmap-sim spin`'s host, see `host/mod.rs`): every answer is checked
+//! against the host's perf map, while it is still and while it churns.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-const SIM: &str = env!("CARGO_BIN_EXE_jitmap-sim");
+mod host;
+
+const JITMAP: &str = env!("CARGO_BIN_EXE_jitmap");
+
+/// Runs the tests, or, started as a host, the host.
+fn main() {
+    host::main(&[
+        (
+            "a_still_host_is_resolved_exactly_and_listed_whole",
+            a_still_host_is_resolved_exactly_and_listed_whole,
+        ),
+        (
+            "a_churning_host_is_never_misnamed",
+            a_churning_host_is_never_misnamed,
+        ),
+        (
+            "bad_input_exits_2_with_a_reason",
+            bad_input_exits_2_with_a_reason,
+        ),
+    ]);
+}
 
 /// A child process killed when dropped.
 struct Host {
@@ -21,9 +41,7 @@ impl Host {
             std::env::temp_dir().join(format!("jitmap-inspect-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        let child = Command::new(SIM)
-            .arg("spin")
-            .args(args)
+        let child = host::spin(args)
             .env("JITMAP_PERF", "map")
             .env("JITMAP_PERF_DIR", &dir)
             .stdout(Stdio::null())
@@ -76,7 +94,7 @@ fn read_perf_map(path: &Path) -> Vec<(u64, u64, String)> {
 }
 
 fn inspect(args: &[String]) -> (Output, serde_json::Value) {
-    let out = Command::new(SIM)
+    let out = Command::new(JITMAP)
         .arg("inspect")
         .args(args)
         .output()
@@ -94,7 +112,6 @@ fn ip_args(pid: i32, ips: &[u64]) -> Vec<String> {
     args
 }
 
-#[test]
 fn a_still_host_is_resolved_exactly_and_listed_whole() {
     let host = Host::spawn("still", &["--functions", "32", "--seconds", "60"]);
     let entries = host.perf_map(32);
@@ -165,7 +182,6 @@ fn a_still_host_is_resolved_exactly_and_listed_whole() {
     assert_eq!(listed, want);
 }
 
-#[test]
 fn a_churning_host_is_never_misnamed() {
     let host = Host::spawn(
         "churn",
@@ -237,7 +253,6 @@ fn host_alive(host: &Host) -> bool {
     Path::new(&format!("/proc/{}/maps", host.pid())).exists()
 }
 
-#[test]
 fn bad_input_exits_2_with_a_reason() {
     let (out, _) = inspect(&["--pid".into(), "999999999".into()]);
     assert_eq!(out.status.code(), Some(2));
@@ -257,19 +272,4 @@ fn bad_input_exits_2_with_a_reason() {
     let (out, _) = inspect(&["--pid".into(), "1".into(), "--ip".into(), "0xzz".into()]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("not an address"));
-}
-
-#[test]
-fn the_executable_exports_the_descriptor_dynamically() {
-    use object::{Object, ObjectSymbol};
-    let data = std::fs::read(SIM).unwrap();
-    let elf = object::File::parse(&*data).unwrap();
-    let symbol = elf
-        .dynamic_symbols()
-        .find(|s| s.name() == Ok("jitmap_descriptor"))
-        .expect("jitmap_descriptor in .dynsym");
-    assert_eq!(
-        symbol.size(),
-        size_of::<jitmap::remote::Descriptor>() as u64
-    );
 }

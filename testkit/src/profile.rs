@@ -200,7 +200,7 @@ fn with_empty_timer<R>(hz: u32, f: impl FnOnce() -> R) -> std::io::Result<R> {
 }
 
 /// Leaf iterations the demo completes in `duration` on this thread.
-pub(crate) fn throughput(demo: &Demo, duration: Duration, rng: &mut Rng) -> f64 {
+pub fn throughput(demo: &Demo, duration: Duration, rng: &mut Rng) -> f64 {
     let mut work = 0u64;
     let start = Instant::now();
     while start.elapsed() < duration {

@@ -12,12 +12,12 @@
 //! ```no_run
 //! use std::sync::atomic::AtomicBool;
 //! use std::time::Duration;
-//! use jitmap_sim::ebpf::{self, Options};
+//! use jitmap_cli::ebpf::{self, Options};
 //!
 //! let options = Options { pid: 1234, hz: 1000, duration: Duration::from_secs(5) };
 //! let run = ebpf::run(&options, &AtomicBool::new(false))?;
 //! print!("{}", run.report(10));
-//! # Ok::<(), jitmap_sim::ebpf::EbpfError>(())
+//! # Ok::<(), jitmap_cli::ebpf::EbpfError>(())
 //! ```
 
 pub mod aggregate;
@@ -49,7 +49,7 @@ pub struct Options {
 }
 
 /// Why a profile could not be taken. Every one is a bad input or a missing
-/// privilege: `jitmap-sim ebpf-profile` exits with status 2.
+/// privilege: `jitmap profile` exits with status 2.
 #[derive(Debug)]
 pub enum EbpfError {
     /// An option is out of range.
@@ -78,7 +78,7 @@ pub enum EbpfError {
     /// Writing the outputs failed.
     Io(std::io::Error),
     /// The overhead measurement could not build its demo host.
-    Demo(crate::demo::DemoError),
+    Demo(jitmap_testkit::demo::DemoError),
 }
 
 impl fmt::Display for EbpfError {
@@ -111,8 +111,8 @@ impl From<DecodeError> for EbpfError {
     }
 }
 
-impl From<crate::demo::DemoError> for EbpfError {
-    fn from(e: crate::demo::DemoError) -> Self {
+impl From<jitmap_testkit::demo::DemoError> for EbpfError {
+    fn from(e: jitmap_testkit::demo::DemoError) -> Self {
         Self::Demo(e)
     }
 }
@@ -442,7 +442,7 @@ impl EbpfRun {
     pub fn json(&self) -> serde_json::Value {
         let (c, k) = (&self.counts, &self.kernel);
         let (mean, jit_mean) = self.mean_reads();
-        let methods = crate::profile::methods_json(&self.profile);
+        let methods = jitmap_testkit::profile::methods_json(&self.profile);
         let placements: Vec<_> = self
             .placements
             .iter()
@@ -504,7 +504,7 @@ impl EbpfRun {
     /// Writes `report.txt`, `stacks.folded`, `flamegraph.svg` and
     /// `profile.pb.gz` into `dir` (created if needed).
     pub fn write_outputs(&self, dir: &Path) -> std::io::Result<()> {
-        crate::profile::write_profile(
+        jitmap_testkit::profile::write_profile(
             &self.profile,
             &self.report(20),
             &format!("jitmap ebpf-profile: process {}", self.pid),
@@ -538,11 +538,11 @@ pub struct Overhead {
 /// ring buffer as `ebpf-profile` would; returns the demo's throughput and the
 /// program's mean ns per sample.
 fn measure(
-    demo: &crate::demo::Demo,
+    demo: &jitmap_testkit::demo::Demo,
     config: Config,
     hz: u32,
     slice: Duration,
-    rng: &mut crate::rng::Rng,
+    rng: &mut jitmap_testkit::rng::Rng,
 ) -> Result<(f64, f64), EbpfError> {
     let loaded = Loaded::start(config, hz)?;
     let stop = AtomicBool::new(false);
@@ -561,7 +561,7 @@ fn measure(
             }
             loaded
         });
-        let throughput = crate::profile::throughput(demo, slice, rng);
+        let throughput = jitmap_testkit::profile::throughput(demo, slice, rng);
         // Relaxed: as above.
         stop.store(true, Ordering::Relaxed);
         (throughput, drainer.join())
@@ -577,7 +577,7 @@ fn measure(
 /// only, and profiling this process, side by side.
 pub fn overhead(rates: &[u32], slice: Duration, rounds: usize) -> Result<Vec<Overhead>, EbpfError> {
     let manager = Arc::new(jitmap::ExecutionManager::new(16));
-    let demo = crate::demo::Demo::publish(&manager)?;
+    let demo = jitmap_testkit::demo::Demo::publish(&manager)?;
     let options = Options {
         pid: std::process::id() as i32,
         hz: rates.iter().copied().max().unwrap_or(1000),
@@ -587,7 +587,7 @@ pub fn overhead(rates: &[u32], slice: Duration, rounds: usize) -> Result<Vec<Ove
     // No process has the largest id (pid_max is at most 2^22); 0 would be
     // the idle task.
     let nobody = profiled.with_tgid(u32::MAX);
-    let mut rng = crate::rng::Rng::new(11);
+    let mut rng = jitmap_testkit::rng::Rng::new(11);
     let mut out: Vec<Overhead> = rates
         .iter()
         .map(|&hz| Overhead {
@@ -600,7 +600,7 @@ pub fn overhead(rates: &[u32], slice: Duration, rounds: usize) -> Result<Vec<Ove
         })
         .collect();
     for _ in 0..rounds {
-        let base = crate::profile::throughput(&demo, slice, &mut rng);
+        let base = jitmap_testkit::profile::throughput(&demo, slice, &mut rng);
         for row in &mut out {
             let (floor, _) = measure(&demo, nobody, row.hz, slice, &mut rng)?;
             row.floor.push(floor / base);

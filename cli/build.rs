@@ -1,0 +1,40 @@
+//! Exports the jitmap descriptor from the dynamic symbol table of this crate's
+//! test executables, which act as the jitmap hosts that `jitmap inspect` and
+//! `jitmap profile` read in the tests (an executable must ask the linker; a
+//! reader in another process looks there first).
+//!
+//! With the `ebpf` feature, also compiles the eBPF profiler's program
+//! (`src/ebpf/profile.bpf.c`, beside the Rust that loads it) with clang into
+//! `OUT_DIR/profile.bpf.o`.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn main() {
+    println!("cargo:rustc-link-arg-tests=-Wl,--export-dynamic-symbol=jitmap_descriptor");
+    if std::env::var_os("CARGO_FEATURE_EBPF").is_some() {
+        compile_bpf();
+    }
+}
+
+fn compile_bpf() {
+    let source = "src/ebpf/profile.bpf.c";
+    println!("cargo:rerun-if-changed={source}");
+    println!("cargo:rerun-if-env-changed=CLANG");
+    let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
+    let clang = std::env::var("CLANG").unwrap_or_else(|_| "clang".to_owned());
+    let status = Command::new(&clang)
+        .args([
+            "-target", "bpf", "-O2", "-g", "-Wall", "-Werror", "-c", source, "-o",
+        ])
+        .arg(out.join("profile.bpf.o"))
+        .status();
+    match status {
+        Ok(s) if s.success() => {}
+        Ok(s) => panic!("{clang} failed to compile {source} ({s})"),
+        Err(e) => panic!(
+            "the `ebpf` feature compiles {source} with clang, which could not run ({e}); \
+             install it (Debian: apt-get install clang) or set CLANG"
+        ),
+    }
+}

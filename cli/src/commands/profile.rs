@@ -1,0 +1,127 @@
+//! `jitmap profile --pid PID` (formerly `ebpf-profile`): the eBPF profiler.
+
+use jitmap_cli::args::{CliResult, Hz, OutDir, Seconds};
+
+/// Profile a jitmap host from outside with eBPF: every frame resolved in the
+/// kernel through its descriptor; writes the agent's outputs. Needs a build
+/// with `--features ebpf`, and root (or CAP_BPF and CAP_PERFMON). Exit status
+/// 2 on bad input or missing privileges.
+#[derive(clap::Args)]
+#[command(alias = "ebpf-profile")]
+pub struct Options {
+    /// The host's process id.
+    #[arg(long, required_unless_present = "overhead")]
+    pid: Option<i32>,
+    /// Samples per second of CPU time, per CPU.
+    #[arg(long, default_value = "1000", allow_negative_numbers = true)]
+    hz: Hz,
+    /// Seconds to profile (fewer if the host exits; Ctrl-C ends it early,
+    /// with its outputs).
+    #[arg(long, default_value = "5", allow_negative_numbers = true)]
+    seconds: Seconds,
+    /// Directory for report.txt, stacks.folded, flamegraph.svg and profile.pb.gz.
+    #[arg(long, conflicts_with = "overhead")]
+    out: Option<OutDir>,
+    /// Print the report as one JSON object.
+    #[arg(long, conflicts_with = "overhead")]
+    json: bool,
+    /// Instead of profiling a host, measure the program's cost on the demo
+    /// host run here: throughput at 1 kHz and 10 kHz over no program, in
+    /// rounds of --seconds each, side by side.
+    #[arg(long, conflicts_with_all = ["pid", "hz"])]
+    overhead: bool,
+}
+
+/// Runs the profile, or the overhead measurement.
+#[cfg(feature = "ebpf")]
+pub fn run(o: Options) -> CliResult {
+    use jitmap_cli::args::{CliError, Outcome, dropped_warning, emit};
+    use jitmap_cli::ebpf;
+    let duration = o.seconds.duration();
+    if o.overhead {
+        let rows = ebpf::overhead(&[1000, 10_000], duration, 5).map_err(CliError::input)?;
+        let list = |v: &[f64]| {
+            v.iter()
+                .map(|r| format!("{r:.4}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        let median = jitmap_testkit::profile::median;
+        for row in rows {
+            emit(&format!(
+                "{} Hz (cpu-clock, every CPU), throughput over no program, median of {}: \
+                 profiling {:.4} [{}], taking stacks only {:.4} [{}], attached but \
+                 profiling no process (floor) {:.4} [{}]; ns per sample in the kernel: \
+                 {:.0} profiling, {:.0} taking stacks only\n",
+                row.hz,
+                row.ratios.len(),
+                median(&row.ratios),
+                list(&row.ratios),
+                median(&row.stack_only),
+                list(&row.stack_only),
+                median(&row.floor),
+                list(&row.floor),
+                median(&row.ns_per_sample),
+                median(&row.stack_only_ns),
+            ))?;
+        }
+        return Ok(Outcome::Passed);
+    }
+    let out = o.out.as_ref().map(OutDir::prepare).transpose()?;
+    let pid = o.pid.ok_or_else(|| CliError::input("--pid is required"))?;
+    let options = ebpf::Options {
+        pid,
+        hz: o.hz.get(),
+        duration,
+    };
+    let run = ebpf::run(&options, stop_on_sigint()).map_err(CliError::input)?;
+    if let Some(dir) = out {
+        run.write_outputs(dir)?;
+    }
+    if o.json {
+        emit(&format!("{}\n", run.json()))?;
+    } else {
+        emit(&run.report(10))?;
+        if let Some(dir) = out {
+            emit(&format!("\noutputs in {}\n", dir.display()))?;
+        }
+    }
+    let c = &run.counts;
+    let dropped = c.stale_samples + run.kernel.lost;
+    if let Some(warning) = dropped_warning(c.samples + c.empty_samples + dropped, dropped) {
+        eprintln!("jitmap profile: {warning}");
+    }
+    Ok(Outcome::Passed)
+}
+
+/// A flag that SIGINT sets (and no longer kills the process), so that Ctrl-C
+/// ends a profile early with its outputs written.
+#[cfg(feature = "ebpf")]
+fn stop_on_sigint() -> &'static std::sync::atomic::AtomicBool {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static STOP: AtomicBool = AtomicBool::new(false);
+    extern "C" fn on_sigint(_: libc::c_int) {
+        // Relaxed: a flag the profile loop polls; an atomic store is
+        // async-signal-safe.
+        STOP.store(true, Ordering::Relaxed);
+    }
+    // SAFETY: a zeroed sigaction is valid; the handler only stores to an
+    // atomic, which is async-signal-safe; SA_RESTART keeps the profile's
+    // system calls going. If sigaction fails, SIGINT keeps its default.
+    unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = on_sigint as *const () as libc::sighandler_t;
+        action.sa_flags = libc::SA_RESTART;
+        libc::sigaction(libc::SIGINT, &action, std::ptr::null_mut());
+    }
+    &STOP
+}
+
+/// `profile` in a build without the `ebpf` feature: says how to get it.
+#[cfg(not(feature = "ebpf"))]
+pub fn run(_: Options) -> CliResult {
+    Err(jitmap_cli::args::CliError::input(
+        "this jitmap was built without the `ebpf` feature; build it with \
+         `cargo build --release -p jitmap-cli --features ebpf` (needs clang)",
+    ))
+}

@@ -1,0 +1,64 @@
+//! Every `jitmap` subcommand given bad values: each exits with status 2
+//! before doing any work, and its message names the option, file or process
+//! at fault.
+
+use std::process::{Command, Output};
+
+const JITMAP: &str = env!("CARGO_BIN_EXE_jitmap");
+
+fn jitmap(args: &[&str]) -> Output {
+    Command::new(JITMAP).args(args).output().unwrap()
+}
+
+/// Asserts exit status 2, nothing on stdout, and `culprit` in the message.
+fn refused(args: &[&str], culprit: &str) {
+    let out = jitmap(args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+    assert!(out.stdout.is_empty(), "{args:?} did work: {out:?}");
+    assert!(
+        err.contains(culprit),
+        "{args:?}: {culprit:?} not in {err:?}"
+    );
+    assert!(!err.contains("panicked"), "{args:?}: {err}");
+}
+
+#[test]
+fn a_missing_jitdump_is_named() {
+    refused(&["jitdump-check", "/nonexistent.dump"], "/nonexistent.dump");
+}
+
+#[test]
+fn inspect_names_the_process_and_the_address() {
+    refused(&["inspect", "--pid", "999999999"], "process 999999999");
+    refused(&["inspect", "--pid", "1", "--ip", "0xzz"], "--ip");
+    refused(&["inspect", "--pid", "1", "--range", "0x10:4"], "--dotnet");
+}
+
+#[test]
+fn profile_refuses_bad_values_by_name() {
+    for bad in ["0", "-2", "nan", "inf", "1e300"] {
+        refused(&["profile", "--pid", "1", "--seconds", bad], "--seconds");
+    }
+    for bad in ["0", "100001", "-1"] {
+        refused(&["profile", "--pid", "1", "--hz", bad], "--hz");
+    }
+    refused(&["profile", "--overhead", "--pid", "1"], "--pid");
+    refused(&["profile", "--overhead", "--json"], "--json");
+    refused(&["profile"], "--pid");
+}
+
+/// Without the `ebpf` feature the profiler says how to get it; with it, an
+/// output directory that cannot be made is refused by name before the
+/// profile starts.
+#[test]
+fn profile_checks_its_output_directory_first() {
+    let out = jitmap(&["profile", "--pid", "1", "--out", "/proc/nope"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    if cfg!(feature = "ebpf") {
+        assert!(err.contains("/proc/nope"), "{err}");
+    } else {
+        assert!(err.contains("--features ebpf"), "{err}");
+    }
+}

@@ -1,0 +1,657 @@
+//! `jitmap profile` (the eBPF profiler) against real hosts: the demo profiled three ways
+//! (in-process agent, perf with jitdump, eBPF from outside) in one run; churning
+//! hosts (v2, and v1 with methods deep enough for the capped walk) whose every
+//! eBPF-named placement must be one the host published; and the bad inputs.
+//!
+//! Needs root (BPF) and x86-64 (the hosts run x86-64 code). With `CI=true`
+//! nothing may be skipped; elsewhere a test says why it skips.
+
+#[cfg(feature = "ebpf")]
+mod host;
+
+/// Runs the tests, or, started as a host, the host (see `host/mod.rs`).
+fn main() {
+    #[cfg(feature = "ebpf")]
+    host::main(&tests::ALL);
+    #[cfg(not(feature = "ebpf"))]
+    println!("test result: ok. 0 passed; 0 failed; the eBPF tests need --features ebpf");
+}
+
+#[cfg(feature = "ebpf")]
+mod tests {
+    use std::collections::HashSet;
+    use std::path::{Path, PathBuf};
+    use std::process::{Child, Command, Output, Stdio};
+    use std::time::{Duration, Instant};
+
+    use jitmap_testkit::demo::{LEAVES, MIDDLE, NATIVE_CALLER, TOP};
+    use jitmap_testkit::e2e::{
+        self, assert_outputs, inject_and_report, json_share, must_run, normalized, one_run,
+        record_demo, report_share, runs_x86_64, temp_dir,
+    };
+
+    use crate::host;
+
+    const JITMAP: &str = env!("CARGO_BIN_EXE_jitmap");
+
+    /// The tests, by name.
+    pub const ALL: [(&str, fn()); 8] = [
+        (
+            "agent_perf_and_ebpf_agree_on_one_run",
+            agent_perf_and_ebpf_agree_on_one_run,
+        ),
+        (
+            "a_churning_v2_host_is_never_misnamed",
+            a_churning_v2_host_is_never_misnamed,
+        ),
+        (
+            "a_churning_v1_host_within_the_walk_cap_is_never_misnamed",
+            a_churning_v1_host_within_the_walk_cap_is_never_misnamed,
+        ),
+        (
+            "a_v1_method_beyond_the_walk_cap_is_too_far_never_wrong",
+            a_v1_method_beyond_the_walk_cap_is_too_far_never_wrong,
+        ),
+        (
+            "bad_input_and_missing_privileges_exit_2_with_a_reason",
+            bad_input_and_missing_privileges_exit_2_with_a_reason,
+        ),
+        (
+            "a_host_that_exits_ends_the_profile_with_what_it_took",
+            a_host_that_exits_ends_the_profile_with_what_it_took,
+        ),
+        (
+            "sigint_ends_the_profile_with_its_outputs",
+            sigint_ends_the_profile_with_its_outputs,
+        ),
+        (
+            "a_long_name_is_cut_at_256_bytes_and_says_so",
+            a_long_name_is_cut_at_256_bytes_and_says_so,
+        ),
+    ];
+
+    /// A host process, killed when dropped.
+    struct Host(Child);
+
+    impl Drop for Host {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
+    /// A spin host writing its perf map into `dir`.
+    fn spin(dir: &Path, args: &[&str]) -> Host {
+        Host(
+            host::spin(args)
+                .env("JITMAP_PERF", "map")
+                .env("JITMAP_PERF_DIR", dir)
+                .stdout(Stdio::null())
+                .spawn()
+                .unwrap(),
+        )
+    }
+
+    /// `ebpf-profile --pid PID --seconds SECONDS --json EXTRA...`.
+    fn ebpf_profile(pid: impl ToString, seconds: &str, extra: &[&str]) -> Output {
+        ebpf_command(pid, seconds, extra).output().unwrap()
+    }
+
+    /// The command [`ebpf_profile`] runs, to start it in the background.
+    fn ebpf_command(pid: impl ToString, seconds: &str, extra: &[&str]) -> Command {
+        let mut command = Command::new(JITMAP);
+        command
+            .args(["profile", "--json", "--seconds", seconds, "--pid"])
+            .arg(pid.to_string())
+            .args(extra);
+        command
+    }
+
+    /// Whether the profile ran; if BPF is unavailable (no privileges, an old
+    /// kernel), skips with the reason, or fails under `CI=true`.
+    fn ran(out: &Output) -> bool {
+        if out.status.success() {
+            return true;
+        }
+        let err = String::from_utf8_lossy(&out.stderr);
+        let no_bpf = out.status.code() == Some(2)
+            && (err.contains("missing privileges") || err.contains("BPF:"));
+        assert!(no_bpf, "ebpf-profile failed: {err}");
+        assert!(!must_run(), "BPF must work in CI: {err}");
+        println!("skipped: BPF is not available here: {err}");
+        false
+    }
+
+    fn json(out: &Output) -> serde_json::Value {
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+
+    /// The child of `parent` running this test binary (as the host), once it
+    /// exists.
+    fn child_of(parent: u32) -> i32 {
+        let exe = host::executable();
+        let name = exe.file_name().unwrap().to_string_lossy();
+        // The kernel keeps the first 15 bytes of a process's name.
+        let comm = format!("({}", &name[..name.len().min(15)]);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+                let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+                    continue;
+                };
+                let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+                    continue;
+                };
+                // pid (comm) state ppid ...
+                let Some((process, rest)) = stat.split_once(") ") else {
+                    continue;
+                };
+                let ppid = rest.split_whitespace().nth(1).and_then(|p| p.parse().ok());
+                if ppid == Some(parent) && process.ends_with(&comm) {
+                    return pid;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("perf never started the host");
+    }
+
+    /// The placements the host published, from its perf map (read after it
+    /// exited, so complete): (start, size, name).
+    fn published(dir: &Path, pid: u32) -> HashSet<(u64, u64, String)> {
+        let text = std::fs::read_to_string(dir.join(format!("perf-{pid}.map"))).unwrap();
+        text.lines()
+            .map(|l| {
+                let mut f = l.splitn(3, ' ');
+                let start = u64::from_str_radix(f.next().unwrap(), 16).unwrap();
+                let size = u64::from_str_radix(f.next().unwrap(), 16).unwrap();
+                (start, size, f.next().unwrap().to_owned())
+            })
+            .collect()
+    }
+
+    fn agent_perf_and_ebpf_agree_on_one_run() {
+        if !e2e::available("perf") {
+            return;
+        }
+        let _one = one_run();
+        let dir = temp_dir("ebpf-agree");
+        let data = dir.join("perf.data");
+        let agent_out = dir.join("agent");
+        let ebpf_out = dir.join("ebpf");
+        // perf starts the demo host with jitdump on, and samples it too.
+        let exe = host::executable();
+        let mut record = record_demo(&[exe.to_str().unwrap()], &dir, &data, "6", &agent_out);
+        let record = host::as_host(&mut record, "profile")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let host = child_of(record.id());
+        std::thread::sleep(Duration::from_millis(500));
+        let ebpf_dir = ebpf_out.to_str().unwrap();
+        let out = ebpf_profile(host, "4", &["--hz", "2000", "--out", ebpf_dir]);
+        let record_out = record.wait_with_output().unwrap();
+        if !ran(&out) {
+            return;
+        }
+        if !e2e::recorded(&record_out) {
+            return;
+        }
+        let agent: serde_json::Value = serde_json::from_slice(&record_out.stdout).unwrap();
+        let ebpf = json(&out);
+        let summary = format!(
+            "samples {} stale {} empty {} lost {} unattributed {} frames {} reads {}",
+            ebpf["samples"],
+            ebpf["stale_samples"],
+            ebpf["empty_samples"],
+            ebpf["lost"],
+            ebpf["unattributed"],
+            ebpf["frames"],
+            ebpf["reads_per_jit_frame"]
+        );
+        assert_eq!(agent["wrong"], 0);
+        // The eBPF side: nothing lost, dropped, unattributed or unreadable on a
+        // host that does not change its code.
+        assert!(ebpf["samples"].as_u64().unwrap() >= 4000, "{summary}");
+        for counter in ["stale_samples", "empty_samples", "lost", "unattributed"] {
+            assert_eq!(ebpf[counter], 0, "{counter}: {summary}");
+        }
+        for kind in ["errors", "too_far", "stale", "nothing"] {
+            assert_eq!(ebpf["frames"][kind], 0, "{kind}: {summary}");
+        }
+        // The kernel's count of samples is the user side's, exactly.
+        assert_eq!(ebpf["kernel"]["samples"], ebpf["samples"]);
+        assert_eq!(ebpf["kernel"]["frames"], ebpf["frames"]["all"]);
+        // v2: at most 13 reads for a method frame (5 levels, a fragment, the
+        // trailer, two words, the prefix, the header, the name, the sequence).
+        let max_reads = ebpf["reads_per_jit_frame"]["max"].as_u64().unwrap();
+        assert!((12..=13).contains(&max_reads), "{summary}");
+        // The five functions, with the ids the demo published them under.
+        let mut placements: Vec<(String, u64)> = ebpf["placements"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                (
+                    p["name"].as_str().unwrap().to_owned(),
+                    p["method_id"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        placements.sort();
+        let expected: Vec<(String, u64)> = [
+            ("leaf_1x", 1),
+            ("leaf_2x", 2),
+            ("leaf_4x", 3),
+            (MIDDLE, 4),
+            (TOP, 5),
+        ]
+        .iter()
+        .map(|&(n, id)| (n.to_owned(), id))
+        .collect();
+        assert_eq!(placements, expected);
+        // Every leaf sample has exactly leaf;middle;top;native caller.
+        let folded = std::fs::read_to_string(ebpf_out.join("stacks.folded")).unwrap();
+        let (mut in_leaves, mut exact) = (0u64, 0u64);
+        for line in folded.lines() {
+            let (stack, count) = line.rsplit_once(' ').unwrap();
+            let count: u64 = count.parse().unwrap();
+            if LEAVES.iter().any(|l| stack.ends_with(l)) {
+                in_leaves += count;
+                let frames: Vec<&str> = stack.split(';').collect();
+                if frames.len() >= 4
+                    && frames[frames.len() - 4..frames.len() - 1] == [NATIVE_CALLER, TOP, MIDDLE]
+                {
+                    exact += count;
+                }
+            }
+        }
+        // The kernel walks frame pointers: a sample on a leaf's first
+        // instruction (before `push rbp`) misses `middle`, as it would for perf.
+        assert!(
+            exact * 100 >= in_leaves * 99,
+            "{exact} of {in_leaves}:\n{folded}"
+        );
+        let samples = ebpf["samples"].as_u64().unwrap();
+        // On failure, say where the other samples went: the heaviest stacks that
+        // do not end in a leaf.
+        let others = || {
+            let mut lines: Vec<(u64, &str)> = folded
+                .lines()
+                .filter(|l| {
+                    !LEAVES
+                        .iter()
+                        .any(|leaf| l.rsplit_once(' ').unwrap().0.ends_with(leaf))
+                })
+                .map(|l| {
+                    let (stack, count) = l.rsplit_once(' ').unwrap();
+                    (count.parse().unwrap(), stack)
+                })
+                .collect();
+            lines.sort_unstable_by(|a, b| b.cmp(a));
+            lines
+                .iter()
+                .take(12)
+                .map(|(count, stack)| format!("{count} {stack}"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        assert!(
+            in_leaves * 10 >= samples * 9,
+            "{in_leaves} of {samples}; heaviest other stacks:\n{}",
+            others()
+        );
+        assert_outputs(&ebpf_out);
+        // The three profilers, leaf by leaf.
+        let text = inject_and_report(&dir, &data, "sym");
+        let from_agent = normalized(LEAVES.map(|l| json_share(&agent, l)));
+        let from_perf = normalized(LEAVES.map(|l| report_share(&text, l).1));
+        let from_ebpf = normalized(LEAVES.map(|l| json_share(&ebpf, l)));
+        println!("agent {from_agent:.1?} perf {from_perf:.1?} ebpf {from_ebpf:.1?}");
+        for i in 0..3 {
+            let three = [from_agent[i], from_perf[i], from_ebpf[i]];
+            let (lo, hi) = three
+                .iter()
+                .fold((f64::MAX, f64::MIN), |(lo, hi), &s| (lo.min(s), hi.max(s)));
+            assert!(
+                hi - lo <= 3.0,
+                "{}: agent {:.1}%, perf {:.1}%, ebpf {:.1}% (of the leaves' samples)",
+                LEAVES[i],
+                three[0],
+                three[1],
+                three[2]
+            );
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Profiles a spin host started with `args` for `seconds` at 4 kHz, then
+    /// checks every placement the kernel named against the host's perf map;
+    /// returns the report, or `None` when the test skips here.
+    fn profile_spin(name: &str, args: &[&str], seconds: &str) -> Option<serde_json::Value> {
+        if !runs_x86_64() {
+            return None;
+        }
+        let _one = one_run();
+        let dir = temp_dir(name);
+        let mut host = spin(&dir, args);
+        let pid = host.0.id();
+        std::thread::sleep(Duration::from_millis(300));
+        let out = ebpf_profile(pid, seconds, &["--hz", "4000"]);
+        let status = host.0.wait().unwrap();
+        if !ran(&out) {
+            return None;
+        }
+        assert!(status.success(), "the host computed a wrong result");
+        let report = json(&out);
+        let published = published(&dir, pid);
+        let placements = report["placements"].as_array().unwrap();
+        for p in placements {
+            let (start, size, lowest, highest) = (
+                p["start"].as_u64().unwrap(),
+                p["size"].as_u64().unwrap(),
+                p["lowest"].as_u64().unwrap(),
+                p["highest"].as_u64().unwrap(),
+            );
+            let name = p["name"].as_str().unwrap().to_owned();
+            assert!(
+                published.contains(&(start, size, name)),
+                "a placement the host never published: {p}"
+            );
+            assert!(start <= lowest && highest < start + size, "{p}");
+        }
+        let f = &report["frames"];
+        let summary = format!(
+            "samples {} stale {} frames {} reads {}",
+            report["samples"], report["stale_samples"], f, report["reads_per_jit_frame"]
+        );
+        assert_eq!(f["errors"], 0, "{summary}");
+        assert_eq!(report["lost"], 0, "{summary}");
+        assert_eq!(
+            report["kernel"]["samples"],
+            report["samples"].as_u64().unwrap()
+                + report["stale_samples"].as_u64().unwrap()
+                + report["empty_samples"].as_u64().unwrap()
+        );
+        println!(
+            "{name}: {} placements, {} method frames, {} too far, {} stale samples, \
+         {} stale frames, reads per JIT frame {}",
+            placements.len(),
+            f["methods"],
+            f["too_far"],
+            report["stale_samples"],
+            f["stale"],
+            report["reads_per_jit_frame"]
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+        Some(report)
+    }
+
+    fn a_churning_v2_host_is_never_misnamed() {
+        let args = [
+            "--functions",
+            "32",
+            "--seconds",
+            "6",
+            "--churn",
+            "--unique-names",
+        ];
+        let Some(report) = profile_spin("ebpf-churn-v2", &args, "4") else {
+            return;
+        };
+        let methods = report["frames"]["methods"].as_u64().unwrap();
+        assert!(methods >= 2000, "{methods}");
+        assert_eq!(report["frames"]["too_far"], 0);
+        // The pc is always in a live function: only return addresses (which a
+        // frame-pointer walk through code without them can make up) may fall
+        // between blocks.
+        assert_eq!(report["unattributed"], 0);
+        // Functions are moved and republished under new names all the time.
+        assert!(report["placements"].as_array().unwrap().len() >= 200);
+        let max = report["reads_per_jit_frame"]["max"].as_u64().unwrap();
+        assert!(max <= 13, "{max}");
+    }
+
+    fn a_churning_v1_host_within_the_walk_cap_is_never_misnamed() {
+        // The hot loop 40,000 bytes in: 157 words back, inside the 256-word cap.
+        let args = [
+            "--functions",
+            "16",
+            "--seconds",
+            "6",
+            "--churn",
+            "--unique-names",
+            "--map",
+            "v1",
+            "--pad",
+            "40000",
+        ];
+        let Some(report) = profile_spin("ebpf-churn-v1", &args, "4") else {
+            return;
+        };
+        // Every pc is in reach; only made-up return addresses may be too far.
+        assert_eq!(report["unattributed"], 0);
+        assert!(report["frames"]["methods"].as_u64().unwrap() >= 1000);
+        // 5 levels, a fragment, the trailer, the covering word, at most 8
+        // chunks, the prefix, the header, the name, the sequence.
+        let max = report["reads_per_jit_frame"]["max"].as_u64().unwrap();
+        assert!(max <= 20, "{max}");
+    }
+
+    fn a_v1_method_beyond_the_walk_cap_is_too_far_never_wrong() {
+        // The hot loop 100,000 bytes in: 390 words back, past the cap.
+        let args = [
+            "--functions",
+            "8",
+            "--seconds",
+            "5",
+            "--map",
+            "v1",
+            "--pad",
+            "100000",
+        ];
+        let Some(report) = profile_spin("ebpf-too-far", &args, "3") else {
+            return;
+        };
+        let too_far = report["frames"]["too_far"].as_u64().unwrap();
+        assert!(too_far >= 1000, "{too_far}");
+        assert_eq!(report["unattributed"], too_far);
+        // What was named lies within the cap: 256 words of 256 bytes.
+        for p in report["placements"].as_array().unwrap() {
+            let reach = p["highest"].as_u64().unwrap() - p["start"].as_u64().unwrap();
+            assert!(reach < 256 * 256, "{p}");
+        }
+    }
+
+    /// A copy of `binary` in `dir` that any user may run (the build directory
+    /// may not be readable by `nobody`).
+    fn world_runnable_copy(dir: &Path, binary: &Path) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let bin = dir.join(binary.file_name().unwrap());
+        std::fs::copy(binary, &bin).unwrap();
+        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        bin
+    }
+
+    fn bad_input_and_missing_privileges_exit_2_with_a_reason() {
+        let expect = |out: &Output, reason: &str| {
+            assert_eq!(out.status.code(), Some(2), "{out:?}");
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(err.contains(reason), "expected {reason:?} in {err:?}");
+        };
+        // No such process.
+        expect(&ebpf_profile("999999999", "5", &[]), "no process 999999999");
+        // A process that links no jitmap.
+        let mut sleeper = Command::new("sleep").arg("30").spawn().unwrap();
+        let out = ebpf_profile(sleeper.id(), "5", &[]);
+        let _ = sleeper.kill();
+        let _ = sleeper.wait();
+        expect(&out, "is not a jitmap host");
+        // Options out of range: refused while parsing, by the option's name.
+        expect(&ebpf_profile(1, "5", &["--hz", "0"]), "--hz");
+        // The old name of the subcommand still works, for one release.
+        let old = Command::new(JITMAP)
+            .args(["ebpf-profile", "--pid", "999999999", "--seconds", "1"])
+            .output()
+            .unwrap();
+        expect(&old, "no process 999999999");
+        // Privileges: only root can take them away here.
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0
+            || Command::new("setpriv").arg("--version").output().is_err()
+        {
+            assert!(!must_run(), "CI runs as root with setpriv (util-linux)");
+            println!("skipped the privilege checks: needs root and setpriv");
+            return;
+        }
+        let dir = temp_dir("ebpf-privileges");
+        let bin = world_runnable_copy(&dir, Path::new(JITMAP));
+        let host_bin = world_runnable_copy(&dir, &host::executable());
+        // `nobody` may not read root's host.
+        let host = spin(&dir, &["--seconds", "20"]);
+        let out = Command::new("setpriv")
+            .args([
+                "--reuid",
+                "65534",
+                "--regid",
+                "65534",
+                "--clear-groups",
+                "--",
+            ])
+            .arg(&bin)
+            .args(["profile", "--pid", &host.0.id().to_string()])
+            .output()
+            .unwrap();
+        expect(&out, "missing privileges: reading process");
+        drop(host);
+        // Root without capabilities may read a host that has none either, but
+        // may not load BPF.
+        let no_caps = ["--bounding-set=-all", "--inh-caps=-all", "--"];
+        let mut setpriv = Command::new("setpriv");
+        setpriv
+            .args(no_caps)
+            .arg(&host_bin)
+            .args(["--seconds", "20"]);
+        let host = Host(
+            host::as_host(&mut setpriv, "spin")
+                .env("JITMAP_PERF", "map")
+                .env("JITMAP_PERF_DIR", &dir)
+                .stdout(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        std::thread::sleep(Duration::from_millis(300));
+        let out = Command::new("setpriv")
+            .args(no_caps)
+            .arg(&bin)
+            .args(["profile", "--pid", &host.0.id().to_string()])
+            .output()
+            .unwrap();
+        expect(&out, "loading and attaching BPF programs needs root");
+        drop(host);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    fn a_host_that_exits_ends_the_profile_with_what_it_took() {
+        if !runs_x86_64() {
+            return;
+        }
+        let _one = one_run();
+        let dir = temp_dir("ebpf-exit");
+        let host = spin(&dir, &["--functions", "4", "--seconds", "1.5"]);
+        let started = Instant::now();
+        let out = ebpf_profile(host.0.id(), "30", &[]);
+        drop(host);
+        if !ran(&out) {
+            return;
+        }
+        let report = json(&out);
+        assert_eq!(report["host_exited"], true);
+        assert!(started.elapsed() < Duration::from_secs(10));
+        let seconds = report["seconds"].as_f64().unwrap();
+        assert!(seconds < 5.0, "{seconds}");
+        // Four functions, each named as published.
+        let mut names: Vec<&str> = report["placements"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["name"].as_str().unwrap())
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(
+            names,
+            [
+                "jitmap_spin_0",
+                "jitmap_spin_1",
+                "jitmap_spin_2",
+                "jitmap_spin_3"
+            ]
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    fn sigint_ends_the_profile_with_its_outputs() {
+        if !runs_x86_64() {
+            return;
+        }
+        let _one = one_run();
+        let dir = temp_dir("ebpf-sigint");
+        let host = spin(&dir, &["--functions", "4", "--seconds", "20"]);
+        let out_dir = dir.join("out");
+        let profiler = ebpf_command(host.0.id(), "30", &["--out", out_dir.to_str().unwrap()])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(1500));
+        // SAFETY: kill has no memory preconditions; the pid is our child's.
+        assert_eq!(unsafe { libc::kill(profiler.id() as i32, libc::SIGINT) }, 0);
+        let out = profiler.wait_with_output().unwrap();
+        drop(host);
+        if !ran(&out) {
+            return;
+        }
+        let report = json(&out);
+        assert_eq!(report["stopped"], true);
+        assert_eq!(report["host_exited"], false);
+        assert!(report["seconds"].as_f64().unwrap() < 10.0);
+        assert!(report["samples"].as_u64().unwrap() > 0);
+        assert_outputs(&out_dir);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    fn a_long_name_is_cut_at_256_bytes_and_says_so() {
+        if !runs_x86_64() {
+            return;
+        }
+        let _one = one_run();
+        let dir = temp_dir("ebpf-names");
+        let mut host = spin(
+            &dir,
+            &["--functions", "3", "--seconds", "3", "--name-width", "300"],
+        );
+        let pid = host.0.id();
+        std::thread::sleep(Duration::from_millis(300));
+        let out = ebpf_profile(pid, "2", &[]);
+        host.0.wait().unwrap();
+        if !ran(&out) {
+            return;
+        }
+        let report = json(&out);
+        let published: Vec<String> = published(&dir, pid).into_iter().map(|p| p.2).collect();
+        let placements = report["placements"].as_array().unwrap();
+        assert_eq!(placements.len(), 3);
+        for p in placements {
+            let name = p["name"].as_str().unwrap();
+            assert_eq!(name.len(), 256);
+            assert_eq!(p["truncated"], true);
+            assert_eq!(p["label"].as_str().unwrap(), format!("{name}..."));
+            let full = published.iter().find(|n| n.starts_with(name)).unwrap();
+            assert_eq!(full.len(), 300);
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

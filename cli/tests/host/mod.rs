@@ -1,0 +1,135 @@
+//! The tool's tests point `jitmap` at live jitmap hosts in other processes.
+//! Each such test binary is its own host: started with `JITMAP_TEST_HOST`
+//! set, its `main` runs the demo host that names (`spin` or `profile`, from
+//! `jitmap-testkit`, the code `jitmap-sim spin` and `jitmap-sim profile` run)
+//! and exits, instead of running the tests. So the tests need no other
+//! crate's binary, and the hosts are never a copy.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+use jitmap::agent::Clock;
+use jitmap::perf::PerfConfig;
+use jitmap::{ExecutionManager, MapVersion};
+use jitmap_testkit::spin::{Churn, Layout};
+
+/// The variable that makes a test binary a host.
+const HOST: &str = "JITMAP_TEST_HOST";
+
+/// The test binary's own file: the host's executable (its process name is
+/// the file name's first 15 bytes).
+pub fn executable() -> PathBuf {
+    std::env::current_exe().expect("the test binary knows its path")
+}
+
+/// This test binary run as the `spin` host with `spin`'s options
+/// (`--functions`, `--seconds`, `--churn`, `--unique-names`, `--map`,
+/// `--pad`, `--name-width`); perf output as `JITMAP_PERF` says.
+pub fn spin(args: &[&str]) -> Command {
+    let mut command = Command::new(executable());
+    as_host(&mut command, "spin").args(args);
+    command
+}
+
+/// Makes the processes `command` starts (itself, or what it runs, as
+/// `perf record -- EXECUTABLE` does) the `kind` host when they run
+/// [`executable`].
+pub fn as_host<'a>(command: &'a mut Command, kind: &str) -> &'a mut Command {
+    command.env(HOST, kind)
+}
+
+/// Runs `tests` as the test binary's tests (libtest's command line and
+/// output), unless this process was started as a host: then it runs the
+/// host and exits with its status.
+pub fn main(tests: &[(&'static str, fn())]) {
+    if let Ok(kind) = std::env::var(HOST) {
+        let args: Vec<String> = std::env::args().skip(1).collect();
+        let code = match kind.as_str() {
+            "spin" => run_spin(&args),
+            "profile" => run_profile(&args),
+            other => Err(format!("no host {other:?}")),
+        };
+        match code {
+            Ok(()) => std::process::exit(0),
+            Err(e) => {
+                eprintln!("test host {kind}: {e}");
+                std::process::exit(2)
+            }
+        }
+    }
+    let trials = tests
+        .iter()
+        .map(|&(name, test)| {
+            libtest_mimic::Trial::test(name, move || {
+                test();
+                Ok(())
+            })
+        })
+        .collect();
+    libtest_mimic::run(&libtest_mimic::Arguments::from_args(), trials).exit();
+}
+
+/// The value after each `--name` in `args`, and the bare flags.
+struct Flags<'a>(&'a [String]);
+
+impl Flags<'_> {
+    fn has(&self, flag: &str) -> bool {
+        self.0.iter().any(|a| a == flag)
+    }
+
+    fn value<T: std::str::FromStr>(&self, flag: &str, default: T) -> Result<T, String> {
+        match self.0.iter().position(|a| a == flag) {
+            None => Ok(default),
+            Some(i) => self
+                .0
+                .get(i + 1)
+                .and_then(|v| v.parse().ok())
+                .ok_or_else(|| format!("{flag} needs a value")),
+        }
+    }
+}
+
+/// `jitmap-sim spin`'s host.
+fn run_spin(args: &[String]) -> Result<(), String> {
+    let flags = Flags(args);
+    let layout = Layout {
+        functions: flags.value("--functions", 8)?,
+        version: flags.value("--map", MapVersion::V2)?,
+        pad: flags.value("--pad", 0)?,
+        name_width: flags.value("--name-width", 0)?,
+    };
+    let churn = match (flags.has("--churn"), flags.has("--unique-names")) {
+        (false, _) => Churn::Off,
+        (true, false) => Churn::On,
+        (true, true) => Churn::UniqueNames,
+    };
+    let seconds: f64 = flags.value("--seconds", 5.0)?;
+    let manager = ExecutionManager::new(4);
+    let config = PerfConfig::from_env().map_err(|e| e.to_string())?;
+    let _output = config
+        .install(manager.listeners())
+        .map_err(|e| e.to_string())?;
+    let duration = Duration::from_secs_f64(seconds);
+    let report = jitmap_testkit::spin::run(&manager, layout, duration, churn, false)
+        .map_err(|e| e.to_string())?;
+    println!("spin functions={} wrong={}", report.functions, report.wrong);
+    Ok(())
+}
+
+/// `jitmap-sim profile --json`'s host, on the wall clock.
+fn run_profile(args: &[String]) -> Result<(), String> {
+    let flags = Flags(args);
+    let hz: u32 = flags.value("--hz", 1000)?;
+    let seconds: f64 = flags.value("--seconds", 3.0)?;
+    let out: PathBuf = flags.value("--out", PathBuf::from("jitmap-profile"))?;
+    let manager = Arc::new(ExecutionManager::new(16));
+    let _perf = manager.perf_from_env().map_err(|e| e.to_string())?;
+    let duration = Duration::from_secs_f64(seconds);
+    let run = jitmap_testkit::profile::run(&manager, hz, Clock::Wall, duration)
+        .map_err(|e| e.to_string())?;
+    jitmap_testkit::profile::write_outputs(&run, &out).map_err(|e| e.to_string())?;
+    println!("{}", jitmap_testkit::profile::json(&run));
+    Ok(())
+}

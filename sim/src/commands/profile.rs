@@ -1,0 +1,108 @@
+//! `jitmap-sim profile`: the 1:2:4 demo host under the in-process agent (the
+//! host itself is `jitmap_testkit::profile`).
+
+use jitmap::agent::Clock;
+use jitmap_cli::args::{CliError, CliResult, Hz, OutDir, Outcome, Seconds, dropped_warning, emit};
+use jitmap_testkit::profile;
+
+/// Run the demo host (leaf_1x, leaf_2x, leaf_4x under middle and top) under
+/// the in-process agent; write report.txt, stacks.folded, flamegraph.svg and
+/// profile.pb.gz.
+#[derive(clap::Args)]
+pub struct Options {
+    /// Samples per second.
+    #[arg(
+        long,
+        default_value = "1000",
+        conflicts_with = "overhead",
+        allow_negative_numbers = true
+    )]
+    hz: Hz,
+    /// Seconds to run (with --overhead: seconds per round).
+    #[arg(long, default_value = "3", allow_negative_numbers = true)]
+    seconds: Seconds,
+    /// The sampling clock: cpu (the thread's CPU time) or wall.
+    #[arg(long, default_value = "cpu", conflicts_with = "overhead")]
+    clock: ClockArg,
+    /// Directory for the outputs (created before the run).
+    #[arg(long, default_value = "jitmap-profile", conflicts_with = "overhead")]
+    out: OutDir,
+    /// Print the report as one JSON object.
+    #[arg(long, conflicts_with = "overhead")]
+    json: bool,
+    /// Instead of profiling, measure the agent's cost on the demo: its
+    /// throughput at 1 kHz and 10 kHz over no agent, in rounds of
+    /// --seconds each, side by side.
+    #[arg(long)]
+    overhead: bool,
+}
+
+/// `--clock` values.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum ClockArg {
+    Cpu,
+    Wall,
+}
+
+pub fn run(o: Options) -> CliResult {
+    if !cfg!(target_arch = "x86_64") {
+        return Err(CliError::input(
+            "the demo functions are x86-64 machine code",
+        ));
+    }
+    if o.overhead {
+        return overhead(o.seconds);
+    }
+    let dir = o.out.prepare()?;
+    let clock = match o.clock {
+        ClockArg::Cpu => Clock::Cpu,
+        ClockArg::Wall => Clock::Wall,
+    };
+    let manager = std::sync::Arc::new(jitmap::ExecutionManager::new(16));
+    let _perf = manager.perf_from_env().map_err(CliError::input)?;
+    let run = profile::run(&manager, o.hz.get(), clock, o.seconds.duration())
+        .map_err(CliError::failed)?;
+    profile::write_outputs(&run, dir)?;
+    if o.json {
+        emit(&format!("{}\n", profile::json(&run)))?;
+    } else {
+        emit(&format!(
+            "{}\ndemo: {} calls, {} wrong results; outputs in {}\n",
+            run.profile.report(10),
+            run.calls,
+            run.wrong,
+            dir.display()
+        ))?;
+    }
+    if let Some(warning) = dropped_warning(run.profile.taken, run.profile.dropped) {
+        eprintln!("jitmap-sim profile: {warning}");
+    }
+    Ok(Outcome::from_ok(run.wrong == 0))
+}
+
+/// `--overhead`: the agent's cost at 1 kHz and 10 kHz, beside an empty
+/// handler.
+fn overhead(seconds: Seconds) -> CliResult {
+    let manager = std::sync::Arc::new(jitmap::ExecutionManager::new(16));
+    let rows = profile::overhead(&manager, &[1000, 10_000], seconds.duration(), 5)
+        .map_err(CliError::failed)?;
+    for row in rows {
+        let list = |v: &[f64]| {
+            v.iter()
+                .map(|r| format!("{r:.4}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        emit(&format!(
+            "{} Hz (wall), throughput over no agent, median of {}: agent {:.4} [{}], \
+             empty handler (floor) {:.4} [{}]\n",
+            row.hz,
+            row.ratios.len(),
+            profile::median(&row.ratios),
+            list(&row.ratios),
+            profile::median(&row.floor),
+            list(&row.floor)
+        ))?;
+    }
+    Ok(Outcome::Passed)
+}

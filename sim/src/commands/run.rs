@@ -1,0 +1,104 @@
+//! `jitmap-sim run`, the main job and the default: the tiered JIT simulator.
+
+use std::io::IsTerminal;
+
+use jitmap::MapVersion;
+use jitmap_cli::args::{
+    CliError, CliResult, Hz, OutDir, Outcome, Seconds, Threads, dropped_warning, emit,
+};
+use jitmap_sim::tiered::{self, RunConfig, Scenario};
+
+/// The tiered JIT simulator (the default, as `run`): real code compiled at
+/// two tiers, run, sampled, freed and unloaded, every answer checked. Exit
+/// status 1 on any wrong answer.
+#[derive(clap::Args)]
+pub struct Options {
+    /// startup, steady, large, unload, abort or mixed.
+    #[arg(long, default_value = "mixed")]
+    scenario: Scenario,
+    /// Seconds to run.
+    #[arg(long, default_value = "15", allow_negative_numbers = true)]
+    seconds: Seconds,
+    /// Workload seed.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Map version of every heap.
+    #[arg(long, default_value = "v2")]
+    map: MapVersion,
+    /// W^X heaps (a write view and an execute view).
+    #[arg(long)]
+    wx: bool,
+    /// Executor threads.
+    #[arg(long, default_value = "2", allow_negative_numbers = true)]
+    threads: Threads,
+    /// The agent's sampling rate (wall clock).
+    #[arg(long, default_value = "1000", allow_negative_numbers = true)]
+    hz: Hz,
+    /// Directory for the agent's flamegraph, folded stacks and pprof (created
+    /// before the run).
+    #[arg(long)]
+    out: Option<OutDir>,
+    /// Print the report as one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+impl Default for Options {
+    /// What `jitmap-sim` with no subcommand runs: the `mixed` scenario for
+    /// 15 s, the same as `run`'s defaults.
+    fn default() -> Self {
+        use clap::FromArgMatches;
+        let command = <Self as clap::Args>::augment_args(clap::Command::new("run"));
+        let matches = command.get_matches_from(["run"]);
+        Self::from_arg_matches(&matches).expect("run's defaults parse")
+    }
+}
+
+pub fn run(o: Options) -> CliResult {
+    if !cfg!(target_arch = "x86_64") {
+        return Err(CliError::input("the simulator's JIT emits x86-64 code"));
+    }
+    let out = o.out.as_ref().map(OutDir::prepare).transpose()?;
+    let config = RunConfig {
+        scenario: o.scenario,
+        duration: o.seconds.duration(),
+        seed: o.seed,
+        version: o.map,
+        wx: o.wx,
+        threads: o.threads.get(),
+        hz: o.hz.get(),
+    };
+    let bar = (!o.json && std::io::stderr().is_terminal()).then(|| {
+        let bar = indicatif::ProgressBar::new(1000);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{msg} [{bar:40}] {elapsed}/{duration}")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        bar.set_message(format!("jitmap-sim run {}", o.scenario));
+        bar
+    });
+    let progress = |f: f64| {
+        if let Some(bar) = &bar {
+            bar.set_position((f.clamp(0.0, 1.0) * 1000.0) as u64);
+        }
+    };
+    let report = tiered::run(config, out, &progress);
+    match &bar {
+        Some(bar) if report.is_err() => bar.abandon(),
+        Some(bar) => bar.finish_and_clear(),
+        None => {}
+    }
+    let report = report.map_err(CliError::failed)?;
+    if o.json {
+        emit(&format!("{}\n", report.json()))?;
+    } else {
+        emit(&report.text())?;
+        if let Some(dir) = out {
+            emit(&format!("agent outputs in {}\n", dir.display()))?;
+        }
+    }
+    if let Some(warning) = dropped_warning(report.samples_taken, report.samples_dropped) {
+        eprintln!("jitmap-sim run: {warning}");
+    }
+    Ok(Outcome::from_ok(report.wrong == 0))
+}

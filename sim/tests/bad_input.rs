@@ -1,0 +1,125 @@
+//! Every `jitmap-sim` subcommand given the bad values a new user tried: each
+//! exits with status 2 before doing any work, and its message names the
+//! option or file at fault.
+
+use std::process::{Command, Output};
+
+const SIM: &str = env!("CARGO_BIN_EXE_jitmap-sim");
+
+fn sim(args: &[&str]) -> Output {
+    Command::new(SIM).args(args).output().unwrap()
+}
+
+/// Asserts exit status 2, nothing on stdout (no work was done), and `culprit`
+/// in the message.
+fn refused(args: &[&str], culprit: &str) {
+    let out = sim(args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+    assert!(out.stdout.is_empty(), "{args:?} did work: {out:?}");
+    assert!(
+        err.contains(culprit),
+        "{args:?}: {culprit:?} not in {err:?}"
+    );
+    assert!(!err.contains("panicked"), "{args:?}: {err}");
+}
+
+#[test]
+fn seconds_that_no_run_can_take_are_refused_everywhere() {
+    for bad in ["0", "-2", "nan", "inf", "1e300"] {
+        for sub in ["run", "stress", "spin", "profile"] {
+            refused(&[sub, "--seconds", bad], "--seconds");
+        }
+        refused(&["profile", "--overhead", "--seconds", bad], "--seconds");
+    }
+}
+
+#[test]
+fn thread_counts_and_rates_out_of_range_are_refused() {
+    for bad in ["0", "100000", "-1"] {
+        refused(&["stress", "--threads", bad], "--threads");
+        refused(&["run", "--threads", bad], "--threads");
+    }
+    // A stress run needs a writer and a reader.
+    refused(
+        &["stress", "--threads", "1"],
+        "--threads must be at least 2",
+    );
+    for bad in ["0", "100001", "-5"] {
+        refused(&["run", "--hz", bad], "--hz");
+        refused(&["profile", "--hz", bad], "--hz");
+    }
+}
+
+#[test]
+fn output_paths_are_checked_before_the_work_and_named() {
+    refused(&["run", "--out", "/proc/nope"], "/proc/nope");
+    refused(&["profile", "--out", "/proc/nope"], "/proc/nope");
+    refused(&["compare", "--plot", "/proc/nope.svg"], "/proc/nope.svg");
+}
+
+#[test]
+fn a_missing_script_is_named() {
+    refused(&["replay", "/nonexistent"], "/nonexistent");
+}
+
+#[test]
+fn spin_blames_its_own_options() {
+    refused(&["spin", "--functions", "100000000"], "--functions");
+    refused(&["spin", "--functions", "0"], "--functions");
+    refused(
+        &["spin", "--functions", "100000", "--pad", "1048576"],
+        "--functions 100000 with --pad 1048576",
+    );
+    refused(&["spin", "--perf", "bogus"], "--perf");
+    refused(&["spin", "--pad", "1048577"], "--pad");
+}
+
+#[test]
+fn profile_overhead_refuses_the_options_it_would_ignore() {
+    refused(&["profile", "--overhead", "--hz", "100"], "--hz");
+    refused(&["profile", "--overhead", "--json"], "--json");
+    refused(&["profile", "--overhead", "--clock", "wall"], "--clock");
+}
+
+#[test]
+fn an_unknown_scenario_is_named() {
+    refused(&["run", "--scenario", "nope"], "--scenario");
+}
+
+/// The agent at 100 kHz on the wall clock drops samples on most machines; a
+/// run that dropped more than 1% says so on stderr, and one that did not
+/// stays quiet.
+#[test]
+fn a_profile_that_dropped_samples_says_so() {
+    if !cfg!(target_arch = "x86_64") {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("jitmap-sim-drops-{}", std::process::id()));
+    let out = sim(&[
+        "profile",
+        "--hz",
+        "100000",
+        "--clock",
+        "wall",
+        "--seconds",
+        "1",
+        "--json",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let (taken, dropped) = (
+        report["taken"].as_u64().unwrap(),
+        report["dropped"].as_u64().unwrap(),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    let warned = err.contains(&format!("warning: {dropped} of {taken} samples"));
+    assert_eq!(
+        warned,
+        dropped * 100 > taken,
+        "taken {taken}, dropped {dropped}, stderr {err:?}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -1,0 +1,188 @@
+//! Helpers for the end-to-end tests that run real outside tools (perf, gdb,
+//! BPF) against the demo hosts: whether a tool can run here, `perf` with its
+//! caches kept in the test's own directory, and the demo's shares.
+//!
+//! Under `CI=true` (`.ci/run` installs every tool) no such test may skip;
+//! elsewhere a test that cannot run its tool says why and passes.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// Whether this is CI (`CI=true`), where `.ci/run` installed every tool and no
+/// end-to-end test may skip.
+pub fn must_run() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+/// True when the spin functions and the demo (x86-64 code) can run here;
+/// otherwise the test is skipped with the reason printed, or fails in CI.
+pub fn runs_x86_64() -> bool {
+    if cfg!(target_arch = "x86_64") {
+        return true;
+    }
+    assert!(!must_run(), "CI must run the end-to-end tests on x86-64");
+    println!("skipped: the spin functions are x86-64 code");
+    false
+}
+
+/// True when `tool` runs here and the spin functions (x86-64 code) can. Otherwise
+/// the test is skipped with the reason printed; with `CI=true` it fails instead,
+/// because `.ci/run` installs every tool.
+pub fn available(tool: &str) -> bool {
+    if !runs_x86_64() {
+        return false;
+    }
+    if Command::new(tool).arg("--version").output().is_err() {
+        assert!(!must_run(), "{tool} is not installed; .ci/run installs it");
+        println!("skipped: {tool} is not installed");
+        return false;
+    }
+    true
+}
+
+/// `perf args...` to run in `dir`, with `HOME` and the build-id cache there
+/// and jitdump output on for a jitmap host it starts.
+pub fn perf_command(dir: &Path, args: &[&str]) -> Command {
+    let mut command = Command::new("perf");
+    command
+        .args(args)
+        .current_dir(dir)
+        .env("HOME", dir)
+        .env("PERF_BUILDID_DIR", dir.join(".debug"))
+        .env("JITMAP_PERF", "jitdump")
+        .env("JITMAP_PERF_DIR", dir);
+    command
+}
+
+/// Runs [`perf_command`] to completion.
+pub fn perf(dir: &Path, args: &[&str]) -> Output {
+    perf_command(dir, args).output().expect("perf runs")
+}
+
+/// `perf record -k 1 -e cpu-clock [-F freq] -o DATA -- COMMAND...` in `dir`
+/// (see [`perf_command`]).
+pub fn record(dir: &Path, data: &Path, freq: Option<u32>, command: &[&str]) -> Command {
+    let freq = freq.map(|f| f.to_string());
+    let mut args = vec!["record", "-k", "1", "-e", "cpu-clock"];
+    if let Some(f) = &freq {
+        args.extend(["-F", f]);
+    }
+    args.extend(["-o", data.to_str().unwrap(), "--"]);
+    args.extend(command);
+    perf_command(dir, &args)
+}
+
+/// Whether `perf record` succeeded; if not, the test is skipped with perf's
+/// reason, or fails under `CI=true`.
+pub fn recorded(out: &Output) -> bool {
+    if out.status.success() {
+        return true;
+    }
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!must_run(), "perf record failed in CI: {err}");
+    println!("skipped: perf cannot record here: {err}");
+    false
+}
+
+/// The line of a `perf report --stdio` text whose last field (the symbol) is
+/// `name`, and its share of the samples in percent.
+pub fn report_share<'a>(text: &'a str, name: &str) -> (&'a str, f64) {
+    let line = text
+        .lines()
+        .find(|l| l.split_whitespace().last() == Some(name))
+        .unwrap_or_else(|| panic!("{name} missing from perf report:\n{text}"));
+    let percent = line
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .trim_end_matches('%')
+        .parse()
+        .unwrap();
+    (line, percent)
+}
+
+/// `perf inject --jit` of `data`, then `perf report --stdio --sort SORT` of the
+/// result: the report's text. Either step failing fails the test.
+pub fn inject_and_report(dir: &Path, data: &Path, sort: &str) -> String {
+    let jit = dir.join("perf.jit.data");
+    let (data, jit_path) = (data.to_str().unwrap(), jit.to_str().unwrap());
+    let inject = perf(dir, &["inject", "--jit", "-i", data, "-o", jit_path]);
+    assert!(
+        inject.status.success(),
+        "{}",
+        String::from_utf8_lossy(&inject.stderr)
+    );
+    let report = perf(dir, &["report", "-i", jit_path, "--stdio", "--sort", sort]);
+    assert!(
+        report.status.success(),
+        "{}",
+        String::from_utf8_lossy(&report.stderr)
+    );
+    String::from_utf8_lossy(&report.stdout).into_owned()
+}
+
+/// A fresh directory for this test process: `jitmap-NAME-PID` under the
+/// system's temporary directory, emptied first.
+pub fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("jitmap-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The runs take a core each at least; they go one at a time, so that one's
+/// sampling does not starve or skew another's host.
+pub fn one_run() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Each leaf's share of the three leaves' samples, in percent.
+pub fn normalized(shares: [f64; 3]) -> [f64; 3] {
+    let sum: f64 = shares.iter().sum();
+    shares.map(|s| s * 100.0 / sum)
+}
+
+/// `name`'s self share in a profile's JSON (`profile --json` and
+/// `ebpf-profile --json` both list `methods` with `self_share`).
+pub fn json_share(report: &serde_json::Value, name: &str) -> f64 {
+    report["methods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == name)
+        .and_then(|m| m["self_share"].as_f64())
+        .unwrap_or_else(|| panic!("{name} missing from {}", report["methods"]))
+}
+
+/// `perf record` at 2 kHz of the demo profiled by its own agent at 2 kHz
+/// (wall clock) for `seconds`, printing its JSON and writing its outputs to
+/// `out`, with jitdump on. `host` is the command that runs the demo host and
+/// takes `profile`'s options (`jitmap-sim profile`, or a test's own host).
+pub fn record_demo(host: &[&str], dir: &Path, data: &Path, seconds: &str, out: &Path) -> Command {
+    let options = [
+        "--clock",
+        "wall",
+        "--hz",
+        "2000",
+        "--seconds",
+        seconds,
+        "--json",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    let command: Vec<&str> = host.iter().copied().chain(options).collect();
+    record(dir, data, Some(2000), &command)
+}
+
+/// Asserts that a profiler wrote its four outputs into `dir`.
+pub fn assert_outputs(dir: &Path) {
+    for file in [
+        "report.txt",
+        "stacks.folded",
+        "flamegraph.svg",
+        "profile.pb.gz",
+    ] {
+        assert!(dir.join(file).is_file(), "{file} not written");
+    }
+}
