@@ -87,7 +87,7 @@
 //! Linux only. x86-64 is tested; aarch64 compiles (its instruction-cache
 //! maintenance is in place, see [`heap::MemoryMode`]). Other targets are refused
 //! at compile time.
-
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 
 #[cfg(not(target_os = "linux"))]

@@ -255,10 +255,16 @@ impl OutDir {
 impl FromStr for OutDir {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        if s.is_empty() {
-            return Err("must be a directory path, not empty".into());
-        }
-        Ok(Self(PathBuf::from(s)))
+        non_empty_path(s, "directory").map(Self)
+    }
+}
+
+/// `s` as a path, unless it is empty.
+fn non_empty_path(s: &str, what: &str) -> Result<PathBuf, String> {
+    if s.is_empty() {
+        Err(format!("must be a {what} path, not empty"))
+    } else {
+        Ok(PathBuf::from(s))
     }
 }
 
@@ -279,10 +285,7 @@ impl OutFile {
 impl FromStr for OutFile {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        if s.is_empty() {
-            return Err("must be a file path, not empty".into());
-        }
-        Ok(Self(PathBuf::from(s)))
+        non_empty_path(s, "file").map(Self)
     }
 }
 

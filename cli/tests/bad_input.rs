@@ -10,17 +10,8 @@ fn jitmap(args: &[&str]) -> Output {
     Command::new(JITMAP).args(args).output().unwrap()
 }
 
-/// Asserts exit status 2, nothing on stdout, and `culprit` in the message.
 fn refused(args: &[&str], culprit: &str) {
-    let out = jitmap(args);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
-    assert!(out.stdout.is_empty(), "{args:?} did work: {out:?}");
-    assert!(
-        err.contains(culprit),
-        "{args:?}: {culprit:?} not in {err:?}"
-    );
-    assert!(!err.contains("panicked"), "{args:?}: {err}");
+    jitmap_testkit::e2e::assert_refused(JITMAP, args, culprit);
 }
 
 #[test]

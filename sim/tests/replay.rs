@@ -6,12 +6,20 @@ use std::process::{Command, Stdio};
 use jitmap::MapVersion;
 use jitmap_sim::replay::{self, Command as Op, ReplayError, parse_line};
 
+/// Runs `jitmap-sim replay ARGS` with `stdin`: its stdout and exit status;
+/// what it says on stderr is returned by [`replay_bin_stderr`].
 fn replay_bin(args: &[&str], stdin: &str) -> (String, i32) {
+    let (out, code, _) = replay_bin_stderr(args, stdin);
+    (out, code)
+}
+
+fn replay_bin_stderr(args: &[&str], stdin: &str) -> (String, i32, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_jitmap-sim"))
         .arg("replay")
         .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     child
@@ -24,6 +32,7 @@ fn replay_bin(args: &[&str], stdin: &str) -> (String, i32) {
     (
         String::from_utf8(out.stdout).unwrap(),
         out.status.code().unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
     )
 }
 
@@ -72,8 +81,13 @@ fn failing_lines_report_and_continue() {
 
 #[test]
 fn missing_file_is_a_distinct_exit_status() {
-    let (out, code) = replay_bin(&["/nonexistent/script"], "");
+    let (out, code, err) = replay_bin_stderr(&["/nonexistent/script"], "");
     assert_eq!((out.as_str(), code), ("", 2));
+    assert_eq!(
+        err,
+        "jitmap-sim replay: failed to open file `/nonexistent/script`: \
+         No such file or directory (os error 2)\n"
+    );
 }
 
 #[test]

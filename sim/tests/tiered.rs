@@ -95,23 +95,23 @@ fn bad_input_is_refused_with_a_reason() {
     for (args, needle) in [
         (
             &["run", "--threads", "0"][..],
-            "--threads must be 1 to 64, not 0",
+            "invalid value '0' for '--threads <THREADS>': must be a whole number of threads in 1..=64, not `0`",
         ),
         (
             &["run", "--seconds", "0"][..],
-            "--seconds must be in (0, 3600]",
+            "invalid value '0' for '--seconds <SECONDS>': must be a number of seconds in (0, 3600], not 0",
         ),
         (
             &["run", "--seconds", "nan"][..],
-            "--seconds must be in (0, 3600]",
+            "invalid value 'nan' for '--seconds <SECONDS>': must be a number of seconds in (0, 3600], not NaN",
         ),
         (
             &["run", "--hz", "0"][..],
-            "--hz: the sampling frequency must be at least 1 Hz",
+            "invalid value '0' for '--hz <HZ>': must be a whole number of samples per second in 1..=100000, not `0`",
         ),
         (
             &["run", "--hz", "200000"][..],
-            "--hz: 200000 Hz is over the agent's limit",
+            "invalid value '200000' for '--hz <HZ>': must be a whole number of samples per second in 1..=100000, not `200000`",
         ),
     ] {
         let out = run(args);

@@ -105,8 +105,10 @@ pub mod proto {
     }
 }
 
+/// The profile's outputs for other tools; they need the `export` feature.
+#[cfg_attr(docsrs, doc(cfg(feature = "export")))]
 impl Profile {
-    /// Draws the folded stacks as a flamegraph SVG.
+    /// Draws the folded stacks as a flamegraph SVG (feature `export`).
     pub fn write_flamegraph(&self, title: &str, out: impl Write) -> io::Result<()> {
         let folded = self.folded();
         let mut options = inferno::flamegraph::Options::default();
@@ -186,7 +188,8 @@ impl Profile {
         }
     }
 
-    /// Writes [`Profile::to_pprof`] gzipped, as pprof files are stored.
+    /// Writes [`Profile::to_pprof`] gzipped, as pprof files are stored
+    /// (feature `export`).
     pub fn write_pprof(&self, period_ns: u64, out: impl Write) -> io::Result<()> {
         let mut gz = GzEncoder::new(out, Compression::default());
         gz.write_all(&self.to_pprof(period_ns).encode_to_vec())?;

@@ -74,6 +74,7 @@
 mod collector;
 pub mod counters;
 #[cfg(feature = "export")]
+#[cfg_attr(docsrs, doc(cfg(feature = "export")))]
 pub mod export;
 mod handler;
 pub mod probes;

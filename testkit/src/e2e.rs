@@ -186,3 +186,19 @@ pub fn assert_outputs(dir: &Path) {
         assert!(dir.join(file).is_file(), "{file} not written");
     }
 }
+
+/// Runs `binary args...` and asserts that it refused them the way both of
+/// jitmap's binaries refuse bad input: exit status 2, nothing on stdout (no
+/// work was done), no panic, and `culprit` (the option, file or process at
+/// fault) in the message.
+pub fn assert_refused(binary: &str, args: &[&str], culprit: &str) {
+    let out = Command::new(binary).args(args).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+    assert!(out.stdout.is_empty(), "{args:?} did work: {out:?}");
+    assert!(
+        err.contains(culprit),
+        "{args:?}: {culprit:?} not in {err:?}"
+    );
+    assert!(!err.contains("panicked"), "{args:?}: {err}");
+}

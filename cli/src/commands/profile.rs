@@ -7,7 +7,7 @@ use jitmap_cli::args::{CliResult, Hz, OutDir, Seconds};
 /// with `--features ebpf`, and root (or CAP_BPF and CAP_PERFMON). Exit status
 /// 2 on bad input or missing privileges.
 #[derive(clap::Args)]
-#[command(alias = "ebpf-profile")]
+#[command(visible_alias = "ebpf-profile")]
 pub struct Options {
     /// The host's process id.
     #[arg(long, required_unless_present = "overhead")]
