@@ -121,7 +121,7 @@ fn stop_on_sigint() -> &'static std::sync::atomic::AtomicBool {
 #[cfg(not(feature = "ebpf"))]
 pub fn run(_: Options) -> CliResult {
     Err(jitmap_cli::args::CliError::input(
-        "this jitmap was built without the `ebpf` feature; build it with \
-         `cargo build --release -p jitmap-cli --features ebpf` (needs clang)",
+        "this jitmap was built without the `ebpf` feature; install it with \
+         `cargo install --path cli --features ebpf` (needs clang)",
     ))
 }
