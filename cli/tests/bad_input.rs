@@ -50,6 +50,9 @@ fn profile_checks_its_output_directory_first() {
     if cfg!(feature = "ebpf") {
         assert!(err.contains("/proc/nope"), "{err}");
     } else {
-        assert!(err.contains("cargo install --path cli --features ebpf"), "{err}");
+        assert!(
+            err.contains("cargo install --path cli --features ebpf"),
+            "{err}"
+        );
     }
 }

@@ -55,37 +55,100 @@ unsafe fn registers(context: *mut libc::c_void) -> Registers {
     }
 }
 
+/// The signal's disposition before the agent installed its handler: the
+/// handler passes on every signal that is not one of its own timers'.
+/// `handler` is a `sa_sigaction` value (`SIG_DFL`, `SIG_IGN` or a function);
+/// `flags` its `sa_flags`. Written before the handler is installed and after
+/// it is removed, so a handler always reads a settled pair.
+static PREVIOUS_HANDLER: AtomicUsize = AtomicUsize::new(libc::SIG_DFL);
+static PREVIOUS_FLAGS: AtomicUsize = AtomicUsize::new(0);
+
+/// Remembers the disposition the agent's handler replaces, for chaining.
+pub(crate) fn set_previous(previous: &libc::sigaction) {
+    // Release: the handler, once installed (a system call later), reads the
+    // pair with Acquire.
+    PREVIOUS_FLAGS.store(previous.sa_flags as usize, Ordering::Release);
+    PREVIOUS_HANDLER.store(previous.sa_sigaction, Ordering::Release);
+}
+
 /// The signal handler installed by [`super::Agent::start`].
+///
+/// A signal is the agent's own when it comes from a POSIX timer (`SI_TIMER`)
+/// whose value is the token of an attached thread (see [`super::registry`]);
+/// the value is checked against the table before anything is read through
+/// it. Every other signal (a host's own timer on the same signal, `kill`,
+/// `raise`) goes to the disposition the agent replaced: a handler function is
+/// called with the same arguments, in the form its `SA_SIGINFO` flag says;
+/// `SIG_IGN` and `SIG_DFL` drop it (the default action of the agent's
+/// signals is to end the process, which a host that armed a timer on it did
+/// not want while the agent runs).
 pub(crate) extern "C" fn on_signal(
-    _signal: libc::c_int,
+    signal: libc::c_int,
     info: *mut libc::siginfo_t,
     context: *mut libc::c_void,
 ) {
     // SAFETY: errno is a thread-local the C library keeps at a fixed address;
     // reading it is async-signal-safe.
     let errno = unsafe { *libc::__errno_location() };
-    // SeqCst: `stop` must see this handler as running before it restores the
-    // previous disposition, or see none of its memory accesses.
+    // SeqCst: `stop` and `unregister` must see this handler as running before
+    // they go on, or see none of its memory accesses.
     IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
     // SAFETY: an SA_SIGINFO handler receives a valid siginfo_t.
-    let (code, value) = unsafe { ((*info).si_code, (*info).si_value().sival_ptr) };
-    let record = value.cast_const().cast::<ThreadRecord>();
-    // Only our timers' signals carry a record; `kill` from elsewhere does not.
-    if code == libc::SI_TIMER && !record.is_null() {
-        // SAFETY: the record outlives its timer and any signal it queued: the
-        // thread's handle deletes the timer and consumes a pending signal before
-        // releasing it (see `attach`).
-        let record = unsafe { &*record };
-        if record.magic == RECORD_MAGIC {
+    let (code, value) = unsafe { ((*info).si_code, (*info).si_value().sival_ptr as u64) };
+    // SAFETY: this handler is counted in IN_FLIGHT until after its last use
+    // of the record.
+    let record = (code == libc::SI_TIMER)
+        .then(|| unsafe { super::registry::lookup(value) })
+        .flatten();
+    match record {
+        Some(record) if record.magic == RECORD_MAGIC => {
             // SAFETY: the kernel passes a valid ucontext_t.
             let regs = unsafe { registers(context) };
-            sample(record, regs);
+            if record.owns_stack_of(regs) {
+                sample(record, regs);
+            } else {
+                // Not on the thread's own stack (a fiber, a sigaltstack, or
+                // another thread): its ring has one producer, the thread on
+                // that stack, so the sample is counted and dropped.
+                record.samples.count_drop();
+            }
         }
+        _ => pass_on(signal, info, context),
     }
     // Release: the sample's writes happen before `stop` sees zero.
     IN_FLIGHT.fetch_sub(1, Ordering::Release);
     // SAFETY: as above; restoring the interrupted code's errno.
     unsafe { *libc::__errno_location() = errno };
+}
+
+/// Hands a signal that is not the agent's to the disposition it replaced.
+fn pass_on(signal: libc::c_int, info: *mut libc::siginfo_t, context: *mut libc::c_void) {
+    // Acquire: pairs with `set_previous`.
+    let handler = PREVIOUS_HANDLER.load(Ordering::Acquire);
+    let flags = PREVIOUS_FLAGS.load(Ordering::Acquire);
+    if handler == libc::SIG_DFL || handler == libc::SIG_IGN {
+        return;
+    }
+    if flags & libc::SA_SIGINFO as usize != 0 {
+        // SAFETY: with SA_SIGINFO, `sa_sigaction` is a three-argument handler,
+        // and the arguments are the ones the kernel gave this handler.
+        let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
+            unsafe { std::mem::transmute(handler) };
+        f(signal, info, context);
+    } else {
+        // SAFETY: without SA_SIGINFO, `sa_sigaction` is a one-argument handler.
+        let f: extern "C" fn(libc::c_int) = unsafe { std::mem::transmute(handler) };
+        f(signal);
+    }
+}
+
+/// Spins until no handler is running.
+pub(crate) fn wait_for_handlers() {
+    // Acquire: pairs with the handlers' Release decrement, so their ring writes
+    // are visible to whoever waited.
+    while IN_FLIGHT.load(Ordering::Acquire) != 0 {
+        std::thread::yield_now();
+    }
 }
 
 /// Takes one sample of the interrupted thread into its ring.

@@ -80,6 +80,7 @@ mod handler;
 pub mod probes;
 mod profile;
 mod record;
+mod registry;
 mod ring;
 mod timer;
 
@@ -99,6 +100,8 @@ use collector::{Collector, EventListener, EventLog};
 use record::{HandlerReader, RECORD_MAGIC, ThreadRecord};
 use ring::Ring;
 use timer::Timer;
+
+pub use registry::MAX_ATTACHED;
 
 pub use counters::{CallCounters, CounterCell, CounterError, jitmap_probe_count};
 pub use probes::{ProbeContext, jitmap_probe_enter, jitmap_probe_value};
@@ -255,6 +258,8 @@ pub enum AgentError {
     AlreadyRunning,
     /// The agent has stopped: no thread can attach.
     Stopped,
+    /// [`MAX_ATTACHED`] threads are attached already, process-wide.
+    TooManyThreads,
     /// This thread is already attached.
     AlreadyAttached {
         /// Its kernel thread id.
@@ -302,6 +307,9 @@ impl fmt::Display for AgentError {
             Self::ZeroInterval => write!(f, "the collection interval must not be zero"),
             Self::AlreadyRunning => write!(f, "an agent is already running in this process"),
             Self::Stopped => write!(f, "the agent has stopped"),
+            Self::TooManyThreads => {
+                write!(f, "{MAX_ATTACHED} threads are attached already")
+            }
             Self::AlreadyAttached { tid } => write!(f, "thread {tid} is already attached"),
             Self::Counters(e) => write!(f, "{e}"),
             Self::Epoch(e) => write!(f, "registering the thread's reader: {e}"),
@@ -338,6 +346,8 @@ struct Attachment {
     timer: Mutex<Option<Timer>>,
     /// Set by the thread's detach, after its last sample and probe record.
     detached: AtomicBool,
+    /// The record's entry in the handler's table; taken by detach.
+    registration: Mutex<Option<registry::Registration>>,
 }
 
 /// Counters of threads that detached and were collected for the last time.
@@ -558,10 +568,25 @@ impl Agent {
             },
             timer: Mutex::new(None),
             detached: AtomicBool::new(false),
+            registration: Mutex::new(None),
         });
-        let value = (&attachment.record as *const ThreadRecord).cast::<libc::c_void>();
-        let timer = Timer::create(config.clock, config.signal, value, tid)?;
-        timer.set(config.interval_ns())?;
+        let registration =
+            registry::register(&attachment.record).ok_or(AgentError::TooManyThreads)?;
+        // The timer carries the record's token, never its address: the handler
+        // checks a signal's value against the table before it reads anything.
+        let value = std::ptr::without_provenance::<libc::c_void>(registration.token() as usize);
+        *attachment.registration.lock() = Some(registration);
+        let armed = Timer::create(config.clock, config.signal, value, tid)
+            .and_then(|timer| timer.set(config.interval_ns()).map(|()| timer));
+        let timer = match armed {
+            Ok(timer) => timer,
+            Err(e) => {
+                if let Some(registration) = attachment.registration.lock().take() {
+                    registry::unregister(registration);
+                }
+                return Err(e);
+            }
+        };
         *attachment.timer.lock() = Some(timer);
         threads.list.push(Arc::clone(&attachment));
         Ok(AttachedThread {
@@ -593,7 +618,7 @@ impl Agent {
         // No timer is left to send the signal. Setting it to be ignored drops
         // any instance still pending for any thread, so none reaches the
         // previous disposition.
-        wait_for_handlers();
+        handler::wait_for_handlers();
         let ignore = libc::sigaction {
             sa_sigaction: libc::SIG_IGN,
             // SAFETY: an all-zero sigaction is valid; the fields used are set.
@@ -601,7 +626,7 @@ impl Agent {
         };
         // SAFETY: `ignore` is a valid disposition for a catchable signal.
         unsafe { libc::sigaction(signal, &ignore, std::ptr::null_mut()) };
-        wait_for_handlers();
+        handler::wait_for_handlers();
         restore_handler(signal, &self.previous);
         *self.shared.stopping.lock() = true;
         self.shared.wake.notify_all();
@@ -660,15 +685,6 @@ fn collector_loop(shared: &Shared) {
     }
 }
 
-/// Spins until no handler is running.
-fn wait_for_handlers() {
-    // Acquire: pairs with the handlers' Release decrement, so their ring writes
-    // are visible to the final drain.
-    while handler::IN_FLIGHT.load(Ordering::Acquire) != 0 {
-        std::thread::yield_now();
-    }
-}
-
 fn install_handler(signal: i32) -> Result<libc::sigaction, AgentError> {
     // SAFETY: an all-zero sigaction is valid; the fields used are set below.
     let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
@@ -680,7 +696,12 @@ fn install_handler(signal: i32) -> Result<libc::sigaction, AgentError> {
     let mut previous: libc::sigaction = unsafe { std::mem::zeroed() };
     // SAFETY: `action` is a valid disposition whose handler is async-signal-safe;
     // `previous` is writable.
-    if unsafe { libc::sigaction(signal, &action, &mut previous) } != 0 {
+    if unsafe { libc::sigaction(signal, std::ptr::null(), &mut previous) } != 0 {
+        return Err(AgentError::os("sigaction"));
+    }
+    handler::set_previous(&previous);
+    // SAFETY: as above.
+    if unsafe { libc::sigaction(signal, &action, std::ptr::null_mut()) } != 0 {
         return Err(AgentError::os("sigaction"));
     }
     Ok(previous)
@@ -774,6 +795,11 @@ impl Drop for AttachedThread {
         while unsafe { libc::sigtimedwait(&set, std::ptr::null_mut(), &none) } == self.signal {}
         // SAFETY: restores the mask saved above.
         unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+        // No signal of this thread's timer is left: take the record out of the
+        // handler's table (which waits out any handler that found it).
+        if let Some(registration) = self.attachment.registration.lock().take() {
+            registry::unregister(registration);
+        }
         // Release: the thread's last samples and probe records happen before a
         // collector that sees the flag drains its rings for the last time.
         self.attachment.detached.store(true, Ordering::Release);

@@ -102,6 +102,12 @@ pub(crate) struct ThreadRecord {
 }
 
 impl ThreadRecord {
+    /// Whether `regs` were interrupted on this thread's own stack: only then
+    /// does the handler run on the thread that owns the record's rings.
+    pub(crate) fn owns_stack_of(&self, regs: super::handler::Registers) -> bool {
+        (self.stack_lo..=self.stack_hi).contains(&regs.sp)
+    }
+
     /// Signals this thread's handler has run for.
     pub(crate) fn taken(&self) -> u64 {
         // Relaxed: a statistic, exact once the handler has stopped running.
