@@ -27,14 +27,12 @@ struct Slot {
     record: AtomicPtr<ThreadRecord>,
 }
 
-impl Slot {
-    const FREE: Self = Self {
+static SLOTS: [Slot; MAX_ATTACHED] = [const {
+    Slot {
         token: AtomicU64::new(0),
         record: AtomicPtr::new(std::ptr::null_mut()),
-    };
-}
-
-static SLOTS: [Slot; MAX_ATTACHED] = [Slot::FREE; MAX_ATTACHED];
+    }
+}; MAX_ATTACHED];
 
 /// Mixed into every token above the slot bits; set once, on first use.
 static SALT: AtomicU64 = AtomicU64::new(0);
