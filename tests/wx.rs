@@ -162,3 +162,65 @@ fn published_code_is_patched_while_another_thread_runs_it() {
         );
     }
 }
+
+/// A patch closure that calls back into its heap (a lookup of live blocks, a
+/// patch of another block, a free of its own block) finishes: the closure
+/// runs with no lock held. The free wins, so the outer patch writes nothing
+/// and says why. A deadlock fails the test instead of hanging it.
+#[test]
+fn a_patch_closure_may_call_back_into_its_heap() {
+    for mode in [MemoryMode::WriteXorExecute, MemoryMode::Rwx] {
+        let h = Arc::new(heap(mode));
+        let (first, second) = (returns(&h, 1), returns(&h, 2));
+        let (done, finished) = std::sync::mpsc::channel();
+        let worker = Arc::clone(&h);
+        std::thread::spawn(move || {
+            let nested = worker.patch(first, |bytes| {
+                assert_eq!(worker.live_blocks().len(), 2);
+                worker.patch(second, |b| b[1] = 20).unwrap();
+                bytes[1] = 10;
+            });
+            let freed = worker.patch(second, |bytes| {
+                worker.free(second).unwrap();
+                bytes[1] = 30;
+            });
+            done.send((nested, freed)).unwrap();
+        });
+        let (nested, freed) = finished
+            .recv_timeout(std::time::Duration::from_secs(20))
+            .expect("a patch closure that calls into its heap deadlocked");
+        assert_eq!(nested, Ok(()));
+        assert_eq!(
+            freed,
+            Err(HeapError::DoubleFree {
+                start: second.start()
+            })
+        );
+        assert_eq!(call(first.start()), 10);
+        assert_eq!(h.live_blocks().len(), 1);
+    }
+}
+
+/// A patch closure that panics after changing bytes leaves the live code as
+/// it was (it only ever edits a copy), and the heap stays usable.
+#[test]
+fn a_panicking_patch_closure_changes_nothing() {
+    for mode in [MemoryMode::WriteXorExecute, MemoryMode::Rwx] {
+        let h = heap(mode);
+        let code = returns(&h, 7);
+        // SAFETY: the block is live; its six bytes are readable code.
+        let live = || unsafe { std::slice::from_raw_parts(code.start() as *const u8, 6) }.to_vec();
+        let before = live();
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            h.patch(code, |bytes| {
+                bytes[1] = 99;
+                panic!("the host's patch failed halfway");
+            })
+        }));
+        assert!(panicked.is_err());
+        assert_eq!(live(), before);
+        assert_eq!(call(code.start()), 7);
+        h.patch(code, |bytes| bytes[1] = 8).unwrap();
+        assert_eq!(call(code.start()), 8);
+    }
+}

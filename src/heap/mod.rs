@@ -13,6 +13,7 @@ mod error;
 pub(crate) mod header;
 pub(crate) mod lookup;
 mod memory;
+mod patch;
 mod reservation;
 mod unwind;
 
@@ -51,6 +52,7 @@ use ends::EndMap;
 use lookup::prefix_at;
 pub(crate) use lookup::{HeapLookup, Hit};
 use memory::CodeMemory;
+use patch::changed_runs;
 
 /// Granularity of committing memory as the heap grows (small pages).
 const COMMIT_CHUNK: u64 = 64 * 1024;
@@ -642,21 +644,31 @@ impl CodeHeap {
         Ok(moved)
     }
 
-    /// Patches a published method in place: `patch` gets the block's code bytes,
-    /// writable, under the heap lock (inline caches, call sites, counters).
+    /// Patches a published method in place (inline caches, call sites,
+    /// counters): `patch` edits a copy of the block's code bytes, and the bytes
+    /// it changed are then written into the live code under the heap lock.
     /// Afterwards the instruction cache is maintained for the executable
     /// addresses, and every other thread is made to serialize its instruction
     /// stream before it next runs user code
     /// (`membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE)`, on x86-64 and
     /// aarch64 alike), so none executes a stale mix after this call returns.
     ///
+    /// The closure runs with no lock held, on a copy (allocated: patching a
+    /// megabyte method copies a megabyte). So it may call back into the heap
+    /// (another patch, a lookup, even a free of this block, after which this
+    /// patch returns the free's typed error and writes nothing), and a closure
+    /// that panics leaves the live code untouched: the panic reaches the caller
+    /// and there is nothing to roll back or flush. Only the bytes the closure
+    /// changed are written, each run of them with one copy, so a concurrent
+    /// patch of other bytes of the same block is kept.
+    ///
     /// In W^X mode the bytes are written through the writable view; in RWX mode
     /// in place. Flip mode keeps no writable alias of published code (a thread
     /// running it would fault while its pages were writable), so it refuses with
-    /// [`HeapError::NotPatchable`]. What other threads may see *while* `patch`
-    /// runs is the host's design: on x86-64 a naturally aligned store of up to 8
-    /// bytes inside one cache line is seen whole by a concurrent executor.
-    /// Nothing changes when an error is returned.
+    /// [`HeapError::NotPatchable`]. What other threads may see *while* the bytes
+    /// are written is the host's design: on x86-64 a naturally aligned store of
+    /// up to 8 bytes inside one cache line is seen whole by a concurrent
+    /// executor. Nothing changes when an error is returned.
     ///
     /// ```
     /// # #[cfg(target_arch = "x86_64")] {
@@ -680,19 +692,41 @@ impl CodeHeap {
         if self.memory.mode() == MemoryMode::FlipOnPublish {
             return Err(HeapError::NotPatchable { start: code.start });
         }
+        let before = {
+            let w = self.writer.lock();
+            self.check_live(&w, code, offset)?;
+            // SAFETY: the block is live (checked under the lock, which free and
+            // move need), so its committed bytes are readable and not reused
+            // while the lock is held; the copy is taken before it is released.
+            unsafe {
+                std::slice::from_raw_parts(
+                    self.memory.write_base().add(offset as usize),
+                    code.size as usize,
+                )
+            }
+            .to_vec()
+        };
+        let mut after = before.clone();
+        patch(&mut after);
+        let runs = changed_runs(&before, &after);
+        if runs.is_empty() {
+            return Ok(());
+        }
         let w = self.writer.lock();
         self.check_live(&w, code, offset)?;
         memory::sync_cores_ready()?;
-        // SAFETY: the block is live (checked under the lock, which free and move
-        // need), so its committed bytes are not reused meanwhile; the writable view
-        // lives as long as `self`, and the lock makes this the only writer.
-        let bytes = unsafe {
-            std::slice::from_raw_parts_mut(
-                self.memory.write_base().add(offset as usize),
-                code.size as usize,
-            )
-        };
-        patch(bytes);
+        for run in runs {
+            // SAFETY: the block is still live (checked again under the lock),
+            // `run` lies inside it, the writable view lives as long as `self`,
+            // and the lock makes this the only writer.
+            let live = unsafe {
+                std::slice::from_raw_parts_mut(
+                    self.memory.write_base().add(offset as usize + run.start),
+                    run.len(),
+                )
+            };
+            live.copy_from_slice(&after[run]);
+        }
         self.memory
             .flush_icache(offset as usize, code.size as usize);
         memory::sync_cores()?;
