@@ -111,6 +111,7 @@ pub mod epoch;
 #[cfg(not(loom))]
 pub mod events;
 #[cfg(not(loom))]
+#[cfg(feature = "gdb-jit")]
 mod gdb;
 #[cfg(not(loom))]
 pub mod heap;

@@ -63,7 +63,6 @@ impl std::error::Error for CounterError {}
 ///
 /// # Safety
 /// `cell` is null or a cell of a live [`CallCounters`].
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn jitmap_probe_count(cell: *const CounterCell) -> u32 {
     // SAFETY: the caller's contract.
     let Some(cell) = (unsafe { cell.as_ref() }) else {

@@ -70,7 +70,6 @@ unsafe fn record<'a>(context: *const ProbeContext) -> Option<&'a ThreadRecord> {
 /// # Safety
 /// `context` is null, or the calling thread's own
 /// [`super::AttachedThread::probe_context`], still attached.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn jitmap_probe_enter(context: *const ProbeContext, method_id: u64) {
     // SAFETY: the caller's contract.
     if let Some(record) = unsafe { record(context) } {
@@ -94,7 +93,6 @@ pub unsafe extern "C" fn jitmap_probe_enter(context: *const ProbeContext, method
 ///
 /// # Safety
 /// As [`jitmap_probe_enter`].
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn jitmap_probe_value(
     context: *const ProbeContext,
     method_id: u64,

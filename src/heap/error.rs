@@ -50,6 +50,9 @@ pub enum HeapError {
     },
     /// The reference belongs to another heap.
     ForeignRef,
+    /// The heap asked for the GDB JIT interface in a build without the
+    /// `gdb-jit` feature.
+    GdbJitUnavailable,
     /// The reference was never handed out by this heap.
     UnknownRef {
         /// Address (or offset) of the block's first code byte.
@@ -114,6 +117,9 @@ impl fmt::Display for HeapError {
                 )
             }
             Self::ForeignRef => f.write_str("code reference belongs to another heap"),
+            Self::GdbJitUnavailable => f.write_str(
+                "the GDB JIT interface needs jitmap's `gdb-jit` feature, which this build lacks",
+            ),
             Self::UnknownRef { start } => {
                 write!(f, "no block at {start:#x} was handed out by this heap")
             }
@@ -187,6 +193,7 @@ impl fmt::Debug for HeapError {
             Self::DoubleFree { start } => hex_struct!(f, "DoubleFree", "start" => start),
             Self::Moved { start, to } => hex_struct!(f, "Moved", "start" => start, "to" => to),
             Self::ForeignRef => f.write_str("ForeignRef"),
+            Self::GdbJitUnavailable => f.write_str("GdbJitUnavailable"),
             Self::UnknownRef { start } => hex_struct!(f, "UnknownRef", "start" => start),
             Self::NotAMethod { start } => hex_struct!(f, "NotAMethod", "start" => start),
             Self::BadStubKind { kind } => {

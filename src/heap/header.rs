@@ -5,6 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use super::unwind::FrameRegistration;
+#[cfg(feature = "gdb-jit")]
 use crate::gdb::GdbRegistration;
 use crate::info::{CodeInfo, DebugEntry, UnwindEntry};
 
@@ -13,6 +14,7 @@ use crate::info::{CodeInfo, DebugEntry, UnwindEntry};
 #[derive(Default)]
 pub(crate) struct Registrations {
     pub(crate) _frame: Option<FrameRegistration>,
+    #[cfg(feature = "gdb-jit")]
     pub(crate) _gdb: Option<GdbRegistration>,
 }
 

@@ -40,6 +40,7 @@ use crate::epoch::{Domain, ForeignGuard, Guard};
 use crate::events::{
     CodeEvent, CodeFree, CodeLoad, CodeMove, Listeners, current_tid, monotonic_ns,
 };
+#[cfg(feature = "gdb-jit")]
 use crate::gdb::GdbRegistration;
 use crate::hex::hex_struct;
 use crate::mapping::HUGE_PAGE;
@@ -92,7 +93,10 @@ pub struct HeapConfig {
     /// which takes one FDE per call, must register its frames itself.
     pub register_unwind: bool,
     /// Announce each method to debuggers through the GDB JIT interface (an
-    /// in-memory ELF object naming it), withdrawn when it is reclaimed.
+    /// in-memory ELF object naming it), withdrawn when it is reclaimed. Needs
+    /// the `gdb-jit` feature, which exports the interface's two symbols;
+    /// without it a heap that asks is refused with
+    /// [`HeapError::GdbJitUnavailable`].
     pub gdb_jit: bool,
 }
 
@@ -335,6 +339,9 @@ impl CodeHeap {
             _ => return Err(HeapError::BadSpan { span: config.span }),
         };
         check_align(config.align)?;
+        if config.gdb_jit && !cfg!(feature = "gdb-jit") {
+            return Err(HeapError::GdbJitUnavailable);
+        }
         let memory = CodeMemory::reserve(span as usize, config.mode, config.huge_pages)?;
         let map = MapWriter::with_huge_pages(config.version, span, config.huge_pages)
             .map_err(HeapError::Map)?;
@@ -993,11 +1000,15 @@ impl CodeHeap {
             Some(eh) if self.register_unwind => Some(FrameRegistration::new(&eh.frame)?),
             _ => None,
         };
+        #[cfg(feature = "gdb-jit")]
         let gdb = self.gdb_jit.then(|| {
             GdbRegistration::new(&info.name, (self.base() as u64) + start, size, &info.debug)
         });
+        #[cfg(not(feature = "gdb-jit"))]
+        let _ = (self.gdb_jit, start, size);
         Ok(Registrations {
             _frame: frame,
+            #[cfg(feature = "gdb-jit")]
             _gdb: gdb,
         })
     }

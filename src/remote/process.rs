@@ -3,7 +3,6 @@
 //! file's load bias.
 
 use std::collections::BTreeMap;
-use std::fs::File;
 
 use object::{Object, ObjectSegment, ObjectSymbol};
 
@@ -118,12 +117,12 @@ pub fn loaded_extent(pid: i32, path: &str) -> Result<Option<(u64, u64)>, RemoteE
 
 /// Runs `f` over the ELF file at `path`, or `None` when it cannot be read or
 /// parsed.
+/// The file is read into memory, not mapped: it belongs to another process's
+/// user, and a mapping of a file rewritten during the read would be undefined
+/// behaviour (Rust assumes the bytes behind a shared slice do not change), not
+/// only a SIGBUS.
 fn with_elf<T>(path: &str, f: impl FnOnce(&object::File<'_>) -> T) -> Option<T> {
-    let file = File::open(path).ok()?;
-    // SAFETY: the mapping is read-only and private; a file truncated under us
-    // can raise SIGBUS, which for a binary that a live process maps would need
-    // someone to rewrite it in place, as for any debugger.
-    let data = unsafe { memmap2::Mmap::map(&file) }.ok()?;
+    let data = std::fs::read(path).ok()?;
     let elf = object::File::parse(&*data).ok()?;
     Some(f(&elf))
 }
