@@ -3,7 +3,6 @@
 //! floor measured in the same run.
 
 use std::hint::black_box;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicPtr, Ordering};
 use std::time::{Duration, Instant};
 
@@ -66,8 +65,8 @@ const RING: usize = 1 << 16;
 
 /// A 1 MiB heap of its own manager, for one bench's JIT code.
 fn small_heap() -> OwnedHeap {
-    Arc::new(ExecutionManager::new(8))
-        .create_owned_heap(HeapConfig {
+    ExecutionManager::new(8)
+        .create_heap(HeapConfig {
             span: 1 << 20,
             ..HeapConfig::default()
         })
@@ -113,7 +112,7 @@ fn handler(c: &mut Criterion) {
         // Relaxed: as above.
         ATTACHED.store(std::ptr::null_mut(), Ordering::Relaxed);
         drop(attached);
-        let profile = agent.stop().unwrap();
+        let profile = agent.stop();
         eprintln!(
             "depth {depth}: {} samples, {} dropped, {:.1} lookups per sample",
             profile.samples,
@@ -161,7 +160,7 @@ fn probes(c: &mut Criterion) {
     });
     group.finish();
     drop(attached);
-    let profile = agent.stop().unwrap();
+    let profile = agent.stop();
     eprintln!(
         "entry probe: {} recorded, {} dropped",
         profile.probes.enters, profile.probes.dropped

@@ -35,8 +35,8 @@ fn manager(c: &mut Criterion) {
             r.start() + rng.below(r.size()) as usize
         })
         .collect();
-    let reader = m.register().unwrap();
-    let guard = reader.pin().unwrap();
+    let reader = m.register_reader().unwrap();
+    let guard = m.pin(&reader).unwrap();
     let (map, base) = (heap.map(), heap.base());
     group.bench_function("raw_v2_map", |b| {
         let mut i = 0;
@@ -49,18 +49,14 @@ fn manager(c: &mut Criterion) {
         let mut i = 0;
         b.iter(|| {
             i = (i + 1) % ips.len();
-            m.find(&guard, black_box(ips[i]))
-                .unwrap()
-                .map(|b| b.start())
+            guard.find(black_box(ips[i])).map(|b| b.start())
         })
     });
     group.bench_function("jit_find_method_id", |b| {
         let mut i = 0;
         b.iter(|| {
             i = (i + 1) % ips.len();
-            m.find(&guard, black_box(ips[i]))
-                .unwrap()
-                .map(|b| b.method_id())
+            guard.find(black_box(ips[i])).map(|b| b.method_id())
         })
     });
 
@@ -97,9 +93,7 @@ fn manager(c: &mut Criterion) {
         let mut i = 0;
         b.iter(|| {
             i = (i + 1) % image_ips.len();
-            m.find(&guard, black_box(image_ips[i]))
-                .unwrap()
-                .map(|b| b.method_id())
+            guard.find(black_box(image_ips[i])).map(|b| b.method_id())
         })
     });
     group.finish();

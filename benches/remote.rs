@@ -54,14 +54,14 @@ fn remote(c: &mut Criterion) {
             black_box(reader.resolve(black_box(ips[i])).unwrap())
         })
     });
-    let local = m.register().unwrap();
+    let local = m.register_reader().unwrap();
     group.bench_function("in_process_find", |b| {
         b.iter(|| {
             i = (i + 1) % ips.len();
-            let guard = local.pin().unwrap();
+            let guard = m.pin(&local).unwrap();
             black_box(
-                m.find(&guard, black_box(ips[i] as usize))
-                    .unwrap()
+                guard
+                    .find(black_box(ips[i] as usize))
                     .map(|b| b.method_id()),
             )
         })

@@ -37,6 +37,9 @@ pub enum EpochError {
     TooDeep,
     /// The calling thread already has a bound reader.
     AlreadyBound,
+    /// The reader is registered with another manager (another domain), so a
+    /// guard of it would protect nothing there.
+    ForeignReader,
 }
 
 impl fmt::Display for EpochError {
@@ -45,6 +48,7 @@ impl fmt::Display for EpochError {
             Self::NoSlots { slots } => write!(f, "all {slots} reader slots are registered"),
             Self::TooDeep => f.write_str("pins nested too deep"),
             Self::AlreadyBound => f.write_str("this thread already has a bound reader"),
+            Self::ForeignReader => f.write_str("the reader is registered with another manager"),
         }
     }
 }
@@ -182,7 +186,7 @@ impl Domain {
     /// The oldest epoch any pinned reader may hold: an object whose tag is below
     /// it can no longer be reached by any reader.
     pub fn safe_before(&self) -> u64 {
-        if crate::defect!(SkipGracePeriod) {
+        if crate::sync::defect!(SkipGracePeriod) {
             return u64::MAX;
         }
         fence(Ordering::SeqCst);
@@ -237,7 +241,7 @@ impl Reader {
         // would not continue the release sequence of `unpin`'s Release store, so a
         // writer reading it (and trusting its newer epoch) would not synchronize
         // with those lookups. (The fence below publishes the store itself.)
-        let order = if crate::defect!(RelaxedRepin) {
+        let order = if crate::sync::defect!(RelaxedRepin) {
             Ordering::Relaxed
         } else {
             Ordering::Release
@@ -267,7 +271,7 @@ impl Reader {
         let slot = &self.domain.slots[self.index].state;
         // Relaxed: as in `pin`, only this thread and its handlers touch the slot.
         let state = slot.load(Ordering::Relaxed);
-        let outermost = state & DEPTH_MASK == 1 || crate::defect!(NestedUnpinClears);
+        let outermost = state & DEPTH_MASK == 1 || crate::sync::defect!(NestedUnpinClears);
         let next = if outermost { 0 } else { state - 1 };
         // Release: the lookups made under the guard happen before a writer that
         // reads the cleared slot reclaims what they touched.
@@ -281,7 +285,7 @@ impl Drop for Reader {
         // Release: as in `pin`, a writer that reads this 0 and reclaims must see the
         // lookups of this reader's past guards; a Relaxed store would not continue
         // the release sequence of the last `unpin`.
-        let order = if crate::defect!(RelaxedRepin) {
+        let order = if crate::sync::defect!(RelaxedRepin) {
             Ordering::Relaxed
         } else {
             Ordering::Release
@@ -434,8 +438,8 @@ impl Domain {
 /// // In the SIGPROF handler, with the interrupted pc:
 /// let pc = 0x1234;
 /// let method = with_current_reader(|reader| {
-///     let guard = reader.pin().ok()?;
-///     let block = manager.find(&guard, pc).ok()??;
+///     let guard = manager.pin(&reader).ok()?;
+///     let block = guard.find(pc).ok()??;
 ///     Some(block.method_id())
 /// });
 /// assert_eq!(method, Some(None)); // bound, and nothing at that pc

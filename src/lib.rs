@@ -25,11 +25,11 @@
 //!
 //! // Look up: register a reader once per thread (outside any signal handler),
 //! // then pin and find. No lock, no allocation, no system call.
-//! let reader = manager.register()?;
-//! let guard = reader.pin()?;
-//! let block = manager.find(&guard, code.start() + 3)?.expect("inside the method");
-//! assert_eq!((block.method_id(), block.start(), block.relative_offset()), (7, code.start(), 3));
-//! assert!(manager.find(&guard, code.start() + 6)?.is_none()); // exact: past the end is nothing
+//! let reader = manager.register_reader()?;
+//! let guard = manager.pin(&reader)?;
+//! let block = guard.find(code.start() + 3).expect("inside the method");
+//! assert_eq!((block.method_id(), block.start(), block.offset()), (7, code.start(), 3));
+//! assert!(guard.find(code.start() + 6).is_none()); // exact: past the end is nothing
 //! drop(guard);
 //!
 //! // Free unpublishes at once; the bytes are reused after every reader has unpinned.
@@ -97,6 +97,8 @@ compile_error!("jitmap supports x86-64 and aarch64 only");
 
 #[cfg(not(loom))]
 pub mod agent;
+#[cfg(not(loom))]
+pub mod call;
 /// The agent's call counters alone, for the loom models (see `agent::counters`).
 #[cfg(loom)]
 #[path = "agent/counters.rs"]
@@ -130,19 +132,26 @@ pub mod perf;
 pub mod range;
 #[cfg(not(loom))]
 pub mod remote;
+// The change sequence and the atomics facade: internal, but the loom models
+// reach the sequence.
+#[cfg(loom)]
 pub mod seq;
-pub mod sync;
+#[cfg(not(loom))]
+mod seq;
+mod sync;
 #[cfg(test)]
 mod test_rng;
 pub mod words;
 
+#[cfg(not(loom))]
+pub use call::{CallCell, FnPtr};
 pub use epoch::{Domain, EpochError, Executor, ForeignGuard, Guard, Reader};
 #[cfg(not(loom))]
 pub use heap::{CodeHeap, CodeRef, HeapConfig, HeapError, MemoryMode, Reservation};
 #[cfg(not(loom))]
 pub use info::{CodeInfo, JitKind};
 #[cfg(not(loom))]
-pub use manager::{CodeBlock, ExecutionManager, HeapSection, Lookup, ManagedHeap, OwnedHeap};
+pub use manager::{CodeBlock, ExecutionManager, HeapSection, Lookup, ManagerGuard, OwnedHeap};
 pub use nibble::{MapError, MapVersion, MapWriter, NibbleMap};
 
 /// The README's examples, run as doctests so that they stay true.

@@ -49,7 +49,7 @@ impl ChangeSeq {
         // Relaxed store, then a Release fence: the odd value is ordered before
         // every store of the change that follows.
         self.0.store(seq | 1, Ordering::Relaxed);
-        if !crate::defect!(SeqNoFence) {
+        if !crate::sync::defect!(SeqNoFence) {
             fence(Ordering::Release);
         }
     }

@@ -12,8 +12,6 @@ pub use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU
 pub use std::sync::atomic::Ordering;
 
 /// `true` when the named defect is seeded; always `false` outside loom builds.
-#[macro_export]
-#[doc(hidden)]
 macro_rules! defect {
     ($name:ident) => {{
         #[cfg(loom)]
@@ -26,3 +24,4 @@ macro_rules! defect {
         }
     }};
 }
+pub(crate) use defect;

@@ -58,7 +58,7 @@ impl WordStore for VecWords {
     fn store(&self, index: usize, value: u32) {
         if let Some(w) = self.words.get(index) {
             // Release: publishes the writer's earlier stores with the word.
-            let order = if crate::defect!(RelaxedPublish) {
+            let order = if crate::sync::defect!(RelaxedPublish) {
                 Ordering::Relaxed
             } else {
                 Ordering::Release

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use jitmap::agent::{
@@ -18,8 +18,8 @@ fn one_agent() -> MutexGuard<'static, ()> {
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn manager() -> Arc<ExecutionManager> {
-    Arc::new(ExecutionManager::new(16))
+fn manager() -> ExecutionManager {
+    ExecutionManager::new(16)
 }
 
 #[test]
@@ -112,7 +112,7 @@ fn every_bad_config_is_its_own_error() {
         ..ok
     };
     assert_eq!(edge.validate(), Ok(()));
-    Agent::start(&manager, edge).unwrap().stop().unwrap();
+    Agent::start(&manager, edge).unwrap().stop();
 }
 
 #[test]
@@ -134,12 +134,11 @@ fn one_agent_at_a_time_and_one_attachment_per_thread() {
     // Detached: the thread may attach again.
     let again = agent.attach_current_thread().unwrap();
     drop(again);
-    agent.stop().unwrap();
+    agent.stop();
     // Stopped: the next agent may start.
     Agent::start(&manager, AgentConfig::default())
         .unwrap()
-        .stop()
-        .unwrap();
+        .stop();
 }
 
 extern "C" fn host_handler(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc::c_void) {}
@@ -194,7 +193,7 @@ fn stop_restores_the_previous_disposition() {
         std::hint::spin_loop();
     }
     // Stopped while the thread is still attached and its timer was firing.
-    let profile = agent.stop().unwrap();
+    let profile = agent.stop();
     assert_eq!(disposition(signal), before);
     assert!(profile.taken > 0);
     assert_eq!(profile.samples + profile.dropped, profile.taken);
@@ -210,7 +209,7 @@ fn stop_restores_the_previous_disposition() {
         },
     )
     .unwrap();
-    agent.stop().unwrap();
+    agent.stop();
     assert_eq!(disposition(dfl).0, libc::SIG_DFL);
 }
 
@@ -306,7 +305,7 @@ fn entry_and_value_probes_land_in_the_thread_ring_in_order() {
     }
     let end = jitmap::events::monotonic_ns();
     drop(attached);
-    let profile = agent.stop().unwrap();
+    let profile = agent.stop();
     assert_eq!(profile.probes.enters, 2);
     assert_eq!(profile.probes.values, 6);
     assert_eq!(profile.probes.dropped, 2);
@@ -353,7 +352,7 @@ fn samples_name_the_right_version_while_methods_are_rejitted() {
     let _one = one_agent();
     let manager = manager();
     let heap = manager
-        .create_owned_heap(HeapConfig {
+        .create_heap(HeapConfig {
             span: 1 << 20,
             ..HeapConfig::default()
         })
@@ -446,7 +445,7 @@ fn samples_name_the_right_version_while_methods_are_rejitted() {
         stop.store(true, Ordering::Relaxed);
         (calls, wrong, churn.join().unwrap())
     });
-    let profile = agent.stop().unwrap();
+    let profile = agent.stop();
     let shadow = shadow.into_inner().unwrap();
     assert_eq!(wrong, 0);
     assert!(

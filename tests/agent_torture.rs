@@ -7,7 +7,6 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -118,9 +117,9 @@ fn sampling_malloc_panics_and_heap_writers_is_safe() {
     );
 
     std::panic::set_hook(Box::new(|_| {})); // the panics below are expected
-    let manager = Arc::new(ExecutionManager::new(32));
+    let manager = ExecutionManager::new(32);
     let heap = manager
-        .create_owned_heap(HeapConfig {
+        .create_heap(HeapConfig {
             span: 4 << 20,
             ..HeapConfig::default()
         })
@@ -237,7 +236,7 @@ fn sampling_malloc_panics_and_heap_writers_is_safe() {
     });
     // Relaxed: the workers are joined.
     let cpu_secs = cpu_ns.load(Ordering::Relaxed) as f64 / 1e9;
-    let profile = agent.stop().unwrap();
+    let profile = agent.stop();
     // Relaxed: every thread is joined.
     CHECK_MASK.store(false, Ordering::Relaxed);
     // Relaxed: as above.

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use jitmap::{CodeInfo, CodeRef, ExecutionManager, HeapConfig, JitKind, ManagedHeap};
+use jitmap::{CodeInfo, CodeRef, ExecutionManager, HeapConfig, JitKind, OwnedHeap};
 
 /// `mov rcx, n; l: dec rcx; jnz l; mov eax, 42; ret`: spins `n` iterations.
 fn spinner(n: u64) -> Vec<u8> {
@@ -21,14 +21,14 @@ fn spinner(n: u64) -> Vec<u8> {
 /// `mov eax, 7; ret`.
 const SEVEN: [u8; 6] = [0xB8, 7, 0, 0, 0, 0xC3];
 
-fn publish(heap: &ManagedHeap<'_>, id: u64, code: &[u8]) -> CodeRef {
+fn publish(heap: &OwnedHeap, id: u64, code: &[u8]) -> CodeRef {
     let mut r = heap.reserve(code.len() as u64).unwrap();
     r.code_mut().copy_from_slice(code);
     r.publish(CodeInfo::new(id, format!("f{id}"), JitKind::Optimized))
         .unwrap()
 }
 
-fn heap(m: &ExecutionManager) -> ManagedHeap<'_> {
+fn heap(m: &ExecutionManager) -> OwnedHeap {
     m.create_heap(HeapConfig {
         span: 1 << 20,
         ..HeapConfig::default()
@@ -175,10 +175,10 @@ fn offline_and_dropped_executors_do_not_hold_frees() {
 
     // Executors and readers share the domain's slots.
     let e1 = m.register_executor().unwrap();
-    let r1 = m.register().unwrap();
+    let r1 = m.register_reader().unwrap();
     let e2 = m.register_executor().unwrap();
     assert_eq!(
-        m.register().err(),
+        m.register_reader().err(),
         Some(jitmap::EpochError::NoSlots { slots: 3 })
     );
     drop((e1, r1, e2));

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use jitmap::heap::StubKind;
 use jitmap::{CodeInfo, CodeRef, ExecutionManager, HeapConfig, HeapError, JitKind, OwnedHeap};
 
 fn config() -> HeapConfig {
@@ -22,24 +23,24 @@ fn publish(heap: &jitmap::CodeHeap, id: u64, size: u64) -> CodeRef {
 /// A runtime keeps its manager and heaps in one struct: no borrowed lifetime.
 struct Runtime {
     heaps: Vec<OwnedHeap>,
-    manager: Arc<ExecutionManager>,
+    manager: ExecutionManager,
 }
 
 #[test]
 fn owned_heaps_live_next_to_their_manager() {
-    let manager = Arc::new(ExecutionManager::new(4));
+    let manager = ExecutionManager::new(4);
     let mut rt = Runtime {
         heaps: (0..3)
-            .map(|_| manager.create_owned_heap(config()).unwrap())
+            .map(|_| manager.create_heap(config()).unwrap())
             .collect(),
         manager,
     };
     let a = publish(&rt.heaps[1], 5, 100);
-    let reader = rt.manager.register().unwrap();
+    let reader = rt.manager.register_reader().unwrap();
     {
-        let g = reader.pin().unwrap();
-        let b = rt.manager.find(&g, a.start() + 99).unwrap().unwrap();
-        assert_eq!((b.method_id(), b.relative_offset()), (5, 99));
+        let g = rt.manager.pin(&reader).unwrap();
+        let b = g.find(a.start() + 99).unwrap();
+        assert_eq!((b.method_id(), b.offset()), (5, 99));
     }
     let mut bases: Vec<usize> = rt.heaps.iter().map(|h| h.base()).collect();
     bases.sort();
@@ -49,12 +50,16 @@ fn owned_heaps_live_next_to_their_manager() {
     rt.heaps.remove(1);
     assert_eq!(rt.manager.heaps().len(), 2);
     drop(reader);
-    rt.manager.try_reclaim();
+    rt.manager.try_reclaim_sections();
     assert!(weak.upgrade().is_none(), "unmapped once unregistered");
-    // The manager outlives every handle only as long as one holds it.
-    let manager = Arc::downgrade(&rt.manager);
+    // The manager lives as long as a handle of it (the runtime's, or a
+    // heap's) does, and no longer: then its reader domain is gone too.
+    let domain = Arc::downgrade(rt.manager.domain());
+    let handle = rt.manager.clone();
     drop(rt);
-    assert!(manager.upgrade().is_none());
+    assert!(domain.upgrade().is_some(), "held by the clone");
+    drop(handle);
+    assert!(domain.upgrade().is_none());
 }
 
 #[test]
@@ -64,7 +69,11 @@ fn live_blocks_list_exactly_what_is_published() {
     let h2 = m.create_heap(config()).unwrap();
     let a = publish(&h1, 1, 64);
     let b = publish(&h1, 2, 300);
-    let stub = h1.reserve(32).unwrap().publish_stub(3).unwrap();
+    let stub = h1
+        .reserve(32)
+        .unwrap()
+        .publish_stub(StubKind::new(3).unwrap())
+        .unwrap();
     let c = publish(&h2, 4, 16);
     let gone = publish(&h2, 5, 16);
     h2.free(gone).unwrap();
@@ -145,17 +154,14 @@ fn return_addresses_are_looked_up_one_byte_back() {
             .unwrap()
     };
     let ra = caller.start() + 32;
-    let reader = m.register().unwrap();
-    let g = reader.pin().unwrap();
-    assert!(m.find(&g, ra).unwrap().is_none_or(|b| b.method_id() == 2));
-    let frame = m.find_return_address(&g, ra).unwrap().unwrap();
-    assert_eq!((frame.method_id(), frame.relative_offset()), (1, 31));
-    let inside = m
-        .find_return_address(&g, next.start() + 1)
-        .unwrap()
-        .unwrap();
-    assert_eq!((inside.method_id(), inside.relative_offset()), (2, 0));
-    assert!(m.find_return_address(&g, 0).unwrap().is_none());
+    let reader = m.register_reader().unwrap();
+    let g = m.pin(&reader).unwrap();
+    assert!(g.find(ra).is_none_or(|b| b.method_id() == 2));
+    let frame = g.find_return_address(ra).unwrap();
+    assert_eq!((frame.method_id(), frame.offset()), (1, 31));
+    let inside = g.find_return_address(next.start() + 1).unwrap();
+    assert_eq!((inside.method_id(), inside.offset()), (2, 0));
+    assert!(g.find_return_address(0).is_none());
 }
 
 #[test]

@@ -2,12 +2,13 @@
 
 use std::sync::{Arc, Barrier, Weak};
 
+use jitmap::heap::StubKind;
 use jitmap::heap::{DebugEntry, GcInfo, JitKind, UnwindEntry};
 use jitmap::image::{HotCold, ImageError, ImageFunction, ImageInfo, ImageMethod, RegionInfo};
 use jitmap::range::RangeError;
-use jitmap::{CodeInfo, ExecutionManager, HeapConfig, Lookup, ManagedHeap};
+use jitmap::{CodeInfo, ExecutionManager, HeapConfig, Lookup, OwnedHeap};
 
-fn small_heap(m: &ExecutionManager) -> ManagedHeap<'_> {
+fn small_heap(m: &ExecutionManager) -> OwnedHeap {
     m.create_heap(HeapConfig {
         span: 1 << 20,
         ..HeapConfig::default()
@@ -47,8 +48,8 @@ fn jit_method_with_two_funclets() {
     };
     let code = heap.reserve(200).unwrap().publish(info).unwrap();
     let s = code.start();
-    let reader = m.register().unwrap();
-    let g = reader.pin().unwrap();
+    let reader = m.register_reader().unwrap();
+    let g = m.pin(&reader).unwrap();
     let cases = [
         (0, s, false, 1, 10),
         (99, s, false, 1, 11),
@@ -58,9 +59,9 @@ fn jit_method_with_two_funclets() {
         (199, s + 150, true, 3, 20),
     ];
     for (off, funclet, is_funclet, tag, line) in cases {
-        let b = m.find(&g, s + off).unwrap().unwrap();
+        let b = g.find(s + off).unwrap();
         assert_eq!(
-            (b.method_id(), b.start(), b.relative_offset()),
+            (b.method_id(), b.start(), b.offset()),
             (0xFEED, s, off as u64)
         );
         assert_eq!(
@@ -89,11 +90,11 @@ fn jit_method_with_two_funclets() {
             }
         );
     }
-    assert!(m.find(&g, s + 200).unwrap().is_none(), "past the end");
-    assert!(m.find(&g, s - 1).unwrap().is_none(), "header slot");
-    assert_eq!(m.entry_to_method(&g, s).unwrap(), Some(0xFEED));
-    assert_eq!(m.entry_to_method(&g, s + 100).unwrap(), None);
-    assert_eq!(m.entry_to_method(&g, s + 1).unwrap(), None);
+    assert!(g.find(s + 200).is_none(), "past the end");
+    assert!(g.find(s - 1).is_none(), "header slot");
+    assert_eq!(g.entry_to_method(s), Some(0xFEED));
+    assert_eq!(g.entry_to_method(s + 100), None);
+    assert_eq!(g.entry_to_method(s + 1), None);
 }
 
 #[test]
@@ -105,9 +106,9 @@ fn jit_cold_part_reports_regions() {
         ..CodeInfo::new(7, "hotcold", JitKind::Baseline)
     };
     let code = heap.reserve(0x100).unwrap().publish(info).unwrap();
-    let reader = m.register().unwrap();
-    let g = reader.pin().unwrap();
-    let b = m.find(&g, code.start() + 0x70).unwrap().unwrap();
+    let reader = m.register_reader().unwrap();
+    let g = m.pin(&reader).unwrap();
+    let b = g.find(code.start() + 0x70).unwrap();
     assert_eq!(
         b.region(),
         RegionInfo {
@@ -116,7 +117,7 @@ fn jit_cold_part_reports_regions() {
             cold_size: 0xA0
         }
     );
-    assert_eq!(b.relative_offset(), 0x70);
+    assert_eq!(b.offset(), 0x70);
     assert_eq!((b.funclet_start(), b.is_funclet()), (code.start(), false));
 }
 
@@ -124,19 +125,20 @@ fn jit_cold_part_reports_regions() {
 fn stubs_and_free_space() {
     let m = ExecutionManager::new(4);
     let heap = small_heap(&m);
-    let stub = heap.reserve(32).unwrap().publish_stub(2).unwrap();
-    let reader = m.register().unwrap();
-    let g = reader.pin().unwrap();
+    let stub = heap
+        .reserve(32)
+        .unwrap()
+        .publish_stub(StubKind::new(2).unwrap())
+        .unwrap();
+    let reader = m.register_reader().unwrap();
+    let g = m.pin(&reader).unwrap();
     assert!(
-        matches!(m.classify(&g, stub.start() + 5).unwrap(), Lookup::Stub { kind: 2, start, size: 32 } if start == stub.start())
+        matches!(g.classify(stub.start() + 5), Lookup::Stub { kind, start, size: 32 } if kind.get() == 2 && start == stub.start())
     );
-    assert!(m.find(&g, stub.start() + 5).unwrap().is_none());
-    assert_eq!(m.entry_to_method(&g, stub.start()).unwrap(), None);
-    assert!(matches!(
-        m.classify(&g, stub.start() + 0x1000).unwrap(),
-        Lookup::Nothing
-    ));
-    assert!(matches!(m.classify(&g, 0x10).unwrap(), Lookup::Nothing));
+    assert!(g.find(stub.start() + 5).is_none());
+    assert_eq!(g.entry_to_method(stub.start()), None);
+    assert!(matches!(g.classify(stub.start() + 0x1000), Lookup::Nothing));
+    assert!(matches!(g.classify(0x10), Lookup::Nothing));
 }
 
 const IMG: usize = 0x5555_0000_0000;
@@ -191,8 +193,8 @@ fn image() -> ImageInfo {
 fn image_main_body_funclet_cold_part_and_thunks() {
     let m = ExecutionManager::new(4);
     assert_eq!(m.load_image(image()), Ok(IMG));
-    let reader = m.register().unwrap();
-    let g = reader.pin().unwrap();
+    let reader = m.register_reader().unwrap();
+    let g = m.pin(&reader).unwrap();
     // (address, method, start, relative offset, funclet start, unwind tag)
     let cases = [
         (0x1010, 100, 0x1000, 0x10, 0x1000, 0),
@@ -204,9 +206,9 @@ fn image_main_body_funclet_cold_part_and_thunks() {
         (0x1300, 300, 0x1300, 0, 0x1300, 3),
     ];
     for (rel, id, start, offset, funclet, tag) in cases {
-        let b = m.find(&g, IMG + rel).unwrap().unwrap();
+        let b = g.find(IMG + rel).unwrap();
         assert_eq!(
-            (b.method_id(), b.start(), b.relative_offset()),
+            (b.method_id(), b.start(), b.offset()),
             (id, IMG + start, offset),
             "{rel:#x}"
         );
@@ -218,7 +220,7 @@ fn image_main_body_funclet_cold_part_and_thunks() {
             (IMG, JitKind::Precompiled, None)
         );
     }
-    let a = m.find(&g, IMG + 0x1000).unwrap().unwrap();
+    let a = g.find(IMG + 0x1000).unwrap();
     assert_eq!(
         a.region(),
         RegionInfo {
@@ -228,7 +230,7 @@ fn image_main_body_funclet_cold_part_and_thunks() {
         }
     );
     assert_eq!(a.debug_at().map(|r| r.line), Some(5));
-    let b = m.find(&g, IMG + 0x8088).unwrap().unwrap();
+    let b = g.find(IMG + 0x8088).unwrap();
     assert_eq!(
         b.region(),
         RegionInfo {
@@ -238,7 +240,7 @@ fn image_main_body_funclet_cold_part_and_thunks() {
         }
     );
     assert_eq!(b.gc_info().map(|g| g.version), Some(1));
-    let c = m.find(&g, IMG + 0x1300).unwrap().unwrap();
+    let c = g.find(IMG + 0x1300).unwrap();
     assert_eq!(
         c.region(),
         RegionInfo {
@@ -247,35 +249,23 @@ fn image_main_body_funclet_cold_part_and_thunks() {
             cold_size: 0
         }
     );
-    assert!(matches!(
-        m.classify(&g, IMG + 0x9000).unwrap(),
-        Lookup::Thunk
-    ));
-    assert!(matches!(
-        m.classify(&g, IMG + 0x90FF).unwrap(),
-        Lookup::Thunk
-    ));
+    assert!(matches!(g.classify(IMG + 0x9000), Lookup::Thunk));
+    assert!(matches!(g.classify(IMG + 0x90FF), Lookup::Thunk));
     for gap in [0x0, 0xFFF, 0x1140, 0x11FF, 0x1310, 0x8090, 0x9100, 0xFFFF] {
-        assert!(
-            matches!(m.classify(&g, IMG + gap).unwrap(), Lookup::Nothing),
-            "{gap:#x}"
-        );
+        assert!(matches!(g.classify(IMG + gap), Lookup::Nothing), "{gap:#x}");
     }
-    assert!(matches!(
-        m.classify(&g, IMG + 0x10000).unwrap(),
-        Lookup::Nothing
-    ));
-    assert_eq!(m.entry_to_method(&g, IMG + 0x1200).unwrap(), Some(200));
+    assert!(matches!(g.classify(IMG + 0x10000), Lookup::Nothing));
+    assert_eq!(g.entry_to_method(IMG + 0x1200), Some(200));
     assert_eq!(
-        m.entry_to_method(&g, IMG + 0x1100).unwrap(),
+        g.entry_to_method(IMG + 0x1100),
         None,
         "a funclet is not an entry"
     );
-    assert_eq!(m.entry_to_method(&g, IMG + 0x1001).unwrap(), None);
+    assert_eq!(g.entry_to_method(IMG + 0x1001), None);
     drop(g);
     m.unload_image(IMG).unwrap();
-    let g = reader.pin().unwrap();
-    assert!(m.find(&g, IMG + 0x1010).unwrap().is_none());
+    let g = m.pin(&reader).unwrap();
+    assert!(g.find(IMG + 0x1010).is_none());
 }
 
 #[test]
@@ -376,22 +366,17 @@ fn a_thousand_heaps() {
                 .unwrap()
         })
         .collect();
-    let reader = m.register().unwrap();
-    let g = reader.pin().unwrap();
+    let reader = m.register_reader().unwrap();
+    let g = m.pin(&reader).unwrap();
     for (i, (h, c)) in heaps.iter().zip(&codes).enumerate() {
         for ip in [c.start(), c.start() + 99] {
-            let b = m.find(&g, ip).unwrap().unwrap();
+            let b = g.find(ip).unwrap();
             assert_eq!((b.method_id(), b.start()), (i as u64, c.start()));
         }
-        assert!(m.find(&g, c.start() + 100).unwrap().is_none());
+        assert!(g.find(c.start() + 100).is_none());
+        assert!(g.section(h.base()).is_some_and(|s| s.begin() == h.base()));
         assert!(
-            m.section(&g, h.base())
-                .unwrap()
-                .is_some_and(|s| s.begin() == h.base())
-        );
-        assert!(
-            m.section(&g, h.base() + 65535)
-                .unwrap()
+            g.section(h.base() + 65535)
                 .is_some_and(|s| s.begin() == h.base())
         );
     }
@@ -410,13 +395,13 @@ fn dropping_a_heap_waits_for_readers_in_another_thread() {
     let (pinned, dropped) = (Barrier::new(2), Barrier::new(2));
     std::thread::scope(|s| {
         s.spawn(|| {
-            let reader = m.register().unwrap();
-            let g = reader.pin().unwrap();
-            let b = m.find(&g, code.start() + 3).unwrap().unwrap();
+            let reader = m.register_reader().unwrap();
+            let g = m.pin(&reader).unwrap();
+            let b = g.find(code.start() + 3).unwrap();
             pinned.wait();
             dropped.wait();
             // The heap is unregistered, but this guard keeps its memory mapped.
-            assert!(m.find(&g, code.start() + 3).unwrap().is_none());
+            assert!(g.find(code.start() + 3).is_none());
             assert_eq!((b.method_id(), b.name()), (11, Some("doomed")));
             // SAFETY: the block's code bytes stay mapped while the guard is held.
             let bytes = unsafe { std::slice::from_raw_parts(b.start() as *const u8, 64) };
@@ -425,14 +410,14 @@ fn dropping_a_heap_waits_for_readers_in_another_thread() {
         pinned.wait();
         drop(heap);
         assert_eq!(
-            m.try_reclaim(),
+            m.try_reclaim_sections(),
             0,
             "a reader pinned before the removal holds it"
         );
         assert!(weak.upgrade().is_some(), "still mapped");
         dropped.wait();
     });
-    assert_eq!(m.try_reclaim(), 1);
+    assert_eq!(m.try_reclaim_sections(), 1);
     assert!(
         weak.upgrade().is_none(),
         "unmapped after the reader unpinned"
@@ -474,7 +459,8 @@ fn manager_agrees_with_the_heap_at_every_byte() {
                 };
                 let r = heap.reserve(size).unwrap();
                 refs.push(if with_stubs && id % 7 == 3 {
-                    r.publish_stub(1 + (id % 15) as u8).unwrap()
+                    r.publish_stub(StubKind::new(1 + (id % 15) as u8).unwrap())
+                        .unwrap()
                 } else {
                     r.publish(CodeInfo::new(id, "m", JitKind::Baseline))
                         .unwrap()
@@ -483,8 +469,8 @@ fn manager_agrees_with_the_heap_at_every_byte() {
             for r in refs.iter().step_by(5) {
                 heap.free(*r).unwrap();
             }
-            let reader = m.register().unwrap();
-            let g = reader.pin().unwrap();
+            let reader = m.register_reader().unwrap();
+            let g = m.pin(&reader).unwrap();
             let end = refs
                 .iter()
                 .map(|r| r.start() + r.size() as usize)
@@ -495,14 +481,12 @@ fn manager_agrees_with_the_heap_at_every_byte() {
             for ip in heap.base()..end {
                 let expected = heap.find(&g, ip).unwrap().map(|b| match b.kind() {
                     BlockKind::Method(h) => (false, b.start(), b.offset(), h.method_id()),
-                    BlockKind::Stub(k) => (true, b.start(), b.offset(), u64::from(k)),
+                    BlockKind::Stub(k) => (true, b.start(), b.offset(), u64::from(k.get())),
                 });
-                let got = match m.classify(&g, ip).unwrap() {
-                    Lookup::Method(b) => {
-                        Some((false, b.start(), b.relative_offset(), b.method_id()))
-                    }
+                let got = match g.classify(ip) {
+                    Lookup::Method(b) => Some((false, b.start(), b.offset(), b.method_id())),
                     Lookup::Stub { kind, start, .. } => {
-                        Some((true, start, (ip - start) as u64, u64::from(kind)))
+                        Some((true, start, (ip - start) as u64, u64::from(kind.get())))
                     }
                     Lookup::Nothing => None,
                     Lookup::Thunk | Lookup::TooFar => panic!("no thunks in a heap, no cap"),
@@ -562,7 +546,10 @@ fn random_heaps_answer_every_byte_like_the_model() {
                 r.code_mut().fill(0xCC);
                 let code = if rng.chance(15) {
                     let kind = rng.range(1, 15) as u8;
-                    (r.publish_stub(kind).unwrap(), Some(kind))
+                    (
+                        r.publish_stub(StubKind::new(kind).unwrap()).unwrap(),
+                        Some(kind),
+                    )
                 } else {
                     let info = CodeInfo::new(id, format!("m{id}"), JitKind::Optimized);
                     (r.publish(info).unwrap(), None)
@@ -587,20 +574,23 @@ fn random_heaps_answer_every_byte_like_the_model() {
                     };
                 }
             }
-            let reader = m.register().unwrap();
-            let guard = reader.pin().unwrap();
+            let reader = m.register_reader().unwrap();
+            let guard = m.pin(&reader).unwrap();
             for ip in base - 4096..base + SPAN + 4096 {
                 let expected = ip
                     .checked_sub(base)
                     .and_then(|o| model.get(o))
                     .copied()
                     .unwrap_or(Byte::Free);
-                let classified = match m.classify(&guard, ip).unwrap() {
+                let classified = match guard.classify(ip) {
                     Lookup::Method(b) => Byte::Method {
                         start: b.start(),
                         id: b.method_id(),
                     },
-                    Lookup::Stub { kind, start, .. } => Byte::Stub { start, kind },
+                    Lookup::Stub { kind, start, .. } => Byte::Stub {
+                        start,
+                        kind: kind.get(),
+                    },
                     Lookup::Nothing => Byte::Free,
                     other => panic!("{version} seed {seed} ip {ip:#x}: {other:?}"),
                 };
@@ -617,7 +607,7 @@ fn random_heaps_answer_every_byte_like_the_model() {
                         },
                         BlockKind::Stub(kind) => Byte::Stub {
                             start: b.start(),
-                            kind,
+                            kind: kind.get(),
                         },
                     }
                 });

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use jitmap::perf::check::{Body, check};
 use jitmap::perf::{PerfConfig, PerfError, PerfMode};
-use jitmap::{CodeInfo, ExecutionManager, HeapConfig, JitKind, ManagedHeap};
+use jitmap::{CodeInfo, ExecutionManager, HeapConfig, JitKind, OwnedHeap};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -20,7 +20,7 @@ fn temp_dir(name: &str) -> PathBuf {
     dir
 }
 
-fn heap(m: &ExecutionManager) -> ManagedHeap<'_> {
+fn heap(m: &ExecutionManager) -> OwnedHeap {
     m.create_heap(HeapConfig {
         span: 1 << 20,
         ..HeapConfig::default()
@@ -28,7 +28,7 @@ fn heap(m: &ExecutionManager) -> ManagedHeap<'_> {
     .unwrap()
 }
 
-fn publish_n(heap: &ManagedHeap<'_>, first_id: u64, n: u64) -> Vec<usize> {
+fn publish_n(heap: &OwnedHeap, first_id: u64, n: u64) -> Vec<usize> {
     let starts = (first_id..first_id + n)
         .map(|id| {
             let mut r = heap.reserve(16).unwrap();

@@ -4,6 +4,7 @@
 use std::cell::{Cell, RefCell};
 
 use jitmap::heap::MemoryMode;
+use jitmap::heap::StubKind;
 use jitmap::remote::{
     self, Memory, MemoryImage, ProcessMemory, RemoteError, RemoteReader, RemoteSection, Resolution,
     SectionKind, Unknown,
@@ -30,7 +31,7 @@ impl Rng {
 }
 
 /// A 1 MiB v2 heap of `manager`.
-fn small_heap(manager: &ExecutionManager) -> jitmap::ManagedHeap<'_> {
+fn small_heap(manager: &ExecutionManager) -> jitmap::OwnedHeap {
     manager
         .create_heap(HeapConfig {
             span: 1 << 20,
@@ -48,18 +49,18 @@ fn publish(heap: &jitmap::CodeHeap, id: u64, size: u64) -> CodeRef {
 
 /// What the in-process manager says `ip` is, in the remote reader's terms.
 fn expected(manager: &ExecutionManager, ip: usize) -> Resolution {
-    let reader = manager.register().unwrap();
-    let guard = reader.pin().unwrap();
+    let reader = manager.register_reader().unwrap();
+    let guard = manager.pin(&reader).unwrap();
     let heap_id = manager
         .heaps()
         .iter()
         .find(|h| h.contains(ip))
         .map(|h| h.id());
-    match manager.find(&guard, ip).unwrap() {
+    match guard.find(ip) {
         Some(block) if block.is_jit() => Resolution::Method(remote::RemoteMethod {
             heap_id: heap_id.unwrap(),
             start: block.start() as u64,
-            offset: block.relative_offset(),
+            offset: block.offset(),
             size: block.region().hot_size,
             method_id: block.method_id(),
             name: block.name().unwrap().to_string(),
@@ -228,9 +229,9 @@ fn a_heap_dropped_during_the_lookup_is_nothing() {
 
 #[test]
 fn a_manager_dropped_during_the_lookup_is_retried_not_an_error() {
-    let manager = std::sync::Arc::new(ExecutionManager::new(4));
+    let manager = ExecutionManager::new(4);
     let heap = manager
-        .create_owned_heap(HeapConfig {
+        .create_heap(HeapConfig {
             span: 1 << 20,
             ..HeapConfig::default()
         })
@@ -276,7 +277,8 @@ fn listing_names_every_live_block_and_section() {
         for id in 0..300u64 {
             if id % 10 == 3 {
                 let r = heap.reserve(24).unwrap();
-                r.publish_stub(1 + (id % 15) as u8).unwrap();
+                r.publish_stub(StubKind::new(1 + (id % 15) as u8).unwrap())
+                    .unwrap();
             } else {
                 let code = publish(heap, 1000 * h as u64 + id, 1 + rng.next() % 2000);
                 if id % 7 == 0 {

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use jitmap::epoch::with_current_reader;
 mod signals;
 
-use jitmap::{CodeInfo, EpochError, ExecutionManager, HeapConfig, JitKind, ManagedHeap};
+use jitmap::{CodeInfo, EpochError, ExecutionManager, HeapConfig, JitKind, OwnedHeap};
 
 /// Counts allocations made while a handler runs.
 struct Counting;
@@ -63,8 +63,8 @@ extern "C" fn on_sigprof(_: libc::c_int) {
     // Relaxed: set by the interrupted thread before it raised the signal.
     let ip = IP.load(Ordering::Relaxed);
     let id = with_current_reader(|reader| {
-        let guard = reader.pin().ok()?;
-        let block = manager.find(&guard, ip).ok()??;
+        let guard = manager.pin(reader).ok()?;
+        let block = guard.find(ip)?;
         Some(block.method_id())
     });
     match id {
@@ -76,7 +76,7 @@ extern "C" fn on_sigprof(_: libc::c_int) {
     IN_HANDLER.with(|h| h.set(false));
 }
 
-fn heap(m: &ExecutionManager) -> ManagedHeap<'_> {
+fn heap(m: &ExecutionManager) -> OwnedHeap {
     m.create_heap(HeapConfig {
         span: 1 << 20,
         ..HeapConfig::default()
@@ -114,9 +114,9 @@ fn a_handler_finds_its_threads_reader_without_allocating() {
     for i in 0..5_000 {
         if i % 2 == 0 {
             // The handler nests under a pin of the same reader.
-            let guard = bound.reader().pin().unwrap();
+            let guard = manager.pin(bound.reader()).unwrap();
             raise();
-            let b = manager.find(&guard, code.start()).unwrap().unwrap();
+            let b = guard.find(code.start()).unwrap();
             assert_eq!(b.method_id(), 42);
         } else {
             raise();

@@ -105,11 +105,12 @@ impl fmt::Display for CliError {
     }
 }
 
+/// `Io` shows the I/O error's message, so its source is that error's own.
 impl std::error::Error for CliError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Self::Input(_) | Self::Failed(_) => None,
-            Self::Io(e) => Some(e),
+            Self::Io(e) => e.source(),
         }
     }
 }

@@ -33,12 +33,26 @@ impl Near {
 
 #[derive(Arbitrary, Debug)]
 enum Op {
-    Reserve { size: Near, align: Near },
+    Reserve {
+        size: Near,
+        align: Near,
+    },
     /// A reservation `delta` bytes short of (or past) the largest one.
-    ReserveTop { delta: i16, align_log: u8 },
-    Find { addr: Near },
-    FindNearHeap { delta: i32, from_end: bool },
-    Image { base: Near, size: Near },
+    ReserveTop {
+        delta: i16,
+        align_log: u8,
+    },
+    Find {
+        addr: Near,
+    },
+    FindNearHeap {
+        delta: i32,
+        from_end: bool,
+    },
+    Image {
+        base: Near,
+        size: Near,
+    },
 }
 
 #[derive(Arbitrary, Debug)]
@@ -87,7 +101,7 @@ fuzz_target!(|input: Input| {
         Err(e) => panic!("span {span:#x}: {e:?}"),
     };
     let (base, span) = (heap.base(), heap.span());
-    let reader = manager.register().unwrap();
+    let reader = manager.register_reader().unwrap();
     let mut images = Vec::new();
     for op in input.ops.iter().take(64) {
         let reserve = match *op {
@@ -125,13 +139,13 @@ fuzz_target!(|input: Input| {
                     let published = r
                         .publish(CodeInfo::new(7, "edge", JitKind::Optimized))
                         .unwrap();
-                    let g = reader.pin().unwrap();
+                    let g = manager.pin(&reader).unwrap();
                     for (ip, offset) in [(start, 0), (start + size as usize - 1, size - 1)] {
-                        let b = manager.find(&g, ip).unwrap().expect("inside the block");
-                        assert_eq!((b.start(), b.relative_offset()), (start, offset));
+                        let b = g.find(ip).expect("inside the block");
+                        assert_eq!((b.start(), b.offset()), (start, offset));
                     }
-                    assert!(manager.find(&g, start + size as usize).unwrap().is_none());
-                    assert!(manager.find(&g, start - 1).unwrap().is_none());
+                    assert!(g.find(start + size as usize).is_none());
+                    assert!(g.find(start - 1).is_none());
                     drop(g);
                     heap.free(published).unwrap();
                 }
@@ -141,33 +155,24 @@ fuzz_target!(|input: Input| {
         match *op {
             Op::Find { addr } => {
                 let ip = addr.value() as usize;
-                let g = reader.pin().unwrap();
+                let g = manager.pin(&reader).unwrap();
                 let inside_image = images
                     .iter()
                     .any(|&(b, s): &(usize, usize)| ip >= b && ip - b < s);
                 // Nothing is live in the heap between operations, and the images
                 // have no functions: every address resolves to nothing.
-                assert!(manager.find(&g, ip).unwrap().is_none());
-                assert!(matches!(manager.classify(&g, ip).unwrap(), Lookup::Nothing));
+                assert!(g.find(ip).is_none());
+                assert!(matches!(g.classify(ip), Lookup::Nothing));
                 let in_heap = ip.wrapping_sub(base) < span as usize;
-                assert_eq!(
-                    manager.section(&g, ip).unwrap().is_some(),
-                    in_heap || inside_image,
-                    "{ip:#x}"
-                );
-                assert!(
-                    manager
-                        .find_return_address(&g, ip)
-                        .unwrap()
-                        .is_none()
-                );
+                assert_eq!(g.section(ip).is_some(), in_heap || inside_image, "{ip:#x}");
+                assert!(g.find_return_address(ip).is_none());
             }
             Op::FindNearHeap { delta, from_end } => {
                 let edge = if from_end { base + span as usize } else { base };
                 let ip = edge.wrapping_add(delta as isize as usize);
-                let g = reader.pin().unwrap();
+                let g = manager.pin(&reader).unwrap();
                 assert!(heap.find(&g, ip).unwrap().is_none());
-                assert!(manager.find(&g, ip).unwrap().is_none());
+                assert!(g.find(ip).is_none());
             }
             Op::Image { base: b, size } => {
                 let (b, size) = (b.value() as usize, size.value() as usize);

@@ -3,7 +3,7 @@
 #![no_main]
 
 use arbitrary::Arbitrary;
-use jitmap::heap::{BlockKind, JitKind};
+use jitmap::heap::{BlockKind, JitKind, StubKind};
 use jitmap::{CodeHeap, CodeInfo, CodeRef, Domain, HeapConfig, HeapError, MapVersion, MemoryMode};
 use jitmap_testkit::model::MapModel;
 use libfuzzer_sys::fuzz_target;
@@ -92,9 +92,14 @@ fuzz_target!(|input: Input| {
             }
             Op::PublishStub { index, kind } if !pending.is_empty() => {
                 let r = pending.swap_remove(usize::from(index) % pending.len());
-                match r.publish_stub(kind) {
-                    Ok(code) => live.push((code, u64::from(kind), true)),
-                    Err(e) => assert_eq!(e, HeapError::BadStubKind { kind }),
+                // A bad kind is refused when it is made; the reservation is
+                // then aborted, as a failed publish would give it back.
+                match StubKind::try_from(kind) {
+                    Ok(stub) => live.push((r.publish_stub(stub).unwrap(), u64::from(kind), true)),
+                    Err(e) => {
+                        assert_eq!(e, HeapError::BadStubKind { kind });
+                        r.abort();
+                    }
                 }
             }
             Op::Abort { index } if !pending.is_empty() => {
@@ -184,7 +189,7 @@ fn check(heap: &CodeHeap, reader: &jitmap::Reader, live: &[(CodeRef, u64, bool)]
         .map(|&(c, id, stub)| (c.start(), (ip - c.start()) as u64, id, stub));
     let found = heap.find(&guard, ip).unwrap().map(|b| match b.kind() {
         BlockKind::Method(h) => (b.start(), b.offset(), h.method_id(), false),
-        BlockKind::Stub(k) => (b.start(), b.offset(), u64::from(k), true),
+        BlockKind::Stub(k) => (b.start(), b.offset(), u64::from(k.get()), true),
     });
     assert_eq!(found, expected, "ip {ip:#x}");
 }

@@ -75,7 +75,8 @@ fuzz_target!(|ops: Vec<Op>| {
                     .filter(|(_, (e, _))| a < *e)
                     .map(|(&b, &(e, v))| (b, e, v));
                 assert_eq!(
-                    map.find(&guard, a).unwrap()
+                    map.find(&guard, a)
+                        .unwrap()
                         .map(|s| (s.begin(), s.end(), *s.value())),
                     expected
                 );

@@ -65,5 +65,9 @@ fuzz_target!(|input: Input| {
     let _ = reader.sections();
     // One manager, four attempts: levels, 32 fragments, a capped v1 walk over
     // start and end words, and a few fixed reads each.
-    assert!(reader.stats().max_reads <= 4 * (16 + 32 + 2 * 1025), "{:?}", reader.stats());
+    assert!(
+        reader.stats().max_reads <= 4 * (16 + 32 + 2 * 1025),
+        "{:?}",
+        reader.stats()
+    );
 });

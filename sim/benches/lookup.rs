@@ -45,8 +45,8 @@ fn tail_of_method(c: &mut Criterion) {
     let manager = ExecutionManager::new(4);
     let (sizes, at) = shared_sizes();
     let fixture = Fixture::new(&manager, &sizes).unwrap();
-    let reader = manager.register().unwrap();
-    let guard = reader.pin().unwrap();
+    let reader = manager.register_reader().unwrap();
+    let guard = manager.pin(&reader).unwrap();
     for (&size, &i) in TAIL_SIZES.iter().zip(&at) {
         let (start, _) = fixture.blocks()[i];
         let tail = [start + size as usize - 1];
@@ -72,8 +72,8 @@ fn random(c: &mut Criterion) {
     let manager = ExecutionManager::new(4);
     let (sizes, _) = shared_sizes();
     let fixture = Fixture::new(&manager, &sizes).unwrap();
-    let reader = manager.register().unwrap();
-    let guard = reader.pin().unwrap();
+    let reader = manager.register_reader().unwrap();
+    let guard = manager.pin(&reader).unwrap();
     let by_bytes = fixture.random_addresses(&mut Rng::new(23), 1 << 16);
     let by_method = fixture.random_method_addresses(&mut Rng::new(31), 1 << 16);
     for (name, addresses) in [("random_ip", &by_bytes), ("random_method", &by_method)] {

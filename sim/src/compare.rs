@@ -197,7 +197,7 @@ impl Visitor for Batch<'_> {
 /// between sets, such as v2 at 64 MiB against v2 at 64 B) hold through it.
 fn measure_all(
     fixture: &Fixture<'_>,
-    guard: &jitmap::Guard<'_>,
+    guard: &jitmap::ManagerGuard<'_>,
     sets: &[&[usize]],
     timing: Timing,
 ) -> Vec<Vec<(Structure, f64)>> {
@@ -262,10 +262,10 @@ pub fn run(quick: bool) -> Result<Report, BoxError> {
     let manager = ExecutionManager::new(4);
     let (sizes, tail_at) = shared_sizes();
     let fixture = Fixture::new(&manager, &sizes)?;
-    let reader = manager.register()?;
+    let reader = manager.register_reader()?;
     let by_bytes = fixture.random_addresses(&mut Rng::new(23), 1 << 16);
     {
-        let guard = reader.pin()?;
+        let guard = manager.pin(&reader)?;
         let mut tails = Vec::new();
         for (&size, &i) in TAIL_SIZES.iter().zip(&tail_at) {
             let (start, _) = fixture.blocks()[i];
@@ -336,8 +336,8 @@ fn many_heaps(timing: Timing) -> Result<Vec<(&'static str, f64)>, BoxError> {
         .iter()
         .map(|&a| many.locate(a).ok_or("an address outside every heap"))
         .collect::<Result<_, _>>()?;
-    let reader = many.manager.register()?;
-    let guard = reader.pin()?;
+    let reader = many.manager.register_reader()?;
+    let guard = many.manager.pin(&reader)?;
     let indices: Vec<usize> = (0..addresses.len()).collect();
     let floor = Closure(|i: usize| {
         let (words, offset) = located[i];
@@ -350,20 +350,8 @@ fn many_heaps(timing: Timing) -> Result<Vec<(&'static str, f64)>, BoxError> {
             .filter(|(_, (end, _))| a < *end)
             .map(|(_, &(_, i))| i)
     });
-    let range_map = Closure(|a: usize| {
-        many.manager
-            .section(&guard, a)
-            .ok()
-            .flatten()
-            .map(|s| s.begin())
-    });
-    let manager = Closure(|a: usize| {
-        many.manager
-            .find(&guard, a)
-            .ok()
-            .flatten()
-            .map(|b| b.start())
-    });
+    let range_map = Closure(|a: usize| guard.section(a).map(|s| s.begin()));
+    let manager = Closure(|a: usize| guard.find(a).map(|b| b.start()));
     // Interleaved rounds, as in `measure_all`.
     let iters = [
         calibrate(&floor, &indices, timing),
@@ -400,7 +388,7 @@ pub fn throughput(
         for r in 0..readers {
             let (stop, total) = (&stop, &total);
             s.spawn(move || {
-                let Ok(reader) = fixture.manager().register() else {
+                let Ok(reader) = fixture.manager().register_reader() else {
                     return;
                 };
                 // Each reader walks the addresses with its own odd stride (a
@@ -414,17 +402,12 @@ pub fn throughput(
                 let mut count = 0u64;
                 // Relaxed: a stop flag; no data rides on it.
                 while !stop.load(Ordering::Relaxed) {
-                    let Ok(guard) = reader.pin() else { return };
+                    let Ok(guard) = fixture.manager().pin(&reader) else {
+                        return;
+                    };
                     for _ in 0..256 {
                         i = (i + stride) & (addresses.len() - 1);
-                        black_box(
-                            fixture
-                                .manager()
-                                .find(&guard, addresses[i])
-                                .ok()
-                                .flatten()
-                                .map(|b| b.start()),
-                        );
+                        black_box(guard.find(addresses[i]).map(|b| b.start()));
                     }
                     count += 256;
                 }

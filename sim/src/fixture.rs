@@ -17,13 +17,12 @@
 //! per structure, with no dispatch and no handle to resolve inside it.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use jitmap::heap::JitKind;
 use jitmap::nibble::encoding::{decode_pointer, is_pointer, start_at_or_before, word_index};
 use jitmap::words::{MmapWords, WordRead};
 use jitmap::{
-    CodeHeap, CodeInfo, ExecutionManager, Guard, HeapConfig, ManagedHeap, MapVersion, MapWriter,
+    CodeHeap, CodeInfo, ExecutionManager, Guard, HeapConfig, ManagerGuard, MapVersion, MapWriter,
     NibbleMap, OwnedHeap,
 };
 use parking_lot::RwLock;
@@ -105,18 +104,13 @@ impl Finder for Heap<'_> {
 }
 
 struct Manager<'a> {
-    manager: &'a ExecutionManager,
-    guard: &'a Guard<'a>,
+    guard: &'a ManagerGuard<'a>,
 }
 
 impl Finder for Manager<'_> {
     #[inline(always)]
     fn find(&self, addr: usize) -> Option<usize> {
-        self.manager
-            .find(self.guard, addr)
-            .ok()
-            .flatten()
-            .map(|b| b.start())
+        self.guard.find(addr).map(|b| b.start())
     }
 }
 
@@ -150,7 +144,7 @@ impl Finder for Sorted<'_> {
 /// One set of methods, held by every structure.
 pub struct Fixture<'m> {
     manager: &'m ExecutionManager,
-    heap: ManagedHeap<'m>,
+    heap: OwnedHeap,
     v1: MapWriter<MmapWords>,
     btree: RwLock<BTreeMap<usize, usize>>,
     sorted: Vec<(usize, usize)>,
@@ -204,7 +198,7 @@ impl<'m> Fixture<'m> {
     }
 
     /// The manager's heap.
-    pub fn heap(&self) -> &ManagedHeap<'m> {
+    pub fn heap(&self) -> &OwnedHeap {
         &self.heap
     }
 
@@ -214,11 +208,11 @@ impl<'m> Fixture<'m> {
     }
 
     /// Hands `structure`'s finder to `visitor`; `heap` and `manager` look up
-    /// under `guard`.
+    /// under `guard` (pinned for this fixture's manager).
     pub fn visit<V: Visitor>(
         &self,
         structure: Structure,
-        guard: &Guard<'_>,
+        guard: &ManagerGuard<'_>,
         visitor: V,
     ) -> V::Output {
         let base = self.heap.base();
@@ -239,17 +233,19 @@ impl<'m> Fixture<'m> {
                 heap: self.heap.heap(),
                 guard,
             }),
-            Structure::Manager => visitor.visit(Manager {
-                manager: self.manager,
-                guard,
-            }),
+            Structure::Manager => visitor.visit(Manager { guard }),
             Structure::BTreeRwLock => visitor.visit(BTree(&self.btree)),
             Structure::SortedVec => visitor.visit(Sorted(&self.sorted)),
         }
     }
 
     /// One lookup with `structure` (dispatched; for checks, not for timing).
-    pub fn lookup(&self, structure: Structure, guard: &Guard<'_>, addr: usize) -> Option<usize> {
+    pub fn lookup(
+        &self,
+        structure: Structure,
+        guard: &ManagerGuard<'_>,
+        addr: usize,
+    ) -> Option<usize> {
         struct Once(usize);
         impl Visitor for Once {
             type Output = Option<usize>;
@@ -361,7 +357,7 @@ pub fn realistic_sizes(count: usize, seed: u64) -> Vec<u64> {
 /// range map is for.
 pub struct ManyHeaps {
     /// The manager holding every heap.
-    pub manager: Arc<ExecutionManager>,
+    pub manager: ExecutionManager,
     /// The heaps, in creation order.
     pub heaps: Vec<OwnedHeap>,
     /// Heap start → (end, index), as a host without a range map would keep it.
@@ -373,12 +369,12 @@ pub struct ManyHeaps {
 impl ManyHeaps {
     /// `heaps` heaps of 1 MiB, each holding `methods` methods of realistic sizes.
     pub fn new(heaps: usize, methods: usize, seed: u64) -> Result<Self, BoxError> {
-        let manager = Arc::new(ExecutionManager::new(8));
+        let manager = ExecutionManager::new(8);
         let mut rng = Rng::new(seed);
         let mut owned = Vec::new();
         let mut blocks = Vec::new();
         for _ in 0..heaps {
-            let heap = manager.create_owned_heap(HeapConfig {
+            let heap = manager.create_heap(HeapConfig {
                 span: 1 << 20,
                 huge_pages: false,
                 ..HeapConfig::default()

@@ -1,7 +1,6 @@
 //! The agent on the demo host: the leaves' shares, their exact stacks, and
 //! agreement with real `perf` on the same run.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use jitmap::ExecutionManager;
@@ -25,7 +24,7 @@ fn leaves_get_their_share_and_their_exact_stack() {
         return;
     }
     let _one = one_run();
-    let manager = Arc::new(ExecutionManager::new(16));
+    let manager = ExecutionManager::new(16);
     // Wall clock: a high-resolution timer (CPU-time timers tick at CONFIG_HZ).
     let run = profile::run(&manager, 2000, Clock::Wall, Duration::from_millis(1600)).unwrap();
     let p = &run.profile;

@@ -42,7 +42,7 @@ enum LogEntry {
 /// Listens on the manager's code events for the collector.
 pub(crate) struct EventListener {
     pub(crate) log: Arc<EventLog>,
-    pub(crate) manager: Arc<ExecutionManager>,
+    pub(crate) manager: ExecutionManager,
 }
 
 impl CodeListener for EventListener {

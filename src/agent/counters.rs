@@ -81,7 +81,7 @@ pub unsafe extern "C" fn jitmap_probe_count(cell: *const CounterCell) -> u32 {
         return 0;
     }
     // Relaxed: the flag only elects one caller; `pending` publishes the crossing.
-    let elected = if crate::defect!(CheckThenSetCrossing) {
+    let elected = if crate::sync::defect!(CheckThenSetCrossing) {
         // Relaxed: the seeded defect's racy election (two callers can both win).
         let was = cell.state.load(Ordering::Relaxed);
         // Relaxed: as above.

@@ -9,8 +9,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering, compiler_fence};
 
-use crate::manager::Lookup;
-use crate::{ExecutionManager, Guard};
+use crate::manager::{Lookup, ManagerGuard};
 
 use super::record::{FrameKind, RECORD_MAGIC, RawFrame, SampleHeader, ThreadRecord};
 
@@ -187,20 +186,19 @@ pub(crate) fn sample_synchronously(record: &ThreadRecord) {
 /// Pins, walks and pushes one sample; the caller is the ring's only producer.
 #[inline(always)]
 fn push_sample(record: &ThreadRecord, regs: Registers) {
-    let Ok(guard) = record.reader.0.pin() else {
+    let Ok(guard) = record.manager.pin(&record.reader.0) else {
         // Nested too deeply to pin: count the sample as dropped.
         record.samples.count_drop();
         return;
     };
     let begin_ns = crate::events::monotonic_ns();
-    let manager = &*record.manager;
     let mut lookups = 0u64;
     // SAFETY: one producer at a time: the handler (its signal is blocked while
     // it runs, so it does not nest) or a synchronous sample, during which the
     // handler does not push (`busy`).
     unsafe {
         record.samples.push(|header, frames| {
-            let depth = walk(manager, &guard, record, regs, frames);
+            let depth = walk(&guard, record, regs, frames);
             lookups = depth as u64;
             *header = SampleHeader {
                 begin_ns,
@@ -256,8 +254,7 @@ fn current_registers() -> Registers {
 
 /// Walks the stack from `regs` into `frames`; returns the frames written.
 pub(crate) fn walk(
-    manager: &ExecutionManager,
-    guard: &Guard<'_>,
+    guard: &ManagerGuard<'_>,
     record: &ThreadRecord,
     regs: Registers,
     frames: &mut [RawFrame],
@@ -269,7 +266,7 @@ pub(crate) fn walk(
         lo: record.stack_lo.max(regs.sp),
         hi: record.stack_hi,
     };
-    let (first, established) = classify(manager, guard, regs.pc, false);
+    let (first, established) = classify(guard, regs.pc, false);
     frames[0] = first;
     let mut n = 1;
     // The leaf may be in its prologue or at its `ret`: then the return address
@@ -283,7 +280,7 @@ pub(crate) fn walk(
         if n == frames.len() {
             return n;
         }
-        frames[n] = classify(manager, guard, ra, true).0;
+        frames[n] = classify(guard, ra, true).0;
         n += 1;
     }
     let mut fp = regs.fp;
@@ -300,7 +297,7 @@ pub(crate) fn walk(
         if ra == 0 {
             break;
         }
-        frames[n] = classify(manager, guard, ra, true).0;
+        frames[n] = classify(guard, ra, true).0;
         n += 1;
         previous = fp;
         fp = next;
@@ -357,8 +354,7 @@ fn unsettled_return_slot(_regs: Registers, _code: (usize, u64)) -> Option<usize>
 /// Also returns a JIT method's start and offset for the prologue check.
 #[inline]
 fn classify(
-    manager: &ExecutionManager,
-    guard: &Guard<'_>,
+    guard: &ManagerGuard<'_>,
     addr: usize,
     is_return: bool,
 ) -> (RawFrame, Option<(usize, u64)>) {
@@ -372,37 +368,34 @@ fn classify(
         ..RawFrame::default()
     };
     let mut established = None;
-    match manager.classify_bounded(guard, at, super::HANDLER_V1_WORDS) {
-        Ok(Lookup::Method(block)) => {
-            frame.offset = block.relative_offset() as u32;
+    match guard.classify_bounded(at, super::HANDLER_V1_WORDS) {
+        Lookup::Method(block) => {
+            frame.offset = block.offset() as u32;
             if block.is_jit() {
                 // The start and the sample's time name the version; the
                 // collector reads them against the code events.
                 frame.kind = FrameKind::Jit;
                 frame.key = block.start() as u64;
-                established = Some((block.start(), block.relative_offset()));
+                established = Some((block.start(), block.offset()));
             } else {
                 // Reads the image's method table, not code memory.
                 frame.kind = FrameKind::Image;
                 frame.key = block.method_id();
             }
         }
-        Ok(Lookup::Stub { kind, start, .. }) => {
+        Lookup::Stub { kind, start, .. } => {
             frame.kind = FrameKind::Stub;
-            frame.key = u64::from(kind);
+            frame.key = u64::from(kind.get());
             frame.offset = (at - start) as u32;
         }
         // A v1 start further back than the handler's budget: JIT code, not
         // named (a guess would be the previous method).
-        Ok(Lookup::Thunk | Lookup::TooFar) => frame.kind = FrameKind::Unattributed,
-        Ok(Lookup::Nothing) => {
-            if matches!(manager.section(guard, at), Ok(Some(_))) {
+        Lookup::Thunk | Lookup::TooFar => frame.kind = FrameKind::Unattributed,
+        Lookup::Nothing => {
+            if guard.section(at).is_some() {
                 frame.kind = FrameKind::Unattributed;
             }
         }
-        // The guard is the record's own reader, registered in this manager's
-        // domain: never foreign. Record the address as native if it ever were.
-        Err(_) => {}
     }
     (frame, established)
 }

@@ -14,13 +14,13 @@
 //! use jitmap::ExecutionManager;
 //! use jitmap::agent::{Agent, AgentConfig, Clock};
 //!
-//! let manager = Arc::new(ExecutionManager::new(16));
+//! let manager = ExecutionManager::new(16);
 //! let agent = Agent::start(&manager, AgentConfig { hz: 1000, clock: Clock::Cpu, ..AgentConfig::default() })?;
 //! let attached = agent.attach_current_thread()?; // on every thread to sample
 //! let mut x = 0u64;
 //! for i in 0..20_000_000u64 { x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i)); }
 //! drop(attached); // detach (on the same thread)
-//! let profile = agent.stop()?;
+//! let profile = agent.stop();
 //! assert_eq!(profile.threads, 1);
 //! assert_eq!(profile.samples + profile.dropped, profile.taken);
 //! println!("{}", profile.report(10));
@@ -322,7 +322,17 @@ impl fmt::Display for AgentError {
     }
 }
 
-impl std::error::Error for AgentError {}
+/// Each wrapper shows its inner error's message, so its source is the inner
+/// error's own source: a chain printed whole names each cause once.
+impl std::error::Error for AgentError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Counters(e) => e.source(),
+            Self::Epoch(e) => e.source(),
+            _ => None,
+        }
+    }
+}
 
 impl From<CounterError> for AgentError {
     fn from(e: CounterError) -> Self {
@@ -361,7 +371,7 @@ struct Totals {
 }
 
 struct Shared {
-    manager: Arc<ExecutionManager>,
+    manager: ExecutionManager,
     config: AgentConfig,
     /// Attached threads; also the lock that orders attach against stop.
     threads: Mutex<Threads>,
@@ -429,7 +439,7 @@ impl fmt::Debug for Agent {
 impl Agent {
     /// Installs the signal handler, starts the collector and listens to the
     /// manager's code events. Threads are sampled once they attach.
-    pub fn start(manager: &Arc<ExecutionManager>, config: AgentConfig) -> Result<Self, AgentError> {
+    pub fn start(manager: &ExecutionManager, config: AgentConfig) -> Result<Self, AgentError> {
         config.validate()?;
         // Acquire: a previous agent's teardown happens before this one starts.
         if ACTIVE
@@ -448,14 +458,11 @@ impl Agent {
         }
     }
 
-    fn start_active(
-        manager: &Arc<ExecutionManager>,
-        config: AgentConfig,
-    ) -> Result<Self, AgentError> {
+    fn start_active(manager: &ExecutionManager, config: AgentConfig) -> Result<Self, AgentError> {
         let log = Arc::new(EventLog::default());
         let listener: Arc<dyn CodeListener> = Arc::new(EventListener {
             log: Arc::clone(&log),
-            manager: Arc::clone(manager),
+            manager: manager.clone(),
         });
         manager
             .listeners()
@@ -471,7 +478,7 @@ impl Agent {
             .filter_map(|b| b.info.map(|info| (info, b.code.start(), b.code.size())));
         let collector = Collector::new(config.keep_samples, live);
         let shared = Arc::new(Shared {
-            manager: Arc::clone(manager),
+            manager: manager.clone(),
             config,
             threads: Mutex::new(Threads {
                 running: true,
@@ -551,12 +558,12 @@ impl Agent {
             call: "pthread_getattr_np",
             errno: e.raw_os_error().unwrap_or(0),
         })?;
-        let reader = self.shared.manager.register()?;
+        let reader = self.shared.manager.register_reader()?;
         let attachment = Arc::new(Attachment {
             record: ThreadRecord {
                 magic: RECORD_MAGIC,
                 tid,
-                manager: Arc::clone(&self.shared.manager),
+                manager: self.shared.manager.clone(),
                 reader: HandlerReader(reader),
                 stack_lo,
                 stack_hi,
@@ -599,8 +606,8 @@ impl Agent {
     /// Stops sampling and returns the profile: disarms every timer, waits for
     /// handlers in flight, restores the signal's previous disposition, drains
     /// the rings a last time and names everything.
-    pub fn stop(mut self) -> Result<Profile, AgentError> {
-        Ok(self.shutdown())
+    pub fn stop(mut self) -> Profile {
+        self.shutdown()
     }
 
     fn shutdown(&mut self) -> Profile {
@@ -757,12 +764,12 @@ impl AttachedThread {
     /// ```
     /// # use std::sync::Arc;
     /// # use jitmap::{ExecutionManager, agent::{Agent, AgentConfig}};
-    /// # let manager = Arc::new(ExecutionManager::new(4));
+    /// # let manager = ExecutionManager::new(4);
     /// let agent = Agent::start(&manager, AgentConfig { hz: 1, ..AgentConfig::default() })?;
     /// let attached = agent.attach_current_thread()?;
     /// attached.sample_now();
     /// drop(attached);
-    /// let profile = agent.stop()?;
+    /// let profile = agent.stop();
     /// assert!(profile.samples >= 1);
     /// # Ok::<(), jitmap::agent::AgentError>(())
     /// ```

@@ -1,7 +1,6 @@
 //! The per-thread record: everything the signal handler and the probes of one
 //! thread touch, allocated when the thread attaches.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::ExecutionManager;
@@ -85,7 +84,7 @@ unsafe impl Sync for HandlerReader {}
 pub(crate) struct ThreadRecord {
     pub(crate) magic: u64,
     pub(crate) tid: u32,
-    pub(crate) manager: Arc<ExecutionManager>,
+    pub(crate) manager: ExecutionManager,
     pub(crate) reader: HandlerReader,
     /// The thread's stack: frame pointers outside [lo, hi) end a walk.
     pub(crate) stack_lo: usize,

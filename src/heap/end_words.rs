@@ -297,7 +297,7 @@ impl RawEnds {
         let word = unsafe { self.load(a) };
         // `RUNS_ON` tested inverted: clear for `start`'s bucket, it ended in
         // its own word.
-        let ended_in_own_word = if crate::defect!(RunsOnAnyBucket) {
+        let ended_in_own_word = if crate::sync::defect!(RunsOnAnyBucket) {
             u64::from(word & RUNS_ON_ANY == 0)
         } else {
             (!word >> shift(start)) & RUNS_ON

@@ -146,7 +146,18 @@ impl fmt::Display for HeapError {
     }
 }
 
-impl std::error::Error for HeapError {}
+/// Each wrapper shows its inner error's message, so its source is the inner
+/// error's own source: a chain printed whole names each cause once.
+impl std::error::Error for HeapError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Info(e) => e.source(),
+            Self::Epoch(e) => e.source(),
+            Self::Map(e) => e.source(),
+            _ => None,
+        }
+    }
+}
 
 impl From<std::io::Error> for HeapError {
     fn from(e: std::io::Error) -> Self {

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use super::alloc::PREFIX;
 use super::end_words::RawEnds;
 use super::header::CodeHeader;
-use super::{BlockKind, MAX_STUB_KIND};
+use super::{BlockKind, MAX_STUB_KIND, StubKind};
 use crate::nibble::{Capped, MapVersion, find_v1_capped, find_v2_with};
 use crate::words::{MmapWords, RawWords, WordRead};
 
@@ -241,7 +241,7 @@ impl<'a> Hit<'a> {
     #[inline]
     pub(crate) fn kind(self) -> BlockKind<'a> {
         match self.slot() {
-            slot if slot <= usize::from(MAX_STUB_KIND) => BlockKind::Stub(slot as u8),
+            slot if slot <= usize::from(MAX_STUB_KIND) => BlockKind::Stub(StubKind(slot as u8)),
             // SAFETY: slots above 15 hold a header pointer.
             _ => BlockKind::Method(unsafe { self.header() }),
         }

@@ -67,6 +67,51 @@ const MOVES_REMEMBERED: usize = 4096;
 /// Largest stub kind; slot values above it are header pointers.
 pub const MAX_STUB_KIND: u8 = 15;
 
+/// A stub block's kind, 1 to [`MAX_STUB_KIND`]: the host's to name (precode,
+/// jump stub, dispatch cell), stored in the block's header slot where larger
+/// values are header pointers. Validated once, when it is made, so a publish
+/// cannot be given a bad one.
+///
+/// ```
+/// use jitmap::heap::StubKind;
+/// const PRECODE: StubKind = StubKind::new(1).unwrap();
+/// assert_eq!(PRECODE.get(), 1);
+/// assert!(StubKind::new(0).is_none() && StubKind::new(16).is_none());
+/// assert!(StubKind::try_from(16u8).is_err());
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct StubKind(u8);
+
+impl StubKind {
+    /// `kind`, if it is 1 to [`MAX_STUB_KIND`].
+    pub const fn new(kind: u8) -> Option<Self> {
+        if kind >= 1 && kind <= MAX_STUB_KIND {
+            Some(Self(kind))
+        } else {
+            None
+        }
+    }
+
+    /// The kind's number.
+    pub const fn get(self) -> u8 {
+        self.0
+    }
+}
+
+impl TryFrom<u8> for StubKind {
+    type Error = HeapError;
+
+    fn try_from(kind: u8) -> Result<Self, HeapError> {
+        Self::new(kind).ok_or(HeapError::BadStubKind { kind })
+    }
+}
+
+impl std::fmt::Display for StubKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
 /// How to build a heap.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HeapConfig {
@@ -140,6 +185,18 @@ impl CodeRef {
     pub fn size(&self) -> u64 {
         self.size
     }
+
+    /// The block's entry as a function pointer of the signature `F`, to call
+    /// from Rust or to store in a [`crate::CallCell`] (see [`crate::call`]).
+    ///
+    /// # Safety
+    /// The block's first byte is the entry of a function with `F`'s ABI and
+    /// signature, and nothing calls the pointer after the block is freed and
+    /// every executor has passed a quiescent point.
+    pub unsafe fn entry<F: crate::call::FnPtr>(&self) -> F {
+        // SAFETY: the caller's contract.
+        unsafe { F::from_address(self.start) }
+    }
 }
 
 /// What a lookup found: the start and offset come from the maps; the size
@@ -189,8 +246,8 @@ impl std::fmt::Debug for HeapBlock<'_> {
 pub enum BlockKind<'a> {
     /// A method and its header.
     Method(&'a CodeHeader),
-    /// A stub of the given kind (1..=15).
-    Stub(u8),
+    /// A stub of the given kind.
+    Stub(StubKind),
 }
 
 /// A published block, as listed by [`CodeHeap::live_blocks`].
@@ -259,7 +316,7 @@ struct Retired {
 /// What a publish puts in the slot.
 pub(crate) enum Payload {
     Method(Arc<CodeInfo>),
-    Stub(u8),
+    Stub(StubKind),
 }
 
 /// Writer state, serialized by the heap lock.
@@ -869,9 +926,6 @@ impl CodeHeap {
             code,
         } = publish;
         let checked = match &payload {
-            Payload::Stub(kind) if *kind == 0 || *kind > MAX_STUB_KIND => {
-                Err(HeapError::BadStubKind { kind: *kind })
-            }
             Payload::Stub(_) => Ok(()),
             Payload::Method(info) => info.validate(size).map_err(HeapError::Info),
         };
@@ -905,7 +959,7 @@ impl CodeHeap {
                 // Relaxed: published by the map's Release store below; readers load
                 // it after their Acquire load of the map word.
                 self.stubs.store(true, Ordering::Relaxed);
-                (None, usize::from(kind), None)
+                (None, usize::from(kind.get()), None)
             }
         };
         let generation = w.next_generation;

@@ -4,7 +4,7 @@ use std::mem::ManuallyDrop;
 use std::ops::Range;
 use std::sync::Arc;
 
-use super::{CodeHeap, CodeRef, HeapError, Payload, Publish};
+use super::{CodeHeap, CodeRef, HeapError, Payload, Publish, StubKind};
 use crate::info::CodeInfo;
 
 /// Space reserved in a heap, invisible to every reader. It is consumed by
@@ -23,9 +23,9 @@ impl Reservation<'_> {
         self.heap.base() + self.start as usize
     }
 
-    /// Code size in bytes.
-    pub fn len(&self) -> usize {
-        self.size as usize
+    /// Code size in bytes, as asked of [`CodeHeap::reserve`].
+    pub fn len(&self) -> u64 {
+        self.size
     }
 
     /// Always false: reservations are never empty.
@@ -52,9 +52,9 @@ impl Reservation<'_> {
         self.publish_payload(Payload::Method(Arc::new(info)))
     }
 
-    /// Publishes the code as a stub of `kind` (1..=15). Stubs are found as stubs,
-    /// never as methods. On error the space is given back.
-    pub fn publish_stub(self, kind: u8) -> Result<CodeRef, HeapError> {
+    /// Publishes the code as a stub of `kind`. Stubs are found as stubs, never
+    /// as methods. On error the space is given back.
+    pub fn publish_stub(self, kind: StubKind) -> Result<CodeRef, HeapError> {
         self.publish_payload(Payload::Stub(kind))
     }
 

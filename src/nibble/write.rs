@@ -38,7 +38,7 @@ impl<S: WordStore> MapWriter<S> {
         };
         // The nibble goes first: a reader that found the block through a pointer
         // word must also find it through the start nibble on its next lookup.
-        let pointers_first = crate::defect!(PointersBeforeNibble);
+        let pointers_first = crate::sync::defect!(PointersBeforeNibble);
         if !pointers_first {
             set_nibble();
         }

@@ -170,11 +170,13 @@ impl fmt::Display for PerfError {
     }
 }
 
+/// Each wrapper shows its inner error's message, so its source is the inner
+/// error's own source: a chain printed whole names each cause once.
 impl std::error::Error for PerfError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            Self::Config(e) => Some(e),
-            Self::Io { source, .. } => Some(source),
+            Self::Config(e) => e.source(),
+            Self::Io { source, .. } => source.source(),
             Self::AlreadyOpen { .. } => None,
         }
     }

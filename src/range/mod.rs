@@ -218,16 +218,27 @@ impl<T: Clone> RangeSectionMap<T> {
         addr: usize,
     ) -> Result<Option<&'g Section<T>>, ForeignGuard> {
         guard.check(&self.domain)?;
+        Ok(self.find_in_domain(guard, addr))
+    }
+
+    /// [`RangeSectionMap::find`] under a guard the caller knows to be pinned
+    /// in this map's domain (a manager's bound guard): no check.
+    #[inline(always)]
+    pub(crate) fn find_in_domain<'g>(
+        &'g self,
+        guard: &'g Guard<'_>,
+        addr: usize,
+    ) -> Option<&'g Section<T>> {
         let last = guard.last_section().get();
         if addr.wrapping_sub(last.begin) < last.end - last.begin
             && last.map == self.id
-            && (crate::defect!(SectionCacheUnchecked) || self.root.seq.read() == last.seq)
+            && (crate::sync::defect!(SectionCacheUnchecked) || self.root.seq.read() == last.seq)
         {
             // SAFETY: this map found the fragment under `guard`, which is still
             // pinned, so the fragment is not yet freed; and no change has
             // happened since (the sequence reads as it did before that walk),
             // so it is still linked and this walk would find it again.
-            return Ok(Some(unsafe { &*last.section.cast::<Section<T>>() }));
+            return Some(unsafe { &*last.section.cast::<Section<T>>() });
         }
         let seq = self.root.seq.read();
         let found = self.find_pinned(addr);
@@ -242,7 +253,7 @@ impl<T: Clone> RangeSectionMap<T> {
                 section: ptr::from_ref(section).cast(),
             });
         }
-        Ok(found)
+        found
     }
 
     /// [`RangeSectionMap::find`] once the guard is checked.

@@ -10,7 +10,6 @@
 //! wrong answer shows.
 
 use std::fmt;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use iced_x86::IcedError;
@@ -102,8 +101,8 @@ fn triangle(n: u64) -> u64 {
 
 impl Demo {
     /// Publishes the five functions in a new heap of `manager`.
-    pub fn publish(manager: &Arc<ExecutionManager>) -> Result<Self, DemoError> {
-        let heap = manager.create_owned_heap(HeapConfig {
+    pub fn publish(manager: &ExecutionManager) -> Result<Self, DemoError> {
+        let heap = manager.create_heap(HeapConfig {
             span: 1 << 20,
             ..HeapConfig::default()
         })?;
@@ -264,7 +263,7 @@ mod tests {
 
     #[test]
     fn every_function_computes_what_the_host_predicts() {
-        let manager = Arc::new(ExecutionManager::new(4));
+        let manager = ExecutionManager::new(4);
         let demo = Demo::publish(&manager).unwrap();
         assert_eq!(demo.run(0, 100), 0);
         assert_eq!(demo.run(3, 100), 3 * (5050 + 20100 + 80200));

@@ -80,7 +80,7 @@ pub fn call_loop(target: u64) -> impl Fn(&mut CodeAssembler, u64) -> Result<(), 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
+
     use std::sync::atomic::{AtomicU64, Ordering};
 
     static CALLS: AtomicU64 = AtomicU64::new(0);
@@ -99,9 +99,9 @@ mod tests {
 
     #[test]
     fn the_loop_calls_its_target_and_the_recursion_reaches_the_bottom() {
-        let manager = Arc::new(jitmap::ExecutionManager::new(4));
+        let manager = jitmap::ExecutionManager::new(4);
         let heap = manager
-            .create_owned_heap(jitmap::HeapConfig {
+            .create_heap(jitmap::HeapConfig {
                 span: 1 << 16,
                 ..Default::default()
             })

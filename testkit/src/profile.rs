@@ -2,7 +2,6 @@
 //! agent's outputs.
 
 use std::path::Path;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use jitmap::ExecutionManager;
@@ -31,7 +30,7 @@ pub struct ProfileRun {
 /// Runs the demo on the calling thread for `duration` under an agent sampling
 /// at `hz` on `clock`. `manager` should be fresh (its heaps hold the demo).
 pub fn run(
-    manager: &Arc<ExecutionManager>,
+    manager: &ExecutionManager,
     hz: u32,
     clock: Clock,
     duration: Duration,
@@ -53,7 +52,7 @@ pub fn run(
         wrong += u64::from(demo.run(1, base) != Demo::expected(1, base));
     }
     drop(attached);
-    let profile = agent.stop()?;
+    let profile = agent.stop();
     Ok(ProfileRun {
         profile,
         calls,
@@ -216,7 +215,7 @@ pub fn throughput(demo: &Demo, duration: Duration, rng: &mut Rng) -> f64 {
 /// empty-handler timer (the floor) and with the agent (wall clock, the thread
 /// attached), side by side.
 pub fn overhead(
-    manager: &Arc<ExecutionManager>,
+    manager: &ExecutionManager,
     rates: &[u32],
     slice: Duration,
     rounds: usize,
@@ -247,7 +246,7 @@ pub fn overhead(
             let attached = agent.attach_current_thread()?;
             let with = throughput(&demo, slice, &mut rng);
             drop(attached);
-            agent.stop()?;
+            agent.stop();
             row.ratios.push(with / base);
         }
     }

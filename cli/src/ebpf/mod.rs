@@ -26,7 +26,6 @@ pub mod program;
 
 use std::fmt;
 use std::path::Path;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -576,7 +575,7 @@ fn measure(
 /// rate with the program profiling no process (the floor), taking stacks
 /// only, and profiling this process, side by side.
 pub fn overhead(rates: &[u32], slice: Duration, rounds: usize) -> Result<Vec<Overhead>, EbpfError> {
-    let manager = Arc::new(jitmap::ExecutionManager::new(16));
+    let manager = jitmap::ExecutionManager::new(16);
     let demo = jitmap_testkit::demo::Demo::publish(&manager)?;
     let options = Options {
         pid: std::process::id() as i32,

@@ -7,7 +7,6 @@
 
 use std::path::PathBuf;
 use std::process::Command;
-use std::sync::Arc;
 use std::time::Duration;
 
 use jitmap::agent::Clock;
@@ -124,7 +123,7 @@ fn run_profile(args: &[String]) -> Result<(), String> {
     let hz: u32 = flags.value("--hz", 1000)?;
     let seconds: f64 = flags.value("--seconds", 3.0)?;
     let out: PathBuf = flags.value("--out", PathBuf::from("jitmap-profile"))?;
-    let manager = Arc::new(ExecutionManager::new(16));
+    let manager = ExecutionManager::new(16);
     let _perf = manager.perf_from_env().map_err(|e| e.to_string())?;
     let duration = Duration::from_secs_f64(seconds);
     let run = jitmap_testkit::profile::run(&manager, hz, Clock::Wall, duration)

@@ -58,7 +58,7 @@ pub fn run(o: Options) -> CliResult {
         ClockArg::Cpu => Clock::Cpu,
         ClockArg::Wall => Clock::Wall,
     };
-    let manager = std::sync::Arc::new(jitmap::ExecutionManager::new(16));
+    let manager = jitmap::ExecutionManager::new(16);
     let _perf = manager.perf_from_env().map_err(CliError::input)?;
     let run = profile::run(&manager, o.hz.get(), clock, o.seconds.duration())
         .map_err(CliError::failed)?;
@@ -83,7 +83,7 @@ pub fn run(o: Options) -> CliResult {
 /// `--overhead`: the agent's cost at 1 kHz and 10 kHz, beside an empty
 /// handler.
 fn overhead(seconds: Seconds) -> CliResult {
-    let manager = std::sync::Arc::new(jitmap::ExecutionManager::new(16));
+    let manager = jitmap::ExecutionManager::new(16);
     let rows = profile::overhead(&manager, &[1000, 10_000], seconds.duration(), 5)
         .map_err(CliError::failed)?;
     for row in rows {

@@ -1,6 +1,5 @@
 //! A group of methods in one heap, with its indirection cells and counters.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize};
 
 use jitmap::agent::CallCounters;
@@ -45,7 +44,7 @@ pub(super) const CHAIN: usize = 4;
 impl Group {
     pub(super) fn new(
         id: u32,
-        manager: &Arc<ExecutionManager>,
+        manager: &ExecutionManager,
         config: &RunConfig,
         methods: usize,
         large: usize,
@@ -53,7 +52,7 @@ impl Group {
         rng: &mut Rng,
     ) -> Result<Self, RunError> {
         let filler_total: u64 = (large as u64) * (3 << 20);
-        let heap = manager.create_owned_heap(HeapConfig {
+        let heap = manager.create_heap(HeapConfig {
             span: (16 << 20) + filler_total + methods as u64 * 512,
             version: config.version,
             mode: if config.wx {

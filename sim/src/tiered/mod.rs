@@ -71,7 +71,7 @@ struct Counters {
 
 /// The state every thread shares.
 struct Sim {
-    manager: Arc<ExecutionManager>,
+    manager: ExecutionManager,
     config: RunConfig,
     params: Params,
     groups: RwLock<Vec<Arc<Group>>>,
@@ -413,7 +413,7 @@ impl Sim {
     /// is as strict: versions stay in the model after their free, and their
     /// times only ever move from unknown to known.
     fn reader(&self, seed: u64) -> Result<(), RunError> {
-        let reader = self.manager.register()?;
+        let reader = self.manager.register_reader()?;
         let mut rng = Rng::new(seed);
         let mut spans: Vec<(usize, u64)> = Vec::new();
         let mut picked: Vec<(usize, Option<u64>)> = Vec::with_capacity(READER_BATCH);
@@ -448,11 +448,8 @@ impl Sim {
             for (addr, expected) in picked.drain(..) {
                 let t0 = monotonic_ns();
                 let found = {
-                    let guard = reader.pin()?;
-                    self.manager
-                        .find(&guard, addr)
-                        .map_err(|e| RunError(e.to_string()))?
-                        .map(|b| (b.method_id(), b.start()))
+                    let guard = self.manager.pin(&reader)?;
+                    guard.find(addr).map(|b| (b.method_id(), b.start()))
                 };
                 let t1 = monotonic_ns();
                 answers.push(Answer {
@@ -506,7 +503,7 @@ pub fn run(
 ) -> Result<Report, RunError> {
     config.validate().map_err(RunError)?;
     let params = config.scenario.params();
-    let manager = Arc::new(ExecutionManager::new(128));
+    let manager = ExecutionManager::new(128);
     let mut rng = Rng::new(config.seed);
     let main = Group::new(
         0,
@@ -518,7 +515,7 @@ pub fn run(
         &mut rng,
     )?;
     let sim = Sim {
-        manager: Arc::clone(&manager),
+        manager: manager.clone(),
         config,
         params,
         groups: RwLock::new(vec![Arc::new(main)]),
@@ -566,7 +563,7 @@ pub fn run(
         sim.stop.store(true, Ordering::Relaxed);
     });
     let seconds = started.elapsed().as_secs_f64();
-    let profile = agent.stop()?;
+    let profile = agent.stop();
     if let Some(e) = errors.into_inner().into_iter().next() {
         return Err(RunError(e));
     }

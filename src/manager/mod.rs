@@ -1,0 +1,417 @@
+//! The execution manager: one lookup for every code heap and precompiled image,
+//! answering the contract's full API for the block containing an address.
+
+use std::fmt;
+use std::ops::Deref;
+use std::sync::Arc;
+
+mod block;
+mod pinned;
+
+pub use block::CodeBlock;
+pub use pinned::{Lookup, ManagerGuard};
+
+use crate::epoch::{Domain, EpochError, Executor, Reader};
+use crate::events::Listeners;
+use crate::heap::{CodeHeap, HeapConfig, HeapError, HeapLookup, LiveBlock};
+use crate::hex::hex_struct;
+use crate::image::{ImageError, ImageInfo, ImageSection};
+use crate::perf::{PerfConfig, PerfError, PerfOutput};
+use crate::range::{RangeError, RangeSectionMap};
+use crate::remote;
+
+/// What a range section holds (cloned into each chunk the section touches).
+///
+/// A tag word (0: heap, 1: image) then the variant's fields: the layout an
+/// out-of-process reader relies on (see [`crate::remote`]).
+#[derive(Clone, Debug)]
+#[repr(usize)]
+pub enum SectionKind {
+    /// JIT code.
+    Heap(HeapSection) = 0,
+    /// A precompiled image.
+    Image(Arc<ImageSection>) = 1,
+}
+
+/// A code heap's section: the heap, and its read side inline, so a lookup goes
+/// from the range map's fragment to the map word without visiting the heap.
+#[derive(Clone, Debug)]
+pub struct HeapSection {
+    lookup: HeapLookup,
+    heap: Arc<CodeHeap>,
+}
+
+/// Where out-of-process readers find a heap section's fields, as byte offsets
+/// from the start of a `SectionKind::Heap` value.
+pub(crate) struct HeapSectionLayout {
+    pub(crate) lookup: usize,
+}
+
+/// Byte offset of a variant's fields in a [`SectionKind`]: after the tag word,
+/// aligned for the fields (`repr(usize)` lays each variant out as a `repr(C)`
+/// struct that starts with the tag).
+pub(crate) const SECTION_PAYLOAD: usize =
+    size_of::<usize>().next_multiple_of(align_of::<HeapSection>());
+
+/// The layout of a heap section, for the descriptor.
+pub(crate) const HEAP_SECTION_LAYOUT: HeapSectionLayout = HeapSectionLayout {
+    lookup: SECTION_PAYLOAD + std::mem::offset_of!(HeapSection, lookup),
+};
+
+impl HeapSection {
+    /// The heap.
+    pub fn heap(&self) -> &Arc<CodeHeap> {
+        &self.heap
+    }
+}
+
+/// A rejected manager operation; the manager is unchanged.
+#[derive(Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ManagerError {
+    /// Creating the heap failed.
+    Heap(HeapError),
+    /// The range map refused (overlap, out of range, too large, unknown section).
+    Range(RangeError),
+    /// The image failed validation.
+    Image(ImageError),
+    /// `unload_image` was given the base of something that is not an image (a
+    /// code heap is unregistered only by dropping its handle).
+    NotAnImage {
+        /// The base address given.
+        base: usize,
+    },
+    /// The reader registry refused.
+    Epoch(EpochError),
+}
+
+impl fmt::Display for ManagerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Heap(e) => write!(f, "{e}"),
+            Self::Range(e) => write!(f, "{e}"),
+            Self::Image(e) => write!(f, "{e}"),
+            Self::NotAnImage { base } => write!(f, "the section at {base:#x} is not an image"),
+            Self::Epoch(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+/// Each wrapper shows its inner error's message, so its source is the inner
+/// error's own source: a chain printed whole names each cause once.
+impl std::error::Error for ManagerError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Heap(e) => e.source(),
+            Self::Range(e) => e.source(),
+            Self::Image(e) => e.source(),
+            Self::Epoch(e) => e.source(),
+            Self::NotAnImage { .. } => None,
+        }
+    }
+}
+
+impl fmt::Debug for ManagerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Heap(e) => f.debug_tuple("Heap").field(e).finish(),
+            Self::Range(e) => f.debug_tuple("Range").field(e).finish(),
+            Self::Image(e) => f.debug_tuple("Image").field(e).finish(),
+            Self::NotAnImage { base } => hex_struct!(f, "NotAnImage", "base" => *base),
+            Self::Epoch(e) => f.debug_tuple("Epoch").field(e).finish(),
+        }
+    }
+}
+
+impl From<HeapError> for ManagerError {
+    fn from(e: HeapError) -> Self {
+        Self::Heap(e)
+    }
+}
+
+impl From<RangeError> for ManagerError {
+    fn from(e: RangeError) -> Self {
+        Self::Range(e)
+    }
+}
+
+impl From<ImageError> for ManagerError {
+    fn from(e: ImageError) -> Self {
+        Self::Image(e)
+    }
+}
+
+impl From<EpochError> for ManagerError {
+    fn from(e: EpochError) -> Self {
+        Self::Epoch(e)
+    }
+}
+
+/// Routes any address to its heap or image and answers for the block there.
+///
+/// A cheap handle: cloning it shares the one manager, so a runtime keeps it in
+/// its own struct, hands clones to its threads and to the agent, and the
+/// manager lives until the last handle and the last heap drop. Every code heap
+/// it creates is an [`OwnedHeap`] that holds a handle too.
+///
+/// ```
+/// use jitmap::{ExecutionManager, HeapConfig, OwnedHeap};
+///
+/// struct Runtime {
+///     manager: ExecutionManager,
+///     tier0: OwnedHeap,
+/// }
+/// let manager = ExecutionManager::new(8);
+/// let tier0 = manager.create_heap(HeapConfig { span: 1 << 20, ..HeapConfig::default() })?;
+/// let runtime = Runtime { manager, tier0 };
+/// assert_eq!(runtime.manager.heaps().len(), 1);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone)]
+pub struct ExecutionManager {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    /// This manager's entry in the out-of-process descriptor, if it got one.
+    /// Declared first so that it is withdrawn before the range map is dropped.
+    remote: Option<remote::Registration>,
+    ranges: RangeSectionMap<SectionKind>,
+    listeners: Arc<Listeners>,
+}
+
+impl fmt::Debug for ExecutionManager {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ExecutionManager")
+            .field("remote_index", &self.remote_index())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A code heap registered with its manager: the one handle a runtime keeps
+/// for a heap (it derefs to the [`CodeHeap`]). It holds a handle of the
+/// manager, so it needs no lifetime. Dropping it unregisters the heap; its
+/// memory is unmapped once readers pinned before that have unpinned and
+/// executors have passed a quiescent point.
+pub struct OwnedHeap {
+    heap: Arc<CodeHeap>,
+    manager: ExecutionManager,
+}
+
+impl Deref for OwnedHeap {
+    type Target = CodeHeap;
+
+    fn deref(&self) -> &CodeHeap {
+        &self.heap
+    }
+}
+
+impl OwnedHeap {
+    /// The shared heap.
+    pub fn heap(&self) -> &Arc<CodeHeap> {
+        &self.heap
+    }
+
+    /// The manager the heap is registered with.
+    pub fn manager(&self) -> &ExecutionManager {
+        &self.manager
+    }
+}
+
+impl Drop for OwnedHeap {
+    fn drop(&mut self) {
+        self.manager.unregister_heap(&self.heap);
+    }
+}
+
+impl ExecutionManager {
+    /// A manager whose readers and executors share a domain of `reader_slots`
+    /// slots (see [`Domain::new`]).
+    ///
+    /// Every thread that looks code up ([`ExecutionManager::register_reader`]),
+    /// runs it ([`ExecutionManager::register_executor`]) or is attached to the
+    /// agent takes one slot while registered: size it for all of them.
+    ///
+    /// The manager also takes one of the process's [`remote::MAX_MANAGERS`]
+    /// (8) entries in the out-of-process descriptor ([`crate::remote`]), so
+    /// that `jitmap inspect`, the eBPF profiler and debuggers find its range
+    /// map. A manager created while all of them are taken by live managers
+    /// works in process exactly as any other, but readers in other processes
+    /// do not see it: [`ExecutionManager::remote_index`] says `None`, and it
+    /// does not take an entry freed later.
+    pub fn new(reader_slots: usize) -> Self {
+        let ranges = RangeSectionMap::new(&Domain::new(reader_slots));
+        let remote = remote::Registration::new(ranges.root_address());
+        Self {
+            inner: Arc::new(Inner {
+                remote,
+                ranges,
+                listeners: Arc::new(Listeners::default()),
+            }),
+        }
+    }
+
+    /// The range map (for the bound guard's lookups).
+    pub(crate) fn ranges(&self) -> &RangeSectionMap<SectionKind> {
+        &self.inner.ranges
+    }
+
+    /// This manager's index among the descriptor's managers, or `None` when
+    /// every entry was taken by other live managers.
+    pub fn remote_index(&self) -> Option<usize> {
+        self.inner.remote.as_ref().map(remote::Registration::index)
+    }
+
+    /// The listeners every heap of this manager emits code events to.
+    pub fn listeners(&self) -> &Arc<Listeners> {
+        &self.inner.listeners
+    }
+
+    /// The reader domain.
+    pub fn domain(&self) -> &Arc<Domain> {
+        self.inner.ranges.domain()
+    }
+
+    /// Registers the calling thread as an executor of this manager's code (see
+    /// [`Executor`]): frees then wait for its quiescent points before reusing
+    /// bytes it may still be running.
+    pub fn register_executor(&self) -> Result<Executor, EpochError> {
+        self.domain().register_executor()
+    }
+
+    /// Registers a reader for the calling thread (register it outside signal
+    /// handlers; a handler pins it). Lookups go through
+    /// [`ExecutionManager::pin`].
+    pub fn register_reader(&self) -> Result<Reader, EpochError> {
+        self.domain().register()
+    }
+
+    /// Pins `reader` and binds the guard to this manager: lookups through it
+    /// answer `Option`, with no per-lookup check. Lock-free, no allocation, no
+    /// system call: a signal handler may pin (pins nest). A reader registered
+    /// with another manager is refused with [`EpochError::ForeignReader`].
+    ///
+    /// ```
+    /// let manager = jitmap::ExecutionManager::new(2);
+    /// let other = jitmap::ExecutionManager::new(1);
+    /// let reader = manager.register_reader()?;
+    /// assert!(manager.pin(&reader)?.find(0x1000).is_none());
+    /// assert_eq!(other.pin(&reader).err(), Some(jitmap::EpochError::ForeignReader));
+    /// # Ok::<(), jitmap::EpochError>(())
+    /// ```
+    #[inline]
+    pub fn pin<'r>(&'r self, reader: &'r Reader) -> Result<ManagerGuard<'r>, EpochError> {
+        if !Arc::ptr_eq(reader.domain(), self.domain()) {
+            return Err(EpochError::ForeignReader);
+        }
+        Ok(ManagerGuard::new(reader.pin()?, self))
+    }
+
+    /// Turns on the profiler output that `JITMAP_PERF` (`jitdump`, `map`, `both` or
+    /// `off`) and `JITMAP_PERF_DIR` (default `/tmp`) ask for, for every heap of
+    /// this manager. A host calls it once, right after creating the manager: the
+    /// library reads no environment variable on its own.
+    ///
+    /// ```
+    /// let manager = jitmap::ExecutionManager::new(8);
+    /// let output = manager.perf_from_env()?; // JITMAP_PERF unset: nothing opened
+    /// assert!(output.jitdump.is_none() && output.perf_map.is_none());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn perf_from_env(&self) -> Result<PerfOutput, PerfError> {
+        PerfConfig::from_env()?.install(&self.inner.listeners)
+    }
+
+    /// Creates a code heap and registers its range. Also reclaims sections
+    /// removed earlier whose grace period has passed (as every manager writer
+    /// call does).
+    pub fn create_heap(&self, config: HeapConfig) -> Result<OwnedHeap, ManagerError> {
+        Ok(OwnedHeap {
+            heap: self.register_heap(config)?,
+            manager: self.clone(),
+        })
+    }
+
+    fn register_heap(&self, config: HeapConfig) -> Result<Arc<CodeHeap>, ManagerError> {
+        self.inner.ranges.try_reclaim();
+        let heap =
+            CodeHeap::with_listeners(config, self.domain(), Arc::clone(&self.inner.listeners))?;
+        let heap = Arc::new(heap);
+        let (begin, end) = (heap.base(), heap.base() + heap.span() as usize);
+        let section = HeapSection {
+            lookup: heap.lookup(),
+            heap: Arc::clone(&heap),
+        };
+        self.inner
+            .ranges
+            .insert(begin, end, SectionKind::Heap(section))?;
+        Ok(heap)
+    }
+
+    fn unregister_heap(&self, heap: &CodeHeap) {
+        // The section was registered by `register_heap` and only the heap's one
+        // handle removes it, so it is present.
+        let _ = self.inner.ranges.remove(heap.base());
+    }
+
+    /// The registered heaps, in address order (for a profiler or debugger that
+    /// attaches late).
+    pub fn heaps(&self) -> Vec<Arc<CodeHeap>> {
+        self.inner
+            .ranges
+            .values()
+            .into_iter()
+            .filter_map(|kind| match kind {
+                SectionKind::Heap(s) => Some(s.heap),
+                SectionKind::Image(_) => None,
+            })
+            .collect()
+    }
+
+    /// Every live block of every heap, in address order within each heap.
+    pub fn live_blocks(&self) -> Vec<LiveBlock> {
+        self.heaps().iter().flat_map(|h| h.live_blocks()).collect()
+    }
+
+    /// Validates and registers an image; returns its base.
+    pub fn load_image(&self, info: ImageInfo) -> Result<usize, ManagerError> {
+        self.inner.ranges.try_reclaim();
+        let (base, size) = (info.base, info.size);
+        let image = ImageSection::new(info).map_err(ManagerError::Image)?;
+        let end = base
+            .checked_add(size)
+            .ok_or(ManagerError::Range(RangeError::OutOfRange {
+                begin: base,
+                end: usize::MAX,
+            }))?;
+        self.inner
+            .ranges
+            .insert(base, end, SectionKind::Image(Arc::new(image)))
+            .map_err(ManagerError::Range)?;
+        Ok(base)
+    }
+
+    /// Unregisters the image loaded at `base`. Anything else there (a code heap)
+    /// is refused with [`ManagerError::NotAnImage`] and stays registered.
+    pub fn unload_image(&self, base: usize) -> Result<(), ManagerError> {
+        match self
+            .inner
+            .ranges
+            .remove_if(base, |kind| matches!(kind, SectionKind::Image(_)))
+        {
+            Err(RangeError::WrongKind { .. }) => Err(ManagerError::NotAnImage { base }),
+            other => Ok(other?),
+        }
+    }
+
+    /// Frees removed sections (and unmaps retired heaps no one else holds) whose
+    /// grace period has passed. Returns the number of sections freed (a heap's
+    /// own [`CodeHeap::try_reclaim`] returns the bytes of blocks it reclaimed).
+    ///
+    /// Removal reclaims at once when no reader is pinned; a section removed while
+    /// one was is freed by the next manager writer call (`create_heap`,
+    /// `load_image`, `unload_image`, a heap handle's drop) or by this one.
+    pub fn try_reclaim_sections(&self) -> usize {
+        self.inner.ranges.try_reclaim()
+    }
+}
