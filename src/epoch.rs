@@ -438,8 +438,8 @@ impl Domain {
 /// // In the SIGPROF handler, with the interrupted pc:
 /// let pc = 0x1234;
 /// let method = with_current_reader(|reader| {
-///     let guard = manager.pin(&reader).ok()?;
-///     let block = guard.find(pc).ok()??;
+///     let guard = manager.pin(reader).ok()?;
+///     let block = guard.find(pc)?;
 ///     Some(block.method_id())
 /// });
 /// assert_eq!(method, Some(None)); // bound, and nothing at that pc

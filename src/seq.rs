@@ -12,20 +12,8 @@
 use crate::sync::{AtomicU64, Ordering, fence};
 
 /// A writer's change sequence. Transparent: out-of-process readers read it as
-/// a u64 at the address the descriptor gives.
-///
-/// ```
-/// use jitmap::seq::ChangeSeq;
-/// let seq = ChangeSeq::new();
-/// let seen = seq.read();
-/// assert!(seq.validate(seen)); // nothing changed
-/// seq.begin();
-/// assert!(!seq.validate(seen) && !seq.validate(seq.read())); // a change is under way
-/// seq.end();
-/// let after = seq.read();
-/// assert_eq!(after, 2);
-/// assert!(seq.validate(after));
-/// ```
+/// a u64 at the address the descriptor gives. Odd while a change is under
+/// way, bumped by two per change (see the unit test below for the steps).
 #[derive(Debug)]
 #[repr(transparent)]
 pub struct ChangeSeq(AtomicU64);
@@ -80,5 +68,23 @@ impl ChangeSeq {
         fence(Ordering::Acquire);
         // Relaxed: ordered by the fence above.
         seen & 1 == 0 && self.0.load(Ordering::Relaxed) == seen
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::ChangeSeq;
+
+    #[test]
+    fn a_change_is_seen_while_under_way_and_after() {
+        let seq = ChangeSeq::new();
+        let seen = seq.read();
+        assert!(seq.validate(seen)); // nothing changed
+        seq.begin();
+        assert!(!seq.validate(seen) && !seq.validate(seq.read())); // under way
+        seq.end();
+        let after = seq.read();
+        assert_eq!(after, 2);
+        assert!(seq.validate(after));
     }
 }

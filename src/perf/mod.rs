@@ -1,6 +1,8 @@
 //! Profiler output: jitdump files and perf maps, fed by code events, enabled by
 //! configuration or by `JITMAP_PERF=jitdump|map|both|off` and `JITMAP_PERF_DIR`.
 
+#[cfg(feature = "jitdump-check")]
+#[cfg_attr(docsrs, doc(cfg(feature = "jitdump-check")))]
 pub mod check;
 pub mod jitdump;
 pub mod perfmap;

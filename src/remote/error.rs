@@ -68,11 +68,9 @@ impl fmt::Display for RemoteError {
                 "cannot read /proc/{pid}: {}",
                 std::io::Error::from_raw_os_error(*errno)
             ),
-            Self::UnsupportedRuntime { version } => write!(
-                f,
-                "unsupported .NET runtime {version}: only {}x is known",
-                super::dotnet::SUPPORTED
-            ),
+            Self::UnsupportedRuntime { version } => {
+                write!(f, "unsupported .NET runtime {version}: only 8.0.x is known")
+            }
             Self::SymbolNotFound { pid, symbol } => {
                 write!(f, "process {pid} maps no ELF file that defines {symbol}")
             }

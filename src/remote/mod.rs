@@ -6,7 +6,8 @@
 //!
 //! - [`jitmap_descriptor`] is a `#[repr(C)]` static, exported through the ELF
 //!   dynamic symbol table, that gives the layout of everything a reader touches
-//!   and the roots of the managers' range maps ([`process::find_descriptor`]).
+//!   and the roots of the managers' range maps (found in another process by
+//!   `process::find_descriptor`, with the `inspect` feature).
 //! - [`RemoteReader`] walks a range map (five levels, then at most
 //!   [`MAX_FRAGMENTS`] fragments), a heap's start map (at most two words in v2,
 //!   at most [`V1_MAX_WORDS`] in v1), its end map, the block's prefix and header,
@@ -56,9 +57,13 @@
 
 mod checks;
 mod descriptor;
+#[cfg(feature = "inspect")]
+#[cfg_attr(docsrs, doc(cfg(feature = "inspect")))]
 pub mod dotnet;
 mod error;
 mod memory;
+#[cfg(feature = "inspect")]
+#[cfg_attr(docsrs, doc(cfg(feature = "inspect")))]
 pub mod process;
 mod reader;
 mod words;
