@@ -746,7 +746,7 @@ impl CodeHeap {
     /// let code = r.publish(CodeInfo::new(1, "one", JitKind::Optimized))?;
     /// heap.patch(code, |bytes| bytes[1] = 2)?; // now mov eax, 2
     /// // SAFETY: the bytes are a complete sysv64 function taking nothing.
-    /// let f: extern "sysv64" fn() -> u32 = unsafe { std::mem::transmute(code.start()) };
+    /// let f: extern "sysv64" fn() -> u32 = unsafe { code.entry() };
     /// assert_eq!(f(), 2);
     /// # }
     /// # Ok::<(), Box<dyn std::error::Error>>(())

@@ -18,7 +18,9 @@ use iced_x86::code_asm::{
 };
 use jitmap::heap::DebugEntry;
 use jitmap::manager::ManagerError;
-use jitmap::{CodeInfo, CodeRef, ExecutionManager, HeapConfig, HeapError, JitKind, OwnedHeap};
+use jitmap::{
+    CallCell, CodeInfo, CodeRef, ExecutionManager, HeapConfig, HeapError, JitKind, OwnedHeap,
+};
 
 /// The leaves' names, in the order of their work (1, 2 and 4 units).
 pub const LEAVES: [&str; 3] = ["leaf_1x", "leaf_2x", "leaf_4x"];
@@ -70,19 +72,20 @@ impl From<ManagerError> for DemoError {
     }
 }
 
-/// Indirection cells: callers load a callee's address from here, so a host can
-/// swap an implementation with one store.
-const CELL_LEAVES: usize = 0;
-const CELL_MIDDLE: usize = 3;
-/// The base iteration count (a data cell, not code).
-const CELL_WORK: usize = 4;
+/// A leaf's and `middle`'s signature: nothing in, their sum out.
+type Leaf = extern "C" fn() -> u64;
 
 /// The published demo.
 pub struct Demo {
     heap: OwnedHeap,
-    /// Cell `i` holds the address of leaf `i` (0..3), then `middle`, then
-    /// the base iteration count.
-    cells: Box<[AtomicUsize; 5]>,
+    /// The call cells JIT callers load their callee from (`call [cell]`), so a
+    /// host could swap an implementation with one store: the three leaves,
+    /// then `middle`.
+    cells: Box<[CallCell<Leaf>; 4]>,
+    /// The base iteration count the leaves read.
+    work: Box<AtomicUsize>,
+    /// `top`, called by the host.
+    top: extern "C" fn(u64) -> u64,
     code: Vec<(String, CodeRef)>,
 }
 
@@ -106,25 +109,38 @@ impl Demo {
             span: 1 << 20,
             ..HeapConfig::default()
         })?;
-        let cells: Box<[AtomicUsize; 5]> = Box::default();
-        let work_cell = &cells[CELL_WORK] as *const AtomicUsize as u64;
+        let work = Box::new(AtomicUsize::new(0));
+        let work_cell = std::ptr::from_ref(&*work).addr() as u64;
         let mut code = Vec::new();
+        let mut entries = Vec::new();
         for (i, name) in LEAVES.iter().enumerate() {
             let r = publish(&heap, name, 1 + i as u64, |a| leaf(a, work_cell, i as u32))?;
-            // Relaxed: the cells are read by code that runs after `publish`
-            // returns, on this thread or after a spawn that synchronizes.
-            cells[CELL_LEAVES + i].store(r.start(), Ordering::Relaxed);
+            // SAFETY: `leaf` assembles a complete C function taking nothing
+            // and returning a u64.
+            entries.push(unsafe { r.entry::<Leaf>() });
             code.push((name.to_string(), r));
         }
-        let leaf_cells = [0, 1, 2].map(|i| &cells[CELL_LEAVES + i] as *const AtomicUsize as u64);
-        let r = publish(&heap, MIDDLE, 4, |a| middle(a, leaf_cells))?;
-        // Relaxed: as above.
-        cells[CELL_MIDDLE].store(r.start(), Ordering::Relaxed);
+        // The cells stay where this box puts them: JIT code holds their
+        // addresses. `middle`'s cell is set once `middle` is published.
+        let cells = Box::new([0, 1, 2, 0].map(|i| CallCell::new(entries[i])));
+        let leaf_addresses = [0, 1, 2].map(|i| cells[i].address() as u64);
+        let r = publish(&heap, MIDDLE, 4, |a| middle(a, leaf_addresses))?;
+        // SAFETY: `middle` assembles a function of the leaves' signature.
+        cells[3].set(unsafe { r.entry::<Leaf>() });
         code.push((MIDDLE.to_string(), r));
-        let middle_cell = &cells[CELL_MIDDLE] as *const AtomicUsize as u64;
+        let middle_cell = cells[3].address() as u64;
         let r = publish(&heap, TOP, 5, |a| top(a, middle_cell))?;
+        // SAFETY: `top` assembles a complete C function taking one u64 and
+        // returning one.
+        let top = unsafe { r.entry() };
         code.push((TOP.to_string(), r));
-        Ok(Self { heap, cells, code })
+        Ok(Self {
+            heap,
+            cells,
+            work,
+            top,
+            code,
+        })
     }
 
     /// Each function's name and where it is.
@@ -148,15 +164,13 @@ impl Demo {
     /// at most 2^29). Returns what the JIT code computed.
     pub fn run(&self, rounds: u64, base: u32) -> u64 {
         // Relaxed: read by JIT code on this same thread.
-        self.cells[CELL_WORK].store(base.min(1 << 29) as usize, Ordering::Relaxed);
-        let top = self.code[4].1.start();
+        self.work
+            .store(base.min(1 << 29) as usize, Ordering::Relaxed);
         // Keep the cells alive and unmoved while the code reads them.
         let _cells = &self.cells;
-        // SAFETY: `top` is a complete, published function with the C ABI that
-        // takes one u64 and returns one (assembled below); the functions and
-        // cells it reaches stay published and alive as long as `self`.
-        let f: extern "C" fn(u64) -> u64 = unsafe { std::mem::transmute(top) };
-        call_top(f, rounds)
+        // The functions and cells `top` reaches stay published and alive as
+        // long as `self`.
+        call_top(self.top, rounds)
     }
 }
 

@@ -1,15 +1,29 @@
 //! A group of methods in one heap, with its indirection cells and counters.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize};
+use std::sync::atomic::AtomicBool;
 
 use jitmap::agent::CallCounters;
 use jitmap::heap::MemoryMode;
-use jitmap::{CodeRef, ExecutionManager, HeapConfig, OwnedHeap};
+use jitmap::{CallCell, CodeRef, ExecutionManager, FnPtr, HeapConfig, OwnedHeap};
 use parking_lot::Mutex;
 
 use super::codegen::triangle;
 use super::{RunConfig, RunError};
 use jitmap_testkit::rng::Rng;
+
+/// A method's signature: the context in, its value out (see `codegen`).
+pub(super) type Entry = extern "C" fn(u64) -> u64;
+
+/// What a method's cell holds until its first compilation: never called,
+/// because executors call a root only when its whole chain is compiled.
+pub(super) extern "C" fn not_compiled(_context: u64) -> u64 {
+    u64::MAX
+}
+
+/// Whether `cell` holds a compiled method.
+pub(super) fn compiled(cell: &CallCell<Entry>) -> bool {
+    cell.get().address() != (not_compiled as Entry).address()
+}
 
 /// One method of a group.
 #[derive(Clone, Copy, Debug)]
@@ -30,8 +44,8 @@ pub(super) struct Group {
     pub(super) methods: Vec<Method>,
     /// Roots: methods no other method calls.
     pub(super) roots: Vec<usize>,
-    /// Each method's current entry (0 until compiled).
-    pub(super) cells: Box<[AtomicUsize]>,
+    /// Each method's current entry ([`not_compiled`] until compiled).
+    pub(super) cells: Box<[CallCell<Entry>]>,
     pub(super) counters: CallCounters,
     /// Each method's current code: ref, version id, tier.
     pub(super) current: Mutex<Vec<Option<(CodeRef, u64, u8)>>>,
@@ -82,7 +96,9 @@ impl Group {
             id,
             heap: Mutex::new(Some(heap)),
             roots: (0..methods).step_by(CHAIN).collect(),
-            cells: (0..methods).map(|_| AtomicUsize::new(0)).collect(),
+            cells: (0..methods)
+                .map(|_| CallCell::new(not_compiled as Entry))
+                .collect(),
             counters: CallCounters::new(methods as u32, threshold)?,
             current: Mutex::new(vec![None; methods]),
             methods: list,

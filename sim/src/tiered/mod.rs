@@ -18,7 +18,7 @@ mod scenario;
 pub mod shadow;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use iced_x86::code_asm::CodeAssembler;
@@ -112,9 +112,7 @@ impl Sim {
         let shape = MethodShape {
             index: m as u32,
             work: method.work,
-            callee_cell: method
-                .callee
-                .map(|c| &group.cells[c] as *const AtomicUsize as u64),
+            callee_cell: method.callee.map(|c| group.cells[c].address() as u64),
             counter_cell: group.counters.cell(m as u32).map_or(0, |c| c as u64),
             probe_id: version,
             filler: if tier == 0 { method.filler } else { 0 },
@@ -188,8 +186,8 @@ impl Sim {
                 break done;
             }
         };
-        // Release: an executor that loads the new entry sees its code.
-        group.cells[m].store(code.start(), Ordering::Release);
+        // SAFETY: `codegen` emits every method with the `Entry` signature.
+        group.cells[m].set(unsafe { code.entry() });
         let old = group.current.lock()[m].replace((code, version, tier));
         if let Some((old, old_version, _)) = old {
             self.free(group, old, old_version)?;
@@ -369,19 +367,15 @@ impl Sim {
                 continue;
             }
             let root = group.roots[rng.below(group.roots.len() as u64) as usize];
-            // Acquire: the code behind a published entry is complete.
-            let entry = group.cells[root].load(Ordering::Acquire);
-            if entry == 0 || !chain_ready(&group, root) {
+            if !chain_ready(&group, root) {
                 std::thread::yield_now();
                 executor.quiescent();
                 continue;
             }
-            // SAFETY: `entry` is a published method of the signature below (see
-            // `codegen`); this thread is an online executor, so the code it
-            // enters, and any code it returns into, stays intact until its
-            // quiescent point after the call.
-            let f: extern "C" fn(u64) -> u64 = unsafe { std::mem::transmute(entry) };
-            let got = f(context);
+            // This thread is an online executor, so the code it enters, and
+            // any code it returns into, stays intact until its quiescent point
+            // after the call.
+            let got = (group.cells[root].get())(context);
             let expected = group.methods[root].value;
             // Relaxed: statistics.
             self.counts.results.fetch_add(1, Ordering::Relaxed);
@@ -485,8 +479,7 @@ impl Sim {
 fn chain_ready(group: &Group, root: usize) -> bool {
     let mut m = Some(root);
     while let Some(i) = m {
-        // Acquire: as for the root's entry.
-        if group.cells[i].load(Ordering::Acquire) == 0 {
+        if !group::compiled(&group.cells[i]) {
             return false;
         }
         m = group.methods[i].callee;

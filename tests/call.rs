@@ -1,0 +1,100 @@
+//! Typed calls into published code: a `CallCell` that JIT code calls through
+//! (`jmp [cell]`) and Rust code through `get`, swapped between versions while
+//! threads call it, each old version freed under executors' quiescent points.
+#![cfg(target_arch = "x86_64")]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use jitmap::{
+    CallCell, CodeInfo, CodeRef, ExecutionManager, FnPtr, HeapConfig, JitKind, OwnedHeap,
+};
+
+type Answer = extern "C" fn() -> u32;
+
+/// `mov eax, value; ret`
+fn returns(heap: &OwnedHeap, value: u32) -> CodeRef {
+    let mut r = heap.reserve(6).unwrap();
+    r.code_mut()[0] = 0xB8;
+    r.code_mut()[1..5].copy_from_slice(&value.to_le_bytes());
+    r.code_mut()[5] = 0xC3;
+    r.publish(CodeInfo::new(
+        u64::from(value),
+        "answer",
+        JitKind::Optimized,
+    ))
+    .unwrap()
+}
+
+/// `mov rax, cell; jmp qword ptr [rax]`: JIT code that calls through a cell.
+fn through(heap: &OwnedHeap, cell: usize) -> CodeRef {
+    let mut code = vec![0x48, 0xB8];
+    code.extend_from_slice(&(cell as u64).to_le_bytes());
+    code.extend_from_slice(&[0xFF, 0x20]);
+    let mut r = heap.reserve(code.len() as u64).unwrap();
+    r.code_mut().copy_from_slice(&code);
+    r.publish(CodeInfo::new(0, "through", JitKind::Optimized))
+        .unwrap()
+}
+
+#[test]
+fn a_call_cell_swapped_under_callers_always_calls_a_live_version() {
+    let manager = ExecutionManager::new(8);
+    let heap = manager
+        .create_heap(HeapConfig {
+            span: 1 << 20,
+            ..HeapConfig::default()
+        })
+        .unwrap();
+    let first = returns(&heap, 1);
+    // SAFETY: `returns` writes a complete C function taking nothing.
+    let cell = Arc::new(CallCell::<Answer>::new(unsafe { first.entry() }));
+    let jit = through(&heap, cell.address());
+    // SAFETY: `through` tail-calls the cell's target, an `Answer`.
+    let via_jit: Answer = unsafe { jit.entry() };
+    assert_eq!(via_jit(), 1);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let calls = Arc::new(AtomicU64::new(0));
+    let callers: Vec<_> = (0..2)
+        .map(|i| {
+            let (cell, stop, calls) = (Arc::clone(&cell), Arc::clone(&stop), Arc::clone(&calls));
+            let executor = manager.register_executor().unwrap();
+            std::thread::spawn(move || {
+                // Relaxed: a stop flag; no data rides on it.
+                while !stop.load(Ordering::Relaxed) {
+                    let got = if i == 0 { (cell.get())() } else { via_jit() };
+                    assert!(got == 1 || got == 2, "called freed or torn code: {got}");
+                    // Relaxed: a progress counter.
+                    calls.fetch_add(1, Ordering::Relaxed);
+                    // Between top-level calls into JIT code.
+                    executor.quiescent();
+                }
+            })
+        })
+        .collect();
+    let mut live = first;
+    for round in 0..2_000u32 {
+        let next = returns(&heap, 1 + (round + 1) % 2);
+        // SAFETY: as above.
+        let old = cell.set(unsafe { next.entry() });
+        assert_eq!(old.address(), live.start());
+        // The old version is reused only after both callers pass a quiescent
+        // point, so a caller still inside it finishes there.
+        heap.free(live).unwrap();
+        live = next;
+    }
+    // Relaxed: a stop flag.
+    stop.store(true, Ordering::Relaxed);
+    for c in callers {
+        c.join().unwrap();
+    }
+    // Relaxed: the callers have finished.
+    assert!(calls.load(Ordering::Relaxed) > 0);
+    assert_eq!((cell.get())(), 1);
+    assert_eq!(via_jit(), 1);
+    // Two thousand versions freed, two live (the last and the trampoline):
+    // the heap did not grow with the swaps.
+    heap.try_reclaim();
+    assert_eq!(heap.stats().live_blocks, 2);
+}
