@@ -252,6 +252,7 @@ impl ExecutionManager {
     }
 
     /// The range map (for the bound guard's lookups).
+    #[inline]
     pub(crate) fn ranges(&self) -> &RangeSectionMap<SectionKind> {
         &self.inner.ranges
     }

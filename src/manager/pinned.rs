@@ -6,7 +6,7 @@ use std::ops::Deref;
 
 use crate::epoch::Guard;
 use crate::heap::{BlockKind, StubKind};
-use crate::range::Section;
+use crate::range::{RangeSectionMap, Section};
 
 use super::{CodeBlock, ExecutionManager, SectionKind};
 
@@ -54,19 +54,26 @@ pub enum Lookup<'g> {
 /// ```
 pub struct ManagerGuard<'r> {
     guard: Guard<'r>,
-    manager: &'r ExecutionManager,
+    /// The manager's range map itself, not the manager handle: a lookup
+    /// starts one load closer to it.
+    ranges: &'r RangeSectionMap<SectionKind>,
 }
 
 impl<'r> ManagerGuard<'r> {
     /// Binds `guard`, which the caller checked to be pinned in `manager`'s
     /// domain.
+    #[inline]
     pub(super) fn new(guard: Guard<'r>, manager: &'r ExecutionManager) -> Self {
-        Self { guard, manager }
+        Self {
+            guard,
+            ranges: manager.ranges(),
+        }
     }
 
     /// The section containing `ip`.
+    #[inline(always)]
     pub fn section(&self, ip: usize) -> Option<&Section<SectionKind>> {
-        self.manager.ranges().find_in_domain(&self.guard, ip)
+        self.ranges.find_in_domain(&self.guard, ip)
     }
 
     /// Classifies `ip`. Bounded in v2 heaps and images; in a v1 heap the map
