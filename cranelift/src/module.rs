@@ -1,0 +1,647 @@
+//! `JitmapModule`: a `cranelift_module::Module` whose functions live in a
+//! jitmap code heap, each callable through a trampoline and a call cell, so
+//! that one function can be redefined or freed while the others, and the
+//! threads running it, go on.
+
+use std::collections::HashMap;
+use std::ffi::CString;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use cranelift_codegen::ir::{self, LibCall};
+use cranelift_codegen::isa::unwind::UnwindInfo;
+use cranelift_codegen::isa::{OwnedTargetIsa, TargetIsa};
+use cranelift_codegen::{Context, settings};
+use cranelift_control::ControlPlane;
+use cranelift_module::{
+    DataDescription, DataId, FuncId, Init, Linkage, Module, ModuleDeclarations, ModuleError,
+    ModuleReloc, ModuleRelocTarget, ModuleResult,
+};
+use jitmap::heap::{DebugEntry, EhFrame, StubKind};
+use jitmap::{CodeInfo, CodeRef, ExecutionManager, JitKind, OwnedHeap, Reservation};
+
+use crate::builder::{JitmapBuilder, LibcallNames, SymbolLookup};
+use crate::data::DataMemory;
+use crate::{JitError, reloc, stub, unwind};
+
+/// The stub kind of the module's trampolines, as lookups report them.
+pub const TRAMPOLINE: StubKind = match StubKind::new(1) {
+    Some(kind) => kind,
+    None => unreachable!(),
+};
+
+/// The largest heap span: calls between the module's functions use 32-bit
+/// displacements.
+const MAX_SPAN: u64 = 2 << 30;
+
+/// A function compiled and waiting for `finalize_definitions`.
+struct Compiled {
+    bytes: Vec<u8>,
+    relocs: Vec<ModuleReloc>,
+    unwind: Option<UnwindInfo>,
+    /// Source rows: offset in the code, line (the source location's bits).
+    rows: Vec<(u32, u32)>,
+}
+
+/// What the module keeps per declared function.
+struct Function {
+    /// The current entry: the live version, or `stub::undefined_function`.
+    /// Boxed, so the trampoline's absolute address of it stays valid.
+    cell: Box<AtomicUsize>,
+    /// The trampoline callers reach the function at (definable functions).
+    trampoline: Option<CodeRef>,
+    /// The version the cell points at.
+    live: Option<CodeRef>,
+    /// A definition compiled since the last finalize.
+    pending: Option<Compiled>,
+    /// The file the function's source locations are lines of.
+    source_file: Option<Arc<str>>,
+}
+
+/// A data object: its memory (ordinary memory, never the code heap) and the
+/// relocations still to write into it.
+struct Data {
+    memory: DataMemory,
+    relocs: Vec<ModuleReloc>,
+}
+
+/// A Cranelift module on a jitmap heap. Made by [`JitmapModule::new`]; used
+/// like cranelift-jit's `JITModule` (declare, define, `finalize_definitions`,
+/// `get_finalized_function`), plus [`JitmapModule::redefine_function`] and
+/// [`JitmapModule::free_function`]. See the crate docs for an example.
+pub struct JitmapModule {
+    isa: OwnedTargetIsa,
+    declarations: ModuleDeclarations,
+    heap: OwnedHeap,
+    symbols: HashMap<String, usize>,
+    lookups: Vec<SymbolLookup>,
+    libcall_names: LibcallNames,
+    functions: Vec<Function>,
+    data: Vec<Option<Data>>,
+    pending_functions: Vec<FuncId>,
+    pending_data: Vec<DataId>,
+}
+
+impl JitmapModule {
+    /// A module whose code goes to a new heap of the builder's manager.
+    pub fn new(builder: JitmapBuilder) -> Result<Self, JitError> {
+        if !cfg!(target_arch = "x86_64") {
+            return Err(JitError::UnsupportedArch);
+        }
+        if builder.heap.span > MAX_SPAN {
+            return Err(JitError::HeapTooLarge {
+                span: builder.heap.span,
+            });
+        }
+        let heap = builder.manager.create_heap(builder.heap)?;
+        Ok(Self {
+            isa: builder.isa,
+            declarations: ModuleDeclarations::default(),
+            heap,
+            symbols: builder.symbols,
+            lookups: builder.lookups,
+            libcall_names: builder.libcall_names,
+            functions: Vec::new(),
+            data: Vec::new(),
+            pending_functions: Vec::new(),
+            pending_data: Vec::new(),
+        })
+    }
+
+    /// The heap the module's code lives in.
+    pub fn heap(&self) -> &OwnedHeap {
+        &self.heap
+    }
+
+    /// The manager of the module's heap: register executors and readers
+    /// with it, and hand it to the agent.
+    pub fn manager(&self) -> &ExecutionManager {
+        self.heap.manager()
+    }
+
+    /// Defines `name` as `ptr` for relocations finalized from now on (see
+    /// [`JitmapBuilder::symbol`]).
+    pub fn symbol(&mut self, name: impl Into<String>, ptr: *const u8) {
+        self.symbols.insert(name.into(), ptr.addr());
+    }
+
+    /// Says that the source locations of `func`'s instructions
+    /// (`FunctionBuilder::set_srcloc`) are line numbers of `file`: its code
+    /// then carries debug rows, which jitdump, perf and gdb show.
+    pub fn set_source_file(&mut self, func: FuncId, file: &str) -> ModuleResult<()> {
+        self.function_mut(func)?.source_file = Some(file.into());
+        Ok(())
+    }
+
+    /// The address callers reach `func` at: its trampoline, which stays valid
+    /// across redefinitions and frees (a call to a freed or never defined
+    /// function ends the process with a message). For an import, the symbol
+    /// it resolves to; null if it resolves to nothing.
+    pub fn get_finalized_function(&self, func: FuncId) -> *const u8 {
+        match self.functions.get(func.as_u32() as usize) {
+            Some(Function {
+                trampoline: Some(t),
+                ..
+            }) => std::ptr::without_provenance(t.start()),
+            Some(_) => {
+                let name = &self.declarations.get_function_decl(func).name;
+                let address = name.as_deref().and_then(|n| self.lookup_symbol(n));
+                std::ptr::without_provenance(address.unwrap_or(0))
+            }
+            None => std::ptr::null(),
+        }
+    }
+
+    /// A defined data object's address and size, or null and 0.
+    pub fn get_finalized_data(&self, data: DataId) -> (*const u8, usize) {
+        match self.data.get(data.as_u32() as usize) {
+            Some(Some(d)) => (d.memory.as_ptr(), d.memory.len()),
+            _ => (std::ptr::null(), 0),
+        }
+    }
+
+    /// The live version of `func` (its current code), if it has one.
+    pub fn function_code(&self, func: FuncId) -> Option<CodeRef> {
+        self.functions.get(func.as_u32() as usize)?.live
+    }
+
+    /// Compiles a new body for `func`, which has a definition (finalized or
+    /// pending) of the same signature. `finalize_definitions` publishes it,
+    /// switches the function's call cell to it with one Release store, and
+    /// frees the old version: its bytes are reused once every executor has
+    /// passed a quiescent point, so a thread still running it finishes there.
+    /// Compiling takes no heap lock.
+    pub fn redefine_function(&mut self, func: FuncId, ctx: &mut Context) -> Result<(), JitError> {
+        self.check_definable(func)?;
+        let name = self.name_of(func);
+        let f = &self.functions[func.as_u32() as usize];
+        if f.live.is_none() && f.pending.is_none() {
+            return Err(JitError::NotDefined(name));
+        }
+        self.check_signature(func, &ctx.func.signature)?;
+        let compiled = self.compile(func, ctx, &mut ControlPlane::default())?;
+        let f = &mut self.functions[func.as_u32() as usize];
+        if f.pending.replace(compiled).is_none() {
+            self.pending_functions.push(func);
+        }
+        Ok(())
+    }
+
+    /// Frees `func`'s live version (and drops a pending definition): its
+    /// cell points at the trap from now on, and its bytes are reused once
+    /// every executor has passed a quiescent point. The function may be
+    /// defined again. Freeing a function with no definition is
+    /// [`JitError::NotDefined`], and changes nothing.
+    pub fn free_function(&mut self, func: FuncId) -> Result<(), JitError> {
+        self.check_definable(func)?;
+        let name = self.name_of(func);
+        let f = &mut self.functions[func.as_u32() as usize];
+        if f.live.is_none() && f.pending.is_none() {
+            return Err(JitError::NotDefined(name));
+        }
+        if f.pending.take().is_some() {
+            self.pending_functions.retain(|&p| p != func);
+        }
+        if let Some(live) = f.live.take() {
+            // Release: callers that load the trap no longer enter the old code.
+            f.cell
+                .store(stub::undefined_function as *const () as usize, Ordering::Release);
+            self.heap.free(live)?;
+        }
+        Ok(())
+    }
+
+    /// Publishes every function and data object defined since the last
+    /// call: each function is reserved in the heap, written, relocated at its
+    /// final address and only then published, with its name, its unwind
+    /// table (registered with the system unwinder) and its source rows; then
+    /// its call cell switches to it and a version it replaces is freed. On an
+    /// error (an unknown symbol, a full heap) nothing is published and every
+    /// definition stays pending, so the host may fix the cause (for example
+    /// with [`JitmapModule::symbol`]) and call it again.
+    pub fn finalize_definitions(&mut self) -> Result<(), JitError> {
+        // Every target must resolve before any byte becomes visible.
+        for &data in &self.pending_data {
+            let d = self.data[data.as_u32() as usize]
+                .as_ref()
+                .ok_or(JitError::Module(ModuleError::Undeclared(format!("{data}"))))?;
+            for r in &d.relocs {
+                self.resolve(&r.name, None)?;
+            }
+        }
+        let mut reserved: Vec<(FuncId, Reservation<'_>)> = Vec::new();
+        for &func in &self.pending_functions {
+            let f = &self.functions[func.as_u32() as usize];
+            let compiled = f.pending.as_ref().ok_or_else(|| JitError::NotDefined(self.name_of(func)))?;
+            reserved.push((func, self.heap.reserve(compiled.bytes.len().max(1) as u64)?));
+        }
+        let mut infos = Vec::with_capacity(reserved.len());
+        for (func, r) in &mut reserved {
+            let f = &self.functions[func.as_u32() as usize];
+            let Some(compiled) = f.pending.as_ref() else {
+                continue;
+            };
+            let base = r.address();
+            let code = r.code_mut();
+            code[..compiled.bytes.len()].copy_from_slice(&compiled.bytes);
+            reloc::apply(code, base, &compiled.relocs, |target| {
+                self.resolve(target, Some((*func, base)))
+            })?;
+            infos.push(self.code_info(*func, f, compiled, base));
+        }
+        let mut published = Vec::with_capacity(reserved.len());
+        for ((func, r), info) in reserved.into_iter().zip(infos) {
+            match r.publish(info) {
+                Ok(code) => published.push((func, code)),
+                Err(e) => {
+                    // Not yet reachable from any cell: withdraw this batch.
+                    for (_, code) in published {
+                        self.heap.free(code)?;
+                    }
+                    return Err(e.into());
+                }
+            }
+        }
+        for data in std::mem::take(&mut self.pending_data) {
+            let d = self.data[data.as_u32() as usize]
+                .as_ref()
+                .ok_or(JitError::Module(ModuleError::Undeclared(format!("{data}"))))?;
+            let mut bytes = d.memory.bytes();
+            reloc::apply(&mut bytes, d.memory.as_ptr().addr(), &d.relocs, |t| self.resolve(t, None))?;
+            d.memory.write(&bytes);
+        }
+        for (func, code) in published {
+            let f = &mut self.functions[func.as_u32() as usize];
+            f.pending = None;
+            // Release: the version was published (written, relocated, made
+            // executable) before a caller that loads its address jumps to it.
+            f.cell.store(code.start(), Ordering::Release);
+            if let Some(old) = f.live.replace(code) {
+                self.heap.free(old)?;
+            }
+        }
+        self.pending_functions.clear();
+        Ok(())
+    }
+
+    /// `func`'s entry in `functions`, if it was declared.
+    fn function_mut(&mut self, func: FuncId) -> ModuleResult<&mut Function> {
+        self.functions
+            .get_mut(func.as_u32() as usize)
+            .ok_or_else(|| ModuleError::Undeclared(format!("{func}")))
+    }
+
+    /// The function's linkage name.
+    fn name_of(&self, func: FuncId) -> String {
+        self.declarations.get_function_decl(func).linkage_name(func).into_owned()
+    }
+
+    /// Refuses an undeclared function and an import.
+    fn check_definable(&self, func: FuncId) -> ModuleResult<()> {
+        if func.as_u32() as usize >= self.functions.len() {
+            return Err(ModuleError::Undeclared(format!("{func}")));
+        }
+        let decl = self.declarations.get_function_decl(func);
+        if !decl.linkage.is_definable() {
+            return Err(ModuleError::InvalidImportDefinition(self.name_of(func)));
+        }
+        Ok(())
+    }
+
+    /// Refuses a body whose signature is not the declared one.
+    fn check_signature(&self, func: FuncId, signature: &ir::Signature) -> ModuleResult<()> {
+        let declared = &self.declarations.get_function_decl(func).signature;
+        if declared != signature {
+            return Err(ModuleError::IncompatibleSignature(
+                self.name_of(func),
+                declared.clone(),
+                signature.clone(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Compiles `ctx` (no lock held) into what `finalize_definitions` needs.
+    fn compile(
+        &self,
+        id: FuncId,
+        ctx: &mut Context,
+        ctrl_plane: &mut ControlPlane,
+    ) -> ModuleResult<Compiled> {
+        let compiled = ctx.compile(&*self.isa, ctrl_plane)?;
+        let func = &ctx.func;
+        let relocs = compiled
+            .buffer
+            .relocs()
+            .iter()
+            .map(|r| ModuleReloc::from_mach_reloc(r, func, id))
+            .collect();
+        let rows = compiled
+            .buffer
+            .get_srclocs_sorted()
+            .iter()
+            .filter(|s| !s.loc.is_default())
+            .map(|s| (s.start, s.loc.bits()))
+            .collect();
+        Ok(Compiled {
+            bytes: compiled.code_buffer().to_vec(),
+            relocs,
+            unwind: compiled.create_unwind_info(&*self.isa)?,
+            rows,
+        })
+    }
+
+    /// The `CodeInfo` a function's version is published with.
+    fn code_info(&self, func: FuncId, f: &Function, compiled: &Compiled, base: usize) -> CodeInfo {
+        let kind = match self.isa.flags().opt_level() {
+            settings::OptLevel::None => JitKind::Baseline,
+            _ => JitKind::Optimized,
+        };
+        let mut info = CodeInfo::new(u64::from(func.as_u32()), self.name_of(func), kind);
+        if let Some(file) = &f.source_file {
+            let mut rows: Vec<DebugEntry> = Vec::new();
+            for &(offset, line) in &compiled.rows {
+                if rows.last().is_none_or(|r| r.line != line) && offset < compiled.bytes.len() as u32 {
+                    rows.push(DebugEntry {
+                        offset,
+                        line,
+                        column: 0,
+                        file: Arc::clone(file),
+                    });
+                }
+            }
+            info.debug = rows;
+        }
+        info.eh_frame = compiled
+            .unwind
+            .as_ref()
+            .and_then(|u| unwind::eh_frame(&*self.isa, u, base))
+            .map(|frame| EhFrame {
+                frame,
+                header: Box::new([]),
+            });
+        info
+    }
+
+    /// The address a relocation target resolves to. `this` is the function
+    /// being relocated and its final address, for offsets into itself.
+    fn resolve(
+        &self,
+        target: &ModuleRelocTarget,
+        this: Option<(FuncId, usize)>,
+    ) -> Result<usize, JitError> {
+        match *target {
+            ModuleRelocTarget::User { namespace: 0, index } => {
+                let func = FuncId::from_u32(index);
+                let decl = self.declarations.get_function_decl(func);
+                match self.functions.get(index as usize) {
+                    Some(f) if decl.linkage.is_definable() => {
+                        if f.live.is_none() && f.pending.is_none() {
+                            return Err(JitError::Undefined(self.name_of(func)));
+                        }
+                        f.trampoline
+                            .map(|t| t.start())
+                            .ok_or_else(|| JitError::Undefined(self.name_of(func)))
+                    }
+                    _ => self.import(decl.name.as_deref(), func.to_string()),
+                }
+            }
+            ModuleRelocTarget::User { index, .. } => {
+                let data = DataId::from_u32(index);
+                match self.data.get(index as usize) {
+                    Some(Some(d)) => Ok(d.memory.as_ptr().addr()),
+                    _ => {
+                        let decl = self.declarations.get_data_decl(data);
+                        self.import(decl.name.as_deref(), data.to_string())
+                    }
+                }
+            }
+            ModuleRelocTarget::LibCall(libcall) => {
+                let name = self.libcall_name(libcall);
+                self.lookup_symbol(&name).ok_or(JitError::UnknownSymbol(name))
+            }
+            ModuleRelocTarget::FunctionOffset(_, offset) => match this {
+                Some((_, base)) => Ok(base + offset as usize),
+                None => Err(JitError::UnknownSymbol(format!("{target:?}"))),
+            },
+            ModuleRelocTarget::KnownSymbol(_) => {
+                Err(JitError::UnknownSymbol(format!("{target:?}")))
+            }
+        }
+    }
+
+    /// An import's address, by its name.
+    fn import(&self, name: Option<&str>, id: String) -> Result<usize, JitError> {
+        let name = name.ok_or(JitError::UnknownSymbol(id))?;
+        self.lookup_symbol(name)
+            .ok_or_else(|| JitError::UnknownSymbol(name.to_owned()))
+    }
+
+    /// The symbol table, then the host's lookups (last added first), then
+    /// `dlsym` over the process.
+    fn lookup_symbol(&self, name: &str) -> Option<usize> {
+        if let Some(&address) = self.symbols.get(name) {
+            return Some(address);
+        }
+        if let Some(ptr) = self.lookups.iter().rev().find_map(|lookup| lookup(name)) {
+            return Some(ptr.addr());
+        }
+        let name = CString::new(name).ok()?;
+        // SAFETY: a NUL-terminated name; RTLD_DEFAULT searches the process.
+        let address = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };
+        (!address.is_null()).then(|| address.addr())
+    }
+
+    fn libcall_name(&self, libcall: LibCall) -> String {
+        (self.libcall_names)(libcall)
+    }
+
+    /// Makes room for a newly declared function: its cell (pointing at the
+    /// trap) and, if it can be defined here, its trampoline.
+    fn add_function(&mut self, func: FuncId) -> ModuleResult<()> {
+        let index = func.as_u32() as usize;
+        if index < self.functions.len() {
+            return Ok(());
+        }
+        let cell = Box::new(AtomicUsize::new(stub::undefined_function as *const () as usize));
+        let trampoline = if self.declarations.get_function_decl(func).linkage.is_definable() {
+            let code = stub::trampoline(std::ptr::from_ref(&*cell).addr());
+            let allocation = |e: jitmap::HeapError| ModuleError::Allocation {
+                err: std::io::Error::other(e),
+            };
+            let mut r = self.heap.reserve(code.len() as u64).map_err(allocation)?;
+            r.code_mut().copy_from_slice(&code);
+            Some(r.publish_stub(TRAMPOLINE).map_err(allocation)?)
+        } else {
+            None
+        };
+        self.functions.push(Function {
+            cell,
+            trampoline,
+            live: None,
+            pending: None,
+            source_file: None,
+        });
+        Ok(())
+    }
+
+    fn add_data(&mut self, data: DataId) {
+        let index = data.as_u32() as usize;
+        if index >= self.data.len() {
+            self.data.resize_with(index + 1, || None);
+        }
+    }
+}
+
+impl Module for JitmapModule {
+    fn isa(&self) -> &dyn TargetIsa {
+        &*self.isa
+    }
+
+    fn declarations(&self) -> &ModuleDeclarations {
+        &self.declarations
+    }
+
+    fn declare_function(
+        &mut self,
+        name: &str,
+        linkage: Linkage,
+        signature: &ir::Signature,
+    ) -> ModuleResult<FuncId> {
+        let (id, _) = self
+            .declarations
+            .declare_function(name, linkage, signature)?;
+        self.add_function(id)?;
+        Ok(id)
+    }
+
+    fn declare_anonymous_function(&mut self, signature: &ir::Signature) -> ModuleResult<FuncId> {
+        let id = self.declarations.declare_anonymous_function(signature)?;
+        self.add_function(id)?;
+        Ok(id)
+    }
+
+    fn declare_data(
+        &mut self,
+        name: &str,
+        linkage: Linkage,
+        writable: bool,
+        tls: bool,
+    ) -> ModuleResult<DataId> {
+        if tls {
+            return Err(ModuleError::Backend(anyhow::anyhow!(
+                "thread-local data is not supported"
+            )));
+        }
+        let (id, _) = self
+            .declarations
+            .declare_data(name, linkage, writable, tls)?;
+        self.add_data(id);
+        Ok(id)
+    }
+
+    fn declare_anonymous_data(&mut self, writable: bool, tls: bool) -> ModuleResult<DataId> {
+        if tls {
+            return Err(ModuleError::Backend(anyhow::anyhow!(
+                "thread-local data is not supported"
+            )));
+        }
+        let id = self.declarations.declare_anonymous_data(writable, tls)?;
+        self.add_data(id);
+        Ok(id)
+    }
+
+    /// Data lives in ordinary memory, which may lie further than 2 GiB from
+    /// the code: its address is always loaded whole (an absolute relocation).
+    fn declare_data_in_func(&self, data: DataId, func: &mut ir::Function) -> ir::GlobalValue {
+        let decl = self.declarations.get_data_decl(data);
+        let name = func.declare_imported_user_function(ir::UserExternalName {
+            namespace: 1,
+            index: data.as_u32(),
+        });
+        func.create_global_value(ir::GlobalValueData::Symbol {
+            name: ir::ExternalName::user(name),
+            offset: ir::immediates::Imm64::new(0),
+            colocated: false,
+            tls: decl.tls,
+        })
+    }
+
+    fn define_function_with_control_plane(
+        &mut self,
+        func: FuncId,
+        ctx: &mut Context,
+        ctrl_plane: &mut ControlPlane,
+    ) -> ModuleResult<()> {
+        self.check_definable(func)?;
+        let f = &self.functions[func.as_u32() as usize];
+        if f.live.is_some() || f.pending.is_some() {
+            return Err(ModuleError::DuplicateDefinition(self.name_of(func)));
+        }
+        self.check_signature(func, &ctx.func.signature)?;
+        let compiled = self.compile(func, ctx, ctrl_plane)?;
+        self.functions[func.as_u32() as usize].pending = Some(compiled);
+        self.pending_functions.push(func);
+        Ok(())
+    }
+
+    fn define_function_bytes(
+        &mut self,
+        func: FuncId,
+        _alignment: u64,
+        bytes: &[u8],
+        relocs: &[ModuleReloc],
+    ) -> ModuleResult<()> {
+        self.check_definable(func)?;
+        let f = &self.functions[func.as_u32() as usize];
+        if f.live.is_some() || f.pending.is_some() {
+            return Err(ModuleError::DuplicateDefinition(self.name_of(func)));
+        }
+        self.functions[func.as_u32() as usize].pending = Some(Compiled {
+            bytes: bytes.to_vec(),
+            relocs: relocs.to_vec(),
+            unwind: None,
+            rows: Vec::new(),
+        });
+        self.pending_functions.push(func);
+        Ok(())
+    }
+
+    fn define_data(&mut self, data: DataId, description: &DataDescription) -> ModuleResult<()> {
+        let index = data.as_u32() as usize;
+        let Some(slot) = self.data.get(index) else {
+            return Err(ModuleError::Undeclared(format!("{data}")));
+        };
+        let decl = self.declarations.get_data_decl(data);
+        if !decl.linkage.is_definable() {
+            return Err(ModuleError::InvalidImportDefinition(
+                decl.linkage_name(data).into_owned(),
+            ));
+        }
+        if slot.is_some() {
+            return Err(ModuleError::DuplicateDefinition(
+                decl.linkage_name(data).into_owned(),
+            ));
+        }
+        let align = description
+            .align
+            .unwrap_or(if decl.writable { 8 } else { 1 });
+        let memory = match &description.init {
+            Init::Uninitialized => {
+                return Err(ModuleError::Backend(anyhow::anyhow!(
+                    "data object {} has no contents",
+                    decl.linkage_name(data)
+                )));
+            }
+            Init::Zeros { size } => DataMemory::zeroed(*size, align),
+            Init::Bytes { contents } => DataMemory::from_bytes(contents, align),
+        }
+        .ok_or_else(|| ModuleError::Allocation {
+            err: std::io::Error::other("a data object's size and alignment do not fit"),
+        })?;
+        let relocs = description.all_relocs(cranelift_codegen::binemit::Reloc::Abs8).collect();
+        self.data[index] = Some(Data { memory, relocs });
+        self.pending_data.push(data);
+        Ok(())
+    }
+}
