@@ -67,12 +67,12 @@ impl JitmapBuilder {
         for (name, value) in own.iter().chain(flags) {
             builder
                 .set(name, value)
-                .map_err(|e| JitError::Module(e.into()))?;
+                .map_err(|e| JitError::from(cranelift_module::ModuleError::from(e)))?;
         }
         let isa = cranelift_native::builder()
             .map_err(|_| JitError::UnsupportedArch)?
             .finish(settings::Flags::new(builder))
-            .map_err(|e| JitError::Module(e.into()))?;
+            .map_err(|e| JitError::from(cranelift_module::ModuleError::from(e)))?;
         Ok(Self::with_isa(manager, isa, libcall_names))
     }
 

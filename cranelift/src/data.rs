@@ -21,7 +21,8 @@ impl DataMemory {
     /// size and alignment do not make a layout.
     pub(crate) fn zeroed(len: u64, align: u64) -> Option<Self> {
         let len = usize::try_from(len).ok()?;
-        let layout = Layout::from_size_align(len.max(1), usize::try_from(align.max(1)).ok()?).ok()?;
+        let layout =
+            Layout::from_size_align(len.max(1), usize::try_from(align.max(1)).ok()?).ok()?;
         // SAFETY: the layout's size is at least 1.
         let ptr = NonNull::new(unsafe { std::alloc::alloc_zeroed(layout) })?;
         Some(Self { ptr, layout, len })

@@ -14,8 +14,8 @@ use jitmap::manager::ManagerError;
 #[non_exhaustive]
 pub enum JitError {
     /// Cranelift refused (compilation, an undeclared id, an incompatible
-    /// signature, a duplicate definition).
-    Module(ModuleError),
+    /// signature, a duplicate definition). Boxed: Cranelift's error is large.
+    Module(Box<ModuleError>),
     /// The code heap refused (full, a bad size).
     Heap(HeapError),
     /// The manager refused the heap.
@@ -81,7 +81,7 @@ impl std::error::Error for JitError {
 
 impl From<ModuleError> for JitError {
     fn from(e: ModuleError) -> Self {
-        Self::Module(e)
+        Self::Module(Box::new(e))
     }
 }
 

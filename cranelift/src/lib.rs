@@ -57,7 +57,7 @@
 //!     let v = b.ins().iconst(types::I64, value);
 //!     b.ins().return_(&[v]);
 //!     b.seal_all_blocks();
-//!     b.finalize();
+//!     b.finalize(module.target_config());
 //!     ctx
 //! };
 //!

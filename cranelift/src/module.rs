@@ -128,7 +128,7 @@ impl JitmapModule {
     /// Says that the source locations of `func`'s instructions
     /// (`FunctionBuilder::set_srcloc`) are line numbers of `file`: its code
     /// then carries debug rows, which jitdump, perf and gdb show.
-    pub fn set_source_file(&mut self, func: FuncId, file: &str) -> ModuleResult<()> {
+    pub fn set_source_file(&mut self, func: FuncId, file: &str) -> Result<(), JitError> {
         self.function_mut(func)?.source_file = Some(file.into());
         Ok(())
     }
@@ -204,8 +204,10 @@ impl JitmapModule {
         }
         if let Some(live) = f.live.take() {
             // Release: callers that load the trap no longer enter the old code.
-            f.cell
-                .store(stub::undefined_function as *const () as usize, Ordering::Release);
+            f.cell.store(
+                stub::undefined_function as *const () as usize,
+                Ordering::Release,
+            );
             self.heap.free(live)?;
         }
         Ok(())
@@ -224,7 +226,7 @@ impl JitmapModule {
         for &data in &self.pending_data {
             let d = self.data[data.as_u32() as usize]
                 .as_ref()
-                .ok_or(JitError::Module(ModuleError::Undeclared(format!("{data}"))))?;
+                .ok_or_else(|| JitError::from(ModuleError::Undeclared(format!("{data}"))))?;
             for r in &d.relocs {
                 self.resolve(&r.name, None)?;
             }
@@ -232,7 +234,10 @@ impl JitmapModule {
         let mut reserved: Vec<(FuncId, Reservation<'_>)> = Vec::new();
         for &func in &self.pending_functions {
             let f = &self.functions[func.as_u32() as usize];
-            let compiled = f.pending.as_ref().ok_or_else(|| JitError::NotDefined(self.name_of(func)))?;
+            let compiled = f
+                .pending
+                .as_ref()
+                .ok_or_else(|| JitError::NotDefined(self.name_of(func)))?;
             reserved.push((func, self.heap.reserve(compiled.bytes.len().max(1) as u64)?));
         }
         let mut infos = Vec::with_capacity(reserved.len());
@@ -265,9 +270,11 @@ impl JitmapModule {
         for data in std::mem::take(&mut self.pending_data) {
             let d = self.data[data.as_u32() as usize]
                 .as_ref()
-                .ok_or(JitError::Module(ModuleError::Undeclared(format!("{data}"))))?;
+                .ok_or_else(|| JitError::from(ModuleError::Undeclared(format!("{data}"))))?;
             let mut bytes = d.memory.bytes();
-            reloc::apply(&mut bytes, d.memory.as_ptr().addr(), &d.relocs, |t| self.resolve(t, None))?;
+            reloc::apply(&mut bytes, d.memory.as_ptr().addr(), &d.relocs, |t| {
+                self.resolve(t, None)
+            })?;
             d.memory.write(&bytes);
         }
         for (func, code) in published {
@@ -285,6 +292,7 @@ impl JitmapModule {
     }
 
     /// `func`'s entry in `functions`, if it was declared.
+    #[expect(clippy::result_large_err, reason = "the Module trait's own error type")]
     fn function_mut(&mut self, func: FuncId) -> ModuleResult<&mut Function> {
         self.functions
             .get_mut(func.as_u32() as usize)
@@ -293,10 +301,14 @@ impl JitmapModule {
 
     /// The function's linkage name.
     fn name_of(&self, func: FuncId) -> String {
-        self.declarations.get_function_decl(func).linkage_name(func).into_owned()
+        self.declarations
+            .get_function_decl(func)
+            .linkage_name(func)
+            .into_owned()
     }
 
     /// Refuses an undeclared function and an import.
+    #[expect(clippy::result_large_err, reason = "the Module trait's own error type")]
     fn check_definable(&self, func: FuncId) -> ModuleResult<()> {
         if func.as_u32() as usize >= self.functions.len() {
             return Err(ModuleError::Undeclared(format!("{func}")));
@@ -309,6 +321,7 @@ impl JitmapModule {
     }
 
     /// Refuses a body whose signature is not the declared one.
+    #[expect(clippy::result_large_err, reason = "the Module trait's own error type")]
     fn check_signature(&self, func: FuncId, signature: &ir::Signature) -> ModuleResult<()> {
         let declared = &self.declarations.get_function_decl(func).signature;
         if declared != signature {
@@ -322,13 +335,17 @@ impl JitmapModule {
     }
 
     /// Compiles `ctx` (no lock held) into what `finalize_definitions` needs.
+    #[expect(clippy::result_large_err, reason = "the Module trait's own error type")]
     fn compile(
         &self,
         id: FuncId,
         ctx: &mut Context,
         ctrl_plane: &mut ControlPlane,
     ) -> ModuleResult<Compiled> {
-        let compiled = ctx.compile(&*self.isa, ctrl_plane)?;
+        ctx.compile(&*self.isa, ctrl_plane)?;
+        let compiled = ctx
+            .compiled_code()
+            .ok_or_else(|| ModuleError::Backend(anyhow::anyhow!("no code after compiling")))?;
         let func = &ctx.func;
         let relocs = compiled
             .buffer
@@ -361,7 +378,9 @@ impl JitmapModule {
         if let Some(file) = &f.source_file {
             let mut rows: Vec<DebugEntry> = Vec::new();
             for &(offset, line) in &compiled.rows {
-                if rows.last().is_none_or(|r| r.line != line) && offset < compiled.bytes.len() as u32 {
+                if rows.last().is_none_or(|r| r.line != line)
+                    && offset < compiled.bytes.len() as u32
+                {
                     rows.push(DebugEntry {
                         offset,
                         line,
@@ -391,7 +410,10 @@ impl JitmapModule {
         this: Option<(FuncId, usize)>,
     ) -> Result<usize, JitError> {
         match *target {
-            ModuleRelocTarget::User { namespace: 0, index } => {
+            ModuleRelocTarget::User {
+                namespace: 0,
+                index,
+            } => {
                 let func = FuncId::from_u32(index);
                 let decl = self.declarations.get_function_decl(func);
                 match self.functions.get(index as usize) {
@@ -418,7 +440,8 @@ impl JitmapModule {
             }
             ModuleRelocTarget::LibCall(libcall) => {
                 let name = self.libcall_name(libcall);
-                self.lookup_symbol(&name).ok_or(JitError::UnknownSymbol(name))
+                self.lookup_symbol(&name)
+                    .ok_or(JitError::UnknownSymbol(name))
             }
             ModuleRelocTarget::FunctionOffset(_, offset) => match this {
                 Some((_, base)) => Ok(base + offset as usize),
@@ -458,13 +481,21 @@ impl JitmapModule {
 
     /// Makes room for a newly declared function: its cell (pointing at the
     /// trap) and, if it can be defined here, its trampoline.
+    #[expect(clippy::result_large_err, reason = "the Module trait's own error type")]
     fn add_function(&mut self, func: FuncId) -> ModuleResult<()> {
         let index = func.as_u32() as usize;
         if index < self.functions.len() {
             return Ok(());
         }
-        let cell = Box::new(AtomicUsize::new(stub::undefined_function as *const () as usize));
-        let trampoline = if self.declarations.get_function_decl(func).linkage.is_definable() {
+        let cell = Box::new(AtomicUsize::new(
+            stub::undefined_function as *const () as usize,
+        ));
+        let trampoline = if self
+            .declarations
+            .get_function_decl(func)
+            .linkage
+            .is_definable()
+        {
             let code = stub::trampoline(std::ptr::from_ref(&*cell).addr());
             let allocation = |e: jitmap::HeapError| ModuleError::Allocation {
                 err: std::io::Error::other(e),
@@ -633,13 +664,15 @@ impl Module for JitmapModule {
                     decl.linkage_name(data)
                 )));
             }
-            Init::Zeros { size } => DataMemory::zeroed(*size, align),
+            Init::Zeros { size } => DataMemory::zeroed(*size as u64, align),
             Init::Bytes { contents } => DataMemory::from_bytes(contents, align),
         }
         .ok_or_else(|| ModuleError::Allocation {
             err: std::io::Error::other("a data object's size and alignment do not fit"),
         })?;
-        let relocs = description.all_relocs(cranelift_codegen::binemit::Reloc::Abs8).collect();
+        let relocs = description
+            .all_relocs(cranelift_codegen::binemit::Reloc::Abs8)
+            .collect();
         self.data[index] = Some(Data { memory, relocs });
         self.pending_data.push(data);
         Ok(())

@@ -93,9 +93,9 @@ mod tests {
         assert!(apply(&mut code, 0x1000, &past_the_end, |_| Ok(0)).is_err());
         let unresolved = [reloc(Reloc::Abs8, 0, 0)];
         assert!(matches!(
-            apply(&mut code, 0x1000, &unresolved, |_| Err(JitError::UnknownSymbol(
-                "memcpy".into()
-            ))),
+            apply(&mut code, 0x1000, &unresolved, |_| Err(
+                JitError::UnknownSymbol("memcpy".into())
+            )),
             Err(JitError::UnknownSymbol(_))
         ));
     }

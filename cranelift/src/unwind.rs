@@ -11,7 +11,11 @@ use gimli::write::{Address, EhFrame, EndianVec, FrameTable};
 /// The `.eh_frame` section (one CIE, one FDE) of a function at `address`
 /// whose Cranelift unwind information is `info`; `None` when the ISA or the
 /// function has no System V unwind information.
-pub(crate) fn eh_frame(isa: &dyn TargetIsa, info: &UnwindInfo, address: usize) -> Option<Box<[u8]>> {
+pub(crate) fn eh_frame(
+    isa: &dyn TargetIsa,
+    info: &UnwindInfo,
+    address: usize,
+) -> Option<Box<[u8]>> {
     let UnwindInfo::SystemV(info) = info else {
         return None;
     };
