@@ -1,0 +1,150 @@
+//! Redefining a function while threads run it, in all three memory modes:
+//! four threads call `f` in a loop and check its result while a fifth
+//! redefines `f` 10,000 times, alternating two bodies. Every result is one of
+//! the two; no thread runs reused bytes (the space of reclaimed versions is
+//! filled with int3 canaries, which would kill the test with SIGTRAP); and
+//! the committed code does not grow with the redefinitions.
+#![cfg(target_arch = "x86_64")]
+
+mod programs;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use cranelift_codegen::ir::condcodes::IntCC;
+use cranelift_codegen::ir::{InstBuilder, types::I64};
+use cranelift_module::{FuncId, Linkage, Module, default_libcall_names};
+use jitmap::{CodeInfo, ExecutionManager, HeapConfig, JitKind, MemoryMode};
+use jitmap_cranelift::{JitmapBuilder, JitmapModule};
+
+/// `f(n)`: loops `n` times, then returns `value` (so callers spend time
+/// inside the body while it is replaced).
+fn f_body(module: &mut JitmapModule, value: i64) -> cranelift_codegen::Context {
+    programs::body(module, 1, |_, b, args| {
+        let head = b.create_block();
+        let step = b.create_block();
+        let done = b.create_block();
+        b.append_block_param(head, I64);
+        b.ins().jump(head, &[args[0].into()]);
+        b.switch_to_block(head);
+        let i = b.block_params(head)[0];
+        let more = b.ins().icmp_imm_s(IntCC::SignedGreaterThan, i, 0);
+        b.ins().brif(more, step, &[], done, &[]);
+        b.switch_to_block(step);
+        let i2 = b.ins().iadd_imm_s(i, -1);
+        b.ins().jump(head, &[i2.into()]);
+        b.switch_to_block(done);
+        let v = b.ins().iconst(I64, value);
+        b.ins().return_(&[v]);
+    })
+}
+
+const REDEFINITIONS: u32 = 10_000;
+const VALUES: [i64; 2] = [1111, 2222];
+
+fn hot_swap(mode: MemoryMode) {
+    let manager = ExecutionManager::new(8);
+    let mut builder = JitmapBuilder::new(&manager, default_libcall_names()).unwrap();
+    builder.heap_config(HeapConfig {
+        span: 4 << 20,
+        mode,
+        align: 32,
+        register_unwind: true,
+        ..HeapConfig::default()
+    });
+    let mut module = JitmapModule::new(builder).unwrap();
+    let f: FuncId = module
+        .declare_function("f", Linkage::Export, &programs::sig(&module, 1))
+        .unwrap();
+    let mut ctx = f_body(&mut module, VALUES[0]);
+    module.define_function(f, &mut ctx).unwrap();
+    module.finalize_definitions().unwrap();
+    // SAFETY: `f` takes and returns one i64; its trampoline stays valid.
+    let entry = unsafe { programs::f1(module.get_finalized_function(f)) };
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let calls = Arc::new(AtomicU64::new(0));
+    let callers: Vec<_> = (0..4)
+        .map(|_| {
+            let (stop, calls) = (Arc::clone(&stop), Arc::clone(&calls));
+            let executor = manager.register_executor().unwrap();
+            std::thread::spawn(move || {
+                // Relaxed: a stop flag; no data rides on it.
+                while !stop.load(Ordering::Relaxed) {
+                    let got = entry(200);
+                    assert!(VALUES.contains(&got), "f returned {got}");
+                    // Relaxed: a progress counter.
+                    calls.fetch_add(1, Ordering::Relaxed);
+                    executor.quiescent();
+                }
+            })
+        })
+        .collect();
+
+    let mut peak_committed = 0;
+    let mut committed_at_1000 = 0;
+    for round in 1..=REDEFINITIONS {
+        let mut ctx = f_body(&mut module, VALUES[(round % 2) as usize]);
+        module.redefine_function(f, &mut ctx).unwrap();
+        module.finalize_definitions().unwrap();
+        if round % 64 == 0 {
+            // Reclaim what the executors' quiescent points allow, then put
+            // int3 where old versions were: a thread still running one of
+            // them would trap.
+            let heap = module.heap();
+            heap.try_reclaim();
+            let size = module.function_code(f).unwrap().size();
+            let canaries: Vec<_> = (0..8)
+                .map(|_| {
+                    let mut r = heap.reserve(size).unwrap();
+                    r.code_mut().fill(0xCC);
+                    r.publish(CodeInfo::new(u64::MAX, "int3", JitKind::Optimized))
+                        .unwrap()
+                })
+                .collect();
+            for c in canaries {
+                heap.free(c).unwrap();
+            }
+        }
+        let committed = module.heap().stats().committed;
+        peak_committed = peak_committed.max(committed);
+        if round == 1000 {
+            committed_at_1000 = committed;
+        }
+    }
+    // Relaxed: the stop flag.
+    stop.store(true, Ordering::Relaxed);
+    for c in callers {
+        c.join().unwrap();
+    }
+    // Relaxed: the callers have finished.
+    let calls = calls.load(Ordering::Relaxed);
+    assert!(calls > 1000, "{mode:?}: only {calls} calls");
+    assert_eq!(entry(10), VALUES[(REDEFINITIONS % 2) as usize]);
+    // Code memory does not grow with the redefinitions: what 1,000 needed,
+    // 10,000 did too.
+    assert_eq!(peak_committed, committed_at_1000, "{mode:?}");
+    let stats = module.heap().stats();
+    println!(
+        "{mode:?}: {calls} calls, committed {} bytes (peak {peak_committed}), used {} in {} live blocks",
+        stats.committed, stats.used, stats.live_blocks
+    );
+    // One live version, the trampoline; retired versions wait only for
+    // the (now stopped) executors.
+    assert_eq!(stats.live_blocks, 2);
+}
+
+#[test]
+fn redefining_under_callers_rwx() {
+    hot_swap(MemoryMode::Rwx);
+}
+
+#[test]
+fn redefining_under_callers_wx() {
+    hot_swap(MemoryMode::WriteXorExecute);
+}
+
+#[test]
+fn redefining_under_callers_flip() {
+    hot_swap(MemoryMode::FlipOnPublish);
+}
