@@ -26,7 +26,9 @@ fn empty_sig() -> Signature {
 }
 
 /// `fn abc() {}` defined in `module`.
-fn define_simple_function(module: &mut JitmapModule) -> Result<cranelift_module::FuncId, ModuleError> {
+fn define_simple_function(
+    module: &mut JitmapModule,
+) -> Result<cranelift_module::FuncId, ModuleError> {
     let sig = empty_sig();
     let func_id = module.declare_function("abc", Linkage::Local, &sig)?;
     let mut ctx = Context::new();
@@ -50,7 +52,9 @@ fn an_incompatible_signature_in_a_declaration_is_refused() {
     let mut module = module(&manager);
     let mut sig = empty_sig();
     sig.params.push(AbiParam::new(types::I64));
-    module.declare_function("abc", Linkage::Local, &sig).unwrap();
+    module
+        .declare_function("abc", Linkage::Local, &sig)
+        .unwrap();
     sig.params[0] = AbiParam::new(types::I32);
     assert!(matches!(
         module.declare_function("abc", Linkage::Local, &sig),
@@ -80,7 +84,9 @@ fn a_switch_compiles_and_runs() {
     let mut sig = empty_sig();
     sig.params.push(AbiParam::new(types::I32));
     sig.returns.push(AbiParam::new(types::I32));
-    let id = module.declare_function("switch", Linkage::Export, &sig).unwrap();
+    let id = module
+        .declare_function("switch", Linkage::Export, &sig)
+        .unwrap();
     let mut ctx = module.make_context();
     ctx.func.signature = sig;
     let mut fctx = FunctionBuilderContext::new();
@@ -113,7 +119,8 @@ fn a_switch_compiles_and_runs() {
     module.define_function(id, &mut ctx).unwrap();
     module.finalize_definitions().unwrap();
     // SAFETY: `switch` takes and returns an i32.
-    let f: extern "C" fn(i32) -> i32 = unsafe { std::mem::transmute(module.get_finalized_function(id)) };
+    let f: extern "C" fn(i32) -> i32 =
+        unsafe { std::mem::transmute(module.get_finalized_function(id)) };
     let hits: Vec<i32> = (0..100).filter(|&i| f(i) == 1).collect();
     assert_eq!(hits, [9, 10, 13, 34, 39, 92]);
 }
@@ -125,11 +132,15 @@ fn libcalls_and_imports_resolve_through_dlsym() {
     let ptr = module.target_config().pointer_type();
     let mut sig = module.make_signature();
     sig.returns.push(AbiParam::new(ptr));
-    let id = module.declare_function("zeroed", Linkage::Local, &sig).unwrap();
+    let id = module
+        .declare_function("zeroed", Linkage::Local, &sig)
+        .unwrap();
     let mut malloc_sig = module.make_signature();
     malloc_sig.params.push(AbiParam::new(ptr));
     malloc_sig.returns.push(AbiParam::new(ptr));
-    let malloc = module.declare_function("malloc", Linkage::Import, &malloc_sig).unwrap();
+    let malloc = module
+        .declare_function("malloc", Linkage::Import, &malloc_sig)
+        .unwrap();
     let mut ctx = module.make_context();
     ctx.func.signature = sig;
     let mut fctx = FunctionBuilderContext::new();
@@ -151,11 +162,16 @@ fn libcalls_and_imports_resolve_through_dlsym() {
     module.define_function(id, &mut ctx).unwrap();
     module.finalize_definitions().unwrap();
     // SAFETY: `zeroed` takes nothing and returns a malloc'd pointer.
-    let f: extern "C" fn() -> *mut u8 = unsafe { std::mem::transmute(module.get_finalized_function(id)) };
+    let f: extern "C" fn() -> *mut u8 =
+        unsafe { std::mem::transmute(module.get_finalized_function(id)) };
     let buffer = f();
     // SAFETY: 64 bytes from malloc, zeroed by the code; freed once.
     unsafe {
-        assert!(std::slice::from_raw_parts(buffer, 64).iter().all(|&b| b == 0));
+        assert!(
+            std::slice::from_raw_parts(buffer, 64)
+                .iter()
+                .all(|&b| b == 0)
+        );
         libc::free(buffer.cast());
     }
 }
@@ -164,7 +180,9 @@ fn libcalls_and_imports_resolve_through_dlsym() {
 fn an_empty_data_object_is_defined() {
     let manager = ExecutionManager::new(2);
     let mut module = module(&manager);
-    let id = module.declare_data("empty", Linkage::Export, false, false).unwrap();
+    let id = module
+        .declare_data("empty", Linkage::Export, false, false)
+        .unwrap();
     let mut data = DataDescription::new();
     data.define(Box::new([]));
     module.define_data(id, &data).unwrap();
@@ -179,7 +197,9 @@ fn misuse_is_a_typed_error_and_the_module_stays_usable() {
     let manager = ExecutionManager::new(2);
     let mut module = module(&manager);
     let sig1 = programs::sig(&module, 1);
-    let id = module.declare_function("fib", Linkage::Export, &sig1).unwrap();
+    let id = module
+        .declare_function("fib", Linkage::Export, &sig1)
+        .unwrap();
 
     // An undeclared function.
     let undeclared = cranelift_module::FuncId::from_u32(99);
@@ -188,7 +208,10 @@ fn misuse_is_a_typed_error_and_the_module_stays_usable() {
         module.define_function(undeclared, &mut ctx),
         Err(ModuleError::Undeclared(_))
     ));
-    assert!(matches!(module.free_function(undeclared), Err(JitError::Module(_))));
+    assert!(matches!(
+        module.free_function(undeclared),
+        Err(JitError::Module(_))
+    ));
     // Freeing or redefining what has no definition.
     assert!(matches!(module.free_function(id), Err(JitError::NotDefined(n)) if n == "fib"));
     assert!(matches!(
@@ -217,7 +240,9 @@ fn misuse_is_a_typed_error_and_the_module_stays_usable() {
     let missing = module
         .declare_function("jitmap_no_such_symbol", Linkage::Import, &sig1)
         .unwrap();
-    let caller = module.declare_function("caller", Linkage::Export, &sig1).unwrap();
+    let caller = module
+        .declare_function("caller", Linkage::Export, &sig1)
+        .unwrap();
     let mut ctx = programs::body(&mut module, 1, |module, b, args| {
         let f = module.declare_func_in_func(missing, b.func);
         let c = b.ins().call(f, &[args[0]]);
@@ -243,7 +268,10 @@ fn misuse_is_a_typed_error_and_the_module_stays_usable() {
 
     // Freeing twice.
     module.free_function(id).unwrap();
-    assert!(matches!(module.free_function(id), Err(JitError::NotDefined(_))));
+    assert!(matches!(
+        module.free_function(id),
+        Err(JitError::NotDefined(_))
+    ));
     // And the function may be defined again.
     let mut ctx = programs::fib_body(&mut module, id);
     module.define_function(id, &mut ctx).unwrap();
