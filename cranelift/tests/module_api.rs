@@ -26,6 +26,7 @@ fn empty_sig() -> Signature {
 }
 
 /// `fn abc() {}` defined in `module`.
+#[expect(clippy::result_large_err, reason = "the Module trait's own error type")]
 fn define_simple_function(
     module: &mut JitmapModule,
 ) -> Result<cranelift_module::FuncId, ModuleError> {
@@ -277,4 +278,60 @@ fn misuse_is_a_typed_error_and_the_module_stays_usable() {
     module.define_function(id, &mut ctx).unwrap();
     module.finalize_definitions().unwrap();
     assert_eq!(fib(10), 55);
+}
+
+#[test]
+fn source_locations_become_debug_rows_and_unwind_tables_are_cranelifts() {
+    let manager = ExecutionManager::new(2);
+    let mut module = module(&manager);
+    let id = module
+        .declare_function("lines", Linkage::Export, &programs::sig(&module, 1))
+        .unwrap();
+    module.set_source_file(id, "prog.toy").unwrap();
+    let mut ctx = programs::body(&mut module, 1, |_, b, args| {
+        b.set_srcloc(ir::SourceLoc::new(7));
+        let x = b.ins().imul_imm_s(args[0], 3);
+        b.set_srcloc(ir::SourceLoc::new(8));
+        let y = b.ins().iadd_imm_s(x, 1);
+        b.ins().return_(&[y]);
+    });
+    module.define_function(id, &mut ctx).unwrap();
+    module.finalize_definitions().unwrap();
+    // SAFETY: `lines` takes and returns one i64.
+    let f = unsafe { programs::f1(module.get_finalized_function(id)) };
+    assert_eq!(f(5), 16);
+    let code = module.function_code(id).unwrap();
+    let reader = manager.register_reader().unwrap();
+    let guard = manager.pin(&reader).unwrap();
+    let block = guard.find(code.start()).unwrap();
+    let lines: Vec<(u32, &str)> = block
+        .debug_info()
+        .iter()
+        .map(|r| (r.line, &*r.file))
+        .collect();
+    assert_eq!(lines, [(7, "prog.toy"), (8, "prog.toy")]);
+    // The unwind table jitdump carries is the `.eh_frame` Cranelift described:
+    // a CIE and an FDE covering exactly this version's code.
+    let live = module.heap().live_blocks();
+    let info = live
+        .iter()
+        .find(|b| b.code == code)
+        .unwrap()
+        .info
+        .clone()
+        .unwrap();
+    let frame = info.eh_frame.as_ref().expect("an .eh_frame");
+    let fde_start = u32::from_le_bytes(frame.frame[..4].try_into().unwrap()) as usize + 4;
+    // The FDE's pc_begin (absolute, 8 bytes after its length and CIE pointer).
+    let pc_begin = u64::from_le_bytes(
+        frame.frame[fde_start + 8..fde_start + 16]
+            .try_into()
+            .unwrap(),
+    );
+    let pc_range = u64::from_le_bytes(
+        frame.frame[fde_start + 16..fde_start + 24]
+            .try_into()
+            .unwrap(),
+    );
+    assert_eq!((pc_begin, pc_range), (code.start() as u64, code.size()));
 }
