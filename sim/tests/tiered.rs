@@ -46,6 +46,7 @@ fn every_scenario_runs_clean_in_each_map_and_in_wx() {
                 wx,
                 threads: 2,
                 hz: 2000,
+                serve: None,
             };
             let r = tiered::run(config, None, &|_| {}).unwrap();
             let what = format!("{name} {version} wx={wx}: {}", r.text());

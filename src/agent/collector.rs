@@ -124,6 +124,19 @@ pub(crate) struct Collector {
     /// (ticks, ns) at the start, for converting probe times.
     clock_origin: (u64, u64),
     ns_per_tick: f64,
+    /// The window being profiled on demand, if any (see [`Window`]).
+    window: Option<Window>,
+}
+
+/// A window of the profile taken on demand (the pprof endpoint): the stacks
+/// of the samples that ended in `[begin_ns, end_ns]`, beside the whole run's.
+struct Window {
+    begin_ns: u64,
+    /// Set when the window closes; samples that end later are not its own.
+    end_ns: u64,
+    stacks: HashMap<Vec<FrameKey>, u64>,
+    samples: u64,
+    unattributed: u64,
 }
 
 impl Collector {
@@ -165,6 +178,7 @@ impl Collector {
             kept_probes: Vec::new(),
             clock_origin: (super::probes::ticks(), crate::events::monotonic_ns()),
             ns_per_tick: 1.0,
+            window: None,
         }
     }
 
@@ -401,8 +415,14 @@ impl Collector {
             }
         }
         self.samples += 1;
-        if keys.first() == Some(&FrameKey::Unattributed) {
-            self.unattributed += 1;
+        let unattributed = keys.first() == Some(&FrameKey::Unattributed);
+        self.unattributed += u64::from(unattributed);
+        if let Some(w) = &mut self.window
+            && (w.begin_ns..=w.end_ns).contains(&sample.end_ns)
+        {
+            w.samples += 1;
+            w.unattributed += u64::from(unattributed);
+            *w.stacks.entry(keys.clone()).or_default() += 1;
         }
         *self.stacks.entry(keys).or_default() += 1;
         if self.keep {
@@ -457,26 +477,7 @@ impl Collector {
             m.freed = !live.contains(&index);
         }
         label_versions(&mut self.methods);
-        let mut symbols: HashMap<usize, String> = HashMap::new();
-        let mut named: HashMap<Vec<String>, u64> = HashMap::new();
-        for (keys, count) in &self.stacks {
-            let frames = keys
-                .iter()
-                .enumerate()
-                .map(|(depth, key)| match *key {
-                    FrameKey::Jit(m) => self.methods[m].label.clone(),
-                    FrameKey::Image(id) => format!("[image method {id}]"),
-                    FrameKey::Stub(kind) => format!("[stub {kind}]"),
-                    FrameKey::Unattributed => "[unattributed]".to_owned(),
-                    FrameKey::Native(addr) => symbols
-                        .entry(addr)
-                        .or_insert_with(|| symbolize(addr, depth > 0))
-                        .clone(),
-                })
-                .collect();
-            *named.entry(frames).or_default() += count;
-        }
-        let stacks = Stack::ranked(named);
+        let stacks = named_stacks(&self.methods, &self.stacks);
         Profile {
             samples: self.samples,
             unattributed: self.unattributed,
@@ -491,6 +492,71 @@ impl Collector {
             ..base
         }
     }
+}
+
+impl Collector {
+    /// Opens a window at `begin_ns`: from the next collection on, samples
+    /// that end from then are also counted in it. Replaces an open one.
+    pub(crate) fn open_window(&mut self, begin_ns: u64) {
+        self.window = Some(Window {
+            begin_ns,
+            end_ns: u64::MAX,
+            stacks: HashMap::new(),
+            samples: 0,
+            unattributed: 0,
+        });
+    }
+
+    /// Sets the open window's end: samples that end later are not its own.
+    pub(crate) fn end_window(&mut self, end_ns: u64) {
+        if let Some(w) = &mut self.window {
+            w.end_ns = end_ns;
+        }
+    }
+
+    /// Closes the window and returns its profile (the run's methods, the
+    /// window's stacks and counts, `duration` long), or `None` if none was
+    /// open.
+    pub(crate) fn take_window(&mut self, duration: std::time::Duration) -> Option<Profile> {
+        let w = self.window.take()?;
+        let mut methods = self.methods.clone();
+        label_versions(&mut methods);
+        let stacks = named_stacks(&methods, &w.stacks);
+        Some(Profile {
+            duration,
+            samples: w.samples,
+            taken: w.samples,
+            unattributed: w.unattributed,
+            stacks,
+            methods,
+            ..Profile::default()
+        })
+    }
+}
+
+/// The stacks of `keys` by name, most samples first: JIT frames by their
+/// version's label, native frames symbolized.
+fn named_stacks(methods: &[MethodVersion], keys: &HashMap<Vec<FrameKey>, u64>) -> Vec<Stack> {
+    let mut symbols: HashMap<usize, String> = HashMap::new();
+    let mut named: HashMap<Vec<String>, u64> = HashMap::new();
+    for (keys, count) in keys {
+        let frames = keys
+            .iter()
+            .enumerate()
+            .map(|(depth, key)| match *key {
+                FrameKey::Jit(m) => methods[m].label.clone(),
+                FrameKey::Image(id) => format!("[image method {id}]"),
+                FrameKey::Stub(kind) => format!("[stub {kind}]"),
+                FrameKey::Unattributed => "[unattributed]".to_owned(),
+                FrameKey::Native(addr) => symbols
+                    .entry(addr)
+                    .or_insert_with(|| symbolize(addr, depth > 0))
+                    .clone(),
+            })
+            .collect();
+        *named.entry(frames).or_default() += count;
+    }
+    Stack::ranked(named)
 }
 
 /// The key of a version in the collector's table: the address of its info,

@@ -82,6 +82,9 @@ mod profile;
 mod record;
 mod registry;
 mod ring;
+#[cfg(feature = "serve")]
+#[cfg_attr(docsrs, doc(cfg(feature = "serve")))]
+pub mod serve;
 mod timer;
 
 use std::fmt;
@@ -260,6 +263,19 @@ pub enum AgentError {
     Stopped,
     /// [`MAX_ATTACHED`] threads are attached already, process-wide.
     TooManyThreads,
+    /// A window is being profiled already ([`Agent::profile_window`]).
+    WindowBusy,
+    /// The pprof endpoint could not start (feature `serve`).
+    Serve {
+        /// Why.
+        reason: String,
+    },
+    /// The pprof endpoint was asked to bind an address that is not
+    /// loopback through `Agent::serve`; `Agent::serve_exposed` does that.
+    NotLoopback {
+        /// The address asked for.
+        address: std::net::SocketAddr,
+    },
     /// This thread is already attached.
     AlreadyAttached {
         /// Its kernel thread id.
@@ -307,6 +323,12 @@ impl fmt::Display for AgentError {
             Self::ZeroInterval => write!(f, "the collection interval must not be zero"),
             Self::AlreadyRunning => write!(f, "an agent is already running in this process"),
             Self::Stopped => write!(f, "the agent has stopped"),
+            Self::WindowBusy => write!(f, "a profile window is being taken already"),
+            Self::Serve { reason } => write!(f, "the pprof endpoint: {reason}"),
+            Self::NotLoopback { address } => write!(
+                f,
+                "{address} is not a loopback address; exposing profiles to the network must be asked for explicitly"
+            ),
             Self::TooManyThreads => {
                 write!(f, "{MAX_ATTACHED} threads are attached already")
             }
@@ -380,6 +402,8 @@ struct Shared {
     /// Set to stop the collector thread.
     stopping: Mutex<bool>,
     wake: Condvar,
+    /// Whether a window is being profiled ([`Agent::profile_window`]).
+    window_busy: AtomicBool,
 }
 
 struct Threads {
@@ -389,6 +413,62 @@ struct Threads {
 }
 
 impl Shared {
+    /// The profile of the next `duration` (see [`Agent::profile_window`]);
+    /// it ends early, with what it took, when `cancel` says so or the agent
+    /// stops.
+    fn window(&self, duration: Duration, cancel: &dyn Fn() -> bool) -> Result<Profile, AgentError> {
+        // Acquire: the previous window's teardown happens before this one.
+        if self
+            .window_busy
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            return Err(AgentError::WindowBusy);
+        }
+        let result = self.window_inner(duration, cancel);
+        // Release: pairs with the Acquire above.
+        self.window_busy.store(false, Ordering::Release);
+        result
+    }
+
+    fn window_inner(
+        &self,
+        duration: Duration,
+        cancel: &dyn Fn() -> bool,
+    ) -> Result<Profile, AgentError> {
+        let begin = crate::events::monotonic_ns();
+        let started = Instant::now();
+        {
+            // Samples already drained ended before `begin`: collect first,
+            // so that the window sees only samples that end from now on.
+            self.collect();
+            let mut collector = self.collector.lock();
+            collector
+                .as_mut()
+                .ok_or(AgentError::Stopped)?
+                .open_window(begin);
+        }
+        let deadline = started + duration;
+        loop {
+            let now = Instant::now();
+            if now >= deadline || cancel() || *self.stopping.lock() {
+                break;
+            }
+            std::thread::sleep((deadline - now).min(Duration::from_millis(20)));
+        }
+        let end = crate::events::monotonic_ns();
+        if let Some(c) = self.collector.lock().as_mut() {
+            c.end_window(end);
+        }
+        // Samples taken before `end` are drained by this pass.
+        self.collect();
+        let mut collector = self.collector.lock();
+        collector
+            .as_mut()
+            .and_then(|c| c.take_window(started.elapsed()))
+            .ok_or(AgentError::Stopped)
+    }
+
     /// One collection pass; drops the records of threads that have detached.
     fn collect(&self) {
         let mut collector = self.collector.lock();
@@ -426,6 +506,9 @@ pub struct Agent {
     previous: libc::sigaction,
     started: Instant,
     ring_bytes: usize,
+    /// The pprof endpoint, if one was started.
+    #[cfg(feature = "serve")]
+    server: Mutex<Option<serve::Server>>,
 }
 
 impl fmt::Debug for Agent {
@@ -489,6 +572,7 @@ impl Agent {
             log,
             stopping: Mutex::new(false),
             wake: Condvar::new(),
+            window_busy: AtomicBool::new(false),
         });
         let previous = match install_handler(config.signal) {
             Ok(previous) => previous,
@@ -523,7 +607,89 @@ impl Agent {
             previous,
             started: Instant::now(),
             ring_bytes,
+            #[cfg(feature = "serve")]
+            server: Mutex::new(None),
         })
+    }
+
+    /// The profile of the next `duration` alone, while the agent keeps
+    /// running: the samples that end in the window, named as the whole run's
+    /// are. One window at a time ([`AgentError::WindowBusy`] otherwise); it
+    /// ends early, with what it took, if the agent stops. This is what the
+    /// pprof endpoint serves (feature `serve`).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use jitmap::ExecutionManager;
+    /// use jitmap::agent::{Agent, AgentConfig, Clock};
+    ///
+    /// let manager = ExecutionManager::new(4);
+    /// let agent = Agent::start(&manager, AgentConfig { clock: Clock::Wall, ..AgentConfig::default() })?;
+    /// let attached = agent.attach_current_thread()?;
+    /// let window = std::thread::scope(|s| {
+    ///     let w = s.spawn(|| agent.profile_window(Duration::from_millis(100)));
+    ///     let mut x = 0u64;
+    ///     while !w.is_finished() {
+    ///         x = std::hint::black_box(x.wrapping_add(1));
+    ///     }
+    ///     w.join().unwrap()
+    /// })?;
+    /// drop(attached);
+    /// assert!(window.samples > 0 && window.duration >= Duration::from_millis(100));
+    /// assert!(agent.stop().samples >= window.samples);
+    /// # Ok::<(), jitmap::agent::AgentError>(())
+    /// ```
+    pub fn profile_window(&self, duration: Duration) -> Result<Profile, AgentError> {
+        self.shared.window(duration, &|| false)
+    }
+
+    /// Starts the pprof endpoint on `address`, which must be a loopback
+    /// address (port 0 picks a free one); returns the address it listens on.
+    /// See [`serve`] for what it serves. One endpoint per agent; stopping
+    /// the agent stops it.
+    ///
+    /// ```no_run
+    /// use jitmap::ExecutionManager;
+    /// use jitmap::agent::{Agent, AgentConfig};
+    ///
+    /// let manager = ExecutionManager::new(4);
+    /// let agent = Agent::start(&manager, AgentConfig::default())?;
+    /// let address = agent.serve("127.0.0.1:6060".parse().unwrap())?;
+    /// println!("go tool pprof http://{address}/debug/pprof/profile?seconds=30");
+    /// # Ok::<(), jitmap::agent::AgentError>(())
+    /// ```
+    #[cfg(feature = "serve")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "serve")))]
+    pub fn serve(&self, address: std::net::SocketAddr) -> Result<std::net::SocketAddr, AgentError> {
+        if !address.ip().is_loopback() {
+            return Err(AgentError::NotLoopback { address });
+        }
+        self.serve_exposed(address)
+    }
+
+    /// [`Agent::serve`] on any address. Whoever reaches it can take CPU
+    /// profiles of this process, which name its functions and its JIT
+    /// methods, and can keep one profile running at a time.
+    #[cfg(feature = "serve")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "serve")))]
+    pub fn serve_exposed(
+        &self,
+        address: std::net::SocketAddr,
+    ) -> Result<std::net::SocketAddr, AgentError> {
+        let mut server = self.server.lock();
+        if server.is_some() {
+            return Err(AgentError::Serve {
+                reason: "already serving".into(),
+            });
+        }
+        let started = serve::Server::start(
+            Arc::clone(&self.shared),
+            address,
+            self.shared.config.interval_ns(),
+        )?;
+        let bound = started.address();
+        *server = Some(started);
+        Ok(bound)
     }
 
     /// The configuration the agent runs with.
@@ -615,6 +781,10 @@ impl Agent {
             return Profile::default();
         };
         let signal = self.shared.config.signal;
+        #[cfg(feature = "serve")]
+        if let Some(mut server) = self.server.lock().take() {
+            server.stop();
+        }
         {
             let mut threads = self.shared.threads.lock();
             threads.running = false;

@@ -35,6 +35,18 @@ pub fn run(
     clock: Clock,
     duration: Duration,
 ) -> Result<ProfileRun, Box<dyn std::error::Error>> {
+    run_with(manager, hz, clock, duration, |_| Ok(()))
+}
+
+/// [`run`], calling `started` with the agent once it runs (to serve its
+/// profiles, for example).
+pub fn run_with(
+    manager: &ExecutionManager,
+    hz: u32,
+    clock: Clock,
+    duration: Duration,
+    started: impl FnOnce(&Agent) -> Result<(), Box<dyn std::error::Error>>,
+) -> Result<ProfileRun, Box<dyn std::error::Error>> {
     let demo = Demo::publish(manager)?;
     let config = AgentConfig {
         hz,
@@ -42,6 +54,7 @@ pub fn run(
         ..AgentConfig::default()
     };
     let agent = Agent::start(manager, config)?;
+    started(&agent)?;
     let attached = agent.attach_current_thread()?;
     let (mut calls, mut wrong) = (0u64, 0u64);
     let mut rng = Rng::new(0x5eed);

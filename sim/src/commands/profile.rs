@@ -30,6 +30,10 @@ pub struct Options {
     /// Print the report as one JSON object.
     #[arg(long, conflicts_with = "overhead")]
     json: bool,
+    /// Serve the agent's profiles over HTTP on this loopback address while
+    /// the demo runs (`go tool pprof http://ADDR/debug/pprof/profile`).
+    #[arg(long, value_name = "ADDR", conflicts_with = "overhead")]
+    serve: Option<std::net::SocketAddr>,
     /// Instead of profiling, measure the agent's cost on the demo: its
     /// throughput at 1 kHz and 10 kHz over no agent, in rounds of
     /// --seconds each, side by side.
@@ -60,8 +64,15 @@ pub fn run(o: Options) -> CliResult {
     };
     let manager = jitmap::ExecutionManager::new(16);
     let _perf = manager.perf_from_env().map_err(CliError::input)?;
-    let run = profile::run(&manager, o.hz.get(), clock, o.seconds.duration())
-        .map_err(CliError::failed)?;
+    let serve = super::run::loopback(o.serve)?;
+    let run = profile::run_with(&manager, o.hz.get(), clock, o.seconds.duration(), |agent| {
+        if let Some(address) = serve {
+            let bound = agent.serve(address)?;
+            eprintln!("jitmap-sim profile: serving profiles at http://{bound}/debug/pprof/profile");
+        }
+        Ok(())
+    })
+    .map_err(CliError::failed)?;
     profile::write_outputs(&run, dir)?;
     if o.json {
         emit(&format!("{}\n", profile::json(&run)))?;

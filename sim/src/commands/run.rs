@@ -41,6 +41,10 @@ pub struct Options {
     /// Print the report as one JSON object.
     #[arg(long)]
     json: bool,
+    /// Serve the agent's profiles over HTTP on this loopback address while
+    /// the run lasts (`go tool pprof http://ADDR/debug/pprof/profile`).
+    #[arg(long, value_name = "ADDR")]
+    serve: Option<std::net::SocketAddr>,
 }
 
 impl Default for Options {
@@ -67,6 +71,7 @@ pub fn run(o: Options) -> CliResult {
         wx: o.wx,
         threads: o.threads.get(),
         hz: o.hz.get(),
+        serve: loopback(o.serve)?,
     };
     let bar = (!o.json && std::io::stderr().is_terminal()).then(|| {
         let bar = indicatif::ProgressBar::new(1000);
@@ -101,4 +106,18 @@ pub fn run(o: Options) -> CliResult {
         eprintln!("jitmap-sim run: {warning}");
     }
     Ok(Outcome::from_ok(report.wrong == 0))
+}
+
+/// `--serve`'s address, which must be loopback: the tools never expose a
+/// process's profiles to the network (a host that wants to calls
+/// `Agent::serve_exposed` itself).
+pub fn loopback(
+    address: Option<std::net::SocketAddr>,
+) -> Result<Option<std::net::SocketAddr>, CliError> {
+    match address {
+        Some(a) if !a.ip().is_loopback() => Err(CliError::input(format!(
+            "--serve {a}: only a loopback address is served (127.0.0.1 or [::1])"
+        ))),
+        other => Ok(other),
+    }
 }

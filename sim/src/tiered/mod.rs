@@ -528,6 +528,10 @@ pub fn run(
             ..AgentConfig::default()
         },
     )?;
+    if let Some(address) = config.serve {
+        let bound = agent.serve(address)?;
+        eprintln!("jitmap-sim run: serving profiles at http://{bound}/debug/pprof/profile");
+    }
     let started = Instant::now();
     let errors: Mutex<Vec<String>> = Mutex::new(Vec::new());
     let record = |r: Result<(), RunError>| {

@@ -128,6 +128,9 @@ pub struct RunConfig {
     pub threads: usize,
     /// Agent sampling rate (wall clock).
     pub hz: u32,
+    /// Serve the agent's profiles over HTTP on this loopback address
+    /// (`/debug/pprof/profile`) while the run lasts.
+    pub serve: Option<std::net::SocketAddr>,
 }
 
 impl RunConfig {

@@ -1,0 +1,158 @@
+//! The pprof endpoint of `jitmap-sim profile --serve` against a real client
+//! (`go tool pprof`, from Debian's golang-go), and every bad request.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use jitmap_testkit::e2e::{self, normalized, one_run, temp_dir};
+
+const SIM: &str = env!("CARGO_BIN_EXE_jitmap-sim");
+
+/// A serving demo host, killed when dropped.
+struct Host(Child, String);
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `jitmap-sim profile --serve 127.0.0.1:0` for `seconds`, once it says where.
+fn serving(seconds: &str) -> Host {
+    let out = temp_dir("pprof-host");
+    let mut child = Command::new(SIM)
+        .args([
+            "profile",
+            "--clock",
+            "wall",
+            "--hz",
+            "1000",
+            "--seconds",
+            seconds,
+        ])
+        .args(["--serve", "127.0.0.1:0", "--out"])
+        .arg(&out)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stderr.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let url = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
+        .trim_end_matches("/debug/pprof/profile")
+        .trim_start_matches("http://")
+        .to_owned();
+    Host(child, url)
+}
+
+/// `GET path` over HTTP/1.0: the status code and the body.
+fn get(host: &str, path: &str) -> (u16, Vec<u8>) {
+    let mut s = TcpStream::connect(host).unwrap();
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n").unwrap();
+    let mut response = Vec::new();
+    s.read_to_end(&mut response).unwrap();
+    let head_end = response.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+    let head = String::from_utf8_lossy(&response[..head_end]).into_owned();
+    let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+    (status, response[head_end + 4..].to_vec())
+}
+
+#[test]
+fn go_tool_pprof_reads_the_leaves_shares() {
+    if !e2e::available("go") {
+        return;
+    }
+    let _one = one_run();
+    let host = serving("20");
+    let home = temp_dir("pprof-go");
+    let url = format!("http://{}/debug/pprof/profile?seconds=3", host.1);
+    let out = Command::new("go")
+        .args(["tool", "pprof", "-top", &url])
+        .env("HOME", &home)
+        .env("PPROF_TMPDIR", &home)
+        .env("GOCACHE", home.join("cache"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Rows: flat flat% sum% cum cum% name.
+    let flat = |name: &str| -> f64 {
+        text.lines()
+            .find(|l| l.split_whitespace().last() == Some(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|p| p.trim_end_matches('%').parse().ok())
+            .unwrap_or_else(|| panic!("{name} missing from\n{text}"))
+    };
+    let shares = normalized([flat("leaf_1x"), flat("leaf_2x"), flat("leaf_4x")]);
+    for (share, expected) in shares.iter().zip([100.0 / 7.0, 200.0 / 7.0, 400.0 / 7.0]) {
+        assert!((share - expected).abs() <= 3.0, "{shares:?}\n{text}");
+    }
+    std::fs::remove_dir_all(&home).unwrap();
+}
+
+#[test]
+fn every_bad_request_gets_its_status_and_the_server_stays_healthy() {
+    let _one = one_run();
+    let host = serving("30");
+    let h = host.1.as_str();
+    let (status, body) = get(h, "/debug/pprof/");
+    assert_eq!(status, 200);
+    assert!(String::from_utf8_lossy(&body).contains("profile?seconds="));
+    for bad in ["abc", "0", "301", "-1", "2.5"] {
+        let (status, body) = get(h, &format!("/debug/pprof/profile?seconds={bad}"));
+        assert_eq!(status, 400, "{bad}");
+        let reason = String::from_utf8_lossy(&body);
+        assert_eq!(reason.lines().count(), 1, "{reason}");
+        assert!(
+            reason.contains("seconds must be a whole number from 1 to 300"),
+            "{reason}"
+        );
+    }
+    assert_eq!(get(h, "/debug/pprof/heap").0, 404);
+    assert_eq!(get(h, "/nothing").0, 404);
+    // A second profile while one runs: 409, never a mixed profile.
+    let first = std::thread::spawn({
+        let h = h.to_owned();
+        move || get(&h, "/debug/pprof/profile?seconds=2")
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(get(h, "/debug/pprof/profile?seconds=1").0, 409);
+    let (status, body) = first.join().unwrap();
+    assert_eq!(status, 200);
+    assert_eq!(&body[..2], &[0x1f, 0x8b], "gzipped");
+    // A client that goes away mid-profile leaves the server healthy.
+    {
+        let mut s = TcpStream::connect(h).unwrap();
+        write!(s, "GET /debug/pprof/profile?seconds=1 HTTP/1.0\r\n\r\n").unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    let (status, body) = get(h, "/debug/pprof/profile?seconds=1");
+    assert_eq!(status, 200);
+    assert_eq!(&body[..2], &[0x1f, 0x8b]);
+}
+
+#[test]
+fn serving_another_address_than_loopback_is_refused() {
+    jitmap_testkit::e2e::assert_refused(
+        SIM,
+        &["profile", "--seconds", "1", "--serve", "0.0.0.0:6060"],
+        "--serve 0.0.0.0:6060",
+    );
+    jitmap_testkit::e2e::assert_refused(
+        SIM,
+        &["run", "--seconds", "1", "--serve", "192.0.2.1:6060"],
+        "only a loopback address",
+    );
+}

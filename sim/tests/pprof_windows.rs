@@ -1,0 +1,175 @@
+//! The pprof endpoint in process: two windows taken one after the other,
+//! with the workload switched between them, each hold only their own
+//! window's functions; and 100 sequential one-second profiles leak nothing
+//! (the process's resident memory and threads are where they were).
+#![cfg(target_arch = "x86_64")]
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::time::Duration;
+
+use flate2::read::GzDecoder;
+use jitmap::agent::export::proto;
+use jitmap::agent::{Agent, AgentConfig, Clock};
+use jitmap::{CodeInfo, ExecutionManager, HeapConfig, JitKind};
+use jitmap_testkit::demo::Demo;
+use jitmap_testkit::spin;
+use prost::Message;
+
+/// `GET path` over HTTP/1.0: the status and the body.
+fn get(host: &str, path: &str) -> (u16, Vec<u8>) {
+    let mut s = TcpStream::connect(host).unwrap();
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n").unwrap();
+    let mut response = Vec::new();
+    s.read_to_end(&mut response).unwrap();
+    let end = response.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+    let status = String::from_utf8_lossy(&response[..end])
+        .split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    (status, response[end + 4..].to_vec())
+}
+
+/// The function names of a gzipped pprof profile with samples.
+fn sampled_names(body: &[u8]) -> Vec<String> {
+    let mut bytes = Vec::new();
+    GzDecoder::new(body).read_to_end(&mut bytes).unwrap();
+    let p = proto::Profile::decode(&bytes[..]).unwrap();
+    let mut names: Vec<String> = p
+        .function
+        .iter()
+        .map(|f| p.string_table[f.name as usize].clone())
+        .collect();
+    names.sort();
+    names
+}
+
+/// A `/proc/self/status` field, in its unit.
+fn proc_status(field: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap()
+}
+
+#[test]
+fn windows_hold_their_own_samples_and_requests_leak_nothing() {
+    let manager = ExecutionManager::new(8);
+    let demo = Demo::publish(&manager).unwrap();
+    let heap = manager
+        .create_heap(HeapConfig {
+            span: 1 << 20,
+            ..HeapConfig::default()
+        })
+        .unwrap();
+    let spins: Vec<extern "C" fn() -> u32> = (0..2)
+        .map(|id| {
+            let code = spin::function_code(id);
+            let mut r = heap.reserve(code.len() as u64).unwrap();
+            r.code_mut().copy_from_slice(&code);
+            let name = spin::function_name(id);
+            let code = r
+                .publish(CodeInfo::new(100 + u64::from(id), name, JitKind::Optimized))
+                .unwrap();
+            // SAFETY: a complete function that takes nothing, returns a u32.
+            unsafe { code.entry() }
+        })
+        .collect();
+    let agent = Agent::start(
+        &manager,
+        AgentConfig {
+            hz: 1000,
+            clock: Clock::Wall,
+            ..AgentConfig::default()
+        },
+    )
+    .unwrap();
+    let address = agent
+        .serve("127.0.0.1:0".parse().unwrap())
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        agent
+            .serve("127.0.0.1:0".parse().unwrap())
+            .err()
+            .map(|e| e.to_string()),
+        Some("the pprof endpoint: already serving".to_owned())
+    );
+    assert!(matches!(
+        agent.serve("0.0.0.0:0".parse().unwrap()),
+        Err(jitmap::agent::AgentError::NotLoopback { .. })
+    ));
+
+    // 0: the demo's leaves; 1: the spin functions; 2: stop.
+    let phase = Arc::new(AtomicU8::new(0));
+    std::thread::scope(|s| {
+        let worker = s.spawn(|| {
+            let attached = agent.attach_current_thread().unwrap();
+            // Acquire/Relaxed: a phase flag; no data rides on it.
+            loop {
+                match phase.load(Ordering::Relaxed) {
+                    0 => {
+                        std::hint::black_box(demo.run(1, 10_000));
+                    }
+                    1 => {
+                        for f in &spins {
+                            std::hint::black_box(f());
+                        }
+                    }
+                    _ => break,
+                }
+            }
+            drop(attached);
+        });
+        std::thread::sleep(Duration::from_millis(200));
+        let (status, first) = get(&address, "/debug/pprof/profile?seconds=1");
+        assert_eq!(status, 200);
+        // Relaxed: the phase flag.
+        phase.store(1, Ordering::Relaxed);
+        std::thread::sleep(Duration::from_millis(200));
+        let (status, second) = get(&address, "/debug/pprof/profile?seconds=1");
+        assert_eq!(status, 200);
+        let (first, second) = (sampled_names(&first), sampled_names(&second));
+        assert!(first.iter().any(|n| n == "leaf_4x"), "{first:?}");
+        assert!(
+            !first.iter().any(|n| n.starts_with("jitmap_spin")),
+            "{first:?}"
+        );
+        assert!(second.iter().any(|n| n == "jitmap_spin_0"), "{second:?}");
+        assert!(!second.iter().any(|n| n.starts_with("leaf_")), "{second:?}");
+
+        // 100 one-second profiles, one after the other: after a few to warm
+        // up, the resident memory and the threads stay where they were.
+        for _ in 0..5 {
+            assert_eq!(get(&address, "/debug/pprof/profile?seconds=1").0, 200);
+        }
+        let (rss, threads) = (status_kib(), proc_status("Threads:"));
+        for _ in 0..100 {
+            assert_eq!(get(&address, "/debug/pprof/profile?seconds=1").0, 200);
+        }
+        let (rss_after, threads_after) = (status_kib(), proc_status("Threads:"));
+        assert_eq!(threads_after, threads, "threads left behind");
+        assert!(
+            rss_after <= rss + 1024,
+            "resident memory grew from {rss} KiB to {rss_after} KiB over 100 profiles"
+        );
+        println!("100 profiles: resident {rss} -> {rss_after} KiB, threads {threads}");
+        // Relaxed: the phase flag.
+        phase.store(2, Ordering::Relaxed);
+        worker.join().unwrap();
+    });
+    // Stopping the agent stops the server.
+    agent.stop();
+    assert!(TcpStream::connect(&address).is_err());
+}
+
+/// The resident set in KiB.
+fn status_kib() -> u64 {
+    proc_status("VmRSS:")
+}
