@@ -1,7 +1,7 @@
 //! The pprof endpoint of `jitmap-sim profile --serve` against a real client
 //! (`go tool pprof`, from Debian's golang-go), and every bad request.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -53,16 +53,8 @@ fn serving(seconds: &str) -> Host {
     Host(child, url)
 }
 
-/// `GET path` over HTTP/1.0: the status code and the body.
 fn get(host: &str, path: &str) -> (u16, Vec<u8>) {
-    let mut s = TcpStream::connect(host).unwrap();
-    write!(s, "GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n").unwrap();
-    let mut response = Vec::new();
-    s.read_to_end(&mut response).unwrap();
-    let head_end = response.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
-    let head = String::from_utf8_lossy(&response[..head_end]).into_owned();
-    let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
-    (status, response[head_end + 4..].to_vec())
+    jitmap_testkit::e2e::http_get(host, path)
 }
 
 #[test]

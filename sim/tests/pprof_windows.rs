@@ -4,7 +4,7 @@
 //! (the process's resident memory and threads are where they were).
 #![cfg(target_arch = "x86_64")]
 
-use std::io::{Read, Write};
+use std::io::Read;
 use std::net::TcpStream;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -18,20 +18,8 @@ use jitmap_testkit::demo::Demo;
 use jitmap_testkit::spin;
 use prost::Message;
 
-/// `GET path` over HTTP/1.0: the status and the body.
 fn get(host: &str, path: &str) -> (u16, Vec<u8>) {
-    let mut s = TcpStream::connect(host).unwrap();
-    write!(s, "GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n").unwrap();
-    let mut response = Vec::new();
-    s.read_to_end(&mut response).unwrap();
-    let end = response.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
-    let status = String::from_utf8_lossy(&response[..end])
-        .split_whitespace()
-        .nth(1)
-        .unwrap()
-        .parse()
-        .unwrap();
-    (status, response[end + 4..].to_vec())
+    jitmap_testkit::e2e::http_get(host, path)
 }
 
 /// The function names of a gzipped pprof profile with samples.

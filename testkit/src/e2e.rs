@@ -202,3 +202,20 @@ pub fn assert_refused(binary: &str, args: &[&str], culprit: &str) {
     );
     assert!(!err.contains("panicked"), "{args:?}: {err}");
 }
+
+/// `GET path` from `host` over HTTP/1.0, for the pprof endpoint's tests:
+/// the status code and the body.
+pub fn http_get(host: &str, path: &str) -> (u16, Vec<u8>) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(host).unwrap();
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n").unwrap();
+    let mut response = Vec::new();
+    s.read_to_end(&mut response).unwrap();
+    let end = response.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+    let status = String::from_utf8_lossy(&response[..end])
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap();
+    (status, response[end + 4..].to_vec())
+}
