@@ -3,7 +3,7 @@
 //!
 //! - [`inspect`]: resolve addresses and list the live methods of a running
 //!   jitmap host, or of a .NET 8 runtime, through bounded remote reads;
-//! - [`ebpf`] (feature `ebpf`): a profiler that resolves every frame in the
+//! - `ebpf` (feature `ebpf`): a profiler that resolves every frame in the
 //!   kernel; its C program, `src/ebpf/profile.bpf.c`, sits beside its loader;
 //! - [`jitdump`]: a jitdump file checked the way perf reads it, as text;
 //! - [`args`]: the option types and exit codes that `jitmap` and `jitmap-sim`

@@ -2,7 +2,7 @@
 //! in, the probe that counts ([`jitmap_probe_count`]), and the compiler's side
 //! ([`CallCounters::take_crossed`], [`CallCounters::rearm`]).
 //!
-//! Its atomics come from [`crate::sync`], so the loom models in `loom-tests/`
+//! Its atomics come from the crate's atomics facade (`sync`), so the loom models in `loom-tests/`
 //! check this code itself (it is built under `--cfg loom` on its own, without
 //! the rest of the agent).
 

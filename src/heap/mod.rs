@@ -553,7 +553,7 @@ impl CodeHeap {
     /// block's size and kind are read on demand. A guard from another domain is
     /// refused.
     ///
-    /// Inlined always, like [`ExecutionManager::find`](crate::ExecutionManager::find):
+    /// Inlined always, like [`ManagerGuard::find`](crate::ManagerGuard::find):
     /// left to the heuristics, a caller in another crate (the simulator's
     /// timed loop) called it, and got its answer back through memory.
     #[inline(always)]
