@@ -5,8 +5,6 @@
 //! got), and a counting allocator that sees no allocation inside the handler
 //! or the probes.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -15,64 +13,14 @@ use jitmap::agent::{
     jitmap_probe_value,
 };
 use jitmap::{CodeInfo, ExecutionManager, HeapConfig, JitKind};
+use jitmap_testkit::signal_alloc::{
+    SignalCounting, check_mask, take_while_blocked, thread_heap_calls, with_sigprof_blocked,
+};
 
-/// Counts heap calls per thread, and those made while SIGPROF is blocked in
-/// the calling thread, which (in this test) means inside the agent's handler:
-/// the kernel blocks a signal while its handler runs, and nothing else here
-/// blocks SIGPROF while allocating.
-struct Counting;
-
-/// Whether heap calls check the signal mask (only while the agent runs).
-static CHECK_MASK: AtomicBool = AtomicBool::new(false);
-/// Heap calls made with SIGPROF blocked.
-static WHILE_BLOCKED: AtomicU64 = AtomicU64::new(0);
-
-std::thread_local! {
-    /// This thread's heap calls. `const`, no destructor: never lazily set up.
-    static CALLS: Cell<u64> = const { Cell::new(0) };
-}
-
-fn note_heap_call() {
-    CALLS.with(|c| c.set(c.get() + 1));
-    // Relaxed: a switch set before the threads start and read by them.
-    if CHECK_MASK.load(Ordering::Relaxed) {
-        // SAFETY: sigset_t is plain storage; the query writes it.
-        let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
-        // SAFETY: a query of this thread's mask (null new set).
-        let blocked = unsafe {
-            libc::pthread_sigmask(libc::SIG_BLOCK, std::ptr::null(), &mut set) == 0
-                && libc::sigismember(&set, libc::SIGPROF) == 1
-        };
-        if blocked {
-            // Relaxed: a counter read after the threads are joined.
-            WHILE_BLOCKED.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-}
-
-// SAFETY: forwards to the system allocator; the counting has no effect on it.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        note_heap_call();
-        // SAFETY: the caller's contract, forwarded.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        note_heap_call();
-        // SAFETY: the caller's contract, forwarded.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        note_heap_call();
-        // SAFETY: the caller's contract, forwarded.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
+/// Counts each thread's heap calls, and those made inside a SIGPROF handler
+/// (see `jitmap_testkit::signal_alloc`).
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: SignalCounting = SignalCounting;
 
 const HZ: u32 = 10_000;
 const THREADS: usize = 2;
@@ -89,32 +37,12 @@ fn thread_cpu_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// Blocks SIGPROF on this thread around `f`.
-fn with_sigprof_blocked(f: impl FnOnce()) {
-    // SAFETY: sigsets are plain storage, initialized by sigemptyset.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        let mut old: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGPROF);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
-        f();
-        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
-    }
-}
-
 #[test]
 fn sampling_malloc_panics_and_heap_writers_is_safe() {
     // The detector itself: an allocation with SIGPROF blocked is caught.
-    // Relaxed: no other thread runs yet.
-    CHECK_MASK.store(true, Ordering::Relaxed);
+    check_mask(true);
     with_sigprof_blocked(|| drop(std::hint::black_box(vec![1u8; 64])));
-    // Relaxed: same thread.
-    assert_eq!(
-        WHILE_BLOCKED.swap(0, Ordering::Relaxed),
-        2,
-        "alloc and free seen"
-    );
+    assert_eq!(take_while_blocked(), 2, "alloc and free seen");
 
     std::panic::set_hook(Box::new(|_| {})); // the panics below are expected
     let manager = ExecutionManager::new(32);
@@ -207,7 +135,7 @@ fn sampling_malloc_panics_and_heap_writers_is_safe() {
                         }
                     }
                     // The probes, interrupted by signals too, allocate nothing.
-                    let before = CALLS.with(Cell::get);
+                    let before = thread_heap_calls();
                     for i in 0..100 {
                         // SAFETY: this thread's own context and a live cell.
                         unsafe {
@@ -217,7 +145,7 @@ fn sampling_malloc_panics_and_heap_writers_is_safe() {
                         }
                     }
                     // Relaxed: a sum read after the join.
-                    probe_heap_calls.fetch_add(CALLS.with(Cell::get) - before, Ordering::Relaxed);
+                    probe_heap_calls.fetch_add(thread_heap_calls() - before, Ordering::Relaxed);
                     round += 1;
                     // Relaxed: read by the watchdog only.
                     progress.store(round, Ordering::Relaxed);
@@ -237,14 +165,9 @@ fn sampling_malloc_panics_and_heap_writers_is_safe() {
     // Relaxed: the workers are joined.
     let cpu_secs = cpu_ns.load(Ordering::Relaxed) as f64 / 1e9;
     let profile = agent.stop();
-    // Relaxed: every thread is joined.
-    CHECK_MASK.store(false, Ordering::Relaxed);
-    // Relaxed: as above.
-    assert_eq!(
-        WHILE_BLOCKED.load(Ordering::Relaxed),
-        0,
-        "the handler allocated"
-    );
+    // Every thread is joined.
+    check_mask(false);
+    assert_eq!(take_while_blocked(), 0, "the handler allocated");
     // Relaxed: as above.
     assert_eq!(
         probe_heap_calls.load(Ordering::Relaxed),

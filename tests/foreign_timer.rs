@@ -2,13 +2,21 @@
 //! own: a pointer to unmapped memory, and a pointer to a decoy that holds the
 //! agent's record magic in every word. The agent's handler must read neither,
 //! must pass both kinds of signal on to the handler the host had installed
-//! before the agent, and must keep sampling its own timers.
+//! before the agent, must keep sampling its own timers, and must allocate
+//! nothing on either path (a counting allocator watches).
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use jitmap::ExecutionManager;
 use jitmap::agent::{Agent, AgentConfig, Clock};
+use jitmap_testkit::signal_alloc::{
+    SignalCounting, check_mask, take_while_blocked, with_sigprof_blocked,
+};
+
+/// Counts heap calls made inside a SIGPROF handler.
+#[global_allocator]
+static GLOBAL: SignalCounting = SignalCounting;
 
 /// The agent's record magic ("jitmapth"), the decoy's every word.
 const MAGIC: u64 = 0x6a69_746d_6170_7468;
@@ -121,6 +129,12 @@ fn a_hosts_own_timers_on_the_agents_signal_are_passed_on_never_read() {
     };
     let agent = Agent::start(&manager, config).unwrap();
     let attached = agent.attach_current_thread().unwrap();
+    // The detector itself sees an allocation with SIGPROF blocked; then it
+    // watches the handlers (only this thread's timers fire, and the
+    // collector thread, which allocates, never has SIGPROF blocked).
+    check_mask(true);
+    with_sigprof_blocked(|| drop(std::hint::black_box(vec![1u8; 64])));
+    assert_eq!(take_while_blocked(), 2, "alloc and free seen");
     let foreign = [
         HostTimer::arm(unmapped),
         HostTimer::arm(decoy.as_ptr() as usize),
@@ -131,6 +145,8 @@ fn a_hosts_own_timers_on_the_agents_signal_are_passed_on_never_read() {
         x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
     }
     drop(foreign);
+    check_mask(false);
+    assert_eq!(take_while_blocked(), 0, "a handler allocated");
     drop(attached);
     let profile = agent.stop();
 

@@ -99,7 +99,7 @@ fn windows_hold_their_own_samples_and_requests_leak_nothing() {
     std::thread::scope(|s| {
         let worker = s.spawn(|| {
             let attached = agent.attach_current_thread().unwrap();
-            // Acquire/Relaxed: a phase flag; no data rides on it.
+            // Relaxed: a phase flag; no data rides on it.
             loop {
                 match phase.load(Ordering::Relaxed) {
                     0 => {

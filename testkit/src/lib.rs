@@ -6,7 +6,9 @@
 //!   ([`demo`], run under the agent by [`profile`]), with [`jitcode`] for the
 //!   agent's benchmarks;
 //! - the test helpers: a seeded [`rng`], the nibble-map [`model`] and its
-//!   [`workload`]s, and [`e2e`] for the tests that run real outside tools.
+//!   [`workload`]s, [`e2e`] for the tests that run real outside tools, and
+//!   [`signal_alloc`], the counting allocator that proves a signal handler
+//!   allocates nothing.
 //!
 //! It is `publish = false`: an embedding runtime never needs it, and
 //! `cargo test -p jitmap` builds it without the simulator or the tools.
@@ -17,5 +19,6 @@ pub mod jitcode;
 pub mod model;
 pub mod profile;
 pub mod rng;
+pub mod signal_alloc;
 pub mod spin;
 pub mod workload;

@@ -158,6 +158,16 @@ pub struct Overhead {
     pub floor: Vec<f64>,
 }
 
+/// Per-round ratios as the overhead reports print them: four decimals each,
+/// space-separated.
+pub fn ratios(values: &[f64]) -> String {
+    values
+        .iter()
+        .map(|r| format!("{r:.4}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// The median of `values`.
 pub fn median(values: &[f64]) -> f64 {
     let mut r = values.to_vec();

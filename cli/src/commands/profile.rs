@@ -40,12 +40,7 @@ pub fn run(o: Options) -> CliResult {
     let duration = o.seconds.duration();
     if o.overhead {
         let rows = ebpf::overhead(&[1000, 10_000], duration, 5).map_err(CliError::input)?;
-        let list = |v: &[f64]| {
-            v.iter()
-                .map(|r| format!("{r:.4}"))
-                .collect::<Vec<_>>()
-                .join(" ")
-        };
+        let list = jitmap_testkit::profile::ratios;
         let median = jitmap_testkit::profile::median;
         for row in rows {
             emit(&format!(

@@ -98,12 +98,7 @@ fn overhead(seconds: Seconds) -> CliResult {
     let rows = profile::overhead(&manager, &[1000, 10_000], seconds.duration(), 5)
         .map_err(CliError::failed)?;
     for row in rows {
-        let list = |v: &[f64]| {
-            v.iter()
-                .map(|r| format!("{r:.4}"))
-                .collect::<Vec<_>>()
-                .join(" ")
-        };
+        let list = profile::ratios;
         emit(&format!(
             "{} Hz (wall), throughput over no agent, median of {}: agent {:.4} [{}], \
              empty handler (floor) {:.4} [{}]\n",
