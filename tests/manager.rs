@@ -1,5 +1,6 @@
 //! The execution manager: JIT and image lookups with the contract's full API.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier, Weak};
 
 use jitmap::heap::StubKind;
@@ -625,4 +626,63 @@ fn random_heaps_answer_every_byte_like_the_model() {
             );
         }
     }
+}
+
+/// A value that counts its drops.
+struct Dropped(Arc<AtomicUsize>);
+
+impl Drop for Dropped {
+    fn drop(&mut self) {
+        // Relaxed: read on this thread after the drop.
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+#[test]
+fn a_retired_value_drops_after_the_readers_and_executors_that_could_reach_it() {
+    let manager = ExecutionManager::new(4);
+    let drops = Arc::new(AtomicUsize::new(0));
+    let count = || drops.load(Ordering::Relaxed);
+    // Nobody holds the grace period back: dropped in the call.
+    manager.retire(Dropped(Arc::clone(&drops)));
+    assert_eq!(count(), 1);
+
+    // A pinned reader holds it until it unpins and a writer call reclaims.
+    let reader = manager.register_reader().unwrap();
+    let guard = manager.pin(&reader).unwrap();
+    manager.retire(Dropped(Arc::clone(&drops)));
+    assert_eq!(manager.try_reclaim_sections(), 0);
+    assert_eq!(count(), 1);
+    drop(guard);
+    manager.try_reclaim_sections();
+    assert_eq!(count(), 2);
+
+    // An online executor holds it until its next quiescent point; a reader
+    // pinned after the retire does not.
+    let executor = manager.register_executor().unwrap();
+    manager.retire(Dropped(Arc::clone(&drops)));
+    let late = manager.pin(&reader).unwrap();
+    manager.try_reclaim_sections();
+    assert_eq!(count(), 2);
+    executor.quiescent();
+    // A heap handle's drop is a writer call that reclaims too.
+    drop(
+        manager
+            .create_heap(HeapConfig {
+                span: 1 << 16,
+                ..HeapConfig::default()
+            })
+            .unwrap(),
+    );
+    assert_eq!(count(), 3);
+    drop(late);
+
+    // What is still retired when the manager drops is dropped with it.
+    let guard = manager.pin(&reader).unwrap();
+    manager.retire(Dropped(Arc::clone(&drops)));
+    drop(guard);
+    assert_eq!(count(), 3);
+    drop((reader, executor));
+    drop(manager);
+    assert_eq!(count(), 4);
 }

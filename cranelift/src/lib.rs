@@ -87,6 +87,7 @@ mod error;
 mod module;
 mod reloc;
 mod stub;
+mod tiers;
 mod unwind;
 
 pub use builder::JitmapBuilder;

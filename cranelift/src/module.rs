@@ -22,7 +22,7 @@ use jitmap::{CodeInfo, CodeRef, ExecutionManager, JitKind, OwnedHeap, Reservatio
 
 use crate::builder::{JitmapBuilder, LibcallNames, SymbolLookup};
 use crate::data::DataMemory;
-use crate::{JitError, reloc, stub, unwind};
+use crate::{JitError, reloc, stub, tiers, unwind};
 
 /// The stub kind of the module's trampolines, as lookups report them.
 pub const TRAMPOLINE: StubKind = match StubKind::new(1) {
@@ -41,6 +41,8 @@ struct Compiled {
     unwind: Option<UnwindInfo>,
     /// Source rows: offset in the code, line (the source location's bits).
     rows: Vec<(u32, u32)>,
+    /// Baseline or optimized: the optimization level it was compiled at.
+    kind: JitKind,
 }
 
 /// What the module keeps per declared function.
@@ -56,6 +58,8 @@ struct Function {
     pending: Option<Compiled>,
     /// The file the function's source locations are lines of.
     source_file: Option<Arc<str>>,
+    /// The method id its versions are published with (default: the FuncId).
+    method_id: u64,
 }
 
 /// A data object: its memory (ordinary memory, never the code heap) and the
@@ -70,7 +74,10 @@ struct Data {
 /// `get_finalized_function`), plus [`JitmapModule::redefine_function`] and
 /// [`JitmapModule::free_function`]. See the crate docs for an example.
 pub struct JitmapModule {
+    /// What functions are compiled with now ([`JitmapModule::set_opt_level`]).
     isa: OwnedTargetIsa,
+    /// The builder's ISA and the ones made from it at other levels.
+    levels: Vec<OwnedTargetIsa>,
     declarations: ModuleDeclarations,
     heap: OwnedHeap,
     symbols: HashMap<String, usize>,
@@ -95,6 +102,7 @@ impl JitmapModule {
         }
         let heap = builder.manager.create_heap(builder.heap)?;
         Ok(Self {
+            levels: vec![builder.isa.clone()],
             isa: builder.isa,
             declarations: ModuleDeclarations::default(),
             heap,
@@ -163,6 +171,64 @@ impl JitmapModule {
     /// The live version of `func` (its current code), if it has one.
     pub fn function_code(&self, func: FuncId) -> Option<CodeRef> {
         self.functions.get(func.as_u32() as usize)?.live
+    }
+
+    /// Compiles the functions defined or redefined from now on at `level`,
+    /// every other flag unchanged: a tiered JIT defines a function at
+    /// `none` for a fast first version, then redefines it at `speed` once
+    /// it runs hot. Each version is published as [`JitKind::Baseline`]
+    /// (`none`) or [`JitKind::Optimized`], which lookups and profiles
+    /// report. [`Module::isa`] answers the current level's ISA.
+    ///
+    /// ```
+    /// use cranelift_codegen::settings::OptLevel;
+    /// use cranelift_module::Module;
+    /// use jitmap_cranelift::{JitmapBuilder, JitmapModule};
+    ///
+    /// let manager = jitmap::ExecutionManager::new(8);
+    /// let builder = JitmapBuilder::new(&manager, cranelift_module::default_libcall_names())?;
+    /// let mut module = JitmapModule::new(builder)?;
+    /// module.set_opt_level(OptLevel::Speed)?;
+    /// assert_eq!(module.isa().flags().opt_level(), OptLevel::Speed);
+    /// # Ok::<(), jitmap_cranelift::JitError>(())
+    /// ```
+    pub fn set_opt_level(&mut self, level: settings::OptLevel) -> Result<(), JitError> {
+        if let Some(isa) = self.levels.iter().find(|i| i.flags().opt_level() == level) {
+            self.isa = isa.clone();
+            return Ok(());
+        }
+        let isa = tiers::at_level(&*self.levels[0], level)?;
+        self.levels.push(isa.clone());
+        self.isa = isa;
+        Ok(())
+    }
+
+    /// Publishes `func`'s versions finalized from now on with `id` as their
+    /// method id, the one lookups, samples, perf maps and jitdump report: the
+    /// host's own handle of the method (a descriptor's address, a version
+    /// counter) in place of the default, the function's `FuncId`.
+    pub fn set_method_id(&mut self, func: FuncId, id: u64) -> Result<(), JitError> {
+        self.check_definable(func)?;
+        self.functions[func.as_u32() as usize].method_id = id;
+        Ok(())
+    }
+
+    /// Drops the definition of `func` compiled since the last finalize, and
+    /// nothing else: its live version, if it has one, stays live and called.
+    /// What a host does when `finalize_definitions` refused (an unknown
+    /// symbol, a full heap) and it gives up on this compilation. With no
+    /// pending definition it is [`JitError::NotDefined`] and changes nothing.
+    pub fn cancel_definition(&mut self, func: FuncId) -> Result<(), JitError> {
+        self.check_definable(func)?;
+        if self.functions[func.as_u32() as usize]
+            .pending
+            .take()
+            .is_none()
+        {
+            return Err(JitError::NotDefined(self.name_of(func)));
+        }
+        self.pending_functions.retain(|&p| p != func);
+        Ok(())
     }
 
     /// Compiles a new body for `func`, which has a definition (finalized or
@@ -365,16 +431,13 @@ impl JitmapModule {
             relocs,
             unwind: compiled.create_unwind_info(&*self.isa)?,
             rows,
+            kind: kind_of(&*self.isa),
         })
     }
 
     /// The `CodeInfo` a function's version is published with.
     fn code_info(&self, func: FuncId, f: &Function, compiled: &Compiled, base: usize) -> CodeInfo {
-        let kind = match self.isa.flags().opt_level() {
-            settings::OptLevel::None => JitKind::Baseline,
-            _ => JitKind::Optimized,
-        };
-        let mut info = CodeInfo::new(u64::from(func.as_u32()), self.name_of(func), kind);
+        let mut info = CodeInfo::new(f.method_id, self.name_of(func), compiled.kind);
         if let Some(file) = &f.source_file {
             let mut rows: Vec<DebugEntry> = Vec::new();
             for &(offset, line) in &compiled.rows {
@@ -512,6 +575,7 @@ impl JitmapModule {
             live: None,
             pending: None,
             source_file: None,
+            method_id: u64::from(func.as_u32()),
         });
         Ok(())
     }
@@ -521,6 +585,26 @@ impl JitmapModule {
         if index >= self.data.len() {
             self.data.resize_with(index + 1, || None);
         }
+    }
+}
+
+/// What a version compiled by `isa` is published as.
+fn kind_of(isa: &dyn TargetIsa) -> JitKind {
+    match isa.flags().opt_level() {
+        settings::OptLevel::None => JitKind::Baseline,
+        _ => JitKind::Optimized,
+    }
+}
+
+impl Drop for JitmapModule {
+    /// The heap goes with its code (unmapped once executors have left it);
+    /// the call cells its trampolines jump through and the data objects its
+    /// code reads are retired to the manager, so a thread still running in
+    /// the module when it drops finishes there.
+    fn drop(&mut self) {
+        let cells: Vec<Box<AtomicUsize>> = self.functions.drain(..).map(|f| f.cell).collect();
+        let data: Vec<DataMemory> = self.data.drain(..).flatten().map(|d| d.memory).collect();
+        self.heap.manager().retire((cells, data));
     }
 }
 
@@ -633,6 +717,7 @@ impl Module for JitmapModule {
             relocs: relocs.to_vec(),
             unwind: None,
             rows: Vec::new(),
+            kind: kind_of(&*self.isa),
         });
         self.pending_functions.push(func);
         Ok(())

@@ -5,6 +5,8 @@ use std::fmt;
 use std::ops::Deref;
 use std::sync::Arc;
 
+use parking_lot::Mutex;
+
 mod block;
 mod pinned;
 
@@ -178,6 +180,9 @@ struct Inner {
     remote: Option<remote::Registration>,
     ranges: RangeSectionMap<SectionKind>,
     listeners: Arc<Listeners>,
+    /// Values handed to [`ExecutionManager::retire`], each with its retire
+    /// tag, dropped once the domain's grace period has passed it.
+    retired: Mutex<Vec<(u64, Box<dyn Send>)>>,
 }
 
 impl fmt::Debug for ExecutionManager {
@@ -247,6 +252,7 @@ impl ExecutionManager {
                 remote,
                 ranges,
                 listeners: Arc::new(Listeners::default()),
+                retired: Mutex::new(Vec::new()),
             }),
         }
     }
@@ -334,7 +340,7 @@ impl ExecutionManager {
     }
 
     fn register_heap(&self, config: HeapConfig) -> Result<Arc<CodeHeap>, ManagerError> {
-        self.inner.ranges.try_reclaim();
+        self.try_reclaim_sections();
         let heap =
             CodeHeap::with_listeners(config, self.domain(), Arc::clone(&self.inner.listeners))?;
         let heap = Arc::new(heap);
@@ -353,6 +359,7 @@ impl ExecutionManager {
         // The section was registered by `register_heap` and only the heap's one
         // handle removes it, so it is present.
         let _ = self.inner.ranges.remove(heap.base());
+        self.reclaim_retired();
     }
 
     /// The registered heaps, in address order (for a profiler or debugger that
@@ -376,7 +383,7 @@ impl ExecutionManager {
 
     /// Validates and registers an image; returns its base.
     pub fn load_image(&self, info: ImageInfo) -> Result<usize, ManagerError> {
-        self.inner.ranges.try_reclaim();
+        self.try_reclaim_sections();
         let (base, size) = (info.base, info.size);
         let image = ImageSection::new(info).map_err(ManagerError::Image)?;
         let end = base
@@ -406,13 +413,62 @@ impl ExecutionManager {
     }
 
     /// Frees removed sections (and unmaps retired heaps no one else holds) whose
-    /// grace period has passed. Returns the number of sections freed (a heap's
-    /// own [`CodeHeap::try_reclaim`] returns the bytes of blocks it reclaimed).
+    /// grace period has passed, and drops the values [`ExecutionManager::retire`]
+    /// was given whose grace period has passed. Returns the number of sections
+    /// freed (a heap's own [`CodeHeap::try_reclaim`] returns the bytes of blocks
+    /// it reclaimed).
     ///
     /// Removal reclaims at once when no reader is pinned; a section removed while
     /// one was is freed by the next manager writer call (`create_heap`,
-    /// `load_image`, `unload_image`, a heap handle's drop) or by this one.
+    /// `load_image`, `unload_image`, a heap handle's drop, `retire`) or by this
+    /// one.
     pub fn try_reclaim_sections(&self) -> usize {
+        self.reclaim_retired();
         self.inner.ranges.try_reclaim()
+    }
+
+    /// Drops `value` once every reader pinned now has unpinned and every
+    /// executor online now has passed a quiescent point: for what JIT code or
+    /// lookups may still reach after the host stops publishing it, such as a
+    /// module's call cells or constant pools, or metadata a lookup's answer
+    /// points into. The drop happens in a later manager writer call (see
+    /// [`ExecutionManager::try_reclaim_sections`]), or in this one when no
+    /// thread holds the grace period back, or when the manager itself drops.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    ///
+    /// let manager = jitmap::ExecutionManager::new(2);
+    /// let cells = Arc::new([0usize; 4]);
+    /// let executor = manager.register_executor()?; // online: may run code that reads `cells`
+    /// manager.retire(Arc::clone(&cells));
+    /// assert_eq!(Arc::strong_count(&cells), 2); // held back by the executor
+    /// executor.quiescent();
+    /// manager.try_reclaim_sections();
+    /// assert_eq!(Arc::strong_count(&cells), 1);
+    /// # Ok::<(), jitmap::EpochError>(())
+    /// ```
+    pub fn retire<T: Send + 'static>(&self, value: T) {
+        let tag = self.domain().retire_tag();
+        self.inner.retired.lock().push((tag, Box::new(value)));
+        self.reclaim_retired();
+    }
+
+    /// Drops the retired values whose grace period has passed, outside the lock
+    /// (a value's drop may call back into the manager).
+    fn reclaim_retired(&self) {
+        let done: Vec<Box<dyn Send>> = {
+            let mut retired = self.inner.retired.lock();
+            if retired.is_empty() {
+                return;
+            }
+            let safe_before = self.domain().safe_before();
+            let (done, kept) = std::mem::take(&mut *retired)
+                .into_iter()
+                .partition(|(tag, _)| *tag < safe_before);
+            *retired = kept;
+            done.into_iter().map(|(_, value)| value).collect()
+        };
+        drop(done);
     }
 }
