@@ -93,3 +93,7 @@ mod unwind;
 pub use builder::JitmapBuilder;
 pub use error::JitError;
 pub use module::{JitmapModule, TRAMPOLINE};
+
+/// The size in bytes of the trampoline every definable function is called
+/// through (a stub block of kind [`TRAMPOLINE`]).
+pub const TRAMPOLINE_BYTES: usize = stub::LEN;

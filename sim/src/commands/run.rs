@@ -6,7 +6,7 @@ use jitmap::MapVersion;
 use jitmap_cli::args::{
     CliError, CliResult, Hz, OutDir, Outcome, Seconds, Threads, dropped_warning, emit,
 };
-use jitmap_sim::tiered::{self, RunConfig, Scenario};
+use jitmap_sim::tiered::{self, Backend, RunConfig, Scenario};
 
 /// The tiered JIT simulator (the default, as `run`): real code compiled at
 /// two tiers, run, sampled, freed and unloaded, every answer checked. Exit
@@ -16,6 +16,10 @@ pub struct Options {
     /// startup, steady, large, unload, abort or mixed.
     #[arg(long, default_value = "mixed")]
     scenario: Scenario,
+    /// What compiles the methods: cranelift (jitmap-cranelift; tier 0 at
+    /// opt_level=none, tier 1 at speed) or iced (hand-assembled shapes).
+    #[arg(long, default_value = "cranelift")]
+    backend: Backend,
     /// Seconds to run.
     #[arg(long, default_value = "15", allow_negative_numbers = true)]
     seconds: Seconds,
@@ -65,6 +69,7 @@ pub fn run(o: Options) -> CliResult {
     let out = o.out.as_ref().map(OutDir::prepare).transpose()?;
     let config = RunConfig {
         scenario: o.scenario,
+        backend: o.backend,
         duration: o.seconds.duration(),
         seed: o.seed,
         version: o.map,
@@ -79,7 +84,7 @@ pub fn run(o: Options) -> CliResult {
             indicatif::ProgressStyle::with_template("{msg} [{bar:40}] {elapsed}/{duration}")
                 .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
         );
-        bar.set_message(format!("jitmap-sim run {}", o.scenario));
+        bar.set_message(format!("jitmap-sim run {} ({})", o.scenario, o.backend));
         bar
     });
     let progress = |f: f64| {

@@ -10,31 +10,43 @@
 //!   compilations, de-optimizes methods back to tier 0, and loads and unloads
 //!   whole groups of methods, each in its own heap;
 //! - **readers** look up random addresses and judge every answer.
+//!
+//! Two backends compile the methods: Cranelift through `jitmap-cranelift`
+//! (the default: one module per group, tier-ups and de-optimizations through
+//! its `redefine_function`), or iced-x86 code assembled by hand (see
+//! [`Backend`]).
 
-mod codegen;
+mod clif;
 mod group;
+mod iced;
 mod report;
 mod scenario;
 pub mod shadow;
+mod shape;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use cranelift_codegen::CodegenError;
+use cranelift_module::{Module, ModuleError};
 use iced_x86::code_asm::CodeAssembler;
 use jitmap::agent::{Agent, AgentConfig, Clock, HANDLER_V1_WORDS, SampleFrame};
 use jitmap::events::monotonic_ns;
-use jitmap::{CodeInfo, CodeRef, ExecutionManager, JitKind, MapVersion};
+use jitmap::{CodeInfo, CodeRef, ExecutionManager, JitKind, MapVersion, OwnedHeap};
+use jitmap_cranelift::{JitError, TRAMPOLINE_BYTES};
 use parking_lot::{Mutex, RwLock};
 
-use codegen::MethodShape;
-use group::Group;
+use clif::{ClifGroup, Inject};
+use group::{Code, Entry, Group};
+use iced::MethodShape;
 use jitmap_testkit::demo::DemoError;
 use jitmap_testkit::rng::Rng;
-pub use report::Report;
+pub use report::{Report, TierCompile};
 use scenario::Params;
-pub use scenario::{RunConfig, RunError, SCENARIOS, Scenario};
+pub use scenario::{BACKENDS, Backend, RunConfig, RunError, SCENARIOS, Scenario};
 use shadow::{Shadow, Version};
+use shape::CodeShape;
 
 /// Lookups a reader makes between two visits to the shadow model.
 const READER_BATCH: usize = 64;
@@ -80,6 +92,8 @@ struct Sim {
     counts: Counters,
     wrong_details: Mutex<Vec<String>>,
     latencies: Mutex<Vec<u64>>,
+    /// Per tier: each published compilation's compile time (ns) and size.
+    compiles: [Mutex<Vec<(u64, u64)>>; 2],
     stop: AtomicBool,
 }
 
@@ -98,11 +112,26 @@ impl Sim {
         self.stop.load(Ordering::Relaxed)
     }
 
-    /// Compiles method `m` of `group` at `tier`; `None` if the compilation
-    /// aborted (the scenario's share).
-    fn compile(
+    /// Counts a publish of `size` bytes.
+    fn published(&self, size: u64) {
+        // Relaxed: statistics.
+        self.counts.publishes.fetch_add(1, Ordering::Relaxed);
+        let live = self.counts.live_bytes.fetch_add(size, Ordering::Relaxed) + size;
+        self.counts.peak_bytes.fetch_max(live, Ordering::Relaxed);
+    }
+
+    /// Counts an aborted compilation.
+    fn aborted(&self) {
+        // Relaxed: statistics.
+        self.counts.aborts.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Compiles method `m` of `group` at `tier` into `heap` with iced-x86;
+    /// `None` if the compilation aborted (the scenario's share).
+    fn compile_iced(
         &self,
         group: &Group,
+        heap: &OwnedHeap,
         m: usize,
         tier: u8,
         rng: &mut Rng,
@@ -120,24 +149,21 @@ impl Sim {
         let assemble = |ip: u64| -> Result<Vec<u8>, RunError> {
             let mut a = CodeAssembler::new(64).map_err(DemoError::from)?;
             match tier {
-                0 => codegen::tier0(&mut a, &shape),
-                _ => codegen::tier1(&mut a, &shape),
+                0 => iced::tier0(&mut a, &shape),
+                _ => iced::tier1(&mut a, &shape),
             }
             .map_err(DemoError::from)?;
             Ok(a.assemble(ip).map_err(DemoError::from)?)
         };
+        let t0 = monotonic_ns();
         let size = assemble(0)?.len() as u64;
-        let heap_guard = group.heap.lock();
-        let Some(heap) = heap_guard.as_ref() else {
-            return Ok(None);
-        };
         let mut r = heap.reserve(size)?;
         let bytes = assemble(r.address() as u64)?;
+        let compile_ns = monotonic_ns() - t0;
         r.code_mut().copy_from_slice(&bytes);
         if rng.chance(self.params.abort_percent) {
             r.abort();
-            // Relaxed: statistics.
-            self.counts.aborts.fetch_add(1, Ordering::Relaxed);
+            self.aborted();
             return Ok(None);
         }
         let name = format!("g{}_m{m}_t{tier}", group.id);
@@ -152,6 +178,7 @@ impl Sim {
                 publish_end: u64::MAX,
                 free_begin: u64::MAX,
                 free_end: u64::MAX,
+                stub: false,
             },
         );
         let kind = if tier == 0 {
@@ -167,39 +194,176 @@ impl Sim {
             }
         };
         self.shadow.write().published(version, monotonic_ns());
-        // Relaxed: statistics.
-        self.counts.publishes.fetch_add(1, Ordering::Relaxed);
-        let live = self.counts.live_bytes.fetch_add(size, Ordering::Relaxed) + size;
-        self.counts.peak_bytes.fetch_max(live, Ordering::Relaxed);
+        self.published(size);
+        self.compiles[usize::from(tier)]
+            .lock()
+            .push((compile_ns, size));
+        // SAFETY: `iced` emits every method with the `Entry` signature.
+        group.set_entry(m, unsafe { code.entry() });
         Ok(Some((code, version)))
     }
 
-    /// Compiles `m` at `tier` (retrying aborted compilations), swaps its cell
-    /// and frees the code it replaces. Returns false if the group is gone.
-    fn install(&self, group: &Group, m: usize, tier: u8, rng: &mut Rng) -> Result<bool, RunError> {
-        let (code, version) = loop {
-            if !group.alive.load(Ordering::Acquire) {
-                // Acquire: pairs with the unload's Release; nothing to install.
-                return Ok(false);
+    /// Compiles method `m` of `group` at `tier` with Cranelift: defines it,
+    /// or redefines it when it has code, and finalizes, which publishes the
+    /// new version, switches the function's call cell and frees the old one.
+    /// `None` if the compilation aborted: an injected verifier error, or an
+    /// injected unknown symbol that makes finalize abort its reservation.
+    fn compile_clif(
+        &self,
+        group: &Group,
+        clif: &mut ClifGroup,
+        m: usize,
+        tier: u8,
+        rng: &mut Rng,
+    ) -> Result<Option<(CodeRef, u64)>, RunError> {
+        let version = self.next_version.fetch_add(1, Ordering::Relaxed); // Relaxed: unique ids only
+        let inject = rng.chance(self.params.abort_percent).then(|| {
+            if rng.chance(50) {
+                Inject::Verifier
+            } else {
+                Inject::Unresolved
             }
-            if let Some(done) = self.compile(group, m, tier, rng)? {
-                break done;
-            }
+        });
+        let shape = CodeShape {
+            index: m as u32,
+            counter_cell: group.counters.cell(m as u32).map_or(0, |c| c as u64),
+            probe_id: version,
         };
-        // SAFETY: `codegen` emits every method with the `Entry` signature.
-        group.cells[m].set(unsafe { code.entry() });
-        let old = group.current.lock()[m].replace((code, version, tier));
-        if let Some((old, old_version, _)) = old {
-            self.free(group, old, old_version)?;
+        let func = clif.func(m);
+        let old = group.current.lock()[m];
+        let t0 = monotonic_ns();
+        clif.select_tier(tier)?;
+        let mut ctx = clif.body(&group.methods, &shape, tier, inject);
+        let defined = match old {
+            Some(_) => clif.module.redefine_function(func, &mut ctx),
+            None => clif
+                .module
+                .define_function(func, &mut ctx)
+                .map_err(JitError::from),
+        };
+        let compile_ns = monotonic_ns() - t0;
+        match (defined, inject) {
+            (Err(JitError::Module(e)), Some(Inject::Verifier))
+                if matches!(*e, ModuleError::Compilation(CodegenError::Verifier(_))) =>
+            {
+                self.aborted();
+                return Ok(None);
+            }
+            (Err(e), _) => return Err(e.into()),
+            (Ok(()), Some(Inject::Verifier)) => {
+                clif.module.cancel_definition(func)?;
+                self.wrong(format!(
+                    "the verifier passed g{}_m{m}'s type error",
+                    group.id
+                ));
+                return Ok(None);
+            }
+            (Ok(()), _) => {}
         }
-        Ok(true)
+        clif.module.set_method_id(func, version)?;
+        let publish_begin = monotonic_ns();
+        {
+            let mut shadow = self.shadow.write();
+            shadow.placing(version);
+            if let (Some((_, old_version, _)), None) = (old, inject) {
+                shadow.freeing(old_version, publish_begin);
+            }
+        }
+        match (clif.module.finalize_definitions(), inject) {
+            (Err(JitError::UnknownSymbol(name)), Some(Inject::Unresolved))
+                if name == clif::MISSING_SYMBOL =>
+            {
+                clif.module.cancel_definition(func)?;
+                self.shadow.write().unpublished(version);
+                self.aborted();
+                return Ok(None);
+            }
+            (Err(e), _) => {
+                self.shadow.write().unpublished(version);
+                return Err(e.into());
+            }
+            (Ok(()), Some(injected)) => {
+                return Err(RunError(format!(
+                    "g{}_m{m} finalized despite its injected {injected:?} failure",
+                    group.id
+                )));
+            }
+            (Ok(()), None) => {}
+        }
+        let code = clif
+            .module
+            .function_code(func)
+            .ok_or_else(|| RunError(format!("g{}_m{m} has no code after finalize", group.id)))?;
+        let now = monotonic_ns();
+        {
+            let mut shadow = self.shadow.write();
+            shadow.placed(
+                version,
+                Version {
+                    name: clif::name(group.id, m),
+                    start: code.start(),
+                    size: code.size(),
+                    publish_begin,
+                    publish_end: now,
+                    free_begin: u64::MAX,
+                    free_end: u64::MAX,
+                    stub: false,
+                },
+            );
+            if let Some((_, old_version, _)) = old {
+                shadow.freed(old_version, now);
+            }
+        }
+        if let Some((old_code, _, _)) = old {
+            // Relaxed: statistics.
+            self.counts.frees.fetch_add(1, Ordering::Relaxed);
+            self.counts
+                .live_bytes
+                .fetch_sub(old_code.size(), Ordering::Relaxed);
+        }
+        self.published(code.size());
+        self.compiles[usize::from(tier)]
+            .lock()
+            .push((compile_ns, code.size()));
+        if !group.is_compiled(m) {
+            // SAFETY: the trampoline jumps to the function's live version,
+            // and every method has the `Entry` signature.
+            let entry: Entry = unsafe { std::mem::transmute(clif.trampoline(m)) };
+            group.set_entry(m, entry);
+        }
+        Ok(Some((code, version)))
     }
 
-    fn free(&self, group: &Group, code: CodeRef, version: u64) -> Result<(), RunError> {
-        self.shadow.write().freeing(version, monotonic_ns());
-        if let Some(heap) = group.heap.lock().as_ref() {
-            heap.free(code)?;
+    /// Compiles `m` at `tier` (retrying aborted compilations) and makes it
+    /// the method's code; the code it replaces is freed. Returns false if
+    /// the group is gone.
+    fn install(&self, group: &Group, m: usize, tier: u8, rng: &mut Rng) -> Result<bool, RunError> {
+        loop {
+            // Acquire: pairs with the unload's Release; nothing to install.
+            if !group.alive.load(Ordering::Acquire) {
+                return Ok(false);
+            }
+            let mut code = group.code.lock();
+            let installed = match code.as_mut() {
+                None => return Ok(false),
+                Some(Code::Iced(heap)) => self.compile_iced(group, heap, m, tier, rng)?,
+                Some(Code::Cranelift(clif)) => self.compile_clif(group, clif, m, tier, rng)?,
+            };
+            let Some((new, version)) = installed else {
+                continue;
+            };
+            let old = group.current.lock()[m].replace((new, version, tier));
+            // A Cranelift module freed the old version in its finalize.
+            if let (Some(Code::Iced(heap)), Some((old, old_version, _))) = (code.as_ref(), old) {
+                self.free(heap, old, old_version)?;
+            }
+            return Ok(true);
         }
+    }
+
+    fn free(&self, heap: &OwnedHeap, code: CodeRef, version: u64) -> Result<(), RunError> {
+        self.shadow.write().freeing(version, monotonic_ns());
+        heap.free(code)?;
         self.shadow.write().freed(version, monotonic_ns());
         // Relaxed: statistics.
         self.counts.frees.fetch_add(1, Ordering::Relaxed);
@@ -209,7 +373,40 @@ impl Sim {
         Ok(())
     }
 
+    /// Records a new group's trampolines (Cranelift) as stubs, published
+    /// since `since`.
+    fn record_stubs(&self, group: &Group, since: u64) {
+        let code = group.code.lock();
+        let Some(Code::Cranelift(clif)) = code.as_ref() else {
+            return;
+        };
+        let now = monotonic_ns();
+        let mut shadow = self.shadow.write();
+        let mut ids = group.stubs.lock();
+        for m in 0..group.methods.len() {
+            let id = self.next_version.fetch_add(1, Ordering::Relaxed); // Relaxed: unique ids only
+            shadow.stub(
+                id,
+                Version {
+                    name: format!("{}_trampoline", clif::name(group.id, m)),
+                    start: clif.trampoline(m),
+                    size: TRAMPOLINE_BYTES as u64,
+                    publish_begin: since,
+                    publish_end: now,
+                    free_begin: u64::MAX,
+                    free_end: u64::MAX,
+                    stub: true,
+                },
+            );
+            ids.push(id);
+        }
+    }
+
     /// Publishes tier 0 of every method of `group`, callees first.
+    ///
+    /// Methods that run hot meanwhile are tiered up between two loads, as a
+    /// runtime's compile queue would: a large method takes Cranelift a few
+    /// hundred milliseconds, and the methods already loaded do not wait for it.
     fn load(&self, group: &Group, rng: &mut Rng) -> Result<(), RunError> {
         for m in (0..group.methods.len()).rev() {
             if self.stopping() || !self.install(group, m, 0, rng)? {
@@ -217,11 +414,27 @@ impl Sim {
             }
             // Relaxed: statistics.
             self.counts.tier0.fetch_add(1, Ordering::Relaxed);
+            for hot in group.counters.take_crossed() {
+                self.tier_up(group, hot as usize, rng)?;
+            }
         }
         Ok(())
     }
 
-    /// Drops `group`'s heap with all its code, after taking it out of use.
+    /// Tiers up method `m` of `group`, whose call counter crossed.
+    fn tier_up(&self, group: &Group, m: usize, rng: &mut Rng) -> Result<(), RunError> {
+        let seen = monotonic_ns();
+        // Relaxed: statistics.
+        self.counts.crossings.fetch_add(1, Ordering::Relaxed);
+        if self.install(group, m, 1, rng)? {
+            self.counts.tier_ups.fetch_add(1, Ordering::Relaxed);
+            self.latencies.lock().push(monotonic_ns() - seen);
+        }
+        Ok(())
+    }
+
+    /// Drops `group`'s heap (or module) with all its code, after taking it
+    /// out of use.
     fn unload(&self, group: &Group) {
         // Release: executors that see the group dead stop picking it.
         group.alive.store(false, Ordering::Release);
@@ -233,17 +446,20 @@ impl Sim {
             .flatten()
             .map(|(code, v, _)| (*v, code.size()))
             .collect();
+        let stubs = group.stubs.lock().clone();
         {
             let mut shadow = self.shadow.write();
-            for (v, _) in &versions {
+            for v in versions.iter().map(|(v, _)| v).chain(&stubs) {
                 shadow.freeing(*v, now);
             }
         }
-        drop(group.heap.lock().take());
+        drop(group.code.lock().take());
         let now = monotonic_ns();
         let mut shadow = self.shadow.write();
-        for (v, size) in versions {
-            shadow.freed(v, now);
+        for v in versions.iter().map(|(v, _)| v).chain(&stubs) {
+            shadow.freed(*v, now);
+        }
+        for (_, size) in versions {
             // Relaxed: statistics.
             self.counts.live_bytes.fetch_sub(size, Ordering::Relaxed);
         }
@@ -264,6 +480,7 @@ impl Sim {
             return Ok(());
         }
         *last_load = Instant::now();
+        let since = monotonic_ns();
         let group = Arc::new(Group::new(
             *next_group,
             &self.manager,
@@ -274,6 +491,7 @@ impl Sim {
             rng,
         )?);
         *next_group += 1;
+        self.record_stubs(&group, since);
         self.load(&group, rng)?;
         let retired = {
             let mut groups = self.groups.write();
@@ -292,11 +510,11 @@ impl Sim {
     /// The rate then does not hang on how many methods have tiered up yet (a
     /// slow machine tiers up few in a short run, and a pick among all methods
     /// mostly missed them). A step is a tier-up or an idle pass of the
-    /// compiler loop. The main group's methods cross their thresholds while
-    /// it loads, so its tier-ups come as one burst, worked through in one
-    /// pass; a run whose time ends during it still de-optimizes. Only the
-    /// compiler thread installs code, so the method is still at tier 1 when it
-    /// is replaced.
+    /// compiler loop. Most of the main group's methods tier up while it
+    /// loads; those that cross later come in bursts, and every tier-up of a
+    /// burst is a step, so a run whose time ends during one still
+    /// de-optimizes. Only the compiler thread installs code, so the method is
+    /// still at tier 1 when it is replaced.
     fn maybe_deopt(&self, main: &Group, rng: &mut Rng) -> Result<(), RunError> {
         if !self.params.churn || !rng.chance(5) {
             return Ok(());
@@ -331,13 +549,7 @@ impl Sim {
             let groups: Vec<Arc<Group>> = self.groups.read().clone();
             for group in &groups {
                 for m in group.counters.take_crossed() {
-                    let seen = monotonic_ns();
-                    // Relaxed: statistics.
-                    self.counts.crossings.fetch_add(1, Ordering::Relaxed);
-                    if self.install(group, m as usize, 1, &mut rng)? {
-                        self.counts.tier_ups.fetch_add(1, Ordering::Relaxed);
-                        self.latencies.lock().push(monotonic_ns() - seen);
-                    }
+                    self.tier_up(group, m as usize, &mut rng)?;
                     // A long burst of tier-ups does not hold back the loads,
                     // unloads and de-optimizations that are due.
                     self.maybe_deopt(&main, &mut rng)?;
@@ -367,7 +579,7 @@ impl Sim {
                 continue;
             }
             let root = group.roots[rng.below(group.roots.len() as u64) as usize];
-            if !chain_ready(&group, root) {
+            if !group.ready(root) {
                 std::thread::yield_now();
                 executor.quiescent();
                 continue;
@@ -405,13 +617,16 @@ impl Sim {
     /// (steady scenario, six alternated 3 s runs of each: a median of 799
     /// publishes batched against 810 unbatched, 0.99). Judging after the fact
     /// is as strict: versions stay in the model after their free, and their
-    /// times only ever move from unknown to known.
+    /// times only ever move from unknown to known. An answer that names a
+    /// version still being placed (a Cranelift finalize in progress, whose
+    /// address the model learns when it returns) waits for a later batch.
     fn reader(&self, seed: u64) -> Result<(), RunError> {
         let reader = self.manager.register_reader()?;
         let mut rng = Rng::new(seed);
         let mut spans: Vec<(usize, u64)> = Vec::new();
         let mut picked: Vec<(usize, Option<u64>)> = Vec::with_capacity(READER_BATCH);
         let mut answers: Vec<Answer> = Vec::with_capacity(READER_BATCH);
+        let mut waiting: Vec<Answer> = Vec::new();
         let mut wrong: Vec<String> = Vec::new();
         let mut batches = 0u64;
         while !self.stopping() {
@@ -458,33 +673,40 @@ impl Sim {
             self.counts
                 .lookups
                 .fetch_add(answers.len() as u64, Ordering::Relaxed);
-            {
-                let shadow = self.shadow.read();
-                for a in answers.drain(..) {
-                    if let Err(what) = shadow.judge_lookup(a.addr, a.t0, a.t1, a.found, a.expected)
-                    {
-                        wrong.push(what);
-                    }
-                }
-            }
-            for what in wrong.drain(..) {
-                self.wrong(what);
+            answers.append(&mut waiting);
+            self.judge(&mut answers, &mut waiting, &mut wrong);
+        }
+        // The compiler has returned from its last finalize: every answer
+        // still waiting names a placed version, or one that was withdrawn.
+        while !waiting.is_empty() {
+            let mut left = std::mem::take(&mut waiting);
+            self.judge(&mut left, &mut waiting, &mut wrong);
+            if !waiting.is_empty() {
+                std::thread::sleep(Duration::from_millis(1));
             }
         }
         Ok(())
     }
-}
 
-/// Whether every method on `root`'s chain is compiled.
-fn chain_ready(group: &Group, root: usize) -> bool {
-    let mut m = Some(root);
-    while let Some(i) = m {
-        if !group::compiled(&group.cells[i]) {
-            return false;
+    /// Judges `answers`, moving those that name a version being placed to
+    /// `waiting`.
+    fn judge(&self, answers: &mut Vec<Answer>, waiting: &mut Vec<Answer>, wrong: &mut Vec<String>) {
+        {
+            let shadow = self.shadow.read();
+            for a in answers.drain(..) {
+                if a.found.is_some_and(|(id, _)| shadow.is_placing(id)) {
+                    waiting.push(a);
+                } else if let Err(what) =
+                    shadow.judge_lookup(a.addr, a.t0, a.t1, a.found, a.expected)
+                {
+                    wrong.push(what);
+                }
+            }
         }
-        m = group.methods[i].callee;
+        for what in wrong.drain(..) {
+            self.wrong(what);
+        }
     }
-    true
 }
 
 /// Runs `config`; `progress` is told the elapsed fraction now and then.
@@ -498,6 +720,7 @@ pub fn run(
     let params = config.scenario.params();
     let manager = ExecutionManager::new(128);
     let mut rng = Rng::new(config.seed);
+    let since = monotonic_ns();
     let main = Group::new(
         0,
         &manager,
@@ -517,8 +740,10 @@ pub fn run(
         counts: Counters::default(),
         wrong_details: Mutex::new(Vec::new()),
         latencies: Mutex::new(Vec::new()),
+        compiles: [Mutex::new(Vec::new()), Mutex::new(Vec::new())],
         stop: AtomicBool::new(false),
     };
+    sim.record_stubs(&sim.groups.read()[0], since);
     let agent = Agent::start(
         &manager,
         AgentConfig {
@@ -590,6 +815,10 @@ pub fn run(
                     SampleFrame::Unattributed { addr } if depth == 0 => {
                         shadow.judge_unattributed(addr, sample.end_ns, v1_words)
                     }
+                    SampleFrame::Stub { addr, .. } => {
+                        let at = if depth == 0 { addr } else { addr - 1 };
+                        shadow.judge_stub(at, sample.end_ns)
+                    }
                     _ => continue,
                 };
                 frames_checked += 1;
@@ -600,34 +829,32 @@ pub fn run(
         }
     }
     let groups = sim.groups.read();
-    let main_stats = groups[0].heap.lock().as_ref().map(|h| h.stats());
+    let main_stats = groups[0].code.lock().as_ref().map(|c| c.heap().stats());
     let map_resident_bytes = groups
         .iter()
         .filter_map(|g| {
-            g.heap
+            g.code
                 .lock()
                 .as_ref()
-                .and_then(|h| h.map().words().resident_bytes().ok())
+                .and_then(|c| c.heap().map().words().resident_bytes().ok())
         })
         .sum::<usize>() as u64;
-    let mut latencies = sim.latencies.lock().clone();
-    latencies.sort_unstable();
-    let pct = |p: f64| {
-        latencies
-            .get(((latencies.len() as f64 * p) as usize).min(latencies.len().saturating_sub(1)))
-            .map_or(0.0, |&ns| ns as f64 / 1000.0)
-    };
+    let latencies = sim.latencies.lock().clone();
+    let pct = |p| report::percentile_us(&latencies, p);
+    let compile = sim.compiles.each_ref().map(|c| TierCompile::of(&c.lock()));
     let c = &sim.counts;
     // Relaxed (all loads below): the threads are joined.
     let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
     Ok(Report {
         scenario: config.scenario.to_string(),
+        backend: config.backend.to_string(),
         seconds,
         tier0: load(&c.tier0),
         tier_ups: load(&c.tier_ups),
         deopts: load(&c.deopts),
         tier_up_p50_us: pct(0.5),
         tier_up_p99_us: pct(0.99),
+        compile,
         publishes: load(&c.publishes),
         aborts: load(&c.aborts),
         frees: load(&c.frees),

@@ -1,10 +1,59 @@
 //! What a run reports: as text, and as one JSON object with stable keys.
 
+/// One tier's compilations that were published.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct TierCompile {
+    /// Compilations published at the tier.
+    pub compilations: u64,
+    /// Compile time, median, µs: building the code (IR and Cranelift's
+    /// compile, or iced's two assemblies), not its publish.
+    pub p50_us: f64,
+    /// The same, 99th percentile.
+    pub p99_us: f64,
+    /// Mean code bytes per compiled method.
+    pub bytes_per_method: f64,
+}
+
+impl TierCompile {
+    /// The statistics of `(compile ns, code bytes)` pairs.
+    pub fn of(compiles: &[(u64, u64)]) -> Self {
+        let times: Vec<u64> = compiles.iter().map(|c| c.0).collect();
+        let bytes: u64 = compiles.iter().map(|c| c.1).sum();
+        Self {
+            compilations: compiles.len() as u64,
+            p50_us: percentile_us(&times, 0.5),
+            p99_us: percentile_us(&times, 0.99),
+            bytes_per_method: bytes as f64 / compiles.len().max(1) as f64,
+        }
+    }
+
+    fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "compilations": self.compilations,
+            "p50_us": self.p50_us,
+            "p99_us": self.p99_us,
+            "bytes_per_method": self.bytes_per_method,
+        })
+    }
+}
+
+/// The `p` quantile (0 to 1, nearest rank below) of nanosecond samples, in
+/// µs; 0 with no sample.
+pub(super) fn percentile_us(ns: &[u64], p: f64) -> f64 {
+    let mut sorted = ns.to_vec();
+    sorted.sort_unstable();
+    sorted
+        .get(((sorted.len() as f64 * p) as usize).min(sorted.len().saturating_sub(1)))
+        .map_or(0.0, |&ns| ns as f64 / 1000.0)
+}
+
 /// What a run did and found.
 #[derive(Clone, Debug, Default)]
 pub struct Report {
     /// The scenario run.
     pub scenario: String,
+    /// The backend that compiled the methods.
+    pub backend: String,
     /// Seconds run.
     pub seconds: f64,
     /// Tier-0 compilations published.
@@ -17,6 +66,8 @@ pub struct Report {
     pub tier_up_p50_us: f64,
     /// The same, 99th percentile.
     pub tier_up_p99_us: f64,
+    /// Tier 0's and tier 1's compilations: how long, how large.
+    pub compile: [TierCompile; 2],
     /// Blocks published.
     pub publishes: u64,
     /// Compilations aborted.
@@ -67,6 +118,7 @@ impl Report {
     pub fn json(&self) -> serde_json::Value {
         serde_json::json!({
             "scenario": self.scenario,
+            "backend": self.backend,
             "seconds": self.seconds,
             "wrong": self.wrong,
             "wrong_details": self.wrong_details,
@@ -80,6 +132,7 @@ impl Report {
             "deopts": self.deopts,
             "tier_up_p50_us": self.tier_up_p50_us,
             "tier_up_p99_us": self.tier_up_p99_us,
+            "compile": {"tier0": self.compile[0].json(), "tier1": self.compile[1].json()},
             "publishes": self.publishes,
             "aborts": self.aborts,
             "frees": self.frees,
@@ -97,20 +150,29 @@ impl Report {
     /// The report as text.
     pub fn text(&self) -> String {
         let mut out = format!(
-            "scenario {} for {:.1} s\n\
+            "scenario {} on {} for {:.1} s\n\
              compilations: tier 0 {}, tier 1 (tier-ups) {}, de-optimized {}; \
              tier-up latency p50 {:.0} us, p99 {:.0} us\n\
+             compile time: tier 0 p50 {:.0} us, p99 {:.0} us, {:.0} bytes per method; \
+             tier 1 p50 {:.0} us, p99 {:.0} us, {:.0} bytes per method\n\
              publishes {}, aborts {}, frees {}, unloads {}\n\
              code bytes live {} (peak {}), fragmentation {:.1}%, map resident {} bytes\n\
              lookups {} ({:.0} per second), results checked {}\n\
              agent: {} samples, {} JIT frames checked, {} probe entries, {} counter crossings\n",
             self.scenario,
+            self.backend,
             self.seconds,
             self.tier0,
             self.tier_ups,
             self.deopts,
             self.tier_up_p50_us,
             self.tier_up_p99_us,
+            self.compile[0].p50_us,
+            self.compile[0].p99_us,
+            self.compile[0].bytes_per_method,
+            self.compile[1].p50_us,
+            self.compile[1].p99_us,
+            self.compile[1].bytes_per_method,
             self.publishes,
             self.aborts,
             self.frees,

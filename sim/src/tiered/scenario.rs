@@ -111,11 +111,48 @@ impl Scenario {
     }
 }
 
+/// What compiles the methods.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// Cranelift through `jitmap-cranelift`: real prologues, spills, unwind
+    /// tables and compile times; tier 0 at `opt_level=none`, tier 1 at
+    /// `speed`.
+    Cranelift,
+    /// Hand-assembled with iced-x86 in a few fixed shapes.
+    Iced,
+}
+
+/// The backends, by name.
+pub const BACKENDS: [&str; 2] = ["cranelift", "iced"];
+
+impl FromStr for Backend {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "cranelift" => Ok(Self::Cranelift),
+            "iced" => Ok(Self::Iced),
+            _ => Err(format!(
+                "unknown backend {s:?}; the backends are: {}",
+                BACKENDS.join(", ")
+            )),
+        }
+    }
+}
+
+impl fmt::Display for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(BACKENDS[*self as usize])
+    }
+}
+
 /// How to run.
 #[derive(Clone, Copy, Debug)]
 pub struct RunConfig {
     /// The workload.
     pub scenario: Scenario,
+    /// What compiles the methods.
+    pub backend: Backend,
     /// How long.
     pub duration: Duration,
     /// Workload seed.

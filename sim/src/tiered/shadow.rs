@@ -1,8 +1,10 @@
 //! The simulator's shadow model: every code version it ever published, with
 //! the times around its publish and its free, against which every lookup and
-//! every agent sample is judged.
+//! every agent sample is judged. Stubs (the Cranelift module's trampolines)
+//! are in it too: lookups never name them, and a sample's frame in one must
+//! say it is a stub.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// One published version of a method.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -22,6 +24,8 @@ pub struct Version {
     pub free_begin: u64,
     /// After its free returned (`u64::MAX` while live).
     pub free_end: u64,
+    /// A stub, not a method.
+    pub stub: bool,
 }
 
 impl Version {
@@ -36,6 +40,9 @@ pub struct Shadow {
     versions: HashMap<u64, Version>,
     live: Vec<u64>,
     live_index: HashMap<u64, usize>,
+    /// Versions being published whose address is not known yet (a Cranelift
+    /// module places them inside `finalize_definitions`).
+    placing: HashSet<u64>,
 }
 
 impl Shadow {
@@ -46,8 +53,37 @@ impl Shadow {
         self.versions.insert(id, version);
     }
 
-    /// Forgets a version whose publish failed.
+    /// Records that `id` is being published somewhere not yet known: a
+    /// lookup that names it is judged once it is [`Shadow::placed`].
+    pub fn placing(&mut self, id: u64) {
+        self.placing.insert(id);
+    }
+
+    /// Whether `id` is being published and not placed yet.
+    pub fn is_placing(&self, id: u64) -> bool {
+        self.placing.contains(&id)
+    }
+
+    /// Records where `id` was published (its publish times included).
+    pub fn placed(&mut self, id: u64, version: Version) {
+        self.placing.remove(&id);
+        self.publishing(id, version);
+    }
+
+    /// Records a stub: judged like a version, never picked for a lookup.
+    pub fn stub(&mut self, id: u64, version: Version) {
+        self.versions.insert(
+            id,
+            Version {
+                stub: true,
+                ..version
+            },
+        );
+    }
+
+    /// Forgets a version whose publish failed (placed or not).
     pub fn unpublished(&mut self, id: u64) {
+        self.placing.remove(&id);
         self.unlist(id);
         self.versions.remove(&id);
     }
@@ -133,6 +169,27 @@ impl Shadow {
         }
     }
 
+    /// What occupied `addr` when a sample ended at `end_ns`: the version or
+    /// stub placed there last before then.
+    fn occupant(&self, addr: usize, end_ns: u64) -> Option<(u64, &Version)> {
+        self.versions
+            .iter()
+            .filter(|(_, v)| v.covers(addr) && v.publish_begin <= end_ns)
+            .max_by_key(|(_, v)| v.publish_begin)
+            .map(|(id, v)| (*id, v))
+    }
+
+    /// Judges a frame the agent named a stub at `addr` (sampled at
+    /// `end_ns`): a stub must have occupied it.
+    pub fn judge_stub(&self, addr: usize, end_ns: u64) -> Result<(), String> {
+        match self.occupant(addr, end_ns) {
+            Some((_, v)) if v.stub => Ok(()),
+            v => Err(format!(
+                "sample at {addr:#x} (ended {end_ns}) named a stub; the occupant was {v:?}"
+            )),
+        }
+    }
+
     /// Judges an agent frame that named version `id` at `addr` in a sample
     /// that ended at `end_ns`: the version must be the one whose bytes were
     /// there, the last placed at the address before the sample ended. (Freed
@@ -148,13 +205,9 @@ impl Shadow {
         end_ns: u64,
         v1_words: Option<usize>,
     ) -> Result<(), String> {
-        let occupant = self
-            .versions
-            .values()
-            .filter(|v| v.covers(addr) && v.publish_begin <= end_ns)
-            .max_by_key(|v| v.publish_begin);
+        let occupant = self.occupant(addr, end_ns).map(|(_, v)| v);
         match (occupant, v1_words) {
-            (Some(v), Some(words)) if addr - v.start > (words - 1) * 256 => Ok(()),
+            (Some(v), Some(words)) if !v.stub && addr - v.start > (words - 1) * 256 => Ok(()),
             (v, _) => Err(format!(
                 "sample at {addr:#x} (ended {end_ns}) unattributed; the occupant was {v:?}"
             )),
@@ -168,14 +221,9 @@ impl Shadow {
         id: u64,
         name: &str,
     ) -> Result<(), String> {
-        let occupant = self
-            .versions
-            .iter()
-            .filter(|(_, v)| v.covers(addr) && v.publish_begin <= end_ns)
-            .max_by_key(|(_, v)| v.publish_begin)
-            .map(|(id, _)| *id);
+        let occupant = self.occupant(addr, end_ns).map(|(id, _)| id);
         match self.versions.get(&id) {
-            Some(v) if occupant == Some(id) && v.name == name => Ok(()),
+            Some(v) if occupant == Some(id) && !v.stub && v.name == name => Ok(()),
             v => Err(format!(
                 "sample at {addr:#x} (ended {end_ns}) named {name} {v:?}, the occupant was {:?}",
                 occupant.and_then(|o| self.versions.get(&o))
@@ -197,6 +245,7 @@ mod tests {
             publish_end: publish + 1,
             free_begin: free,
             free_end: free.saturating_add(1),
+            stub: false,
         }
     }
 
@@ -253,6 +302,34 @@ mod tests {
         assert!(s.pick(0).is_some_and(|(id, _)| id == 1));
         s.freeing(1, 50);
         assert!(s.pick(0).is_none());
+    }
+
+    #[test]
+    fn a_version_being_placed_is_judged_once_placed_and_a_stub_only_as_one() {
+        let mut s = Shadow::default();
+        s.placing(1);
+        assert!(s.is_placing(1));
+        assert!(s.pick(0).is_none());
+        s.placed(1, version(0x100, 10, u64::MAX));
+        assert!(!s.is_placing(1));
+        assert_eq!(
+            s.judge_lookup(0x104, 12, 13, Some((1, 0x100)), Some(1)),
+            Ok(())
+        );
+        s.placing(2);
+        s.unpublished(2);
+        assert!(!s.is_placing(2));
+        // A stub after the method at the same bytes: a frame there must be
+        // a stub frame; before it, the method's.
+        s.stub(3, version(0x100, 30, u64::MAX));
+        assert!(s.pick(1).is_some_and(|(id, _)| id == 1));
+        assert_eq!(s.judge_stub(0x104, 31), Ok(()));
+        assert!(s.judge_stub(0x104, 20).is_err());
+        let name = s.get(3).unwrap().name.clone();
+        assert!(s.judge_sample(0x104, 31, 3, &name).is_err());
+        let name = s.get(1).unwrap().name.clone();
+        assert_eq!(s.judge_sample(0x104, 20, 1, &name), Ok(()));
+        assert!(s.judge_stub(0x200, 31).is_err());
     }
 
     #[test]

@@ -1,9 +1,10 @@
-//! Machine code for the tiered JIT's methods, assembled with `iced-x86`.
+//! The `iced` backend: machine code for the tiered JIT's methods, assembled
+//! by hand with `iced-x86` in a few fixed instruction shapes.
 //!
 //! Every method takes the calling thread's probe context in `rdi` and passes
-//! it on to its callee. It runs a loop of `work` iterations, adds its own
-//! index, and adds what its callee (called through the callee's indirection
-//! cell) returns: `value(m) = 1 + 2 + ... + work(m) + m + value(callee)`.
+//! it on to its callee, which it calls through the callee's indirection cell.
+//! It computes what [`super::shape`] says, with no leaf arithmetic:
+//! `value(m) = 1 + 2 + ... + work(m) + m + value(callee)`.
 //!
 //! - Tier 0 counts its calls with [`jitmap_probe_count`], records its entry
 //!   with [`jitmap_probe_enter`], and sums with a countdown loop. A large
@@ -21,29 +22,23 @@ use jitmap::agent::{jitmap_probe_count, jitmap_probe_enter};
 
 /// What a method's code needs to know.
 #[derive(Clone, Copy, Debug)]
-pub struct MethodShape {
+pub(super) struct MethodShape {
     /// Its index in its group: added to its value.
-    pub index: u32,
+    pub(super) index: u32,
     /// Loop iterations (at least 1).
-    pub work: u32,
+    pub(super) work: u32,
     /// Address of the callee's indirection cell, if it has a callee.
-    pub callee_cell: Option<u64>,
+    pub(super) callee_cell: Option<u64>,
     /// Address of its call-counter cell (tier 0).
-    pub counter_cell: u64,
+    pub(super) counter_cell: u64,
     /// The id it reports to the entry probe (tier 0).
-    pub probe_id: u64,
+    pub(super) probe_id: u64,
     /// Bytes of filler to jump over (tier 0 of a large method), or 0.
-    pub filler: usize,
-}
-
-/// The sum of 1..=n.
-pub fn triangle(n: u32) -> u64 {
-    let n = u64::from(n);
-    n * (n + 1) / 2
+    pub(super) filler: usize,
 }
 
 /// Tier-0 code for `shape`.
-pub fn tier0(a: &mut CodeAssembler, shape: &MethodShape) -> Result<(), IcedError> {
+pub(super) fn tier0(a: &mut CodeAssembler, shape: &MethodShape) -> Result<(), IcedError> {
     prologue(a)?;
     a.mov(rdi, shape.counter_cell)?;
     a.mov(rax, jitmap_probe_count as *const () as u64)?;
@@ -69,7 +64,7 @@ pub fn tier0(a: &mut CodeAssembler, shape: &MethodShape) -> Result<(), IcedError
 }
 
 /// Tier-1 code for `shape`.
-pub fn tier1(a: &mut CodeAssembler, shape: &MethodShape) -> Result<(), IcedError> {
+pub(super) fn tier1(a: &mut CodeAssembler, shape: &MethodShape) -> Result<(), IcedError> {
     prologue(a)?;
     a.xor(eax, eax)?;
     a.mov(ecx, 1)?;
