@@ -40,10 +40,14 @@ mod tests {
     const JITMAP: &str = env!("CARGO_BIN_EXE_jitmap");
 
     /// The tests, by name.
-    pub const ALL: [(&str, fn()); 8] = [
+    pub const ALL: [(&str, fn()); 9] = [
         (
             "agent_perf_and_ebpf_agree_on_one_run",
             agent_perf_and_ebpf_agree_on_one_run,
+        ),
+        (
+            "agent_perf_and_ebpf_agree_on_one_run_on_cranelift",
+            agent_perf_and_ebpf_agree_on_one_run_on_cranelift,
         ),
         (
             "a_churning_v2_host_is_never_misnamed",
@@ -176,17 +180,28 @@ mod tests {
     }
 
     fn agent_perf_and_ebpf_agree_on_one_run() {
+        agree_on_one_run("iced");
+    }
+
+    /// The same on the demo compiled by Cranelift (jitmap-cranelift), with
+    /// the same names and method ids.
+    fn agent_perf_and_ebpf_agree_on_one_run_on_cranelift() {
+        agree_on_one_run("cranelift");
+    }
+
+    fn agree_on_one_run(backend: &str) {
         if !e2e::available("perf") {
             return;
         }
         let _one = one_run();
-        let dir = temp_dir("ebpf-agree");
+        let dir = temp_dir(&format!("ebpf-agree-{backend}"));
         let data = dir.join("perf.data");
         let agent_out = dir.join("agent");
         let ebpf_out = dir.join("ebpf");
         // perf starts the demo host with jitdump on, and samples it too.
         let exe = host::executable();
-        let mut record = record_demo(&[exe.to_str().unwrap()], &dir, &data, "6", &agent_out);
+        let host = [exe.to_str().unwrap(), "--backend", backend];
+        let mut record = record_demo(&host, &dir, &data, "6", &agent_out);
         let record = host::as_host(&mut record, "profile")
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

@@ -1,11 +1,12 @@
-//! The agent on the demo host: the leaves' shares, their exact stacks, and
-//! agreement with real `perf` on the same run.
+//! The agent on the demo host, hand-assembled and compiled by Cranelift: the
+//! leaves' shares, their exact stacks, and agreement with real `perf` on the
+//! same run.
 
 use std::time::Duration;
 
 use jitmap::ExecutionManager;
 use jitmap::agent::Clock;
-use jitmap_testkit::demo::{LEAVES, MIDDLE, NATIVE_CALLER, TOP};
+use jitmap_testkit::demo::{DemoBackend, LEAVES, MIDDLE, NATIVE_CALLER, TOP};
 use jitmap_testkit::profile;
 
 use jitmap_testkit::e2e::{
@@ -19,14 +20,24 @@ const SIM: &str = env!("CARGO_BIN_EXE_jitmap-sim");
 const EXPECTED: [f64; 3] = [100.0 / 7.0, 200.0 / 7.0, 400.0 / 7.0];
 
 #[test]
-fn leaves_get_their_share_and_their_exact_stack() {
+fn leaves_get_their_share_and_their_exact_stack_on_iced() {
+    leaves_get_their_share_and_their_exact_stack(DemoBackend::Iced);
+}
+
+#[test]
+fn leaves_get_their_share_and_their_exact_stack_on_cranelift() {
+    leaves_get_their_share_and_their_exact_stack(DemoBackend::Cranelift);
+}
+
+fn leaves_get_their_share_and_their_exact_stack(backend: DemoBackend) {
     if !e2e::runs_x86_64() {
         return;
     }
     let _one = one_run();
     let manager = ExecutionManager::new(16);
     // Wall clock: a high-resolution timer (CPU-time timers tick at CONFIG_HZ).
-    let run = profile::run(&manager, 2000, Clock::Wall, Duration::from_millis(1600)).unwrap();
+    let duration = Duration::from_millis(1600);
+    let run = profile::run(&manager, backend, 2000, Clock::Wall, duration).unwrap();
     let p = &run.profile;
     assert_eq!(run.wrong, 0, "the JIT code computed a wrong result");
     assert!(p.samples >= 2000, "only {} samples", p.samples);
@@ -46,6 +57,8 @@ fn leaves_get_their_share_and_their_exact_stack() {
         );
     }
     // Every sample in a leaf has exactly leaf;middle;top;native caller inside.
+    // (Cranelift's calls go through a trampoline, whose rare samples name
+    // the stub and its callers.)
     let mut in_leaves = 0;
     for stack in &p.stacks {
         if LEAVES.contains(&stack.frames[0].as_str()) {
@@ -64,22 +77,46 @@ fn leaves_get_their_share_and_their_exact_stack() {
         "{in_leaves} of {}",
         p.samples
     );
-    // The five JIT functions are the method versions the profile names.
-    let mut names: Vec<_> = p.methods.iter().map(|m| m.label.as_str()).collect();
+    // The five JIT functions are the method versions the profile names, each
+    // with the id it was published under.
+    let mut names: Vec<_> = p
+        .methods
+        .iter()
+        .map(|m| (m.label.as_str(), m.method_id))
+        .collect();
     names.sort_unstable();
-    assert_eq!(names, ["leaf_1x", "leaf_2x", "leaf_4x", "middle", "top"]);
+    assert_eq!(
+        names,
+        [
+            ("leaf_1x", 1),
+            ("leaf_2x", 2),
+            ("leaf_4x", 3),
+            ("middle", 4),
+            ("top", 5)
+        ]
+    );
 }
 
 #[test]
-fn agent_and_perf_agree_on_one_run() {
+fn agent_and_perf_agree_on_one_run_on_iced() {
+    agent_and_perf_agree_on_one_run("iced");
+}
+
+#[test]
+fn agent_and_perf_agree_on_one_run_on_cranelift() {
+    agent_and_perf_agree_on_one_run("cranelift");
+}
+
+fn agent_and_perf_agree_on_one_run(backend: &str) {
     if !e2e::available("perf") {
         return;
     }
     let _one = one_run();
-    let dir = temp_dir("agent-perf");
+    let dir = temp_dir(&format!("agent-perf-{backend}"));
     let data = dir.join("perf.data");
     let out_dir = dir.join("out");
-    let record = record_demo(&[SIM, "profile"], &dir, &data, "4", &out_dir)
+    let host = [SIM, "profile", "--backend", backend];
+    let record = record_demo(&host, &dir, &data, "4", &out_dir)
         .output()
         .unwrap();
     if !recorded(&record) {

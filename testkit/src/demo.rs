@@ -40,6 +40,9 @@ pub enum DemoError {
     Heap(HeapError),
     /// The manager refused.
     Manager(ManagerError),
+    /// The Cranelift module refused.
+    #[cfg(feature = "cranelift")]
+    Cranelift(jitmap_cranelift::JitError),
 }
 
 impl fmt::Display for DemoError {
@@ -48,6 +51,8 @@ impl fmt::Display for DemoError {
             Self::Assemble(e) => write!(f, "assembling the demo: {e}"),
             Self::Heap(e) => write!(f, "publishing the demo: {e}"),
             Self::Manager(e) => write!(f, "creating the demo heap: {e}"),
+            #[cfg(feature = "cranelift")]
+            Self::Cranelift(e) => write!(f, "compiling the demo with Cranelift: {e}"),
         }
     }
 }
@@ -69,6 +74,72 @@ impl From<HeapError> for DemoError {
 impl From<ManagerError> for DemoError {
     fn from(e: ManagerError) -> Self {
         Self::Manager(e)
+    }
+}
+
+#[cfg(feature = "cranelift")]
+impl From<jitmap_cranelift::JitError> for DemoError {
+    fn from(e: jitmap_cranelift::JitError) -> Self {
+        Self::Cranelift(e)
+    }
+}
+
+/// What compiles the demo's five functions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum DemoBackend {
+    /// Assembled by hand with iced-x86 ([`Demo`]).
+    #[default]
+    Iced,
+    /// Compiled by Cranelift into a `jitmap-cranelift` module
+    /// ([`crate::demo_cranelift::CraneliftDemo`]).
+    #[cfg(feature = "cranelift")]
+    Cranelift,
+}
+
+impl std::str::FromStr for DemoBackend {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "iced" => Ok(Self::Iced),
+            #[cfg(feature = "cranelift")]
+            "cranelift" => Ok(Self::Cranelift),
+            _ => Err(format!(
+                "unknown backend {s:?}; the backends are: cranelift, iced"
+            )),
+        }
+    }
+}
+
+/// The demo, published by one backend.
+#[derive(Debug)]
+pub enum PublishedDemo {
+    /// Hand-assembled.
+    Iced(Demo),
+    /// Compiled by Cranelift.
+    #[cfg(feature = "cranelift")]
+    Cranelift(Box<crate::demo_cranelift::CraneliftDemo>),
+}
+
+impl PublishedDemo {
+    /// Publishes the demo in `manager` with `backend`.
+    pub fn publish(manager: &ExecutionManager, backend: DemoBackend) -> Result<Self, DemoError> {
+        Ok(match backend {
+            DemoBackend::Iced => Self::Iced(Demo::publish(manager)?),
+            #[cfg(feature = "cranelift")]
+            DemoBackend::Cranelift => Self::Cranelift(Box::new(
+                crate::demo_cranelift::CraneliftDemo::publish(manager)?,
+            )),
+        })
+    }
+
+    /// Calls `top(rounds)` with the leaves at `base` (see [`Demo::run`]).
+    pub fn run(&self, rounds: u64, base: u32) -> u64 {
+        match self {
+            Self::Iced(demo) => demo.run(rounds, base),
+            #[cfg(feature = "cranelift")]
+            Self::Cranelift(demo) => demo.run(rounds, base),
+        }
     }
 }
 

@@ -3,8 +3,9 @@
 //!
 //! - the demo JIT hosts: [`spin`] (named functions in hot loops, for perf,
 //!   `jitmap inspect` and `jitmap ebpf`) and the 1:2:4 profile demo
-//!   ([`demo`], run under the agent by [`profile`]), with [`jitcode`] for the
-//!   agent's benchmarks;
+//!   ([`demo`], run under the agent by [`profile`]; with the `cranelift`
+//!   feature also compiled by Cranelift, in `demo_cranelift`), with
+//!   [`jitcode`] for the agent's benchmarks;
 //! - the test helpers: a seeded [`rng`], the nibble-map [`model`] and its
 //!   [`workload`]s, [`e2e`] for the tests that run real outside tools, and
 //!   [`signal_alloc`], the counting allocator that proves a signal handler
@@ -14,6 +15,8 @@
 //! `cargo test -p jitmap` builds it without the simulator or the tools.
 
 pub mod demo;
+#[cfg(feature = "cranelift")]
+pub mod demo_cranelift;
 pub mod e2e;
 pub mod jitcode;
 pub mod model;

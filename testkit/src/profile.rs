@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use jitmap::ExecutionManager;
 use jitmap::agent::{Agent, AgentConfig, Clock, Profile};
 
-use crate::demo::Demo;
+use crate::demo::{Demo, DemoBackend, PublishedDemo};
 use crate::rng::Rng;
 
 /// Leaf iterations per unit of work, on average: long enough that calls cost
@@ -27,27 +27,30 @@ pub struct ProfileRun {
     pub period_ns: u64,
 }
 
-/// Runs the demo on the calling thread for `duration` under an agent sampling
-/// at `hz` on `clock`. `manager` should be fresh (its heaps hold the demo).
+/// Runs the demo, published by `backend`, on the calling thread for
+/// `duration` under an agent sampling at `hz` on `clock`. `manager` should be
+/// fresh (its heaps hold the demo).
 pub fn run(
     manager: &ExecutionManager,
+    backend: DemoBackend,
     hz: u32,
     clock: Clock,
     duration: Duration,
 ) -> Result<ProfileRun, Box<dyn std::error::Error>> {
-    run_with(manager, hz, clock, duration, |_| Ok(()))
+    run_with(manager, backend, hz, clock, duration, |_| Ok(()))
 }
 
 /// [`run`], calling `started` with the agent once it runs (to serve its
 /// profiles, for example).
 pub fn run_with(
     manager: &ExecutionManager,
+    backend: DemoBackend,
     hz: u32,
     clock: Clock,
     duration: Duration,
     started: impl FnOnce(&Agent) -> Result<(), Box<dyn std::error::Error>>,
 ) -> Result<ProfileRun, Box<dyn std::error::Error>> {
-    let demo = Demo::publish(manager)?;
+    let demo = PublishedDemo::publish(manager, backend)?;
     let config = AgentConfig {
         hz,
         clock,

@@ -123,10 +123,12 @@ fn run_profile(args: &[String]) -> Result<(), String> {
     let hz: u32 = flags.value("--hz", 1000)?;
     let seconds: f64 = flags.value("--seconds", 3.0)?;
     let out: PathBuf = flags.value("--out", PathBuf::from("jitmap-profile"))?;
+    let backend: jitmap_testkit::demo::DemoBackend =
+        flags.value("--backend", Default::default())?;
     let manager = ExecutionManager::new(16);
     let _perf = manager.perf_from_env().map_err(|e| e.to_string())?;
     let duration = Duration::from_secs_f64(seconds);
-    let run = jitmap_testkit::profile::run(&manager, hz, Clock::Wall, duration)
+    let run = jitmap_testkit::profile::run(&manager, backend, hz, Clock::Wall, duration)
         .map_err(|e| e.to_string())?;
     jitmap_testkit::profile::write_outputs(&run, &out).map_err(|e| e.to_string())?;
     println!("{}", jitmap_testkit::profile::json(&run));

@@ -3,6 +3,7 @@
 
 use jitmap::agent::Clock;
 use jitmap_cli::args::{CliError, CliResult, Hz, OutDir, Outcome, Seconds, dropped_warning, emit};
+use jitmap_testkit::demo::DemoBackend;
 use jitmap_testkit::profile;
 
 /// Run the demo host (leaf_1x, leaf_2x, leaf_4x under middle and top) under
@@ -10,6 +11,10 @@ use jitmap_testkit::profile;
 /// profile.pb.gz.
 #[derive(clap::Args)]
 pub struct Options {
+    /// What compiles the demo: iced (hand-assembled) or cranelift
+    /// (jitmap-cranelift at opt_level=speed).
+    #[arg(long, default_value = "iced")]
+    backend: DemoBackend,
     /// Samples per second.
     #[arg(
         long,
@@ -65,13 +70,22 @@ pub fn run(o: Options) -> CliResult {
     let manager = jitmap::ExecutionManager::new(16);
     let _perf = manager.perf_from_env().map_err(CliError::input)?;
     let serve = super::run::loopback(o.serve)?;
-    let run = profile::run_with(&manager, o.hz.get(), clock, o.seconds.duration(), |agent| {
-        if let Some(address) = serve {
-            let bound = agent.serve(address)?;
-            eprintln!("jitmap-sim profile: serving profiles at http://{bound}/debug/pprof/profile");
-        }
-        Ok(())
-    })
+    let run = profile::run_with(
+        &manager,
+        o.backend,
+        o.hz.get(),
+        clock,
+        o.seconds.duration(),
+        |agent| {
+            if let Some(address) = serve {
+                let bound = agent.serve(address)?;
+                eprintln!(
+                    "jitmap-sim profile: serving profiles at http://{bound}/debug/pprof/profile"
+                );
+            }
+            Ok(())
+        },
+    )
     .map_err(CliError::failed)?;
     profile::write_outputs(&run, dir)?;
     if o.json {
