@@ -642,6 +642,7 @@ impl Drop for Dropped {
 fn a_retired_value_drops_after_the_readers_and_executors_that_could_reach_it() {
     let manager = ExecutionManager::new(4);
     let drops = Arc::new(AtomicUsize::new(0));
+    // Relaxed: the drops counted are this thread's own.
     let count = || drops.load(Ordering::Relaxed);
     // Nobody holds the grace period back: dropped in the call.
     manager.retire(Dropped(Arc::clone(&drops)));

@@ -69,6 +69,19 @@ fn sum_body(b: &mut FunctionBuilder, _: &mut JitmapModule, x: cranelift_codegen:
     b.ins().return_(&[result]);
 }
 
+/// Returns what `callee(arg)` returns (a module call, not a tail call).
+fn return_call_of(
+    b: &mut FunctionBuilder,
+    module: &mut JitmapModule,
+    callee: FuncId,
+    arg: cranelift_codegen::ir::Value,
+) {
+    let callee = module.declare_func_in_func(callee, b.func);
+    let call = b.ins().call(callee, &[arg]);
+    let r = b.inst_results(call)[0];
+    b.ins().return_(&[r]);
+}
+
 fn call(module: &JitmapModule, f: FuncId, x: i64) -> i64 {
     // SAFETY: every function of these tests is `extern "C" fn(i64) -> i64`.
     let f: extern "C" fn(i64) -> i64 =
@@ -160,10 +173,7 @@ fn a_refused_finalize_is_given_up_and_the_live_version_stays() {
     // A new version that calls a symbol nothing defines: finalize reserves
     // its bytes, fails to relocate, and aborts the reservation.
     let mut ctx = function(&mut module, &sig, |b, module, x| {
-        let callee = module.declare_func_in_func(missing, b.func);
-        let call = b.ins().call(callee, &[x]);
-        let r = b.inst_results(call)[0];
-        b.ins().return_(&[r]);
+        return_call_of(b, module, missing, x);
     });
     module.redefine_function(f, &mut ctx).unwrap();
     assert!(matches!(
@@ -215,10 +225,7 @@ fn a_module_dropped_while_a_thread_runs_in_it_lets_the_thread_finish() {
         let word = b.ins().atomic_load(types::I64, MemFlagsData::trusted(), x);
         b.ins().brif(word, done, &[], spin, &[]);
         b.switch_to_block(done);
-        let callee = module.declare_func_in_func(inner, b.func);
-        let call = b.ins().call(callee, &[word]);
-        let r = b.inst_results(call)[0];
-        b.ins().return_(&[r]);
+        return_call_of(b, module, inner, word);
     });
     module.define_function(outer, &mut ctx).unwrap();
     module.finalize_definitions().unwrap();

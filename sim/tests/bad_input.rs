@@ -49,6 +49,19 @@ fn output_paths_are_checked_before_the_work_and_named() {
 }
 
 #[test]
+fn an_unknown_backend_is_named_with_the_ones_there_are() {
+    for sub in ["run", "profile"] {
+        refused(&[sub, "--backend", "llvm"], "--backend");
+        let out = sim(&[sub, "--backend", "llvm"]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("unknown backend \"llvm\"; the backends are: cranelift, iced"),
+            "{sub}: {err}"
+        );
+    }
+}
+
+#[test]
 fn a_missing_script_is_named() {
     refused(&["replay", "/nonexistent"], "/nonexistent");
 }

@@ -11,7 +11,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use cranelift_codegen::ir::{AbiParam, InstBuilder, MemFlagsData, Signature, types};
+use cranelift_codegen::ir::{AbiParam, InstBuilder, MemFlagsData, Signature, Value, types};
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 use cranelift_module::{FuncId, Linkage, Module, default_libcall_names};
 use jitmap::{CodeRef, ExecutionManager, HeapConfig};
@@ -140,7 +140,7 @@ fn define(
     fctx: &mut FunctionBuilderContext,
     id: FuncId,
     sig: &Signature,
-    body: impl FnOnce(&mut FunctionBuilder, &mut JitmapModule, &[cranelift_codegen::ir::Value]),
+    body: impl FnOnce(&mut FunctionBuilder, &mut JitmapModule, &[Value]),
 ) -> Result<(), DemoError> {
     let mut ctx = module.make_context();
     ctx.func.signature = sig.clone();
@@ -164,6 +164,28 @@ fn leaf(b: &mut FunctionBuilder, work_cell: i64, shift: i64) {
     let cell = b.ins().iconst(types::I64, work_cell);
     let base = b.ins().load(types::I64, MemFlagsData::trusted(), cell, 0);
     let n = b.ins().ishl_imm_u(base, shift);
+    let sum = count_down(b, n, |b, i, sum| b.ins().iadd(sum, i));
+    b.ins().return_(&[sum]);
+}
+
+/// `top(rounds)`: `middle` called `rounds` times, its results summed.
+fn top_loop(b: &mut FunctionBuilder, module: &mut JitmapModule, middle: FuncId, rounds: Value) {
+    let f = module.declare_func_in_func(middle, b.func);
+    let sum = count_down(b, rounds, |b, _, sum| {
+        let call = b.ins().call(f, &[]);
+        let value = b.inst_results(call)[0];
+        b.ins().iadd(sum, value)
+    });
+    b.ins().return_(&[sum]);
+}
+
+/// A loop from `n` down to 1 (none when `n` is 0) that carries a sum from
+/// 0, `step(builder, i, sum)` giving the next; the final sum.
+fn count_down(
+    b: &mut FunctionBuilder,
+    n: Value,
+    step: impl FnOnce(&mut FunctionBuilder, Value, Value) -> Value,
+) -> Value {
     let head = b.create_block();
     let exit = b.create_block();
     b.append_block_param(head, types::I64);
@@ -174,47 +196,12 @@ fn leaf(b: &mut FunctionBuilder, work_cell: i64, shift: i64) {
         .brif(n, head, &[n.into(), zero.into()], exit, &[zero.into()]);
     b.switch_to_block(head);
     let (i, sum) = (b.block_params(head)[0], b.block_params(head)[1]);
-    let sum = b.ins().iadd(sum, i);
+    let sum = step(b, i, sum);
     let next = b.ins().iadd_imm_s(i, -1);
     b.ins()
         .brif(next, head, &[next.into(), sum.into()], exit, &[sum.into()]);
     b.switch_to_block(exit);
-    let result = b.block_params(exit)[0];
-    b.ins().return_(&[result]);
-}
-
-/// `top(rounds)`: `middle` called `rounds` times, its results summed.
-fn top_loop(
-    b: &mut FunctionBuilder,
-    module: &mut JitmapModule,
-    middle: FuncId,
-    rounds: cranelift_codegen::ir::Value,
-) {
-    let head = b.create_block();
-    let exit = b.create_block();
-    b.append_block_param(head, types::I64);
-    b.append_block_param(head, types::I64);
-    b.append_block_param(exit, types::I64);
-    let zero = b.ins().iconst(types::I64, 0);
-    b.ins().brif(
-        rounds,
-        head,
-        &[rounds.into(), zero.into()],
-        exit,
-        &[zero.into()],
-    );
-    b.switch_to_block(head);
-    let (i, sum) = (b.block_params(head)[0], b.block_params(head)[1]);
-    let f = module.declare_func_in_func(middle, b.func);
-    let call = b.ins().call(f, &[]);
-    let value = b.inst_results(call)[0];
-    let sum = b.ins().iadd(sum, value);
-    let next = b.ins().iadd_imm_s(i, -1);
-    b.ins()
-        .brif(next, head, &[next.into(), sum.into()], exit, &[sum.into()]);
-    b.switch_to_block(exit);
-    let result = b.block_params(exit)[0];
-    b.ins().return_(&[result]);
+    b.block_params(exit)[0]
 }
 
 #[cfg(test)]

@@ -20,25 +20,16 @@ use iced_x86::code_asm::{
 };
 use jitmap::agent::{jitmap_probe_count, jitmap_probe_enter};
 
-/// What a method's code needs to know.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct MethodShape {
-    /// Its index in its group: added to its value.
-    pub(super) index: u32,
-    /// Loop iterations (at least 1).
-    pub(super) work: u32,
-    /// Address of the callee's indirection cell, if it has a callee.
-    pub(super) callee_cell: Option<u64>,
-    /// Address of its call-counter cell (tier 0).
-    pub(super) counter_cell: u64,
-    /// The id it reports to the entry probe (tier 0).
-    pub(super) probe_id: u64,
-    /// Bytes of filler to jump over (tier 0 of a large method), or 0.
-    pub(super) filler: usize,
-}
+use super::shape::{CodeShape, Method};
 
-/// Tier-0 code for `shape`.
-pub(super) fn tier0(a: &mut CodeAssembler, shape: &MethodShape) -> Result<(), IcedError> {
+/// Tier-0 code for `method`; it calls its callee through the cell at
+/// `callee_cell`.
+pub(super) fn tier0(
+    a: &mut CodeAssembler,
+    method: &Method,
+    shape: &CodeShape,
+    callee_cell: Option<u64>,
+) -> Result<(), IcedError> {
     prologue(a)?;
     a.mov(rdi, shape.counter_cell)?;
     a.mov(rax, jitmap_probe_count as *const () as u64)?;
@@ -47,35 +38,40 @@ pub(super) fn tier0(a: &mut CodeAssembler, shape: &MethodShape) -> Result<(), Ic
     a.mov(rsi, shape.probe_id)?;
     a.mov(rax, jitmap_probe_enter as *const () as u64)?;
     a.call(rax)?;
-    if shape.filler > 0 {
+    if method.filler > 0 {
         let mut body = a.create_label();
         a.jmp(body)?;
-        a.db(&vec![0xCC; shape.filler])?;
+        a.db(&vec![0xCC; method.filler])?;
         a.set_label(&mut body)?;
     }
-    a.mov(ecx, shape.work)?;
+    a.mov(ecx, method.work)?;
     a.xor(eax, eax)?;
     let mut again = a.create_label();
     a.set_label(&mut again)?;
     a.add(rax, rcx)?;
     a.dec(ecx)?;
     a.jnz(again)?;
-    finish(a, shape)
+    finish(a, shape, callee_cell)
 }
 
-/// Tier-1 code for `shape`.
-pub(super) fn tier1(a: &mut CodeAssembler, shape: &MethodShape) -> Result<(), IcedError> {
+/// Tier-1 code for `method`, as [`tier0`]'s.
+pub(super) fn tier1(
+    a: &mut CodeAssembler,
+    method: &Method,
+    shape: &CodeShape,
+    callee_cell: Option<u64>,
+) -> Result<(), IcedError> {
     prologue(a)?;
     a.xor(eax, eax)?;
     a.mov(ecx, 1)?;
-    a.mov(edx, shape.work + 1)?;
+    a.mov(edx, method.work + 1)?;
     let mut again = a.create_label();
     a.set_label(&mut again)?;
     a.add(rax, rcx)?;
     a.inc(ecx)?;
     a.cmp(ecx, edx)?;
     a.jne(again)?;
-    finish(a, shape)?;
+    finish(a, shape, callee_cell)?;
     // A different size and shape from tier 0: padding after the return.
     a.db(&[0x90; 24])
 }
@@ -90,10 +86,14 @@ fn prologue(a: &mut CodeAssembler) -> Result<(), IcedError> {
 }
 
 /// Adds the index and the callee's value to the loop's sum in rax, returns.
-fn finish(a: &mut CodeAssembler, shape: &MethodShape) -> Result<(), IcedError> {
+fn finish(
+    a: &mut CodeAssembler,
+    shape: &CodeShape,
+    callee_cell: Option<u64>,
+) -> Result<(), IcedError> {
     a.add(rax, i32::try_from(shape.index).unwrap_or(i32::MAX))?;
     a.mov(rbx, rax)?;
-    if let Some(cell) = shape.callee_cell {
+    if let Some(cell) = callee_cell {
         a.mov(rdi, r12)?;
         a.mov(rax, cell)?;
         a.call(qword_ptr(rax))?;

@@ -39,7 +39,6 @@ use parking_lot::{Mutex, RwLock};
 
 use clif::{ClifGroup, Inject};
 use group::{Code, Entry, Group};
-use iced::MethodShape;
 use jitmap_testkit::demo::DemoError;
 use jitmap_testkit::rng::Rng;
 pub use report::{Report, TierCompile};
@@ -138,19 +137,17 @@ impl Sim {
     ) -> Result<Option<(CodeRef, u64)>, RunError> {
         let method = group.methods[m];
         let version = self.next_version.fetch_add(1, Ordering::Relaxed); // Relaxed: unique ids only
-        let shape = MethodShape {
+        let shape = CodeShape {
             index: m as u32,
-            work: method.work,
-            callee_cell: method.callee.map(|c| group.cells[c].address() as u64),
             counter_cell: group.counters.cell(m as u32).map_or(0, |c| c as u64),
             probe_id: version,
-            filler: if tier == 0 { method.filler } else { 0 },
         };
+        let callee_cell = method.callee.map(|c| group.cells[c].address() as u64);
         let assemble = |ip: u64| -> Result<Vec<u8>, RunError> {
             let mut a = CodeAssembler::new(64).map_err(DemoError::from)?;
             match tier {
-                0 => iced::tier0(&mut a, &shape),
-                _ => iced::tier1(&mut a, &shape),
+                0 => iced::tier0(&mut a, &method, &shape, callee_cell),
+                _ => iced::tier1(&mut a, &method, &shape, callee_cell),
             }
             .map_err(DemoError::from)?;
             Ok(a.assemble(ip).map_err(DemoError::from)?)
@@ -427,6 +424,7 @@ impl Sim {
         // Relaxed: statistics.
         self.counts.crossings.fetch_add(1, Ordering::Relaxed);
         if self.install(group, m, 1, rng)? {
+            // Relaxed: statistics.
             self.counts.tier_ups.fetch_add(1, Ordering::Relaxed);
             self.latencies.lock().push(monotonic_ns() - seen);
         }
@@ -839,7 +837,8 @@ pub fn run(
                 .and_then(|c| c.heap().map().words().resident_bytes().ok())
         })
         .sum::<usize>() as u64;
-    let latencies = sim.latencies.lock().clone();
+    let mut latencies = sim.latencies.lock().clone();
+    latencies.sort_unstable();
     let pct = |p| report::percentile_us(&latencies, p);
     let compile = sim.compiles.each_ref().map(|c| TierCompile::of(&c.lock()));
     let c = &sim.counts;

@@ -17,7 +17,8 @@ pub struct TierCompile {
 impl TierCompile {
     /// The statistics of `(compile ns, code bytes)` pairs.
     pub fn of(compiles: &[(u64, u64)]) -> Self {
-        let times: Vec<u64> = compiles.iter().map(|c| c.0).collect();
+        let mut times: Vec<u64> = compiles.iter().map(|c| c.0).collect();
+        times.sort_unstable();
         let bytes: u64 = compiles.iter().map(|c| c.1).sum();
         Self {
             compilations: compiles.len() as u64,
@@ -37,11 +38,9 @@ impl TierCompile {
     }
 }
 
-/// The `p` quantile (0 to 1, nearest rank below) of nanosecond samples, in
-/// µs; 0 with no sample.
-pub(super) fn percentile_us(ns: &[u64], p: f64) -> f64 {
-    let mut sorted = ns.to_vec();
-    sorted.sort_unstable();
+/// The `p` quantile (0 to 1, nearest rank below) of `sorted` nanosecond
+/// samples, in µs; 0 with no sample.
+pub(super) fn percentile_us(sorted: &[u64], p: f64) -> f64 {
     sorted
         .get(((sorted.len() as f64 * p) as usize).min(sorted.len().saturating_sub(1)))
         .map_or(0.0, |&ns| ns as f64 / 1000.0)
