@@ -97,6 +97,10 @@ fn windows_hold_their_own_samples_and_requests_leak_nothing() {
     // 0: the demo's leaves; 1: the spin functions; 2: stop.
     let phase = Arc::new(AtomicU8::new(0));
     std::thread::scope(|s| {
+        // A failed assertion below unwinds through this guard, which stops
+        // the worker: the scope joins it, so the test fails instead of
+        // hanging.
+        let _stop = StopWorker(&phase);
         let worker = s.spawn(|| {
             let attached = agent.attach_current_thread().unwrap();
             // Relaxed: a phase flag; no data rides on it.
@@ -137,24 +141,50 @@ fn windows_hold_their_own_samples_and_requests_leak_nothing() {
         for _ in 0..5 {
             assert_eq!(get(&address, "/debug/pprof/profile?seconds=1").0, 200);
         }
-        let (rss, threads) = (status_kib(), proc_status("Threads:"));
+        let (rss, threads) = (status_kib(), settled_threads(None));
         for _ in 0..100 {
             assert_eq!(get(&address, "/debug/pprof/profile?seconds=1").0, 200);
         }
-        let (rss_after, threads_after) = (status_kib(), proc_status("Threads:"));
+        let (rss_after, threads_after) = (status_kib(), settled_threads(Some(threads)));
         assert_eq!(threads_after, threads, "threads left behind");
         assert!(
             rss_after <= rss + 1024,
             "resident memory grew from {rss} KiB to {rss_after} KiB over 100 profiles"
         );
         println!("100 profiles: resident {rss} -> {rss_after} KiB, threads {threads}");
-        // Relaxed: the phase flag.
-        phase.store(2, Ordering::Relaxed);
+        drop(_stop);
         worker.join().unwrap();
     });
     // Stopping the agent stops the server.
     agent.stop();
     assert!(TcpStream::connect(&address).is_err());
+}
+
+/// Sets the phase to "stop" when dropped, on success or while unwinding.
+struct StopWorker<'a>(&'a AtomicU8);
+
+impl Drop for StopWorker<'_> {
+    fn drop(&mut self) {
+        // Relaxed: the phase flag.
+        self.0.store(2, Ordering::Relaxed);
+    }
+}
+
+/// The process's thread count once it holds still: a profile's thread
+/// answers before it exits, so right after a response it may still be
+/// there. Waits (up to 5 s) for `expected` if given, else for two equal
+/// readings 100 ms apart.
+fn settled_threads(expected: Option<u64>) -> u64 {
+    let mut last = proc_status("Threads:");
+    for _ in 0..50 {
+        std::thread::sleep(Duration::from_millis(100));
+        let now = proc_status("Threads:");
+        if Some(now) == expected || (expected.is_none() && now == last) {
+            return now;
+        }
+        last = now;
+    }
+    last
 }
 
 /// The resident set in KiB.

@@ -208,6 +208,10 @@ pub fn assert_refused(binary: &str, args: &[&str], culprit: &str) {
 pub fn http_get(host: &str, path: &str) -> (u16, Vec<u8>) {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(host).unwrap();
+    // No answer within the longest profile a test asks for plus a margin is
+    // a failure, not a hang.
+    s.set_read_timeout(Some(std::time::Duration::from_secs(120)))
+        .unwrap();
     write!(s, "GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n").unwrap();
     let mut response = Vec::new();
     s.read_to_end(&mut response).unwrap();
