@@ -186,6 +186,42 @@ impl CodeRef {
         self.size
     }
 
+    /// The reference as four numbers (heap id, start, size, generation), for
+    /// a host that keeps it outside Rust, such as the C ABI.
+    ///
+    /// ```
+    /// # use jitmap::{CodeInfo, CodeRef, ExecutionManager, HeapConfig, JitKind};
+    /// let manager = ExecutionManager::new(4);
+    /// let heap = manager.create_heap(HeapConfig { span: 1 << 20, ..HeapConfig::default() })?;
+    /// let mut r = heap.reserve(1)?;
+    /// r.code_mut()[0] = 0xC3;
+    /// let code = r.publish(CodeInfo::new(1, "f", JitKind::Optimized))?;
+    /// let raw = code.to_raw();
+    /// assert_eq!(CodeRef::from_raw(raw), code);
+    /// // A forged reference is refused, never acted on.
+    /// let forged = CodeRef::from_raw([raw[0], raw[1], raw[2] + 16, raw[3]]);
+    /// assert!(heap.free(forged).is_err());
+    /// heap.free(code)?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn to_raw(self) -> [u64; 4] {
+        [self.heap, self.start as u64, self.size, self.generation]
+    }
+
+    /// Rebuilds a reference from [`CodeRef::to_raw`]'s numbers. Safe for any
+    /// numbers: every heap operation checks a reference against its live
+    /// blocks (heap, start, size and generation) and refuses one it did not
+    /// hand out with [`HeapError::ForeignRef`], [`HeapError::UnknownRef`],
+    /// [`HeapError::DoubleFree`] or [`HeapError::Moved`].
+    pub fn from_raw(raw: [u64; 4]) -> Self {
+        Self {
+            heap: raw[0],
+            start: raw[1] as usize,
+            size: raw[2],
+            generation: raw[3],
+        }
+    }
+
     /// The block's entry as a function pointer of the signature `F`, to call
     /// from Rust or to store in a [`crate::CallCell`] (see [`crate::call`]).
     ///
@@ -1083,7 +1119,11 @@ impl CodeHeap {
         offset: u64,
     ) -> Result<Option<&'w HeaderPtr>, HeapError> {
         match w.live.get(&offset) {
-            Some(live) if live.generation == code.generation => Ok(live.header.as_ref()),
+            // The size too: a reference rebuilt from raw parts
+            // ([`CodeRef::from_raw`]) must match the block in every field.
+            Some(live) if live.generation == code.generation && live.size == code.size => {
+                Ok(live.header.as_ref())
+            }
             _ if w.moved.contains_key(&code.generation) => Err(HeapError::Moved {
                 start: code.start,
                 to: w.moved[&code.generation],

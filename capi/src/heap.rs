@@ -1,0 +1,469 @@
+//! Heaps and what a host does with code in them: reserve, write, publish,
+//! abort, free, move and patch.
+
+use std::sync::{Arc, Mutex};
+
+use jitmap::heap::StubKind;
+use jitmap::info::{DebugEntry, EhFrame, GcInfo, UnwindEntry};
+use jitmap::{CodeHeap, CodeInfo, CodeRef, HeapConfig, JitKind, MapVersion, MemoryMode, OwnedHeap};
+use jitmap::{Reservation, heap::HeapError};
+
+use crate::handles::{self, Kept, Kind, Use};
+use crate::manager::manager;
+use crate::status::{Failure, call, jitmap_status};
+use crate::types::{
+    jitmap_code, jitmap_code_info, jitmap_heap_config, jitmap_jit_kind, jitmap_memory_mode,
+};
+use crate::{bits, jitmap_heap, jitmap_manager, jitmap_reservation, required, slice, utf8};
+
+struct HeapObject {
+    heap: OwnedHeap,
+    _manager: Kept,
+}
+
+struct ReservationObject {
+    /// Taken by publish or abort. Borrows the heap `_heap` keeps alive.
+    reservation: Mutex<Option<Reservation<'static>>>,
+    /// Declared after the reservation, so dropped after it.
+    _heap: Arc<CodeHeap>,
+    _heap_handle: Kept,
+}
+
+fn heap(h: *mut jitmap_heap) -> Result<Use<HeapObject>, jitmap_status> {
+    Use::take(bits(h), Kind::Heap)
+}
+
+/// A `jitmap_jit_kind`'s number.
+pub(crate) fn kind_number(kind: JitKind) -> u32 {
+    match kind {
+        JitKind::Baseline => jitmap_jit_kind::JITMAP_JIT_BASELINE as u32,
+        JitKind::Optimized => jitmap_jit_kind::JITMAP_JIT_OPTIMIZED as u32,
+        JitKind::Instrumented => jitmap_jit_kind::JITMAP_JIT_INSTRUMENTED as u32,
+        JitKind::Precompiled => 3,
+    }
+}
+
+fn bad(what: String) -> Failure {
+    Failure::new(jitmap_status::JITMAP_STATUS_BAD_ARGUMENT, what)
+}
+
+fn flag(value: u8, what: &str) -> Result<bool, Failure> {
+    match value {
+        0 => Ok(false),
+        1 => Ok(true),
+        other => Err(bad(format!("{what} must be 0 or 1, not {other}"))),
+    }
+}
+
+/// Writes the default heap configuration: 64 MiB, map version 2, RWX,
+/// 16-byte alignment, huge pages, no unwinder or debugger registration.
+///
+/// Async-signal-safe.
+///
+/// # Safety
+/// `out` is NULL (nothing is written) or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn jitmap_heap_config_default(out: *mut jitmap_heap_config) {
+    let d = HeapConfig::default();
+    if !out.is_null() {
+        // SAFETY: not NULL; writable by the caller's contract.
+        unsafe {
+            out.write(jitmap_heap_config {
+                span: d.span,
+                map_version: 2,
+                mode: jitmap_memory_mode::JITMAP_MEMORY_RWX as u32,
+                align: d.align,
+                huge_pages: u8::from(d.huge_pages),
+                register_unwind: 0,
+                gdb_jit: 0,
+            })
+        };
+    }
+}
+
+/// Creates a heap in the manager: its own mapping, nibble map and range in
+/// the manager's lookup.
+///
+/// Not async-signal-safe. Owner: the caller, who destroys it with
+/// `jitmap_heap_destroy` after its pending reservations, and before its
+/// manager.
+///
+/// # Safety
+/// `config` is NULL or points to a `jitmap_heap_config`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn jitmap_heap_create(
+    manager: *mut jitmap_manager,
+    config: *const jitmap_heap_config,
+    out: *mut *mut jitmap_heap,
+) -> jitmap_status {
+    call(|| {
+        let m = self::manager(manager)?;
+        required(config)?;
+        required(out)?;
+        // SAFETY: checked not NULL; a config by the caller's contract.
+        let c = unsafe { *config };
+        let version = match c.map_version {
+            1 => MapVersion::V1,
+            2 => MapVersion::V2,
+            v => return Err(bad(format!("map_version must be 1 or 2, not {v}"))),
+        };
+        let mode = match c.mode {
+            x if x == jitmap_memory_mode::JITMAP_MEMORY_RWX as u32 => MemoryMode::Rwx,
+            x if x == jitmap_memory_mode::JITMAP_MEMORY_WRITE_XOR_EXECUTE as u32 => {
+                MemoryMode::WriteXorExecute
+            }
+            x if x == jitmap_memory_mode::JITMAP_MEMORY_FLIP_ON_PUBLISH as u32 => {
+                MemoryMode::FlipOnPublish
+            }
+            other => return Err(bad(format!("{other} is not a jitmap_memory_mode"))),
+        };
+        let config = HeapConfig {
+            span: c.span,
+            version,
+            mode,
+            align: c.align,
+            huge_pages: flag(c.huge_pages, "huge_pages")?,
+            register_unwind: flag(c.register_unwind, "register_unwind")?,
+            gdb_jit: flag(c.gdb_jit, "gdb_jit")?,
+        };
+        let heap = m.get().manager.create_heap(config)?;
+        let handle = handles::insert(
+            Kind::Heap,
+            Box::new(HeapObject {
+                heap,
+                _manager: m.keep(),
+            }),
+        )?;
+        // SAFETY: checked not NULL.
+        unsafe { out.write(handle as *mut jitmap_heap) };
+        Ok(())
+    })
+}
+
+/// Destroys a heap: its code leaves every lookup at once, and its memory is
+/// unmapped once every reader and online executor has passed a grace
+/// period. Refused with `JITMAP_STATUS_IN_USE` while a reservation of it is
+/// pending or a call on it is in progress.
+///
+/// Not async-signal-safe.
+#[unsafe(no_mangle)]
+pub extern "C" fn jitmap_heap_destroy(heap: *mut jitmap_heap) -> jitmap_status {
+    call(|| {
+        drop(handles::remove::<HeapObject>(bits(heap), Kind::Heap)?);
+        Ok(())
+    })
+}
+
+/// Reserves `size` bytes of code, aligned to `align` (0: the heap's
+/// default). Until it is published, no lookup sees it.
+///
+/// Not async-signal-safe. Owner: the caller, who publishes or aborts it
+/// exactly once.
+#[unsafe(no_mangle)]
+pub extern "C" fn jitmap_heap_reserve(
+    heap: *mut jitmap_heap,
+    size: u64,
+    align: u64,
+    out: *mut *mut jitmap_reservation,
+) -> jitmap_status {
+    call(|| {
+        let h = self::heap(heap)?;
+        required(out)?;
+        let code_heap = Arc::clone(h.get().heap.heap());
+        let reservation = if align == 0 {
+            code_heap.reserve(size)?
+        } else {
+            code_heap.reserve_aligned(size, align)?
+        };
+        // SAFETY: the reservation borrows the CodeHeap that `code_heap`
+        // points to. The object keeps that Arc, declared after the
+        // reservation so dropped after it, and the Arc's target never moves:
+        // the borrow outlives neither.
+        let reservation: Reservation<'static> = unsafe { std::mem::transmute(reservation) };
+        let object = ReservationObject {
+            reservation: Mutex::new(Some(reservation)),
+            _heap: code_heap,
+            _heap_handle: h.keep(),
+        };
+        let handle = handles::insert(Kind::Reservation, Box::new(object))?;
+        // SAFETY: checked not NULL.
+        unsafe { out.write(handle as *mut jitmap_reservation) };
+        Ok(())
+    })
+}
+
+fn reservation(r: *mut jitmap_reservation) -> Result<Use<ReservationObject>, jitmap_status> {
+    Use::take(bits(r), Kind::Reservation)
+}
+
+/// Where to write a reservation's code (`write`: in W^X heaps a writable
+/// view at an unrelated address), the address it will run at (`address`,
+/// for relocations and `.eh_frame`), and its length. Any output may be NULL.
+///
+/// Not async-signal-safe.
+#[unsafe(no_mangle)]
+pub extern "C" fn jitmap_reservation_code(
+    reservation: *mut jitmap_reservation,
+    write: *mut *mut u8,
+    address: *mut usize,
+    len: *mut u64,
+) -> jitmap_status {
+    call(|| {
+        let r = self::reservation(reservation)?;
+        let mut guard = r.get().reservation.lock().unwrap_or_else(|e| e.into_inner());
+        let reservation = guard
+            .as_mut()
+            .ok_or(jitmap_status::JITMAP_STATUS_DESTROYED)?;
+        // SAFETY (all three writes): each pointer checked not NULL; writable
+        // by the caller's contract.
+        if !write.is_null() {
+            unsafe { write.write(reservation.code_mut().as_mut_ptr()) };
+        }
+        if !address.is_null() {
+            unsafe { address.write(reservation.address()) };
+        }
+        if !len.is_null() {
+            unsafe { len.write(reservation.len()) };
+        }
+        Ok(())
+    })
+}
+
+/// The method info `c` describes, checked against `size` bytes of code.
+///
+/// # Safety
+/// `c`'s pointers follow `jitmap_code_info`'s contract.
+unsafe fn code_info(c: &jitmap_code_info, size: u64) -> Result<CodeInfo, Failure> {
+    // SAFETY (every read below): the caller's contract.
+    let name = unsafe { utf8(c.name, "name") }?;
+    let kind = match c.kind {
+        0 => JitKind::Baseline,
+        1 => JitKind::Optimized,
+        2 => JitKind::Instrumented,
+        other => return Err(bad(format!("{other} is not a jitmap_jit_kind"))),
+    };
+    let mut info = CodeInfo::new(c.method_id, name, kind);
+    for e in unsafe { slice(c.unwind, c.unwind_count, "unwind") }? {
+        info.unwind.push(UnwindEntry {
+            begin: e.begin,
+            end: e.end,
+            data: unsafe { slice(e.data, e.len, "unwind data") }?.into(),
+        });
+    }
+    for d in unsafe { slice(c.debug, c.debug_count, "debug") }? {
+        info.debug.push(DebugEntry {
+            offset: d.offset,
+            line: d.line,
+            column: d.column,
+            file: unsafe { utf8(d.file, "a debug row's file") }?.into(),
+        });
+    }
+    if c.gc_info_len > 0 {
+        info.gc = Some(GcInfo {
+            version: c.gc_version,
+            bytes: unsafe { slice(c.gc_info, c.gc_info_len, "gc_info") }?.into(),
+        });
+    }
+    if c.cold_offset != 0 {
+        info.cold_offset = Some(c.cold_offset);
+    }
+    if c.eh_frame_len > 0 {
+        info.eh_frame = Some(EhFrame {
+            frame: unsafe { slice(c.eh_frame, c.eh_frame_len, "eh_frame") }?.into(),
+            header: unsafe { slice(c.eh_frame_hdr, c.eh_frame_hdr_len, "eh_frame_hdr") }?
+                .into(),
+        });
+    }
+    info.validate(size)
+        .map_err(|e| Failure::new(jitmap_status::JITMAP_STATUS_BAD_CODE_INFO, e.to_string()))?;
+    Ok(info)
+}
+
+/// Takes a reservation out of its handle, which is then destroyed. Checked
+/// by `check` first (under a use of the handle), so that a refusal leaves
+/// the reservation pending.
+fn consume<T>(
+    r: *mut jitmap_reservation,
+    check: impl FnOnce(&Reservation<'static>) -> Result<T, Failure>,
+    finish: impl FnOnce(Reservation<'static>, T) -> Result<(), Failure>,
+) -> Result<(), Failure> {
+    let checked = {
+        let r = self::reservation(r)?;
+        let guard = r.get().reservation.lock().unwrap_or_else(|e| e.into_inner());
+        check(guard.as_ref().ok_or(jitmap_status::JITMAP_STATUS_DESTROYED)?)?
+    };
+    let object = handles::remove::<ReservationObject>(bits(r), Kind::Reservation)?;
+    let reservation = object
+        .reservation
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take()
+        .ok_or(jitmap_status::JITMAP_STATUS_DESTROYED)?;
+    finish(reservation, checked)
+}
+
+/// Publishes a reservation as a method: from now on every lookup finds it.
+/// Destroys the reservation handle. A refused info
+/// (`JITMAP_STATUS_BAD_CODE_INFO`, `JITMAP_STATUS_BAD_ARGUMENT`, a NULL)
+/// leaves the reservation pending.
+///
+/// Not async-signal-safe.
+///
+/// # Safety
+/// `info` is NULL or points to a `jitmap_code_info` whose pointers follow
+/// its contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn jitmap_reservation_publish(
+    reservation: *mut jitmap_reservation,
+    info: *const jitmap_code_info,
+    out: *mut jitmap_code,
+) -> jitmap_status {
+    call(|| {
+        required(info)?;
+        required(out)?;
+        consume(
+            reservation,
+            // SAFETY: checked not NULL; the caller's contract.
+            |r| unsafe { code_info(&*info, r.len()) },
+            |r, info| {
+                let code = r.publish(info)?;
+                // SAFETY: checked not NULL.
+                unsafe { out.write(code.into()) };
+                Ok(())
+            },
+        )
+    })
+}
+
+/// Publishes a reservation as a stub of `kind` (1 to 15, the host's to
+/// name: precode, jump stub...): lookups classify it as that stub. Destroys
+/// the reservation handle; a bad kind leaves it pending.
+///
+/// Not async-signal-safe.
+#[unsafe(no_mangle)]
+pub extern "C" fn jitmap_reservation_publish_stub(
+    reservation: *mut jitmap_reservation,
+    kind: u8,
+    out: *mut jitmap_code,
+) -> jitmap_status {
+    call(|| {
+        required(out)?;
+        consume(
+            reservation,
+            |_| Ok(StubKind::try_from(kind)?),
+            |r, kind| {
+                let code = r.publish_stub(kind)?;
+                // SAFETY: checked not NULL.
+                unsafe { out.write(code.into()) };
+                Ok(())
+            },
+        )
+    })
+}
+
+/// Gives a reservation's space back; no lookup ever saw it. Destroys the
+/// reservation handle.
+///
+/// Not async-signal-safe.
+#[unsafe(no_mangle)]
+pub extern "C" fn jitmap_reservation_abort(reservation: *mut jitmap_reservation) -> jitmap_status {
+    call(|| consume(reservation, |_| Ok(()), |r, ()| Ok(r.abort())))
+}
+
+/// Runs `f` on a heap and a code handle.
+fn with_code(
+    heap: *mut jitmap_heap,
+    code: jitmap_code,
+    f: impl FnOnce(&CodeHeap, CodeRef) -> Result<(), HeapError>,
+) -> jitmap_status {
+    call(|| {
+        let h = self::heap(heap)?;
+        f(h.get().heap.heap(), code.into())?;
+        Ok(())
+    })
+}
+
+/// Frees a published block: lookups stop finding it at once; its bytes are
+/// reused once every reader and online executor has passed a grace period.
+///
+/// Not async-signal-safe.
+#[unsafe(no_mangle)]
+pub extern "C" fn jitmap_heap_free(heap: *mut jitmap_heap, code: jitmap_code) -> jitmap_status {
+    with_code(heap, code, |h, c| h.free(c))
+}
+
+/// Moves a published method to a new address (code and info copied, the old
+/// block freed through the grace period) and writes its new handle.
+///
+/// Not async-signal-safe.
+///
+/// # Safety
+/// `moved` is NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn jitmap_heap_move(
+    heap: *mut jitmap_heap,
+    code: jitmap_code,
+    moved: *mut jitmap_code,
+) -> jitmap_status {
+    if moved.is_null() {
+        return call(|| Err(jitmap_status::JITMAP_STATUS_NULL_POINTER.into()));
+    }
+    with_code(heap, code, |h, c| {
+        let to = h.move_block(c)?;
+        // SAFETY: checked not NULL.
+        unsafe { moved.write(to.into()) };
+        Ok(())
+    })
+}
+
+/// Writes `len` bytes at `offset` into published code, with the
+/// instruction-cache maintenance. Refused in flip-mode heaps
+/// (`JITMAP_STATUS_NOT_PATCHABLE`) and past the block's end
+/// (`JITMAP_STATUS_BAD_ARGUMENT`).
+///
+/// Not async-signal-safe.
+///
+/// # Safety
+/// `bytes` is NULL (with `len` 0) or points to `len` bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn jitmap_heap_patch(
+    heap: *mut jitmap_heap,
+    code: jitmap_code,
+    offset: u64,
+    bytes: *const u8,
+    len: usize,
+) -> jitmap_status {
+    call(|| {
+        let h = self::heap(heap)?;
+        // SAFETY: the caller's contract.
+        let bytes = unsafe { slice(bytes, len, "bytes") }?;
+        let end = offset.checked_add(len as u64).filter(|&e| e <= code.size);
+        let Some(end) = end else {
+            return Err(bad(format!(
+                "{len} bytes at offset {offset} reach past the block's {} bytes",
+                code.size
+            )));
+        };
+        h.get().heap.patch(code.into(), |live| {
+            live[offset as usize..end as usize].copy_from_slice(bytes);
+        })?;
+        Ok(())
+    })
+}
+
+/// Reclaims what freed blocks' grace periods allow now, and writes the
+/// bytes given back (`bytes` may be NULL).
+///
+/// Not async-signal-safe.
+#[unsafe(no_mangle)]
+pub extern "C" fn jitmap_heap_try_reclaim(heap: *mut jitmap_heap, bytes: *mut u64) -> jitmap_status {
+    call(|| {
+        let h = self::heap(heap)?;
+        let given = h.get().heap.try_reclaim();
+        if !bytes.is_null() {
+            // SAFETY: not NULL; writable by the caller's contract.
+            unsafe { bytes.write(given) };
+        }
+        Ok(())
+    })
+}
