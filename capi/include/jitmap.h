@@ -131,6 +131,58 @@ typedef enum jitmap_status {
   JITMAP_STATUS_INTERNAL,
 } jitmap_status;
 
+// The compiler tier that produced a method (`jitmap_code_info.kind`).
+typedef enum jitmap_jit_kind {
+  // Quick, unoptimized code (tier 0).
+  JITMAP_JIT_BASELINE = 0,
+  // Optimized code (tier 1).
+  JITMAP_JIT_OPTIMIZED = 1,
+  // Code with profiling instrumentation.
+  JITMAP_JIT_INSTRUMENTED = 2,
+} jitmap_jit_kind;
+
+// How a heap maps its memory (`jitmap_heap_config.mode`).
+typedef enum jitmap_memory_mode {
+  // One read-write-execute mapping.
+  JITMAP_MEMORY_RWX = 0,
+  // Two views of one memory: read-write for writers, at an unrelated
+  // address, and read-execute for running. Published code can be patched.
+  JITMAP_MEMORY_WRITE_XOR_EXECUTE = 1,
+  // One mapping whose block pages turn read-execute at publish: no
+  // writable alias at all, so published code cannot be patched.
+  JITMAP_MEMORY_FLIP_ON_PUBLISH = 2,
+} jitmap_memory_mode;
+
+// Which perf outputs to write (`jitmap_manager_perf`).
+typedef enum jitmap_perf_mode {
+  // `jit-<pid>.dump`, for `perf inject --jit`.
+  JITMAP_PERF_JITDUMP = 1,
+  // `perf-<pid>.map`.
+  JITMAP_PERF_MAP = 2,
+  // Both.
+  JITMAP_PERF_BOTH = 3,
+} jitmap_perf_mode;
+
+// The agent's timer clock (`jitmap_agent_config.clock`).
+typedef enum jitmap_clock {
+  // CPU time of each thread: idle threads are not sampled.
+  JITMAP_CLOCK_CPU = 0,
+  // Wall-clock time.
+  JITMAP_CLOCK_WALL = 1,
+} jitmap_clock;
+
+// A profile's output formats (`jitmap_profile_write`).
+typedef enum jitmap_output {
+  // The text report: totals and the top methods.
+  JITMAP_OUTPUT_REPORT = 0,
+  // Folded stacks, one `frame;frame;frame count` line per stack.
+  JITMAP_OUTPUT_FOLDED = 1,
+  // An SVG flame graph.
+  JITMAP_OUTPUT_FLAMEGRAPH = 2,
+  // Gzipped pprof, for `go tool pprof`.
+  JITMAP_OUTPUT_PPROF = 3,
+} jitmap_output;
+
 // The in-process sampling profiler.
 typedef struct jitmap_agent jitmap_agent;
 
@@ -393,6 +445,9 @@ enum jitmap_status jitmap_agent_start(struct jitmap_manager *manager,
 //
 // Not async-signal-safe. Owner: the caller, who detaches it on the same
 // thread with `jitmap_thread_detach` before the thread exits.
+//
+// # Safety
+// `out` is NULL or writable.
 enum jitmap_status jitmap_agent_attach(struct jitmap_agent *agent, struct jitmap_thread **out);
 
 // Detaches the calling thread (its timer stops; what it recorded stays in
@@ -418,6 +473,9 @@ enum jitmap_status jitmap_thread_probe_context(struct jitmap_thread *thread,
 //
 // Not async-signal-safe. Owner of the profile: the caller, who destroys it
 // with `jitmap_profile_destroy`.
+//
+// # Safety
+// `profile` is NULL or writable.
 enum jitmap_status jitmap_agent_stop(struct jitmap_agent *agent, struct jitmap_profile **profile);
 
 // Writes the profile to `path` as a `jitmap_output`: the text report,
@@ -435,6 +493,9 @@ enum jitmap_status jitmap_profile_write(struct jitmap_profile *profile,
 // a handler that could not pin). Either output may be NULL.
 //
 // Not async-signal-safe.
+//
+// # Safety
+// Each of `samples`, `dropped`: NULL or writable.
 enum jitmap_status jitmap_profile_samples(struct jitmap_profile *profile,
                                           uint64_t *samples,
                                           uint64_t *dropped);
@@ -450,6 +511,9 @@ enum jitmap_status jitmap_profile_destroy(struct jitmap_profile *profile);
 //
 // Not async-signal-safe. Owner: the caller, who destroys it with
 // `jitmap_counters_destroy` once no code that counts in it can run.
+//
+// # Safety
+// `out` is NULL or writable.
 enum jitmap_status jitmap_counters_create(uint32_t methods,
                                           uint32_t threshold,
                                           struct jitmap_counters **out);
@@ -458,6 +522,9 @@ enum jitmap_status jitmap_counters_create(uint32_t methods,
 // tier-0 code. Valid until the table is destroyed.
 //
 // Not async-signal-safe.
+//
+// # Safety
+// `out` is NULL or writable.
 enum jitmap_status jitmap_counters_cell(struct jitmap_counters *counters,
                                         uint32_t index,
                                         const struct jitmap_counter_cell **out);
@@ -555,6 +622,9 @@ enum jitmap_status jitmap_heap_destroy(struct jitmap_heap *heap);
 //
 // Not async-signal-safe. Owner: the caller, who publishes or aborts it
 // exactly once.
+//
+// # Safety
+// `out` is NULL or writable.
 enum jitmap_status jitmap_heap_reserve(struct jitmap_heap *heap,
                                        uint64_t size,
                                        uint64_t align,
@@ -565,6 +635,9 @@ enum jitmap_status jitmap_heap_reserve(struct jitmap_heap *heap,
 // for relocations and `.eh_frame`), and its length. Any output may be NULL.
 //
 // Not async-signal-safe.
+//
+// # Safety
+// Each of `write`, `address`, `len`: NULL or writable.
 enum jitmap_status jitmap_reservation_code(struct jitmap_reservation *reservation,
                                            uint8_t **write,
                                            uintptr_t *address,
@@ -589,6 +662,9 @@ enum jitmap_status jitmap_reservation_publish(struct jitmap_reservation *reserva
 // the reservation handle; a bad kind leaves it pending.
 //
 // Not async-signal-safe.
+//
+// # Safety
+// `out` is NULL or writable.
 enum jitmap_status jitmap_reservation_publish_stub(struct jitmap_reservation *reservation,
                                                    uint8_t kind,
                                                    struct jitmap_code *out);
@@ -635,6 +711,9 @@ enum jitmap_status jitmap_heap_patch(struct jitmap_heap *heap,
 // bytes given back (`bytes` may be NULL).
 //
 // Not async-signal-safe.
+//
+// # Safety
+// `bytes` is NULL or writable.
 enum jitmap_status jitmap_heap_try_reclaim(struct jitmap_heap *heap, uint64_t *bytes);
 
 // Pins a guard of `reader` into `guard`, on the reader's thread. Nests:
@@ -694,10 +773,16 @@ enum jitmap_status jitmap_guard_find_return_address(const struct jitmap_guard *g
 // ```
 // use jitmap_capi::*;
 // let mut m = std::ptr::null_mut();
-// assert_eq!(jitmap_manager_create(0, &mut m), jitmap_status::JITMAP_STATUS_BAD_ARGUMENT);
-// assert_eq!(jitmap_manager_create(16, &mut m), jitmap_status::JITMAP_STATUS_OK);
+// // SAFETY: the output points to a local.
+// let refused = unsafe { jitmap_manager_create(0, &mut m) };
+// assert_eq!(refused, jitmap_status::JITMAP_STATUS_BAD_ARGUMENT);
+// // SAFETY: as above.
+// assert_eq!(unsafe { jitmap_manager_create(16, &mut m) }, jitmap_status::JITMAP_STATUS_OK);
 // jitmap_manager_destroy(m);
 // ```
+//
+// # Safety
+// `out` is NULL or writable.
 enum jitmap_status jitmap_manager_create(uint32_t reader_slots, struct jitmap_manager **out);
 
 // Destroys a manager. Refused with `JITMAP_STATUS_IN_USE` while any of its
@@ -742,6 +827,9 @@ enum jitmap_status jitmap_manager_live_blocks(struct jitmap_manager *manager,
 // Not async-signal-safe: register outside the handler, before the first
 // signal. Owner: the caller, who destroys it on the same thread with
 // `jitmap_reader_destroy`.
+//
+// # Safety
+// `out` is NULL or writable.
 enum jitmap_status jitmap_reader_register(struct jitmap_manager *manager,
                                           struct jitmap_reader **out);
 
@@ -757,6 +845,9 @@ enum jitmap_status jitmap_reader_destroy(struct jitmap_reader *reader);
 //
 // Not async-signal-safe. Owner: the caller, who destroys it on the same
 // thread with `jitmap_executor_destroy`.
+//
+// # Safety
+// `out` is NULL or writable.
 enum jitmap_status jitmap_executor_register(struct jitmap_manager *manager,
                                             struct jitmap_executor **out);
 

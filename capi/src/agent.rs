@@ -120,8 +120,11 @@ pub unsafe extern "C" fn jitmap_agent_start(
 ///
 /// Not async-signal-safe. Owner: the caller, who detaches it on the same
 /// thread with `jitmap_thread_detach` before the thread exits.
+///
+/// # Safety
+/// `out` is NULL or writable.
 #[unsafe(no_mangle)]
-pub extern "C" fn jitmap_agent_attach(
+pub unsafe extern "C" fn jitmap_agent_attach(
     agent: *mut jitmap_agent,
     out: *mut *mut jitmap_thread,
 ) -> jitmap_status {
@@ -130,7 +133,9 @@ pub extern "C" fn jitmap_agent_attach(
         required(out)?;
         let attached = {
             let guard = a.get().agent.lock().unwrap_or_else(|e| e.into_inner());
-            let agent = guard.as_ref().ok_or(jitmap_status::JITMAP_STATUS_DESTROYED)?;
+            let agent = guard
+                .as_ref()
+                .ok_or(jitmap_status::JITMAP_STATUS_DESTROYED)?;
             agent.attach_current_thread()?
         };
         let handle = handles::insert(Kind::Thread, Box::new(ThreadBound::new(attached)))?;
@@ -194,8 +199,11 @@ pub unsafe extern "C" fn jitmap_thread_probe_context(
 ///
 /// Not async-signal-safe. Owner of the profile: the caller, who destroys it
 /// with `jitmap_profile_destroy`.
+///
+/// # Safety
+/// `profile` is NULL or writable.
 #[unsafe(no_mangle)]
-pub extern "C" fn jitmap_agent_stop(
+pub unsafe extern "C" fn jitmap_agent_stop(
     agent: *mut jitmap_agent,
     profile: *mut *mut jitmap_profile,
 ) -> jitmap_status {
@@ -272,8 +280,11 @@ pub unsafe extern "C" fn jitmap_profile_write(
 /// a handler that could not pin). Either output may be NULL.
 ///
 /// Not async-signal-safe.
+///
+/// # Safety
+/// Each of `samples`, `dropped`: NULL or writable.
 #[unsafe(no_mangle)]
-pub extern "C" fn jitmap_profile_samples(
+pub unsafe extern "C" fn jitmap_profile_samples(
     profile: *mut jitmap_profile,
     samples: *mut u64,
     dropped: *mut u64,
@@ -297,7 +308,10 @@ pub extern "C" fn jitmap_profile_samples(
 #[unsafe(no_mangle)]
 pub extern "C" fn jitmap_profile_destroy(profile: *mut jitmap_profile) -> jitmap_status {
     call(|| {
-        drop(handles::remove::<ProfileObject>(bits(profile), Kind::Profile)?);
+        drop(handles::remove::<ProfileObject>(
+            bits(profile),
+            Kind::Profile,
+        )?);
         Ok(())
     })
 }
@@ -308,8 +322,11 @@ pub extern "C" fn jitmap_profile_destroy(profile: *mut jitmap_profile) -> jitmap
 ///
 /// Not async-signal-safe. Owner: the caller, who destroys it with
 /// `jitmap_counters_destroy` once no code that counts in it can run.
+///
+/// # Safety
+/// `out` is NULL or writable.
 #[unsafe(no_mangle)]
-pub extern "C" fn jitmap_counters_create(
+pub unsafe extern "C" fn jitmap_counters_create(
     methods: u32,
     threshold: u32,
     out: *mut *mut jitmap_counters,
@@ -335,8 +352,11 @@ fn counters(c: *mut jitmap_counters) -> Result<Use<CountersObject>, jitmap_statu
 /// tier-0 code. Valid until the table is destroyed.
 ///
 /// Not async-signal-safe.
+///
+/// # Safety
+/// `out` is NULL or writable.
 #[unsafe(no_mangle)]
-pub extern "C" fn jitmap_counters_cell(
+pub unsafe extern "C" fn jitmap_counters_cell(
     counters: *mut jitmap_counters,
     index: u32,
     out: *mut *const jitmap_counter_cell,

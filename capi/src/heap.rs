@@ -159,8 +159,11 @@ pub extern "C" fn jitmap_heap_destroy(heap: *mut jitmap_heap) -> jitmap_status {
 ///
 /// Not async-signal-safe. Owner: the caller, who publishes or aborts it
 /// exactly once.
+///
+/// # Safety
+/// `out` is NULL or writable.
 #[unsafe(no_mangle)]
-pub extern "C" fn jitmap_heap_reserve(
+pub unsafe extern "C" fn jitmap_heap_reserve(
     heap: *mut jitmap_heap,
     size: u64,
     align: u64,
@@ -201,8 +204,11 @@ fn reservation(r: *mut jitmap_reservation) -> Result<Use<ReservationObject>, jit
 /// for relocations and `.eh_frame`), and its length. Any output may be NULL.
 ///
 /// Not async-signal-safe.
+///
+/// # Safety
+/// Each of `write`, `address`, `len`: NULL or writable.
 #[unsafe(no_mangle)]
-pub extern "C" fn jitmap_reservation_code(
+pub unsafe extern "C" fn jitmap_reservation_code(
     reservation: *mut jitmap_reservation,
     write: *mut *mut u8,
     address: *mut usize,
@@ -210,7 +216,11 @@ pub extern "C" fn jitmap_reservation_code(
 ) -> jitmap_status {
     call(|| {
         let r = self::reservation(reservation)?;
-        let mut guard = r.get().reservation.lock().unwrap_or_else(|e| e.into_inner());
+        let mut guard = r
+            .get()
+            .reservation
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         let reservation = guard
             .as_mut()
             .ok_or(jitmap_status::JITMAP_STATUS_DESTROYED)?;
@@ -270,8 +280,7 @@ unsafe fn code_info(c: &jitmap_code_info, size: u64) -> Result<CodeInfo, Failure
     if c.eh_frame_len > 0 {
         info.eh_frame = Some(EhFrame {
             frame: unsafe { slice(c.eh_frame, c.eh_frame_len, "eh_frame") }?.into(),
-            header: unsafe { slice(c.eh_frame_hdr, c.eh_frame_hdr_len, "eh_frame_hdr") }?
-                .into(),
+            header: unsafe { slice(c.eh_frame_hdr, c.eh_frame_hdr_len, "eh_frame_hdr") }?.into(),
         });
     }
     info.validate(size)
@@ -289,8 +298,16 @@ fn consume<T>(
 ) -> Result<(), Failure> {
     let checked = {
         let r = self::reservation(r)?;
-        let guard = r.get().reservation.lock().unwrap_or_else(|e| e.into_inner());
-        check(guard.as_ref().ok_or(jitmap_status::JITMAP_STATUS_DESTROYED)?)?
+        let guard = r
+            .get()
+            .reservation
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        check(
+            guard
+                .as_ref()
+                .ok_or(jitmap_status::JITMAP_STATUS_DESTROYED)?,
+        )?
     };
     let object = handles::remove::<ReservationObject>(bits(r), Kind::Reservation)?;
     let reservation = object
@@ -340,8 +357,11 @@ pub unsafe extern "C" fn jitmap_reservation_publish(
 /// the reservation handle; a bad kind leaves it pending.
 ///
 /// Not async-signal-safe.
+///
+/// # Safety
+/// `out` is NULL or writable.
 #[unsafe(no_mangle)]
-pub extern "C" fn jitmap_reservation_publish_stub(
+pub unsafe extern "C" fn jitmap_reservation_publish_stub(
     reservation: *mut jitmap_reservation,
     kind: u8,
     out: *mut jitmap_code,
@@ -367,7 +387,16 @@ pub extern "C" fn jitmap_reservation_publish_stub(
 /// Not async-signal-safe.
 #[unsafe(no_mangle)]
 pub extern "C" fn jitmap_reservation_abort(reservation: *mut jitmap_reservation) -> jitmap_status {
-    call(|| consume(reservation, |_| Ok(()), |r, ()| Ok(r.abort())))
+    call(|| {
+        consume(
+            reservation,
+            |_| Ok(()),
+            |r, ()| {
+                r.abort();
+                Ok(())
+            },
+        )
+    })
 }
 
 /// Runs `f` on a heap and a code handle.
@@ -455,8 +484,14 @@ pub unsafe extern "C" fn jitmap_heap_patch(
 /// bytes given back (`bytes` may be NULL).
 ///
 /// Not async-signal-safe.
+///
+/// # Safety
+/// `bytes` is NULL or writable.
 #[unsafe(no_mangle)]
-pub extern "C" fn jitmap_heap_try_reclaim(heap: *mut jitmap_heap, bytes: *mut u64) -> jitmap_status {
+pub unsafe extern "C" fn jitmap_heap_try_reclaim(
+    heap: *mut jitmap_heap,
+    bytes: *mut u64,
+) -> jitmap_status {
     call(|| {
         let h = self::heap(heap)?;
         let given = h.get().heap.try_reclaim();

@@ -29,7 +29,9 @@
 //! ```
 //! use jitmap_capi::*;
 //! let mut manager = std::ptr::null_mut();
-//! assert_eq!(jitmap_manager_create(8, &mut manager), jitmap_status::JITMAP_STATUS_OK);
+//! // SAFETY: the output points to a local.
+//! let created = unsafe { jitmap_manager_create(8, &mut manager) };
+//! assert_eq!(created, jitmap_status::JITMAP_STATUS_OK);
 //! assert_eq!(jitmap_manager_destroy(manager), jitmap_status::JITMAP_STATUS_OK);
 //! assert_eq!(jitmap_manager_destroy(manager), jitmap_status::JITMAP_STATUS_DESTROYED);
 //! ```

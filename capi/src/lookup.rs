@@ -93,7 +93,12 @@ pub unsafe extern "C" fn jitmap_pin(
     let slot = r.leak() as u64;
     let mut state = [0u64; GUARD_WORDS];
     // SAFETY: `state` has room and alignment for a guard (asserted above).
-    unsafe { state.as_mut_ptr().cast::<ManagerGuard<'static>>().write(pinned) };
+    unsafe {
+        state
+            .as_mut_ptr()
+            .cast::<ManagerGuard<'static>>()
+            .write(pinned)
+    };
     // SAFETY: checked not NULL; writable by the caller's contract.
     unsafe {
         guard.write(jitmap_guard {

@@ -8,9 +8,7 @@ use jitmap::{ExecutionManager, Executor, Reader};
 use crate::handles::{self, Kept, Kind, Use};
 use crate::status::{Failure, call, jitmap_status};
 use crate::types::{jitmap_code, jitmap_live_block, jitmap_perf_mode};
-use crate::{
-    ThreadBound, bits, jitmap_executor, jitmap_manager, jitmap_reader, required, utf8,
-};
+use crate::{ThreadBound, bits, jitmap_executor, jitmap_manager, jitmap_reader, required, utf8};
 
 /// `jitmap_live_block.kind` of a stub.
 pub const JITMAP_LIVE_BLOCK_STUB: u32 = 256;
@@ -50,12 +48,18 @@ pub(crate) fn manager(m: *mut jitmap_manager) -> Result<Use<ManagerObject>, jitm
 /// ```
 /// use jitmap_capi::*;
 /// let mut m = std::ptr::null_mut();
-/// assert_eq!(jitmap_manager_create(0, &mut m), jitmap_status::JITMAP_STATUS_BAD_ARGUMENT);
-/// assert_eq!(jitmap_manager_create(16, &mut m), jitmap_status::JITMAP_STATUS_OK);
+/// // SAFETY: the output points to a local.
+/// let refused = unsafe { jitmap_manager_create(0, &mut m) };
+/// assert_eq!(refused, jitmap_status::JITMAP_STATUS_BAD_ARGUMENT);
+/// // SAFETY: as above.
+/// assert_eq!(unsafe { jitmap_manager_create(16, &mut m) }, jitmap_status::JITMAP_STATUS_OK);
 /// jitmap_manager_destroy(m);
 /// ```
+///
+/// # Safety
+/// `out` is NULL or writable.
 #[unsafe(no_mangle)]
-pub extern "C" fn jitmap_manager_create(
+pub unsafe extern "C" fn jitmap_manager_create(
     reader_slots: u32,
     out: *mut *mut jitmap_manager,
 ) -> jitmap_status {
@@ -86,7 +90,10 @@ pub extern "C" fn jitmap_manager_create(
 #[unsafe(no_mangle)]
 pub extern "C" fn jitmap_manager_destroy(manager: *mut jitmap_manager) -> jitmap_status {
     call(|| {
-        drop(handles::remove::<ManagerObject>(bits(manager), Kind::Manager)?);
+        drop(handles::remove::<ManagerObject>(
+            bits(manager),
+            Kind::Manager,
+        )?);
         Ok(())
     })
 }
@@ -191,8 +198,11 @@ pub unsafe extern "C" fn jitmap_manager_live_blocks(
 /// Not async-signal-safe: register outside the handler, before the first
 /// signal. Owner: the caller, who destroys it on the same thread with
 /// `jitmap_reader_destroy`.
+///
+/// # Safety
+/// `out` is NULL or writable.
 #[unsafe(no_mangle)]
-pub extern "C" fn jitmap_reader_register(
+pub unsafe extern "C" fn jitmap_reader_register(
     manager: *mut jitmap_manager,
     out: *mut *mut jitmap_reader,
 ) -> jitmap_status {
@@ -234,8 +244,11 @@ pub extern "C" fn jitmap_reader_destroy(reader: *mut jitmap_reader) -> jitmap_st
 ///
 /// Not async-signal-safe. Owner: the caller, who destroys it on the same
 /// thread with `jitmap_executor_destroy`.
+///
+/// # Safety
+/// `out` is NULL or writable.
 #[unsafe(no_mangle)]
-pub extern "C" fn jitmap_executor_register(
+pub unsafe extern "C" fn jitmap_executor_register(
     manager: *mut jitmap_manager,
     out: *mut *mut jitmap_executor,
 ) -> jitmap_status {

@@ -5,8 +5,8 @@ use std::cell::RefCell;
 use std::ffi::{CString, c_char};
 
 use jitmap::agent::{AgentError, CounterError};
-use jitmap::perf::PerfError;
 use jitmap::manager::ManagerError;
+use jitmap::perf::PerfError;
 use jitmap::{EpochError, HeapError};
 
 /// What a call did. `JITMAP_STATUS_OK` is 0; every failure leaves the state
@@ -285,9 +285,7 @@ impl From<jitmap_status> for Failure {
                 "the handle is in use: a call in progress, a pinned guard or a live child handle"
             }
             jitmap_status::JITMAP_STATUS_TOO_MANY_HANDLES => "the handle table is full",
-            jitmap_status::JITMAP_STATUS_WRONG_THREAD => {
-                "the handle belongs to another thread"
-            }
+            jitmap_status::JITMAP_STATUS_WRONG_THREAD => "the handle belongs to another thread",
             other => other.name(),
         };
         Self::new(status, what)
@@ -304,7 +302,14 @@ macro_rules! failure_from {
         }
     )*};
 }
-failure_from!(HeapError, EpochError, ManagerError, CounterError, AgentError, PerfError);
+failure_from!(
+    HeapError,
+    EpochError,
+    ManagerError,
+    CounterError,
+    AgentError,
+    PerfError
+);
 
 impl From<std::io::Error> for Failure {
     fn from(e: std::io::Error) -> Self {
@@ -322,8 +327,8 @@ thread_local! {
 /// for `jitmap_last_error_message`, and turns a panic into
 /// `JITMAP_STATUS_INTERNAL` instead of unwinding into C.
 pub fn call(body: impl FnOnce() -> Result<(), Failure>) -> jitmap_status {
-    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body))
-        .unwrap_or_else(|panic| {
+    let outcome =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)).unwrap_or_else(|panic| {
             let what = panic
                 .downcast_ref::<&str>()
                 .map(|s| (*s).to_owned())

@@ -1121,8 +1121,12 @@ impl CodeHeap {
         match w.live.get(&offset) {
             // The size too: a reference rebuilt from raw parts
             // ([`CodeRef::from_raw`]) must match the block in every field.
-            Some(live) if live.generation == code.generation && live.size == code.size => {
-                Ok(live.header.as_ref())
+            Some(live) if live.generation == code.generation => {
+                if live.size == code.size {
+                    Ok(live.header.as_ref())
+                } else {
+                    Err(HeapError::UnknownRef { start: code.start })
+                }
             }
             _ if w.moved.contains_key(&code.generation) => Err(HeapError::Moved {
                 start: code.start,

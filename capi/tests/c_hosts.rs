@@ -1,0 +1,347 @@
+//! The C ABI as C hosts use it: the programs in `tests/c/` are compiled with
+//! the system compiler against the header and the library this build made,
+//! and run. Each also runs built with clang's AddressSanitizer and
+//! UndefinedBehaviorSanitizer, which must report nothing. The README's C
+//! example is compiled against an install made by `capi/install.sh`, through
+//! pkg-config.
+#![cfg(target_arch = "x86_64")]
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use flate2::read::GzDecoder;
+use jitmap::agent::export::proto;
+use prost::Message;
+
+fn capi_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The directory holding this build's `libjitmap_capi.{so,a}`: the test
+/// executable sits in its `deps/`.
+fn lib_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
+    assert!(
+        dir.join("libjitmap_capi.so").exists(),
+        "no libjitmap_capi.so in {}",
+        dir.display()
+    );
+    dir
+}
+
+/// Which compiler, and with what.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Build {
+    /// The system `cc`.
+    Plain,
+    /// clang with `-fsanitize=address,undefined`.
+    Sanitized,
+}
+
+/// Compiles `tests/c/<name>.c` into a temporary directory; returns its path.
+fn compile(name: &str, build: Build, out: &Path) -> PathBuf {
+    let source = capi_dir().join("tests/c").join(format!("{name}.c"));
+    let exe = out.join(format!("{name}-{build:?}"));
+    let lib = lib_dir();
+    let compiler = match build {
+        Build::Plain => "cc",
+        Build::Sanitized => "clang",
+    };
+    let mut cmd = Command::new(compiler);
+    cmd.args([
+        "-std=c11",
+        "-Wall",
+        "-Wextra",
+        "-Werror",
+        "-pedantic",
+        "-O1",
+        "-g",
+    ])
+    .arg("-I")
+    .arg(capi_dir().join("include"))
+    .arg(&source)
+    .arg("-L")
+    .arg(&lib)
+    .arg(format!("-Wl,-rpath,{}", lib.display()))
+    .args(["-ljitmap_capi", "-lpthread", "-o"])
+    .arg(&exe);
+    if build == Build::Sanitized {
+        cmd.args([
+            "-fsanitize=address,undefined",
+            "-fno-sanitize-recover=all",
+            "-fno-omit-frame-pointer",
+        ]);
+    }
+    let output = cmd.output().unwrap_or_else(|e| {
+        panic!("{compiler}: {e} (the sanitizer builds need clang: apt-get install clang)")
+    });
+    assert!(
+        output.status.success(),
+        "{compiler} {}: {}",
+        source.display(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    exe
+}
+
+/// Runs a compiled host; checks that it exited 0 and that no sanitizer
+/// spoke. Returns its stdout.
+fn run(exe: &Path, args: &[&str], env: &[(&str, &str)]) -> String {
+    let output: Output = Command::new(exe)
+        .args(args)
+        .envs(env.iter().copied())
+        // Leaks of the test's own never-freed statics are not what is asked.
+        .env("ASAN_OPTIONS", "detect_leaks=0:abort_on_error=1")
+        .env("UBSAN_OPTIONS", "print_stacktrace=1:halt_on_error=1")
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    );
+    assert!(
+        output.status.success(),
+        "{} {args:?} {env:?} failed ({}):\n{stdout}\n{stderr}",
+        exe.display(),
+        output.status
+    );
+    for report in ["AddressSanitizer", "runtime error", "LeakSanitizer"] {
+        assert!(!stderr.contains(report), "{report}:\n{stderr}");
+    }
+    stdout
+}
+
+/// `key value` pairs of a host's summary line.
+fn counts(line: &str) -> std::collections::HashMap<String, u64> {
+    let words: Vec<&str> = line.split_whitespace().collect();
+    words
+        .chunks(2)
+        .map(|kv| (kv[0].to_owned(), kv[1].parse().unwrap()))
+        .collect()
+}
+
+fn jit_host(build: Build) {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile("jit_host", build, dir.path());
+    let modes: &[&[(&str, &str)]] = match build {
+        Build::Plain => &[&[], &[("JIT_HOST_MODE", "wx")], &[("JIT_HOST_V1", "1")]],
+        Build::Sanitized => &[&[("JIT_HOST_MODE", "wx")]],
+    };
+    for env in modes {
+        let c = counts(&run(&exe, &[], env));
+        println!("{build:?} {env:?}: {c:?}");
+        assert_eq!((c["wrong"], c["bad_results"], c["unregistered"]), (0, 0, 0));
+        // The executors spend most of their time in JIT code, and the
+        // handler found it there.
+        assert!(c["samples"] >= 100, "{c:?}");
+        assert!(c["found"] * 2 >= c["samples"], "{c:?}");
+        assert!(c["tier_ups"] >= 500 && c["tier_downs"] >= 500, "{c:?}");
+        // Every byte of every live version, after the run: 64 methods of
+        // at least 48 bytes.
+        assert!(c["exact"] >= 64 * 48, "{c:?}");
+    }
+}
+
+#[test]
+fn a_c_jit_tiers_up_under_sigprof_lookups_and_every_answer_is_right() {
+    jit_host(Build::Plain);
+}
+
+#[test]
+fn the_c_jit_under_address_and_undefined_behavior_sanitizers() {
+    jit_host(Build::Sanitized);
+}
+
+fn agent_host(build: Build) {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile("agent_host", build, dir.path());
+    let out = dir.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    let c = counts(&run(&exe, &[out.to_str().unwrap()], &[]));
+    assert_eq!((c["wrong"], c["crossed"]), (0, 3), "{c:?}");
+    let samples = c["samples"];
+    assert!(samples >= 1000, "{c:?}");
+
+    // Folded stacks: the leaves' shares are 1:2:4 within 3 points, each
+    // leaf called from the host's main.
+    let folded = std::fs::read_to_string(out.join("folded.txt")).unwrap();
+    let mut leaves = [0u64; 3];
+    let mut total = 0;
+    for line in folded.lines() {
+        let (stack, n) = line.rsplit_once(' ').unwrap();
+        let n: u64 = n.parse().unwrap();
+        total += n;
+        for (i, leaf) in ["leaf_1x", "leaf_2x", "leaf_4x"].iter().enumerate() {
+            if stack.ends_with(&format!("main;{leaf}")) {
+                leaves[i] += n;
+            }
+        }
+    }
+    assert_eq!(total, samples, "{folded}");
+    let in_leaves: u64 = leaves.iter().sum();
+    assert!(in_leaves * 10 >= samples * 9, "{folded}");
+    for (i, want) in [1.0 / 7.0, 2.0 / 7.0, 4.0 / 7.0].iter().enumerate() {
+        let share = leaves[i] as f64 / in_leaves as f64;
+        assert!(
+            (share - want).abs() <= 0.03,
+            "leaf {i}: {share:.3} vs {want:.3}\n{folded}"
+        );
+    }
+
+    // pprof: gzipped, the same samples, the leaves named.
+    let mut bytes = Vec::new();
+    GzDecoder::new(std::fs::File::open(out.join("profile.pb.gz")).unwrap())
+        .read_to_end(&mut bytes)
+        .unwrap();
+    let p = proto::Profile::decode(&bytes[..]).unwrap();
+    let pprof_samples: i64 = p.sample.iter().map(|s| s.value[0]).sum();
+    assert_eq!(pprof_samples as u64, samples);
+    let names: Vec<&str> = p
+        .function
+        .iter()
+        .map(|f| p.string_table[f.name as usize].as_str())
+        .collect();
+    for leaf in ["leaf_1x", "leaf_2x", "leaf_4x"] {
+        assert!(names.contains(&leaf), "{names:?}");
+    }
+    // The report and the flame graph name them too.
+    let report = std::fs::read_to_string(out.join("report.txt")).unwrap();
+    assert!(
+        report.starts_with(&format!("samples: {samples} ")),
+        "{report}"
+    );
+    let svg = std::fs::read_to_string(out.join("flamegraph.svg")).unwrap();
+    assert!(svg.contains("<svg") && svg.contains("leaf_4x"));
+}
+
+#[test]
+fn the_agent_profiles_a_c_hosts_jit_code_at_1_2_4() {
+    agent_host(Build::Plain);
+}
+
+#[test]
+fn the_agent_in_a_c_host_under_sanitizers() {
+    agent_host(Build::Sanitized);
+}
+
+fn misuse(build: Build) {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile("misuse", build, dir.path());
+    let stdout = run(&exe, &[], &[]);
+    let reached: Vec<&str> = stdout
+        .trim()
+        .strip_prefix("reached ")
+        .unwrap()
+        .split(' ')
+        .collect();
+    // Every status but INTERNAL, which reports a bug and not a misuse, in
+    // the header's order.
+    let all: Vec<String> = (0..)
+        .map(|i| {
+            // SAFETY: jitmap_status_name returns a static NUL-terminated string.
+            unsafe { std::ffi::CStr::from_ptr(jitmap_capi::jitmap_status_name(i)) }
+                .to_str()
+                .unwrap()
+                .to_owned()
+        })
+        .take_while(|name| name != "JITMAP_STATUS_UNKNOWN")
+        .filter(|name| name != "JITMAP_STATUS_INTERNAL")
+        .collect();
+    assert_eq!(all.len(), 35);
+    assert_eq!(reached, all);
+}
+
+#[test]
+fn misuse_reaches_every_status_and_changes_nothing() {
+    misuse(Build::Plain);
+}
+
+#[test]
+fn misuse_under_sanitizers() {
+    misuse(Build::Sanitized);
+}
+
+#[test]
+fn the_header_compiles_cleanly_as_c11_and_as_cpp17() {
+    let dir = tempfile::tempdir().unwrap();
+    for (compiler, std, file) in [
+        ("cc", "-std=c11", "h.c"),
+        ("c++", "-std=c++17", "h.cpp"),
+        ("clang", "-std=c11", "h.c"),
+    ] {
+        let source = dir.path().join(file);
+        std::fs::write(
+            &source,
+            "#include \"jitmap.h\"\nint main(void) { jitmap_guard g; (void)g; return JITMAP_STATUS_OK; }\n",
+        )
+        .unwrap();
+        let output = Command::new(compiler)
+            .args([std, "-Wall", "-Wextra", "-Werror", "-pedantic", "-c", "-o"])
+            .arg(dir.path().join("h.o"))
+            .arg("-I")
+            .arg(capi_dir().join("include"))
+            .arg(&source)
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{compiler} {std}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+}
+
+/// The README's C example, built against an install through pkg-config.
+#[test]
+fn the_readme_example_builds_with_pkg_config_after_install() {
+    let readme = std::fs::read_to_string(capi_dir().join("../README.md")).unwrap();
+    let section = &readme[readme.find("## Using jitmap from C").unwrap()..];
+    let code = &section[section.find("```c\n").unwrap() + 5..];
+    let code = &code[..code.find("```\n").unwrap()];
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = dir.path().join("prefix");
+    let install = Command::new(capi_dir().join("install.sh"))
+        .arg(&prefix)
+        .env("JITMAP_LIB_DIR", lib_dir())
+        .output()
+        .unwrap();
+    assert!(install.status.success(), "{install:?}");
+    let source = dir.path().join("host.c");
+    std::fs::write(&source, code).unwrap();
+    let pkg_config = |args: &[&str]| {
+        let out = Command::new("pkg-config")
+            .args(args)
+            .arg("jitmap")
+            .env("PKG_CONFIG_PATH", prefix.join("lib/pkgconfig"))
+            .output()
+            .expect("pkg-config (apt-get install pkg-config)");
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let flags = pkg_config(&["--cflags", "--libs"]);
+    let exe = dir.path().join("host");
+    let cc = Command::new("cc")
+        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-pedantic"])
+        .arg(&source)
+        .args(flags.split_whitespace())
+        .arg(format!("-Wl,-rpath,{}", prefix.join("lib").display()))
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(
+        cc.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
+    assert_eq!(
+        run(&exe, &[], &[]),
+        "answer, method 7, offset 3\nreturns 42\n"
+    );
+    assert_eq!(
+        pkg_config(&["--modversion"]).trim(),
+        env!("CARGO_PKG_VERSION")
+    );
+}
