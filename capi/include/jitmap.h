@@ -355,8 +355,9 @@ typedef struct jitmap_guard {
   uint64_t state[8];
 } jitmap_guard;
 
-// What `jitmap_guard_find` found. Pointers point into the method's
-// header and stay valid while the guard that found them is pinned.
+// What `jitmap_guard_find` found: the method and where in it. The name
+// points into the method's header and stays valid while the guard that
+// found it is pinned.
 typedef struct jitmap_block {
   // The method's id, as published.
   uint64_t method_id;
@@ -366,14 +367,22 @@ typedef struct jitmap_block {
   uint64_t offset;
   // A `jitmap_jit_kind`, or 3 for a precompiled image's method.
   uint32_t kind;
-  // 1 if the address lies in a funclet; 0 in the main body.
-  uint32_t is_funclet;
-  // Start of the funclet (or the main body) holding the address.
-  uintptr_t funclet_start;
   // The name, UTF-8, not NUL-terminated.
   const uint8_t *name;
   // Its length.
   uintptr_t name_len;
+} jitmap_block;
+
+// What `jitmap_guard_find_info` found: the block and everything the host
+// published with it, at the address. Pointers point into the method's
+// header and stay valid while the guard that found them is pinned.
+typedef struct jitmap_method_info {
+  // The method and the address's offset in it.
+  struct jitmap_block block;
+  // 1 if the address lies in a funclet; 0 in the main body.
+  uint32_t is_funclet;
+  // Start of the funclet (or the main body) holding the address.
+  uintptr_t funclet_start;
   // Bytes in the hot part.
   uint64_t hot_size;
   // Address of the cold part; 0 if none.
@@ -400,7 +409,7 @@ typedef struct jitmap_block {
   uintptr_t gc_info_len;
   // The GC info encoding's version.
   uint32_t gc_version;
-} jitmap_block;
+} jitmap_method_info;
 
 // A block in a listing (`jitmap_manager_live_blocks`).
 typedef struct jitmap_live_block {
@@ -737,10 +746,11 @@ enum jitmap_status jitmap_pin(struct jitmap_reader *reader, struct jitmap_guard 
 // thread, and not a copy of one.
 enum jitmap_status jitmap_unpin(struct jitmap_guard *guard);
 
-// Finds the method holding `ip` and writes what is known of it to `out`;
-// `JITMAP_STATUS_NOT_FOUND` if no method holds it (a stub, free space,
-// not a heap). Exact: a method's last byte is found, the byte past it is
-// not. In v2 heaps, at most two map reads.
+// Finds the method holding `ip` and writes it, the offset and its name to
+// `out`; `JITMAP_STATUS_NOT_FOUND` if no method holds it (a stub, free
+// space, not a heap). Exact: a method's last byte is found, the byte past
+// it is not. In v2 heaps, at most two map reads. What else the host
+// published with the method: `jitmap_guard_find_info`.
 //
 // Async-signal-safe.
 //
@@ -750,6 +760,19 @@ enum jitmap_status jitmap_unpin(struct jitmap_guard *guard);
 enum jitmap_status jitmap_guard_find(const struct jitmap_guard *guard,
                                      uintptr_t ip,
                                      struct jitmap_block *out);
+
+// As `jitmap_guard_find`, and everything the host published with the
+// method at `ip`: funclet, hot and cold parts, unwind bytes, the source
+// row, GC info. Costs more than `jitmap_guard_find` (the unwind entry and
+// the debug row are searched).
+//
+// Async-signal-safe.
+//
+// # Safety
+// As `jitmap_guard_find`.
+enum jitmap_status jitmap_guard_find_info(const struct jitmap_guard *guard,
+                                          uintptr_t ip,
+                                          struct jitmap_method_info *out);
 
 // As `jitmap_guard_find`, for a return address taken from a stack: looks
 // up `return_address - 1`, the call instruction, so that a call that ends

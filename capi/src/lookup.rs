@@ -10,7 +10,7 @@ use crate::heap::kind_number;
 use crate::jitmap_reader;
 use crate::manager::ReaderObject;
 use crate::status::jitmap_status;
-use crate::types::jitmap_block;
+use crate::types::{jitmap_block, jitmap_method_info};
 
 /// Words of guard state.
 const GUARD_WORDS: usize = 8;
@@ -135,24 +135,27 @@ pub unsafe extern "C" fn jitmap_unpin(guard: *mut jitmap_guard) -> jitmap_status
     jitmap_status::JITMAP_STATUS_OK
 }
 
-fn answer(block: Option<CodeBlock<'_>>, out: *mut jitmap_block) -> jitmap_status {
-    let Some(b) = block else {
-        return jitmap_status::JITMAP_STATUS_NOT_FOUND;
-    };
+fn block(b: &CodeBlock<'_>) -> jitmap_block {
     let name = b.name().unwrap_or("");
-    let region = b.region();
-    let unwind = b.unwind_info();
-    let row = b.debug_at();
-    let gc = b.gc_info();
-    let found = jitmap_block {
+    jitmap_block {
         method_id: b.method_id(),
         start: b.start(),
         offset: b.offset(),
         kind: kind_number(b.jit_kind()),
-        is_funclet: u32::from(b.is_funclet()),
-        funclet_start: b.funclet_start(),
         name: name.as_ptr(),
         name_len: name.len(),
+    }
+}
+
+fn info(b: &CodeBlock<'_>) -> jitmap_method_info {
+    let region = b.region();
+    let unwind = b.unwind_info();
+    let row = b.debug_at();
+    let gc = b.gc_info();
+    jitmap_method_info {
+        block: block(b),
+        is_funclet: u32::from(b.is_funclet()),
+        funclet_start: b.funclet_start(),
         hot_size: region.hot_size,
         cold_start: region.cold_start.unwrap_or(0),
         cold_size: region.cold_size,
@@ -166,16 +169,16 @@ fn answer(block: Option<CodeBlock<'_>>, out: *mut jitmap_block) -> jitmap_status
         gc_info: gc.map_or(std::ptr::null(), |g| g.bytes.as_ptr()),
         gc_info_len: gc.map_or(0, |g| g.bytes.len()),
         gc_version: gc.map_or(0, |g| g.version),
-    };
-    // SAFETY: checked not NULL by the callers; writable by their contract.
-    unsafe { out.write(found) };
-    jitmap_status::JITMAP_STATUS_OK
+    }
 }
 
-fn find_with(
+/// Looks up with `find` under `guard` and writes `answer` of what it found
+/// to `out`.
+fn find_with<T>(
     guard: *const jitmap_guard,
-    out: *mut jitmap_block,
-    f: impl for<'a> FnOnce(&'a ManagerGuard<'static>) -> Option<CodeBlock<'a>>,
+    out: *mut T,
+    find: impl for<'a> FnOnce(&'a ManagerGuard<'static>) -> Option<CodeBlock<'a>>,
+    answer: impl FnOnce(&CodeBlock<'_>) -> T,
 ) -> jitmap_status {
     if out.is_null() {
         return jitmap_status::JITMAP_STATUS_NULL_POINTER;
@@ -185,15 +188,23 @@ fn find_with(
         return jitmap_status::JITMAP_STATUS_NULL_POINTER;
     };
     match g.get() {
-        Ok(pinned) => answer(f(pinned), out),
+        Ok(pinned) => match find(pinned) {
+            Some(b) => {
+                // SAFETY: checked not NULL; writable by the callers' contract.
+                unsafe { out.write(answer(&b)) };
+                jitmap_status::JITMAP_STATUS_OK
+            }
+            None => jitmap_status::JITMAP_STATUS_NOT_FOUND,
+        },
         Err(status) => status,
     }
 }
 
-/// Finds the method holding `ip` and writes what is known of it to `out`;
-/// `JITMAP_STATUS_NOT_FOUND` if no method holds it (a stub, free space,
-/// not a heap). Exact: a method's last byte is found, the byte past it is
-/// not. In v2 heaps, at most two map reads.
+/// Finds the method holding `ip` and writes it, the offset and its name to
+/// `out`; `JITMAP_STATUS_NOT_FOUND` if no method holds it (a stub, free
+/// space, not a heap). Exact: a method's last byte is found, the byte past
+/// it is not. In v2 heaps, at most two map reads. What else the host
+/// published with the method: `jitmap_guard_find_info`.
 ///
 /// Async-signal-safe.
 ///
@@ -206,7 +217,25 @@ pub unsafe extern "C" fn jitmap_guard_find(
     ip: usize,
     out: *mut jitmap_block,
 ) -> jitmap_status {
-    find_with(guard, out, |g| g.find(ip))
+    find_with(guard, out, |g| g.find(ip), block)
+}
+
+/// As `jitmap_guard_find`, and everything the host published with the
+/// method at `ip`: funclet, hot and cold parts, unwind bytes, the source
+/// row, GC info. Costs more than `jitmap_guard_find` (the unwind entry and
+/// the debug row are searched).
+///
+/// Async-signal-safe.
+///
+/// # Safety
+/// As `jitmap_guard_find`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn jitmap_guard_find_info(
+    guard: *const jitmap_guard,
+    ip: usize,
+    out: *mut jitmap_method_info,
+) -> jitmap_status {
+    find_with(guard, out, |g| g.find(ip), info)
 }
 
 /// As `jitmap_guard_find`, for a return address taken from a stack: looks
@@ -223,5 +252,5 @@ pub unsafe extern "C" fn jitmap_guard_find_return_address(
     return_address: usize,
     out: *mut jitmap_block,
 ) -> jitmap_status {
-    find_with(guard, out, |g| g.find_return_address(return_address))
+    find_with(guard, out, |g| g.find_return_address(return_address), block)
 }

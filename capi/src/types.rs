@@ -192,8 +192,9 @@ impl From<jitmap_code> for jitmap::CodeRef {
     }
 }
 
-/// What `jitmap_guard_find` found. Pointers point into the method's
-/// header and stay valid while the guard that found them is pinned.
+/// What `jitmap_guard_find` found: the method and where in it. The name
+/// points into the method's header and stays valid while the guard that
+/// found it is pinned.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct jitmap_block {
@@ -205,14 +206,24 @@ pub struct jitmap_block {
     pub offset: u64,
     /// A `jitmap_jit_kind`, or 3 for a precompiled image's method.
     pub kind: u32,
-    /// 1 if the address lies in a funclet; 0 in the main body.
-    pub is_funclet: u32,
-    /// Start of the funclet (or the main body) holding the address.
-    pub funclet_start: usize,
     /// The name, UTF-8, not NUL-terminated.
     pub name: *const u8,
     /// Its length.
     pub name_len: usize,
+}
+
+/// What `jitmap_guard_find_info` found: the block and everything the host
+/// published with it, at the address. Pointers point into the method's
+/// header and stay valid while the guard that found them is pinned.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct jitmap_method_info {
+    /// The method and the address's offset in it.
+    pub block: jitmap_block,
+    /// 1 if the address lies in a funclet; 0 in the main body.
+    pub is_funclet: u32,
+    /// Start of the funclet (or the main body) holding the address.
+    pub funclet_start: usize,
     /// Bytes in the hot part.
     pub hot_size: u64,
     /// Address of the cold part; 0 if none.

@@ -18,11 +18,12 @@ fn capi_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The directory holding this build's `libjitmap_capi.{so,a}`: the test
-/// executable sits in its `deps/`.
+/// The directory holding this build's `libjitmap_capi.{so,a}`: `deps/`,
+/// beside the test executable. (`cargo test` builds them there and does not
+/// copy them up to the profile's directory, where an older build's may be.)
 fn lib_dir() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
+    let dir = exe.parent().unwrap().to_path_buf();
     assert!(
         dir.join("libjitmap_capi.so").exists(),
         "no libjitmap_capi.so in {}",
@@ -91,6 +92,9 @@ fn compile(name: &str, build: Build, out: &Path) -> PathBuf {
 fn run(exe: &Path, args: &[&str], env: &[(&str, &str)]) -> String {
     let output: Output = Command::new(exe)
         .args(args)
+        // cargo's search path for the tests' own libraries would come
+        // before the hosts' run paths.
+        .env_remove("LD_LIBRARY_PATH")
         .envs(env.iter().copied())
         // Leaks of the test's own never-freed statics are not what is asked.
         .env("ASAN_OPTIONS", "detect_leaks=0:abort_on_error=1")

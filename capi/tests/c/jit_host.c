@@ -110,9 +110,9 @@ static jitmap_code publish(uint32_t id, int tier) {
     return published;
 }
 
-static void on_sigprof(int sig, siginfo_t *info, void *context) {
+static void on_sigprof(int sig, siginfo_t *si, void *context) {
     (void)sig;
-    (void)info;
+    (void)si;
     uintptr_t ip = (uintptr_t)((ucontext_t *)context)->uc_mcontext.gregs[REG_RIP];
     atomic_fetch_add(&samples, 1);
     if (thread_reader == NULL) {
@@ -124,8 +124,9 @@ static void on_sigprof(int sig, siginfo_t *info, void *context) {
         atomic_fetch_add(&wrong, 1);
         return;
     }
-    jitmap_block block;
-    jitmap_status s = jitmap_guard_find(&guard, ip, &block);
+    jitmap_method_info info;
+    jitmap_status s = jitmap_guard_find_info(&guard, ip, &info);
+    const jitmap_block block = info.block;
     if (s == JITMAP_STATUS_OK) {
         atomic_fetch_add(&found, 1);
         /* The code names itself: mov eax, id at the start. The bytes cannot
@@ -133,9 +134,11 @@ static void on_sigprof(int sig, siginfo_t *info, void *context) {
         const uint8_t *start = (const uint8_t *)block.start;
         uint32_t id;
         memcpy(&id, start + 1, 4);
-        uint64_t size = block.hot_size + block.cold_size;
+        uint64_t size = info.hot_size + info.cold_size;
         int ok = start[0] == 0xB8 && id == block.method_id && block.offset == ip - block.start &&
-                 block.offset < size && block.line == block.method_id + 1 &&
+                 block.offset < size && info.line == block.method_id + 1 &&
+                 info.file_len == 10 && memcmp(info.file, "jit_host.c", 10) == 0 &&
+                 info.funclet_start == block.start && !info.is_funclet &&
                  block.name_len >= 8 && memcmp(block.name, "method_", 7) == 0;
         if (!ok) {
             atomic_fetch_add(&wrong, 1);
