@@ -100,7 +100,7 @@ fn benches(c: &mut Criterion) {
         let mut write = null_mut();
         let mut code = std::mem::MaybeUninit::uninit();
         unsafe {
-            ok(jitmap_heap_reserve(c_heap, SIZE, 0, &mut r));
+            ok(jitmap_heap_reserve(c_heap, SIZE, 0, &mut r, null_mut()));
             ok(jitmap_reservation_code(
                 r,
                 &mut write,
@@ -190,6 +190,26 @@ fn benches(c: &mut Criterion) {
         b.iter(|| {
             let code = c_publish(7);
             ok(jitmap_heap_free(c_heap, black_box(code)));
+        })
+    });
+    group.bench_function("c: jitmap_heap_publish (bytes copied), free", |b| {
+        let bytes = [0xC3u8; SIZE as usize];
+        b.iter(|| {
+            let mut code = std::mem::MaybeUninit::uninit();
+            ok(unsafe {
+                jitmap_heap_publish(
+                    c_heap,
+                    bytes.as_ptr(),
+                    SIZE,
+                    0,
+                    &c_info(7),
+                    code.as_mut_ptr(),
+                )
+            });
+            ok(jitmap_heap_free(
+                c_heap,
+                black_box(unsafe { code.assume_init() }),
+            ));
         })
     });
     group.finish();

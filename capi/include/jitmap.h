@@ -627,17 +627,20 @@ enum jitmap_status jitmap_heap_create(struct jitmap_manager *manager,
 enum jitmap_status jitmap_heap_destroy(struct jitmap_heap *heap);
 
 // Reserves `size` bytes of code, aligned to `align` (0: the heap's
-// default). Until it is published, no lookup sees it.
+// default), and writes where to write the code to `write` (may be NULL;
+// `jitmap_reservation_code` says it again, with the address the code will
+// run at). Until it is published, no lookup sees it.
 //
 // Not async-signal-safe. Owner: the caller, who publishes or aborts it
 // exactly once.
 //
 // # Safety
-// `out` is NULL or writable.
+// Each of `out`, `write`: NULL or writable.
 enum jitmap_status jitmap_heap_reserve(struct jitmap_heap *heap,
                                        uint64_t size,
                                        uint64_t align,
-                                       struct jitmap_reservation **out);
+                                       struct jitmap_reservation **out,
+                                       uint8_t **write);
 
 // Where to write a reservation's code (`write`: in W^X heaps a writable
 // view at an unrelated address), the address it will run at (`address`,
@@ -665,6 +668,25 @@ enum jitmap_status jitmap_reservation_code(struct jitmap_reservation *reservatio
 enum jitmap_status jitmap_reservation_publish(struct jitmap_reservation *reservation,
                                               const struct jitmap_code_info *info,
                                               struct jitmap_code *out);
+
+// Publishes `size` bytes of finished code as a method in one call:
+// reserves them (aligned to `align`, 0: the heap's default), copies them
+// in and publishes, for a compiler that assembles into its own buffer. The
+// code must not depend on its address: a host that relocates to the final
+// address uses a reservation (`jitmap_heap_reserve`). A refused info
+// (`JITMAP_STATUS_BAD_CODE_INFO`, ...) changes nothing.
+//
+// Not async-signal-safe.
+//
+// # Safety
+// `code` is NULL (with `size` 0) or points to `size` bytes; `info` is NULL
+// or follows `jitmap_code_info`'s contract; `out` is NULL or writable.
+enum jitmap_status jitmap_heap_publish(struct jitmap_heap *heap,
+                                       const uint8_t *code,
+                                       uint64_t size,
+                                       uint64_t align,
+                                       const struct jitmap_code_info *info,
+                                       struct jitmap_code *out);
 
 // Publishes a reservation as a stub of `kind` (1 to 15, the host's to
 // name: precode, jump stub...): lookups classify it as that stub. Destroys

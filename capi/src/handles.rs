@@ -16,8 +16,7 @@
 //! nothing changes. Whoever destroys drops the object, outside any handler.
 
 use std::marker::PhantomData;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
 use crate::status::jitmap_status;
 
@@ -52,18 +51,69 @@ struct Slot {
     /// generation (32 bits) | kind (8) | uses (24).
     state: AtomicU64,
     object: AtomicPtr<()>,
+    /// The next free slot's index plus one (0: none), while this one is on
+    /// the free list.
+    next_free: AtomicU32,
 }
 
 static SLOTS: [Slot; CAPACITY] = [const {
     Slot {
         state: AtomicU64::new(0),
         object: AtomicPtr::new(std::ptr::null_mut()),
+        next_free: AtomicU32::new(0),
     }
 }; CAPACITY];
 
-/// Free slot indices, and how many slots have ever been handed out. Only
-/// creation and destruction take it; neither is async-signal-safe.
-static FREE: Mutex<(Vec<u32>, u32)> = Mutex::new((Vec::new(), 0));
+/// The free list's head: a tag (32 bits, bumped by every change, so that a
+/// pop that read a stale head fails its compare-and-swap) and the first
+/// free slot's index plus one (0: empty). Lock-free: creating and
+/// destroying take no lock.
+static FREE_HEAD: AtomicU64 = AtomicU64::new(0);
+/// Slots handed out at least once; those above were never used.
+static HIGH: AtomicU32 = AtomicU32::new(0);
+
+/// A free slot's index, from the free list or never used before.
+fn pop_free() -> Option<u32> {
+    // Acquire: pairs with `push_free`'s Release, so the slot's `next_free`
+    // and its last destroy are visible.
+    let mut head = FREE_HEAD.load(Ordering::Acquire);
+    while head as u32 != 0 {
+        let index = head as u32 - 1;
+        // Relaxed: written before the push that published this head (its
+        // Release, our Acquire); a stale value fails the CAS through the tag.
+        let next = SLOTS[index as usize].next_free.load(Ordering::Relaxed);
+        let new = (((head >> 32) + 1) << 32) | u64::from(next);
+        // Acquire on both: as the load above.
+        match FREE_HEAD.compare_exchange_weak(head, new, Ordering::Acquire, Ordering::Acquire) {
+            Ok(_) => return Some(index),
+            Err(now) => head = now,
+        }
+    }
+    // Relaxed: a counter; each index it hands out is handed out once.
+    HIGH.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |high| {
+        ((high as usize) < CAPACITY).then_some(high + 1)
+    })
+    .ok()
+}
+
+/// Puts a destroyed slot on the free list.
+fn push_free(index: u32) {
+    // Relaxed: the CAS below publishes.
+    let mut head = FREE_HEAD.load(Ordering::Relaxed);
+    loop {
+        // Relaxed: published by the Release CAS.
+        SLOTS[index as usize]
+            .next_free
+            .store(head as u32, Ordering::Relaxed);
+        let new = (((head >> 32) + 1) << 32) | u64::from(index + 1);
+        // Release: the slot's destroy and `next_free` happen before a pop
+        // that takes it. Relaxed on failure: retried.
+        match FREE_HEAD.compare_exchange_weak(head, new, Ordering::Release, Ordering::Relaxed) {
+            Ok(_) => return,
+            Err(now) => head = now,
+        }
+    }
+}
 
 fn generation(state: u64) -> u32 {
     (state >> GEN_SHIFT) as u32
@@ -86,20 +136,10 @@ fn unpack(bits: usize) -> (usize, u32) {
 
 /// Puts `object` in a free slot and returns its handle's bits.
 pub fn insert<T: Send + Sync>(kind: Kind, object: Box<T>) -> Result<usize, jitmap_status> {
-    let index = {
-        let mut free = FREE.lock().unwrap_or_else(|e| e.into_inner());
-        match free.0.pop() {
-            Some(i) => i,
-            None if (free.1 as usize) < CAPACITY => {
-                free.1 += 1;
-                free.1 - 1
-            }
-            None => return Err(jitmap_status::JITMAP_STATUS_TOO_MANY_HANDLES),
-        }
-    };
+    let index = pop_free().ok_or(jitmap_status::JITMAP_STATUS_TOO_MANY_HANDLES)?;
     let slot = &SLOTS[index as usize];
-    // Relaxed: the slot is free and ours alone (taken from the list under the
-    // lock, which ordered it after its last destroy).
+    // Relaxed: the slot is free and ours alone (the pop's Acquire ordered it
+    // after its last destroy).
     let old = slot.state.load(Ordering::Relaxed);
     let generation = generation(old).wrapping_add(1).max(1);
     // Relaxed: published by the Release store of the state below.
@@ -182,6 +222,35 @@ impl<T> Use<T> {
         })
     }
 
+    /// Takes the only use of the object `bits` names: refused with
+    /// `JITMAP_STATUS_IN_USE` while another use is held, so the caller may
+    /// treat the object as its own for as long as this use lives (see
+    /// [`Use::get_mut`]).
+    pub fn take_exclusive(bits: usize, kind: Kind) -> Result<Exclusive<T>, jitmap_status> {
+        let (index, g) = unpack(bits);
+        if bits == 0 {
+            return Err(jitmap_status::JITMAP_STATUS_NULL_POINTER);
+        }
+        let Some(slot) = SLOTS.get(index) else {
+            return Err(jitmap_status::JITMAP_STATUS_BAD_HANDLE);
+        };
+        let idle = (u64::from(g) << GEN_SHIFT) | ((kind as u64) << KIND_SHIFT);
+        // Acquire: as in `take`, and after the last use's Release. Relaxed
+        // on failure: only the refusal's reason is read from it.
+        match slot
+            .state
+            .compare_exchange(idle, idle + 1, Ordering::Acquire, Ordering::Relaxed)
+        {
+            Ok(_) => Ok(Exclusive(Self {
+                index,
+                // Relaxed: ordered by the Acquire above.
+                object: slot.object.load(Ordering::Relaxed).cast::<T>(),
+                _type: PhantomData,
+            })),
+            Err(now) => Err(refuse(bits, now, kind)),
+        }
+    }
+
     /// The object.
     pub fn get(&self) -> &T {
         // SAFETY: the object lives until destroy, which refuses while this
@@ -201,6 +270,52 @@ impl<T> Use<T> {
     /// back: a pinned guard's hold on its reader, which lives in C memory.
     pub fn leak(self) -> usize {
         self.keep().into_index()
+    }
+}
+
+/// The only use of an object ([`Use::take_exclusive`]).
+pub struct Exclusive<T>(Use<T>);
+
+impl<T> Exclusive<T> {
+    /// The object, to change.
+    pub fn get_mut(&mut self) -> &mut T {
+        // SAFETY: the only use: no other reference to the object exists
+        // until this one is given back, and the object lives until then.
+        unsafe { &mut *self.0.object.cast_mut() }
+    }
+
+    /// Destroys the handle and hands over its object, in one step: no other
+    /// use can come between. Refused (`JITMAP_STATUS_IN_USE`) if a shared
+    /// use was taken meanwhile, which only a kind whose calls do not all
+    /// take exclusive uses allows.
+    pub fn remove(self) -> Result<Box<T>, jitmap_status> {
+        let index = self.0.index;
+        let slot = &SLOTS[index];
+        // Relaxed: read to build the CAS's expected value.
+        let state = slot.state.load(Ordering::Relaxed);
+        let dead = state & !(KIND_MASK | COUNT_MASK);
+        // Release: the object's last changes happen before a later insert
+        // in this slot (through the free list). Relaxed on failure: the use
+        // is given back as this value drops.
+        if state & COUNT_MASK != 1
+            || slot
+                .state
+                .compare_exchange(state, dead, Ordering::Release, Ordering::Relaxed)
+                .is_err()
+        {
+            return Err(jitmap_status::JITMAP_STATUS_IN_USE);
+        }
+        let object = self.0.object.cast_mut();
+        // The use ended with the handle.
+        std::mem::forget(self);
+        // Relaxed: as in `remove`.
+        slot.object.store(std::ptr::null_mut(), Ordering::Relaxed);
+        if generation(state) != u32::MAX {
+            push_free(index as u32);
+        }
+        // SAFETY: `insert` made the pointer with `Box::into_raw` of a `T`;
+        // the handle is dead, so this is its only owner.
+        Ok(unsafe { Box::from_raw(object) })
     }
 }
 
@@ -271,10 +386,7 @@ pub fn remove<T>(bits: usize, kind: Kind) -> Result<Box<T>, jitmap_status> {
     // A slot whose generation would wrap is retired, never reused: its stale
     // handles stay recognisable.
     if g != u32::MAX {
-        FREE.lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .0
-            .push(index as u32);
+        push_free(index as u32);
     }
     // SAFETY: `insert` made the pointer with `Box::into_raw` of a `T` (the
     // kind fixes the type), and the CAS above made this call its only owner.

@@ -1,14 +1,12 @@
 //! Heaps and what a host does with code in them: reserve, write, publish,
 //! abort, free, move and patch.
 
-use std::sync::{Arc, Mutex};
-
 use jitmap::heap::StubKind;
 use jitmap::info::{DebugEntry, EhFrame, GcInfo, UnwindEntry};
 use jitmap::{CodeHeap, CodeInfo, CodeRef, HeapConfig, JitKind, MapVersion, MemoryMode, OwnedHeap};
 use jitmap::{Reservation, heap::HeapError};
 
-use crate::handles::{self, Kept, Kind, Use};
+use crate::handles::{self, Exclusive, Kept, Kind, Use};
 use crate::manager::manager;
 use crate::status::{Failure, call, jitmap_status};
 use crate::types::{
@@ -21,12 +19,13 @@ struct HeapObject {
     _manager: Kept,
 }
 
+/// Used only through exclusive uses of its handle (one call at a time), so
+/// it needs no lock.
 struct ReservationObject {
-    /// Taken by publish or abort. Borrows the heap `_heap` keeps alive.
-    reservation: Mutex<Option<Reservation<'static>>>,
+    /// Borrows the code heap of the heap handle `_heap` keeps alive.
+    reservation: Reservation<'static>,
     /// Declared after the reservation, so dropped after it.
-    _heap: Arc<CodeHeap>,
-    _heap_handle: Kept,
+    _heap: Kept,
 }
 
 fn heap(h: *mut jitmap_heap) -> Result<Use<HeapObject>, jitmap_status> {
@@ -155,48 +154,55 @@ pub extern "C" fn jitmap_heap_destroy(heap: *mut jitmap_heap) -> jitmap_status {
 }
 
 /// Reserves `size` bytes of code, aligned to `align` (0: the heap's
-/// default). Until it is published, no lookup sees it.
+/// default), and writes where to write the code to `write` (may be NULL;
+/// `jitmap_reservation_code` says it again, with the address the code will
+/// run at). Until it is published, no lookup sees it.
 ///
 /// Not async-signal-safe. Owner: the caller, who publishes or aborts it
 /// exactly once.
 ///
 /// # Safety
-/// `out` is NULL or writable.
+/// Each of `out`, `write`: NULL or writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn jitmap_heap_reserve(
     heap: *mut jitmap_heap,
     size: u64,
     align: u64,
     out: *mut *mut jitmap_reservation,
+    write: *mut *mut u8,
 ) -> jitmap_status {
     call(|| {
         let h = self::heap(heap)?;
         required(out)?;
-        let code_heap = Arc::clone(h.get().heap.heap());
-        let reservation = if align == 0 {
+        // SAFETY: the heap object, and the code heap its OwnedHeap holds,
+        // live as long as a use of its handle: the reservation object keeps
+        // this one (`_heap`, dropped after the reservation).
+        let code_heap: &'static CodeHeap = unsafe { &*std::ptr::from_ref(&**h.get().heap.heap()) };
+        let mut reservation = if align == 0 {
             code_heap.reserve(size)?
         } else {
             code_heap.reserve_aligned(size, align)?
         };
-        // SAFETY: the reservation borrows the CodeHeap that `code_heap`
-        // points to. The object keeps that Arc, declared after the
-        // reservation so dropped after it, and the Arc's target never moves:
-        // the borrow outlives neither.
-        let reservation: Reservation<'static> = unsafe { std::mem::transmute(reservation) };
+        // The bytes are the heap's: the pointer stays valid as the
+        // reservation moves into its object.
+        let bytes = reservation.code_mut().as_mut_ptr();
         let object = ReservationObject {
-            reservation: Mutex::new(Some(reservation)),
-            _heap: code_heap,
-            _heap_handle: h.keep(),
+            reservation,
+            _heap: h.keep(),
         };
         let handle = handles::insert(Kind::Reservation, Box::new(object))?;
-        // SAFETY: checked not NULL.
+        // SAFETY: checked not NULL; `write` may be NULL, else writable.
         unsafe { out.write(handle as *mut jitmap_reservation) };
+        if !write.is_null() {
+            // SAFETY: as above.
+            unsafe { write.write(bytes) };
+        }
         Ok(())
     })
 }
 
-fn reservation(r: *mut jitmap_reservation) -> Result<Use<ReservationObject>, jitmap_status> {
-    Use::take(bits(r), Kind::Reservation)
+fn reservation(r: *mut jitmap_reservation) -> Result<Exclusive<ReservationObject>, jitmap_status> {
+    Use::take_exclusive(bits(r), Kind::Reservation)
 }
 
 /// Where to write a reservation's code (`write`: in W^X heaps a writable
@@ -215,15 +221,8 @@ pub unsafe extern "C" fn jitmap_reservation_code(
     len: *mut u64,
 ) -> jitmap_status {
     call(|| {
-        let r = self::reservation(reservation)?;
-        let mut guard = r
-            .get()
-            .reservation
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        let reservation = guard
-            .as_mut()
-            .ok_or(jitmap_status::JITMAP_STATUS_DESTROYED)?;
+        let mut r = self::reservation(reservation)?;
+        let reservation = &mut r.get_mut().reservation;
         // SAFETY (all three writes): each pointer checked not NULL; writable
         // by the caller's contract.
         if !write.is_null() {
@@ -239,11 +238,13 @@ pub unsafe extern "C" fn jitmap_reservation_code(
     })
 }
 
-/// The method info `c` describes, checked against `size` bytes of code.
+/// The method info `c` describes, checked against `size` bytes of code if
+/// given (publish checks it again; a caller whose reservation must outlive
+/// a refusal checks first).
 ///
 /// # Safety
 /// `c`'s pointers follow `jitmap_code_info`'s contract.
-unsafe fn code_info(c: &jitmap_code_info, size: u64) -> Result<CodeInfo, Failure> {
+unsafe fn code_info(c: &jitmap_code_info, size: Option<u64>) -> Result<CodeInfo, Failure> {
     // SAFETY (every read below): the caller's contract.
     let name = unsafe { utf8(c.name, "name") }?;
     let kind = match c.kind {
@@ -283,39 +284,25 @@ unsafe fn code_info(c: &jitmap_code_info, size: u64) -> Result<CodeInfo, Failure
             header: unsafe { slice(c.eh_frame_hdr, c.eh_frame_hdr_len, "eh_frame_hdr") }?.into(),
         });
     }
-    info.validate(size)
-        .map_err(|e| Failure::new(jitmap_status::JITMAP_STATUS_BAD_CODE_INFO, e.to_string()))?;
+    if let Some(size) = size {
+        info.validate(size)
+            .map_err(|e| Failure::new(jitmap_status::JITMAP_STATUS_BAD_CODE_INFO, e.to_string()))?;
+    }
     Ok(info)
 }
 
 /// Takes a reservation out of its handle, which is then destroyed. Checked
-/// by `check` first (under a use of the handle), so that a refusal leaves
-/// the reservation pending.
+/// by `check` first (under the handle's exclusive use, kept through the
+/// destroy), so that a refusal leaves the reservation pending.
 fn consume<T>(
     r: *mut jitmap_reservation,
     check: impl FnOnce(&Reservation<'static>) -> Result<T, Failure>,
     finish: impl FnOnce(Reservation<'static>, T) -> Result<(), Failure>,
 ) -> Result<(), Failure> {
-    let checked = {
-        let r = self::reservation(r)?;
-        let guard = r
-            .get()
-            .reservation
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        check(
-            guard
-                .as_ref()
-                .ok_or(jitmap_status::JITMAP_STATUS_DESTROYED)?,
-        )?
-    };
-    let object = handles::remove::<ReservationObject>(bits(r), Kind::Reservation)?;
-    let reservation = object
-        .reservation
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .take()
-        .ok_or(jitmap_status::JITMAP_STATUS_DESTROYED)?;
+    let mut r = self::reservation(r)?;
+    let checked = check(&r.get_mut().reservation)?;
+    let ReservationObject { reservation, _heap } = *r.remove()?;
+    // `_heap` lives to the end, after the reservation is consumed.
     finish(reservation, checked)
 }
 
@@ -341,7 +328,7 @@ pub unsafe extern "C" fn jitmap_reservation_publish(
         consume(
             reservation,
             // SAFETY: checked not NULL; the caller's contract.
-            |r| unsafe { code_info(&*info, r.len()) },
+            |r| unsafe { code_info(&*info, Some(r.len())) },
             |r, info| {
                 let code = r.publish(info)?;
                 // SAFETY: checked not NULL.
@@ -349,6 +336,54 @@ pub unsafe extern "C" fn jitmap_reservation_publish(
                 Ok(())
             },
         )
+    })
+}
+
+/// Publishes `size` bytes of finished code as a method in one call:
+/// reserves them (aligned to `align`, 0: the heap's default), copies them
+/// in and publishes, for a compiler that assembles into its own buffer. The
+/// code must not depend on its address: a host that relocates to the final
+/// address uses a reservation (`jitmap_heap_reserve`). A refused info
+/// (`JITMAP_STATUS_BAD_CODE_INFO`, ...) changes nothing.
+///
+/// Not async-signal-safe.
+///
+/// # Safety
+/// `code` is NULL (with `size` 0) or points to `size` bytes; `info` is NULL
+/// or follows `jitmap_code_info`'s contract; `out` is NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn jitmap_heap_publish(
+    heap: *mut jitmap_heap,
+    code: *const u8,
+    size: u64,
+    align: u64,
+    info: *const jitmap_code_info,
+    out: *mut jitmap_code,
+) -> jitmap_status {
+    call(|| {
+        let h = self::heap(heap)?;
+        required(info)?;
+        required(out)?;
+        let bytes = usize::try_from(size).map_err(|_| HeapError::TooLarge {
+            size,
+            max: usize::MAX as u64,
+        })?;
+        // SAFETY: the caller's contract.
+        let bytes = unsafe { slice(code, bytes, "code") }?;
+        // SAFETY: checked not NULL; the caller's contract. Publish checks
+        // the info, and a refusal gives the space back.
+        let info = unsafe { code_info(&*info, None) }?;
+        let code_heap = h.get().heap.heap();
+        let mut reservation = if align == 0 {
+            code_heap.reserve(size)?
+        } else {
+            code_heap.reserve_aligned(size, align)?
+        };
+        reservation.code_mut().copy_from_slice(bytes);
+        let code = reservation.publish(info)?;
+        // SAFETY: checked not NULL.
+        unsafe { out.write(code.into()) };
+        Ok(())
     })
 }
 

@@ -91,7 +91,7 @@ fn the_signal_safe_calls_allocate_nothing_in_a_handler() {
     let mut heap = null_mut();
     ok(unsafe { jitmap_heap_create(m, &config, &mut heap) });
     let mut r = null_mut();
-    ok(unsafe { jitmap_heap_reserve(heap, 16, 0, &mut r) });
+    ok(unsafe { jitmap_heap_reserve(heap, 16, 0, &mut r, null_mut()) });
     let mut write = null_mut();
     ok(unsafe { jitmap_reservation_code(r, &mut write, null_mut(), null_mut()) });
     // SAFETY: the reservation's 16 writable bytes.

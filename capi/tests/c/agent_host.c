@@ -70,9 +70,8 @@ int main(int argc, char **argv) {
         uint8_t code[32];
         size_t size = leaf_code(code, i + 1);
         jitmap_reservation *r;
-        CHECK(jitmap_heap_reserve(heap, size, 0, &r));
         uint8_t *write;
-        CHECK(jitmap_reservation_code(r, &write, NULL, NULL));
+        CHECK(jitmap_heap_reserve(heap, size, 0, &r, &write));
         memcpy(write, code, size);
         jitmap_code_info info = {.method_id = i + 1, .name = names[i], .kind = JITMAP_JIT_OPTIMIZED};
         CHECK(jitmap_reservation_publish(r, &info, &codes[i]));

@@ -75,20 +75,11 @@ static size_t method_code(uint8_t *out, uint32_t id, int tier) {
     return size;
 }
 
+/* Tier 0 is written in place through a reservation; tier 1 is assembled
+ * into a buffer and published in one call. */
 static jitmap_code publish(uint32_t id, int tier) {
     uint8_t code[512];
     size_t size = method_code(code, id, tier);
-    jitmap_reservation *r;
-    CHECK(jitmap_heap_reserve(heap, size, 0, &r));
-    uint8_t *write;
-    uintptr_t address;
-    uint64_t len;
-    CHECK(jitmap_reservation_code(r, &write, &address, &len));
-    if (len != size) {
-        fprintf(stderr, "reservation of %zu bytes has %llu\n", size, (unsigned long long)len);
-        exit(2);
-    }
-    memcpy(write, code, size);
     char name[32];
     snprintf(name, sizeof name, "method_%u_tier%d", id, tier);
     jitmap_debug_row row = {.offset = 0, .line = id + 1, .column = 1, .file = "jit_host.c"};
@@ -100,6 +91,25 @@ static jitmap_code publish(uint32_t id, int tier) {
         .debug_count = 1,
     };
     jitmap_code published;
+    if (tier == 1) {
+        CHECK(jitmap_heap_publish(heap, code, size, 0, &info, &published));
+        if (published.size != size) {
+            fprintf(stderr, "published %llu bytes of %zu\n", (unsigned long long)published.size, size);
+            exit(2);
+        }
+        return published;
+    }
+    jitmap_reservation *r;
+    uint8_t *write;
+    CHECK(jitmap_heap_reserve(heap, size, 0, &r, &write));
+    uintptr_t address;
+    uint64_t len;
+    CHECK(jitmap_reservation_code(r, NULL, &address, &len));
+    if (len != size) {
+        fprintf(stderr, "reservation of %zu bytes has %llu\n", size, (unsigned long long)len);
+        exit(2);
+    }
+    memcpy(write, code, size);
     CHECK(jitmap_reservation_publish(r, &info, &published));
     if (published.start != address || published.size != size) {
         fprintf(stderr, "published at %#lx (%llu bytes), reserved at %#lx\n",

@@ -43,9 +43,8 @@ static void check_at(int ok, const char *what, int line) {
 
 static jitmap_code publish_ret(jitmap_heap *heap, uint64_t id) {
     jitmap_reservation *r;
-    OK(jitmap_heap_reserve(heap, 16, 0, &r));
     uint8_t *w;
-    OK(jitmap_reservation_code(r, &w, NULL, NULL));
+    OK(jitmap_heap_reserve(heap, 16, 0, &r, &w));
     memset(w, 0xC3, 16);
     jitmap_code_info info = {.method_id = id, .name = "f", .kind = JITMAP_JIT_BASELINE};
     jitmap_code code;
@@ -186,19 +185,19 @@ int main(void) {
 
     /* Reservations. */
     jitmap_reservation *r;
-    EXPECT(jitmap_heap_reserve(heap, 0, 0, &r), JITMAP_STATUS_ZERO_SIZE);
-    EXPECT(jitmap_heap_reserve(heap, 1ull << 40, 0, &r), JITMAP_STATUS_TOO_LARGE);
-    EXPECT(jitmap_heap_reserve(heap, 16, 3, &r), JITMAP_STATUS_BAD_ALIGNMENT);
+    EXPECT(jitmap_heap_reserve(heap, 0, 0, &r, NULL), JITMAP_STATUS_ZERO_SIZE);
+    EXPECT(jitmap_heap_reserve(heap, 1ull << 40, 0, &r, NULL), JITMAP_STATUS_TOO_LARGE);
+    EXPECT(jitmap_heap_reserve(heap, 16, 3, &r, NULL), JITMAP_STATUS_BAD_ALIGNMENT);
     jitmap_reservation *big;
-    OK(jitmap_heap_reserve(heap, 700 << 10, 0, &big));
-    EXPECT(jitmap_heap_reserve(heap, 700 << 10, 0, &r), JITMAP_STATUS_HEAP_FULL);
+    OK(jitmap_heap_reserve(heap, 700 << 10, 0, &big, NULL));
+    EXPECT(jitmap_heap_reserve(heap, 700 << 10, 0, &r, NULL), JITMAP_STATUS_HEAP_FULL);
     EXPECT(jitmap_heap_destroy(heap), JITMAP_STATUS_IN_USE);
     OK(jitmap_reservation_abort(big));
     EXPECT(jitmap_reservation_abort(big), JITMAP_STATUS_DESTROYED);
-    OK(jitmap_heap_reserve(heap, 700 << 10, 0, &big)); /* the space came back */
+    OK(jitmap_heap_reserve(heap, 700 << 10, 0, &big, NULL)); /* the space came back */
     OK(jitmap_reservation_abort(big));
 
-    OK(jitmap_heap_reserve(heap, 16, 0, &r));
+    OK(jitmap_heap_reserve(heap, 16, 0, &r, NULL));
     uint8_t *w;
     uintptr_t address;
     OK(jitmap_reservation_code(r, &w, &address, NULL));
@@ -209,6 +208,12 @@ int main(void) {
                              .unwind = &past_end, .unwind_count = 1};
     jitmap_code b;
     EXPECT(jitmap_reservation_publish(r, &info, &b), JITMAP_STATUS_BAD_CODE_INFO);
+    size_t blocks_before = live_count(m);
+    uint8_t rets[16];
+    memset(rets, 0xC3, sizeof rets);
+    EXPECT(jitmap_heap_publish(heap, rets, 16, 0, &info, &b), JITMAP_STATUS_BAD_CODE_INFO);
+    EXPECT(jitmap_heap_publish(heap, NULL, 16, 0, &info, &b), JITMAP_STATUS_NULL_POINTER);
+    CHECK(live_count(m) == blocks_before);
     info.unwind_count = 0;
     info.kind = 9;
     EXPECT(jitmap_reservation_publish(r, &info, &b), JITMAP_STATUS_BAD_ARGUMENT);
@@ -249,7 +254,7 @@ int main(void) {
     OK(jitmap_heap_patch(heap, moved, 0, &nop, 1));
     CHECK(*(const uint8_t *)moved.start == 0x90);
 
-    OK(jitmap_heap_reserve(heap, 16, 0, &r));
+    OK(jitmap_heap_reserve(heap, 16, 0, &r, NULL));
     EXPECT(jitmap_reservation_publish_stub(r, 0, &b), JITMAP_STATUS_BAD_STUB_KIND);
     EXPECT(jitmap_reservation_publish_stub(r, 16, &b), JITMAP_STATUS_BAD_STUB_KIND);
     jitmap_code stub;
@@ -279,7 +284,7 @@ int main(void) {
     unwind.register_unwind = 1;
     jitmap_heap *unwind_heap;
     OK(jitmap_heap_create(m, &unwind, &unwind_heap));
-    OK(jitmap_heap_reserve(unwind_heap, 16, 0, &r));
+    OK(jitmap_heap_reserve(unwind_heap, 16, 0, &r, NULL));
     OK(jitmap_reservation_code(r, &w, &address, NULL));
     memset(w, 0xC3, 16);
     uint8_t frame[64];
