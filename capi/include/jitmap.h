@@ -95,7 +95,8 @@ typedef enum jitmap_status {
   JITMAP_STATUS_NOT_A_METHOD,
   // A stub kind outside 1 to 15.
   JITMAP_STATUS_BAD_STUB_KIND,
-  // The heap asked for the GDB JIT interface, which this build lacks.
+  // The heap asked for the GDB JIT interface, which this build lacks
+  // (the `gdb-jit` feature).
   JITMAP_STATUS_GDB_JIT_UNAVAILABLE,
   // The method's registered `.eh_frame` holds its address: it cannot move.
   JITMAP_STATUS_POSITION_DEPENDENT,
@@ -256,8 +257,9 @@ typedef struct jitmap_heap_config {
   // 1: register each method's `.eh_frame` with the system unwinder at
   // publish (such a method cannot move); or 0.
   uint8_t register_unwind;
-  // 1: announce methods to debuggers through the GDB JIT interface (this
-  // build refuses it with `JITMAP_STATUS_GDB_JIT_UNAVAILABLE`); or 0.
+  // 1: announce methods to debuggers through the GDB JIT interface (a
+  // build without the `gdb-jit` feature refuses it with
+  // `JITMAP_STATUS_GDB_JIT_UNAVAILABLE`); or 0.
   uint8_t gdb_jit;
 } jitmap_heap_config;
 

@@ -125,6 +125,14 @@ pub unsafe extern "C" fn jitmap_heap_create(
             register_unwind: flag(c.register_unwind, "register_unwind")?,
             gdb_jit: flag(c.gdb_jit, "gdb_jit")?,
         };
+        // This crate's own feature decides, not the library's (which a
+        // workspace build may have turned on for another crate).
+        if config.gdb_jit && !cfg!(feature = "gdb-jit") {
+            return Err(Failure::new(
+                jitmap_status::JITMAP_STATUS_GDB_JIT_UNAVAILABLE,
+                "this build of jitmap-capi lacks the gdb-jit feature",
+            ));
+        }
         let heap = m.get().manager.create_heap(config)?;
         let handle = handles::insert(
             Kind::Heap,

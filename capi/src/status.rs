@@ -68,7 +68,8 @@ pub enum jitmap_status {
     JITMAP_STATUS_NOT_A_METHOD,
     /// A stub kind outside 1 to 15.
     JITMAP_STATUS_BAD_STUB_KIND,
-    /// The heap asked for the GDB JIT interface, which this build lacks.
+    /// The heap asked for the GDB JIT interface, which this build lacks
+    /// (the `gdb-jit` feature).
     JITMAP_STATUS_GDB_JIT_UNAVAILABLE,
     /// The method's registered `.eh_frame` holds its address: it cannot move.
     JITMAP_STATUS_POSITION_DEPENDENT,

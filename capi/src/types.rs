@@ -85,8 +85,9 @@ pub struct jitmap_heap_config {
     /// 1: register each method's `.eh_frame` with the system unwinder at
     /// publish (such a method cannot move); or 0.
     pub register_unwind: u8,
-    /// 1: announce methods to debuggers through the GDB JIT interface (this
-    /// build refuses it with `JITMAP_STATUS_GDB_JIT_UNAVAILABLE`); or 0.
+    /// 1: announce methods to debuggers through the GDB JIT interface (a
+    /// build without the `gdb-jit` feature refuses it with
+    /// `JITMAP_STATUS_GDB_JIT_UNAVAILABLE`); or 0.
     pub gdb_jit: u8,
 }
 

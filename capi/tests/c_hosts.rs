@@ -233,9 +233,32 @@ fn the_agent_in_a_c_host_under_sanitizers() {
 fn misuse(build: Build) {
     let dir = tempfile::tempdir().unwrap();
     let exe = compile("misuse", build, dir.path());
-    let stdout = run(&exe, &[], &[]);
-    let reached: Vec<&str> = stdout
-        .trim()
+    let perf_dir = dir.path().to_str().unwrap();
+    let stdout = run(&exe, &[], &[("MISUSE_PERF_DIR", perf_dir)]);
+    let mut lines = stdout.lines();
+    // The perf map names the method published after perf output was on
+    // (written by a background thread, flushed by the manager's destroy).
+    let start = lines.next().unwrap().strip_prefix("perf ").unwrap();
+    let map = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_str()
+                .unwrap()
+                .starts_with("perf-")
+        })
+        .expect("a perf map");
+    let map = std::fs::read_to_string(map).unwrap();
+    assert!(
+        map.lines()
+            .any(|l| l == format!("{start} 10 perf_named_method")),
+        "{map}"
+    );
+    let reached: Vec<&str> = lines
+        .next()
+        .unwrap()
         .strip_prefix("reached ")
         .unwrap()
         .split(' ')

@@ -183,6 +183,25 @@ int main(void) {
     OK(jitmap_executor_quiescent(main_executor));
     CHECK(find_id(main_reader, a.start) == 1);
 
+    /* A freed block's bytes wait for the executor's quiescent point, or
+     * for it to go offline. */
+    jitmap_code gone = publish_ret(heap, 3);
+    OK(jitmap_heap_free(heap, gone));
+    uint64_t reclaimed = 1;
+    OK(jitmap_heap_try_reclaim(heap, &reclaimed));
+    CHECK(reclaimed == 0);
+    OK(jitmap_executor_offline(main_executor));
+    OK(jitmap_heap_try_reclaim(heap, &reclaimed));
+    CHECK(reclaimed > 0);
+    OK(jitmap_executor_online(main_executor));
+
+    /* A return address names its call's method: the byte before it. */
+    OK(jitmap_pin(main_reader, &g));
+    OK(jitmap_guard_find_return_address(&g, a.start + 1, &block));
+    CHECK(block.method_id == 1 && block.offset == 0);
+    EXPECT(jitmap_guard_find_return_address(&g, a.start, &block), JITMAP_STATUS_NOT_FOUND);
+    OK(jitmap_unpin(&g));
+
     /* Reservations. */
     jitmap_reservation *r;
     EXPECT(jitmap_heap_reserve(heap, 0, 0, &r, NULL), JITMAP_STATUS_ZERO_SIZE);
@@ -225,8 +244,33 @@ int main(void) {
     EXPECT(jitmap_reservation_publish(r, &info, &b), JITMAP_STATUS_NULL_POINTER);
     info.debug_count = 0;
     CHECK(find_id(main_reader, address) == 0); /* still unpublished */
+    jitmap_unwind_entry whole = {.begin = 0, .end = 16, .data = unwind_bytes, .len = 4};
+    uint8_t gc_bytes[3] = {7, 8, 9};
+    jitmap_debug_row rows[2] = {{.offset = 0, .line = 10, .column = 2, .file = "a.c"},
+                                {.offset = 8, .line = 11, .column = 3, .file = "a.c"}};
+    info.unwind = &whole;
+    info.unwind_count = 1;
+    info.gc_info = gc_bytes;
+    info.gc_info_len = 3;
+    info.gc_version = 5;
+    info.debug = rows;
+    info.debug_count = 2;
+    info.cold_offset = 12;
     OK(jitmap_reservation_publish(r, &info, &b)); /* the refusals left it pending */
     CHECK(find_id(main_reader, b.start) == 2 && b.start == address);
+    jitmap_method_info mi;
+    OK(jitmap_pin(main_reader, &g));
+    OK(jitmap_guard_find_info(&g, b.start + 9, &mi));
+    CHECK(mi.block.method_id == 2 && mi.block.offset == 9 && mi.unwind_len == 4 &&
+          memcmp(mi.unwind, unwind_bytes, 4) == 0 && mi.gc_info_len == 3 &&
+          memcmp(mi.gc_info, gc_bytes, 3) == 0 && mi.gc_version == 5 && mi.line == 11 &&
+          mi.column == 3 && mi.file_len == 3 && mi.hot_size == 12 &&
+          mi.cold_start == b.start + 12 && mi.cold_size == 4 && mi.is_funclet == 0);
+    OK(jitmap_unpin(&g));
+    info.unwind_count = 0;
+    info.gc_info_len = 0;
+    info.debug_count = 0;
+    info.cold_offset = 0;
     EXPECT(jitmap_reservation_publish(r, &info, &b), JITMAP_STATUS_DESTROYED);
 
     /* Code handles. */
@@ -412,12 +456,19 @@ int main(void) {
     OK(jitmap_manager_destroy(crowded));
 
     /* Perf output: one directory per process. */
-    OK(jitmap_manager_perf(m, JITMAP_PERF_MAP, "/tmp"));
+    const char *perf_dir = getenv("MISUSE_PERF_DIR");
+    OK(jitmap_manager_perf(m, JITMAP_PERF_MAP, perf_dir ? perf_dir : "/tmp"));
     EXPECT(jitmap_manager_perf(m, JITMAP_PERF_MAP, "/"), JITMAP_STATUS_PERF_ALREADY_OPEN);
     EXPECT(jitmap_manager_perf(m, 0, "/tmp"), JITMAP_STATUS_BAD_ARGUMENT);
+    jitmap_code mapped;
+    jitmap_code_info named = {.method_id = 77, .name = "perf_named_method", .kind = JITMAP_JIT_OPTIMIZED};
+    OK(jitmap_heap_publish(heap, rets, 16, 0, &named, &mapped));
+    printf("perf %lx\n", (unsigned long)mapped.start);
+    fflush(stdout);
 
     /* Teardown in order; each parent refused while a child lives. */
     OK(jitmap_heap_free(heap, moved));
+    OK(jitmap_heap_free(heap, mapped));
     EXPECT(jitmap_manager_destroy(m), JITMAP_STATUS_IN_USE);
     OK(jitmap_executor_destroy(main_executor));
     OK(jitmap_reader_destroy(main_reader));
