@@ -121,9 +121,16 @@ fn hot_swap(mode: MemoryMode) {
     let calls = calls.load(Ordering::Relaxed);
     assert!(calls > 1000, "{mode:?}: only {calls} calls");
     assert_eq!(entry(10), VALUES[(REDEFINITIONS % 2) as usize]);
-    // Code memory does not grow with the redefinitions: what 1,000 needed,
-    // 10,000 did too.
-    assert_eq!(peak_committed, committed_at_1000, "{mode:?}");
+    // Code memory does not grow with the redefinitions: 10,000 need about
+    // what 1,000 did. Not exactly: a caller descheduled before its quiescent
+    // point holds back every version freed since, so under load the peak
+    // can sit a few pages higher (2.3× in flip mode, a page per version,
+    // with the whole workspace's tests beside it); without reuse it would
+    // grow tenfold.
+    assert!(
+        peak_committed <= committed_at_1000 * 4,
+        "{mode:?}: committed {committed_at_1000} bytes after 1,000 redefinitions, {peak_committed} at the peak"
+    );
     let stats = module.heap().stats();
     println!(
         "{mode:?}: {calls} calls, committed {} bytes (peak {peak_committed}), used {} in {} live blocks",

@@ -50,9 +50,12 @@ fn every_scenario_runs_clean(backend: Backend) {
             // few hundred milliseconds per large method: it gets more again.
             // Mixed on Cranelift was seen to need more than 4 s to load its
             // main group (two large methods) and start unloading, with the
-            // workspace's other tests running beside it.
+            // workspace's other tests running beside it; startup on
+            // Cranelift compiled 3,793 of its 4,000 methods (and 3,220
+            // tier-ups) in 6 s in a full workspace run.
             let millis = match (scenario, backend) {
-                (Scenario::Startup | Scenario::Mixed, Backend::Cranelift) => 6000,
+                (Scenario::Startup, Backend::Cranelift) => 10000,
+                (Scenario::Mixed, Backend::Cranelift) => 6000,
                 (Scenario::Large, Backend::Cranelift) => 4000,
                 (Scenario::Startup | Scenario::Mixed, _) => 3000,
                 _ => 1500,
