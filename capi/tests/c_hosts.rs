@@ -293,10 +293,11 @@ fn misuse_under_sanitizers() {
 #[test]
 fn the_header_compiles_cleanly_as_c11_and_as_cpp17() {
     let dir = tempfile::tempdir().unwrap();
+    // clang++ rather than c++: a machine with gcc alone may lack g++.
     for (compiler, std, file) in [
         ("cc", "-std=c11", "h.c"),
-        ("c++", "-std=c++17", "h.cpp"),
         ("clang", "-std=c11", "h.c"),
+        ("clang++", "-std=c++17", "h.cpp"),
     ] {
         let source = dir.path().join(file);
         std::fs::write(
