@@ -82,18 +82,9 @@ fn benches(c: &mut Criterion) {
         method_id: id,
         name,
         kind: jitmap_jit_kind::JITMAP_JIT_OPTIMIZED as u32,
-        cold_offset: 0,
-        unwind: std::ptr::null(),
-        unwind_count: 0,
         debug: &row,
         debug_count: 1,
-        gc_info: std::ptr::null(),
-        gc_info_len: 0,
-        gc_version: 0,
-        eh_frame: std::ptr::null(),
-        eh_frame_len: 0,
-        eh_frame_hdr: std::ptr::null(),
-        eh_frame_hdr_len: 0,
+        ..Default::default()
     };
     let c_publish = |id: u64| -> jitmap_code {
         let mut r = null_mut();
@@ -148,32 +139,29 @@ fn benches(c: &mut Criterion) {
             ))
         })
     });
-    group.bench_function("c: jitmap_guard_find", |b| {
+    /// Times `find` of each address in turn under one pinned guard.
+    fn c_finds<T>(
+        b: &mut criterion::Bencher<'_>,
+        reader: *mut jitmap_reader,
+        ips: &[usize],
+        find: unsafe extern "C" fn(*const jitmap_guard, usize, *mut T) -> jitmap_status,
+    ) {
         let mut guard = std::mem::MaybeUninit::uninit();
-        ok(unsafe { jitmap_pin(c_reader, guard.as_mut_ptr()) });
-        let mut out = std::mem::MaybeUninit::uninit();
+        ok(unsafe { jitmap_pin(reader, guard.as_mut_ptr()) });
+        let mut out = std::mem::MaybeUninit::<T>::uninit();
         let mut i = 0;
         b.iter(|| {
             i = (i + 1) & 4095;
-            let status =
-                unsafe { jitmap_guard_find(guard.as_ptr(), black_box(c_ips[i]), out.as_mut_ptr()) };
-            black_box((status, unsafe { out.assume_init_ref() }.method_id))
+            let status = unsafe { find(guard.as_ptr(), black_box(ips[i]), out.as_mut_ptr()) };
+            black_box((status, &out));
         });
         ok(unsafe { jitmap_unpin(guard.as_mut_ptr()) });
+    }
+    group.bench_function("c: jitmap_guard_find", |b| {
+        c_finds(b, c_reader, &c_ips, jitmap_guard_find)
     });
     group.bench_function("c: jitmap_guard_find_info", |b| {
-        let mut guard = std::mem::MaybeUninit::uninit();
-        ok(unsafe { jitmap_pin(c_reader, guard.as_mut_ptr()) });
-        let mut out = std::mem::MaybeUninit::uninit();
-        let mut i = 0;
-        b.iter(|| {
-            i = (i + 1) & 4095;
-            let status = unsafe {
-                jitmap_guard_find_info(guard.as_ptr(), black_box(c_ips[i]), out.as_mut_ptr())
-            };
-            black_box((status, unsafe { out.assume_init_ref() }.block.method_id))
-        });
-        ok(unsafe { jitmap_unpin(guard.as_mut_ptr()) });
+        c_finds(b, c_reader, &c_ips, jitmap_guard_find_info)
     });
     group.finish();
 

@@ -375,3 +375,22 @@ pub extern "C" fn jitmap_status_name(status: u32) -> *const c_char {
     let i = (status as usize).min(NAMES.len() - 1);
     NAMES[i].as_ptr().cast()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{NAMES, jitmap_status};
+
+    #[test]
+    fn each_status_is_named_as_in_the_enum() {
+        for i in 0..NAMES.len() as u32 - 1 {
+            // SAFETY: the enum is repr(C) with values 0 up to the last
+            // status, one per name but the last.
+            let status: jitmap_status = unsafe { std::mem::transmute(i) };
+            assert_eq!(status.name(), format!("{status:?}"));
+        }
+        assert_eq!(
+            jitmap_status::JITMAP_STATUS_INTERNAL as usize,
+            NAMES.len() - 2
+        );
+    }
+}

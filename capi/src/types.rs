@@ -158,6 +158,30 @@ pub struct jitmap_code_info {
     pub eh_frame_hdr_len: usize,
 }
 
+impl Default for jitmap_code_info {
+    /// Method 0 with no name (publish refuses a NULL name), baseline, and
+    /// nothing else: a start for struct updates.
+    fn default() -> Self {
+        Self {
+            method_id: 0,
+            name: std::ptr::null(),
+            kind: jitmap_jit_kind::JITMAP_JIT_BASELINE as u32,
+            cold_offset: 0,
+            unwind: std::ptr::null(),
+            unwind_count: 0,
+            debug: std::ptr::null(),
+            debug_count: 0,
+            gc_info: std::ptr::null(),
+            gc_info_len: 0,
+            gc_version: 0,
+            eh_frame: std::ptr::null(),
+            eh_frame_len: 0,
+            eh_frame_hdr: std::ptr::null(),
+            eh_frame_hdr_len: 0,
+        }
+    }
+}
+
 /// A published block: what frees, moves and patches it. `start` and `size`
 /// are for the host to read; pass the struct back unchanged. A block that
 /// was freed, or a struct the host altered, is refused with a status

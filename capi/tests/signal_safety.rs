@@ -105,19 +105,9 @@ fn the_signal_safe_calls_allocate_nothing_in_a_handler() {
     let info = jitmap_code_info {
         method_id: 9,
         name: c"probed".as_ptr(),
-        kind: jitmap_jit_kind::JITMAP_JIT_BASELINE as u32,
-        cold_offset: 0,
-        unwind: std::ptr::null(),
-        unwind_count: 0,
         debug: &row,
         debug_count: 1,
-        gc_info: std::ptr::null(),
-        gc_info_len: 0,
-        gc_version: 0,
-        eh_frame: std::ptr::null(),
-        eh_frame_len: 0,
-        eh_frame_hdr: std::ptr::null(),
-        eh_frame_hdr_len: 0,
+        ..Default::default()
     };
     let mut code = std::mem::MaybeUninit::uninit();
     ok(unsafe { jitmap_reservation_publish(r, &info, code.as_mut_ptr()) });

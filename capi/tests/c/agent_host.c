@@ -15,18 +15,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "jitmap.h"
+#include "check.h"
 
-#define CHECK(call)                                                            \
-    do {                                                                       \
-        jitmap_status s_ = (call);                                             \
-        if (s_ != JITMAP_STATUS_OK) {                                          \
-            const char *m_ = jitmap_last_error_message();                      \
-            fprintf(stderr, "%s:%d: %s: %s (%s)\n", __FILE__, __LINE__, #call, \
-                    jitmap_status_name(s_), m_ ? m_ : "");                     \
-            exit(2);                                                           \
-        }                                                                      \
-    } while (0)
 
 typedef uint32_t (*leaf_fn)(uint32_t iterations);
 
