@@ -129,7 +129,7 @@ pub unsafe extern "C" fn jitmap_agent_attach(
     out: *mut *mut jitmap_thread,
 ) -> jitmap_status {
     call(|| {
-        let a = Use::<AgentObject>::take(bits(agent), Kind::Agent)?;
+        let a = handles::take::<AgentObject>(bits(agent), Kind::Agent)?;
         required(out)?;
         let attached = {
             let guard = a.get().agent.lock().unwrap_or_else(|e| e.into_inner());
@@ -152,7 +152,7 @@ pub unsafe extern "C" fn jitmap_agent_attach(
 #[unsafe(no_mangle)]
 pub extern "C" fn jitmap_thread_detach(thread: *mut jitmap_thread) -> jitmap_status {
     call(|| {
-        Use::<ThreadBound<AttachedThread>>::take(bits(thread), Kind::Thread)?
+        handles::take::<ThreadBound<AttachedThread>>(bits(thread), Kind::Thread)?
             .get()
             .get()?;
         drop(handles::remove::<ThreadBound<AttachedThread>>(
@@ -179,7 +179,7 @@ pub unsafe extern "C" fn jitmap_thread_probe_context(
     if out.is_null() {
         return jitmap_status::JITMAP_STATUS_NULL_POINTER;
     }
-    let t = match Use::<ThreadBound<AttachedThread>>::take(bits(thread), Kind::Thread) {
+    let t = match handles::take::<ThreadBound<AttachedThread>>(bits(thread), Kind::Thread) {
         Ok(t) => t,
         Err(status) => return status,
     };
@@ -242,7 +242,7 @@ pub unsafe extern "C" fn jitmap_profile_write(
     path: *const c_char,
 ) -> jitmap_status {
     call(|| {
-        let p = Use::<ProfileObject>::take(bits(profile), Kind::Profile)?;
+        let p = handles::take::<ProfileObject>(bits(profile), Kind::Profile)?;
         // SAFETY: the caller's contract.
         let path = unsafe { utf8(path, "path") }?;
         let format = [
@@ -290,7 +290,7 @@ pub unsafe extern "C" fn jitmap_profile_samples(
     dropped: *mut u64,
 ) -> jitmap_status {
     call(|| {
-        let p = Use::<ProfileObject>::take(bits(profile), Kind::Profile)?;
+        let p = handles::take::<ProfileObject>(bits(profile), Kind::Profile)?;
         // SAFETY (both): checked not NULL; writable by the caller's contract.
         if !samples.is_null() {
             unsafe { samples.write(p.get().profile.samples) };
@@ -345,7 +345,7 @@ pub unsafe extern "C" fn jitmap_counters_create(
 }
 
 fn counters(c: *mut jitmap_counters) -> Result<Use<CountersObject>, jitmap_status> {
-    Use::take(bits(c), Kind::Counters)
+    handles::take(bits(c), Kind::Counters)
 }
 
 /// The cell of method `index`, to pass to `jitmap_probe_count` from its

@@ -29,7 +29,7 @@ struct ReservationObject {
 }
 
 fn heap(h: *mut jitmap_heap) -> Result<Use<HeapObject>, jitmap_status> {
-    Use::take(bits(h), Kind::Heap)
+    handles::take(bits(h), Kind::Heap)
 }
 
 /// A `jitmap_jit_kind`'s number.
@@ -210,7 +210,7 @@ pub unsafe extern "C" fn jitmap_heap_reserve(
 }
 
 fn reservation(r: *mut jitmap_reservation) -> Result<Exclusive<ReservationObject>, jitmap_status> {
-    Use::take_exclusive(bits(r), Kind::Reservation)
+    handles::take_exclusive(bits(r), Kind::Reservation)
 }
 
 /// Where to write a reservation's code (`write`: in W^X heaps a writable
@@ -309,7 +309,7 @@ fn consume<T>(
 ) -> Result<(), Failure> {
     let mut r = self::reservation(r)?;
     let checked = check(&r.get_mut().reservation)?;
-    let ReservationObject { reservation, _heap } = *r.remove()?;
+    let ReservationObject { reservation, _heap } = *r.remove();
     // `_heap` lives to the end, after the reservation is consumed.
     finish(reservation, checked)
 }

@@ -44,6 +44,7 @@ mod heap;
 mod lookup;
 mod manager;
 mod status;
+mod table;
 mod types;
 
 pub use agent::*;

@@ -5,7 +5,7 @@
 
 use jitmap::{CodeBlock, ManagerGuard};
 
-use crate::handles::{self, Kind, Use};
+use crate::handles::{self, Kind};
 use crate::heap::kind_number;
 use crate::jitmap_reader;
 use crate::manager::ReaderObject;
@@ -75,7 +75,7 @@ pub unsafe extern "C" fn jitmap_pin(
     if guard.is_null() {
         return jitmap_status::JITMAP_STATUS_NULL_POINTER;
     }
-    let r = match Use::<ReaderObject>::take(crate::bits(reader), Kind::Reader) {
+    let r = match handles::take::<ReaderObject>(crate::bits(reader), Kind::Reader) {
         Ok(r) => r,
         Err(status) => return status,
     };

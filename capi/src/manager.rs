@@ -35,7 +35,7 @@ struct ExecutorObject {
 
 /// Takes a use of the manager `m` names.
 pub(crate) fn manager(m: *mut jitmap_manager) -> Result<Use<ManagerObject>, jitmap_status> {
-    Use::take(bits(m), Kind::Manager)
+    handles::take(bits(m), Kind::Manager)
 }
 
 /// Creates a manager with `reader_slots` slots for readers, executors and
@@ -229,7 +229,7 @@ pub unsafe extern "C" fn jitmap_reader_register(
 #[unsafe(no_mangle)]
 pub extern "C" fn jitmap_reader_destroy(reader: *mut jitmap_reader) -> jitmap_status {
     call(|| {
-        Use::<ReaderObject>::take(bits(reader), Kind::Reader)?
+        handles::take::<ReaderObject>(bits(reader), Kind::Reader)?
             .get()
             .reader
             .get()?;
@@ -273,7 +273,7 @@ pub unsafe extern "C" fn jitmap_executor_register(
 #[unsafe(no_mangle)]
 pub extern "C" fn jitmap_executor_destroy(executor: *mut jitmap_executor) -> jitmap_status {
     call(|| {
-        Use::<ExecutorObject>::take(bits(executor), Kind::Executor)?
+        handles::take::<ExecutorObject>(bits(executor), Kind::Executor)?
             .get()
             .executor
             .get()?;
@@ -287,7 +287,7 @@ pub extern "C" fn jitmap_executor_destroy(executor: *mut jitmap_executor) -> jit
 
 /// Runs `f` on the executor, on its own thread.
 fn with_executor(executor: *mut jitmap_executor, f: impl FnOnce(&Executor)) -> jitmap_status {
-    let result = Use::<ExecutorObject>::take(bits(executor), Kind::Executor)
+    let result = handles::take::<ExecutorObject>(bits(executor), Kind::Executor)
         .and_then(|e| e.get().executor.get().map(f));
     match result {
         Ok(()) => jitmap_status::JITMAP_STATUS_OK,

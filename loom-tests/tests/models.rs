@@ -19,6 +19,11 @@ use loom::cell::UnsafeCell;
 use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use loom::thread;
 
+/// The C ABI's handle table, built alone (as the library's counters are).
+#[path = "../../capi/src/table.rs"]
+#[allow(dead_code)]
+mod table;
+
 const SPAN: u64 = 0x800;
 
 /// A code header as the heap keeps it: plain memory, read by lookups without
@@ -787,4 +792,132 @@ fn a_freed_block_runs_on_for_nothing() {
 #[test]
 fn seeded_runs_on_flag_is_caught_after_free() {
     assert!(caught(Defect::RunsOnAnyBucket, runs_on_after_free));
+}
+
+/// An object in the handle table: plain memory its drop poisons, so loom
+/// reports a use's read that is not ordered before the drop.
+struct Object(UnsafeCell<u64>);
+
+// SAFETY: access is ordered by the table's protocol; loom checks it.
+unsafe impl Sync for Object {}
+
+impl Object {
+    fn boxed(value: u64) -> Box<Self> {
+        Box::new(Self(UnsafeCell::new(value)))
+    }
+
+    fn read(&self) -> u64 {
+        // SAFETY: under a use of its handle; loom checks the removal waits.
+        self.0.with(|p| unsafe { *p })
+    }
+}
+
+impl Drop for Object {
+    fn drop(&mut self) {
+        // SAFETY: the object's last owner; loom checks no use reads now.
+        self.0.with_mut(|p| unsafe { *p = POISON });
+    }
+}
+
+const KIND: u8 = 1;
+
+/// A use taken while another thread destroys the handle, then puts a new
+/// object in the freed slot: the use sees the object it named (never the
+/// poisoned one, never the new one), or is refused as destroyed; a removal
+/// while the use is held is refused as in use.
+#[test]
+fn a_handle_used_while_destroyed_and_reused_sees_its_own_object_or_nothing() {
+    let seen = Seen::new();
+    let answers = seen.clone();
+    model(move || {
+        let table = Arc::new(table::Table::<2>::new());
+        let handle = table.insert(KIND, Object::boxed(LIVE)).unwrap();
+        let t = Arc::clone(&table);
+        let answers = answers.clone();
+        let user = thread::spawn(move || match t.take::<Object>(handle, KIND) {
+            Ok(u) => {
+                assert_eq!(u.get().read(), LIVE);
+                answers.add("used");
+            }
+            Err(r) => {
+                assert_eq!(r, table::Refusal::Destroyed);
+                answers.add("destroyed");
+            }
+        });
+        match table.remove::<Object>(handle, KIND) {
+            Ok(object) => {
+                drop(object);
+                let again = table.insert(KIND, Object::boxed(0xBEEF)).unwrap();
+                assert_ne!(again, handle, "a reused slot gets a new generation");
+            }
+            Err(r) => assert_eq!(r, table::Refusal::InUse),
+        }
+        user.join().unwrap();
+    });
+    seen.assert_all(["destroyed", "used"]);
+}
+
+/// Two threads race for the only use of one reservation-like object and
+/// write it; a third takes a shared use and reads it. loom reports any two
+/// of them touching the object at once.
+#[test]
+fn an_exclusive_use_excludes_every_other_use() {
+    model(|| {
+        let table = Arc::new(table::Table::<1>::new());
+        let handle = table.insert(KIND, Object::boxed(LIVE)).unwrap();
+        let writers: Vec<_> = (0..2)
+            .map(|_| {
+                let t = Arc::clone(&table);
+                thread::spawn(move || {
+                    if let Ok(mut e) = t.take_exclusive::<Object>(handle, KIND) {
+                        // SAFETY: the exclusive use; loom checks it is alone.
+                        e.get_mut().0.with_mut(|p| unsafe { *p += 1 });
+                    }
+                })
+            })
+            .collect();
+        if let Ok(u) = table.take::<Object>(handle, KIND) {
+            assert!(u.get().read() >= LIVE);
+        }
+        for w in writers {
+            w.join().unwrap();
+        }
+        let last = table.remove::<Object>(handle, KIND).unwrap();
+        assert!((LIVE..=LIVE + 2).contains(&last.read()));
+    });
+}
+
+/// Two threads each create and destroy handles in a table of two slots,
+/// through the lock-free free list: no slot is handed out twice at once
+/// (each use reads back its own object), and afterwards both slots are free
+/// and a third object does not fit.
+#[test]
+fn the_free_list_hands_each_slot_out_once() {
+    model(|| {
+        let table = Arc::new(table::Table::<2>::new());
+        let others: Vec<_> = (0..2)
+            .map(|i| {
+                let t = Arc::clone(&table);
+                thread::spawn(move || {
+                    let value = 100 + i;
+                    let h = t.insert(KIND, Object::boxed(value)).unwrap();
+                    assert_eq!(t.take::<Object>(h, KIND).unwrap().get().read(), value);
+                    drop(t.remove::<Object>(h, KIND).unwrap());
+                })
+            })
+            .collect();
+        for o in others {
+            o.join().unwrap();
+        }
+        let a = table.insert(KIND, Object::boxed(1)).unwrap();
+        let b = table.insert(KIND, Object::boxed(2)).unwrap();
+        assert_eq!(
+            table.insert(KIND, Object::boxed(3)).err(),
+            Some(table::Refusal::Full)
+        );
+        assert_eq!(table.take::<Object>(a, KIND).unwrap().get().read(), 1);
+        assert_eq!(table.take::<Object>(b, KIND).unwrap().get().read(), 2);
+        drop(table.remove::<Object>(a, KIND).unwrap());
+        drop(table.remove::<Object>(b, KIND).unwrap());
+    });
 }
