@@ -210,12 +210,25 @@ fn agent_host(build: Build) {
     for leaf in ["leaf_1x", "leaf_2x", "leaf_4x"] {
         assert!(names.contains(&leaf), "{names:?}");
     }
-    // The report and the flame graph name them too.
+    // The report and the flame graph name them too. The report counts the
+    // JIT code's entry-probe calls, one per leaf call (or dropped).
     let report = std::fs::read_to_string(out.join("report.txt")).unwrap();
     assert!(
         report.starts_with(&format!("samples: {samples} ")),
         "{report}"
     );
+    let probes = report
+        .lines()
+        .find_map(|l| l.strip_prefix("probes: "))
+        .unwrap();
+    let words: Vec<&str> = probes.split([' ', ',']).filter(|w| !w.is_empty()).collect();
+    assert_eq!(
+        (words[1], words[3], words[5]),
+        ("entries", "values", "dropped")
+    );
+    let (entries, dropped): (u64, u64) = (words[0].parse().unwrap(), words[4].parse().unwrap());
+    assert_eq!(entries + dropped, c["calls"], "{probes}");
+    assert!(entries > 0);
     let svg = std::fs::read_to_string(out.join("flamegraph.svg")).unwrap();
     assert!(svg.contains("<svg") && svg.contains("leaf_4x"));
 }

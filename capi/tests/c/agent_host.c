@@ -2,8 +2,8 @@
  * The agent profiling a C host's JIT code: three JIT leaves with the same
  * body (a count-down loop inside a frame-pointer frame) run for 1, 2 and 4
  * units of work each round, so their shares of CPU time are 1:2:4. Each
- * call goes through the entry probe and the call-counting probe, plain C
- * calls. The agent samples the thread; at the end the four outputs are
+ * leaf calls the entry probe and the call-counting probe itself, as tier-0
+ * code does: plain C functions, called by address from JIT code. The agent samples the thread; at the end the four outputs are
  * written to the directory given as the first argument. Runs 3 s.
  *
  * Prints "samples S dropped D crossed C"; the test reads the folded stacks.
@@ -17,21 +17,45 @@
 
 #include "check.h"
 
-
 typedef uint32_t (*leaf_fn)(uint32_t iterations);
 
-/* push rbp; mov rbp, rsp; mov ecx, edi; 1: dec ecx; jnz 1b; mov eax, id;
- * pop rbp; ret */
-static size_t leaf_code(uint8_t *out, uint32_t id) {
-    const uint8_t prologue[] = {0x55, 0x48, 0x89, 0xE5, 0x89, 0xF9, 0xFF, 0xC9, 0x75, 0xFC, 0xB8};
+static size_t put(uint8_t *out, size_t i, const void *bytes, size_t n) {
+    memcpy(out + i, bytes, n);
+    return i + n;
+}
+
+/* A leaf that calls both probes itself, as tier-0 code does, then counts
+ * down `iterations` inside a frame-pointer frame:
+ *   push rbp; mov rbp, rsp; push rdi; sub rsp, 8
+ *   mov rdi, context; mov esi, id; mov rax, jitmap_probe_enter; call rax
+ *   mov rdi, cell; mov rax, jitmap_probe_count; call rax
+ *   add rsp, 8; pop rcx; 1: dec ecx; jnz 1b; mov eax, id; pop rbp; ret */
+static size_t leaf_code(uint8_t *out, uint32_t id, const jitmap_probe_context *context,
+                        const jitmap_counter_cell *cell) {
+    const uint8_t frame[] = {0x55, 0x48, 0x89, 0xE5, 0x57, 0x48, 0x83, 0xEC, 0x08};
+    const uint8_t mov_rdi[] = {0x48, 0xBF}, mov_esi = 0xBE, mov_rax[] = {0x48, 0xB8};
+    const uint8_t call_rax[] = {0xFF, 0xD0};
+    const uint8_t loop[] = {0x48, 0x83, 0xC4, 0x08, 0x59, 0xFF, 0xC9, 0x75, 0xFC, 0xB8};
     const uint8_t epilogue[] = {0x5D, 0xC3};
-    size_t i = 0;
-    memcpy(out, prologue, sizeof prologue);
-    i += sizeof prologue;
-    memcpy(out + i, &id, 4);
-    i += 4;
-    memcpy(out + i, epilogue, sizeof epilogue);
-    return i + sizeof epilogue;
+    uint64_t enter = (uint64_t)(uintptr_t)&jitmap_probe_enter;
+    uint64_t count = (uint64_t)(uintptr_t)&jitmap_probe_count;
+    uint64_t context_bits = (uint64_t)(uintptr_t)context, cell_bits = (uint64_t)(uintptr_t)cell;
+    size_t i = put(out, 0, frame, sizeof frame);
+    i = put(out, i, mov_rdi, 2);
+    i = put(out, i, &context_bits, 8);
+    i = put(out, i, &mov_esi, 1);
+    i = put(out, i, &id, 4);
+    i = put(out, i, mov_rax, 2);
+    i = put(out, i, &enter, 8);
+    i = put(out, i, call_rax, 2);
+    i = put(out, i, mov_rdi, 2);
+    i = put(out, i, &cell_bits, 8);
+    i = put(out, i, mov_rax, 2);
+    i = put(out, i, &count, 8);
+    i = put(out, i, call_rax, 2);
+    i = put(out, i, loop, sizeof loop);
+    i = put(out, i, &id, 4);
+    return put(out, i, epilogue, sizeof epilogue);
 }
 
 static double now_s(void) {
@@ -53,28 +77,6 @@ int main(int argc, char **argv) {
     jitmap_heap *heap;
     CHECK(jitmap_heap_create(manager, &config, &heap));
 
-    const char *names[3] = {"leaf_1x", "leaf_2x", "leaf_4x"};
-    leaf_fn leaves[3];
-    jitmap_code codes[3];
-    for (uint32_t i = 0; i < 3; i++) {
-        uint8_t code[32];
-        size_t size = leaf_code(code, i + 1);
-        jitmap_reservation *r;
-        uint8_t *write;
-        CHECK(jitmap_heap_reserve(heap, size, 0, &r, &write));
-        memcpy(write, code, size);
-        jitmap_code_info info = {.method_id = i + 1, .name = names[i], .kind = JITMAP_JIT_OPTIMIZED};
-        CHECK(jitmap_reservation_publish(r, &info, &codes[i]));
-        leaves[i] = (leaf_fn)codes[i].start;
-    }
-
-    jitmap_counters *counters;
-    CHECK(jitmap_counters_create(3, 1000, &counters));
-    const jitmap_counter_cell *cells[3];
-    for (uint32_t i = 0; i < 3; i++) {
-        CHECK(jitmap_counters_cell(counters, i, &cells[i]));
-    }
-
     jitmap_agent_config agent_config;
     jitmap_agent_config_default(&agent_config);
     /* Wall-clock timers are high-resolution: 1,000 samples a second even
@@ -87,16 +89,37 @@ int main(int argc, char **argv) {
     const jitmap_probe_context *context;
     CHECK(jitmap_thread_probe_context(thread, &context));
 
+    jitmap_counters *counters;
+    CHECK(jitmap_counters_create(3, 1000, &counters));
+    const jitmap_counter_cell *cells[3];
+    for (uint32_t i = 0; i < 3; i++) {
+        CHECK(jitmap_counters_cell(counters, i, &cells[i]));
+    }
+
+    const char *names[3] = {"leaf_1x", "leaf_2x", "leaf_4x"};
+    leaf_fn leaves[3];
+    jitmap_code codes[3];
+    for (uint32_t i = 0; i < 3; i++) {
+        uint8_t code[128];
+        size_t size = leaf_code(code, i + 1, context, cells[i]);
+        jitmap_reservation *r;
+        uint8_t *write;
+        CHECK(jitmap_heap_reserve(heap, size, 0, &r, &write));
+        memcpy(write, code, size);
+        jitmap_code_info info = {.method_id = i + 1, .name = names[i], .kind = JITMAP_JIT_OPTIMIZED};
+        CHECK(jitmap_reservation_publish(r, &info, &codes[i]));
+        leaves[i] = (leaf_fn)codes[i].start;
+    }
+
     const uint32_t unit = 200000;
-    unsigned long wrong = 0;
+    unsigned long wrong = 0, calls = 0;
     double end = now_s() + 3.0;
     while (now_s() < end) {
         for (uint32_t i = 0; i < 3; i++) {
-            jitmap_probe_enter(context, i + 1);
-            jitmap_probe_count(cells[i]);
             if (leaves[i](unit << i) != i + 1) {
                 wrong++;
             }
+            calls++;
         }
     }
     uint32_t crossed[3];
@@ -123,7 +146,7 @@ int main(int argc, char **argv) {
     }
     CHECK(jitmap_heap_destroy(heap));
     CHECK(jitmap_manager_destroy(manager));
-    printf("samples %llu dropped %llu crossed %zu wrong %lu\n", (unsigned long long)samples,
-           (unsigned long long)dropped, crossed_count, wrong);
+    printf("samples %llu dropped %llu crossed %zu calls %lu wrong %lu\n",
+           (unsigned long long)samples, (unsigned long long)dropped, crossed_count, calls, wrong);
     return wrong == 0 ? 0 : 1;
 }
