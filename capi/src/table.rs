@@ -452,3 +452,86 @@ impl<T, const N: usize> Drop for Exclusive<'_, T, N> {
             .fetch_sub(COUNT_MASK, Ordering::Release);
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::{Refusal, Table};
+
+    const A: u8 = 1;
+    const B: u8 = 2;
+
+    #[test]
+    fn each_misuse_of_a_handle_is_told_apart() {
+        let table = Table::<2>::new();
+        let h = table.insert(A, Box::new(7u32)).unwrap();
+        assert_eq!(*table.take::<u32>(h, A).unwrap().get(), 7);
+        assert_eq!(table.take::<u32>(0, A).err(), Some(Refusal::Null));
+        // A generation never handed out, and a slot past the table.
+        assert_eq!(
+            table.take::<u32>(h + (1 << 32), A).err(),
+            Some(Refusal::BadHandle)
+        );
+        assert_eq!(table.take::<u32>(5, A).err(), Some(Refusal::BadHandle));
+        assert_eq!(table.take::<u32>(h, B).err(), Some(Refusal::WrongKind));
+        {
+            let _use = table.take::<u32>(h, A).unwrap();
+            assert_eq!(table.remove::<u32>(h, A).err(), Some(Refusal::InUse));
+            assert_eq!(
+                table.take_exclusive::<u32>(h, A).err(),
+                Some(Refusal::InUse)
+            );
+        }
+        let kept = table.take::<u32>(h, A).unwrap().keep();
+        assert_eq!(table.remove::<u32>(h, A).err(), Some(Refusal::InUse));
+        drop(kept);
+        let leaked = table.take::<u32>(h, A).unwrap().leak();
+        assert_eq!(table.remove::<u32>(h, A).err(), Some(Refusal::InUse));
+        // SAFETY: the use leaked just above, given back once.
+        unsafe { table.release(leaked) };
+        assert_eq!(*table.remove::<u32>(h, A).unwrap(), 7);
+        assert_eq!(table.remove::<u32>(h, A).err(), Some(Refusal::Destroyed));
+        assert_eq!(table.take::<u32>(h, A).err(), Some(Refusal::Destroyed));
+        // The slot comes back with a new generation: the old handle stays
+        // destroyed, the new one works.
+        let again = table.insert(A, Box::new(8u32)).unwrap();
+        assert_eq!(again & 0xFFFF_FFFF, h & 0xFFFF_FFFF);
+        assert_ne!(again, h);
+        assert_eq!(table.take::<u32>(h, A).err(), Some(Refusal::Destroyed));
+        assert_eq!(*table.take::<u32>(again, A).unwrap().get(), 8);
+        drop(table.remove::<u32>(again, A).unwrap());
+    }
+
+    #[test]
+    fn an_exclusive_use_shuts_out_the_others_until_it_ends_or_removes() {
+        let table = Table::<2>::new();
+        let h = table.insert(A, Box::new(1u32)).unwrap();
+        {
+            let mut only = table.take_exclusive::<u32>(h, A).unwrap();
+            *only.get_mut() += 1;
+            assert_eq!(table.take::<u32>(h, A).err(), Some(Refusal::InUse));
+            assert_eq!(
+                table.take_exclusive::<u32>(h, A).err(),
+                Some(Refusal::InUse)
+            );
+            assert_eq!(table.remove::<u32>(h, A).err(), Some(Refusal::InUse));
+        }
+        assert_eq!(*table.take::<u32>(h, A).unwrap().get(), 2);
+        let only = table.take_exclusive::<u32>(h, A).unwrap();
+        assert_eq!(*only.remove(), 2);
+        assert_eq!(table.take::<u32>(h, A).err(), Some(Refusal::Destroyed));
+    }
+
+    #[test]
+    fn a_full_table_refuses_and_a_freed_slot_is_reused() {
+        let table = Table::<2>::new();
+        let a = table.insert(A, Box::new(1u8)).unwrap();
+        let b = table.insert(A, Box::new(2u8)).unwrap();
+        assert_eq!(table.insert(A, Box::new(3u8)).err(), Some(Refusal::Full));
+        drop(table.remove::<u8>(a, A).unwrap());
+        let c = table.insert(B, Box::new(4u8)).unwrap();
+        assert_eq!(c & 0xFFFF_FFFF, a & 0xFFFF_FFFF);
+        assert_eq!(table.take::<u8>(a, A).err(), Some(Refusal::Destroyed));
+        drop(table.remove::<u8>(b, A).unwrap());
+        drop(table.remove::<u8>(c, B).unwrap());
+    }
+}
