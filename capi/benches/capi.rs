@@ -110,6 +110,7 @@ fn benches(c: &mut Criterion) {
     let c_starts: Vec<usize> = (0..METHODS as u64).map(|id| c_publish(id).start).collect();
     let c_ips = addresses(&c_starts);
     let mut c_reader = null_mut();
+    // SAFETY: the output is a local.
     ok(unsafe { jitmap_reader_register(m, &mut c_reader) });
 
     let mut group = c.benchmark_group("find");
@@ -147,14 +148,17 @@ fn benches(c: &mut Criterion) {
         find: unsafe extern "C" fn(*const jitmap_guard, usize, *mut T) -> jitmap_status,
     ) {
         let mut guard = std::mem::MaybeUninit::uninit();
+        // SAFETY: the guard is this function's local.
         ok(unsafe { jitmap_pin(reader, guard.as_mut_ptr()) });
         let mut out = std::mem::MaybeUninit::<T>::uninit();
         let mut i = 0;
         b.iter(|| {
             i = (i + 1) & 4095;
+            // SAFETY: a pinned guard and a local answer.
             let status = unsafe { find(guard.as_ptr(), black_box(ips[i]), out.as_mut_ptr()) };
             black_box((status, &out));
         });
+        // SAFETY: the guard pinned above, unpinned once.
         ok(unsafe { jitmap_unpin(guard.as_mut_ptr()) });
     }
     group.bench_function("c: jitmap_guard_find", |b| {
@@ -184,6 +188,7 @@ fn benches(c: &mut Criterion) {
         let bytes = [0xC3u8; SIZE as usize];
         b.iter(|| {
             let mut code = std::mem::MaybeUninit::uninit();
+            // SAFETY: the bytes, the info and the output are locals.
             ok(unsafe {
                 jitmap_heap_publish(
                     c_heap,

@@ -110,24 +110,29 @@ fn the_signal_safe_calls_allocate_nothing_in_a_handler() {
         ..Default::default()
     };
     let mut code = std::mem::MaybeUninit::uninit();
+    // SAFETY: the info and the output are locals.
     ok(unsafe { jitmap_reservation_publish(r, &info, code.as_mut_ptr()) });
+    // SAFETY: written by the publish that returned OK.
     let code = unsafe { code.assume_init() };
     // Relaxed (the stores below): read by the worker's handler, which
     // starts after them (the spawn orders them).
     METHOD.store(code.start, Ordering::Relaxed);
     let mut counters = null_mut();
+    // SAFETY (the calls below): outputs point to locals.
     ok(unsafe { jitmap_counters_create(1, 1_000_000, &mut counters) });
     let mut cell = std::ptr::null();
     ok(unsafe { jitmap_counters_cell(counters, 0, &mut cell) });
     CELL.store(cell as usize, Ordering::Relaxed);
     let mut agent_config = std::mem::MaybeUninit::uninit();
     unsafe { jitmap_agent_config_default(agent_config.as_mut_ptr()) };
+    // SAFETY: written by the call above.
     let mut agent_config = unsafe { agent_config.assume_init() };
     // The agent's own timers use another signal, rarely: this test's
     // handler owns SIGPROF.
     agent_config.signal = libc::SIGUSR2;
     agent_config.hz = 1;
     let mut agent = null_mut();
+    // SAFETY: the config and the output are locals.
     ok(unsafe { jitmap_agent_start(m, &agent_config, &mut agent) });
 
     // SAFETY: installs a handler that only makes async-signal-safe calls.
