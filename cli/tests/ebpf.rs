@@ -317,9 +317,21 @@ mod tests {
                 .collect::<Vec<_>>()
                 .join("\n")
         };
+        // The agent runs in the host too: its handler on the demo thread
+        // (unoptimized in a debug build) and its collector. Samples in the
+        // library's own frames are the agent's cost, named right, not a
+        // misattribution; they took up to a sixth of the samples on a busy
+        // machine.
+        let agent_own: u64 = folded
+            .lines()
+            .map(|l| l.rsplit_once(' ').unwrap())
+            .filter(|(stack, _)| !LEAVES.iter().any(|leaf| stack.ends_with(leaf)))
+            .filter(|(stack, _)| stack.split(';').any(|f| f.starts_with("jitmap::")))
+            .map(|(_, count)| count.parse::<u64>().unwrap())
+            .sum();
         assert!(
-            in_leaves * 10 >= samples * 9,
-            "{in_leaves} of {samples}; heaviest other stacks:\n{}",
+            (in_leaves + agent_own) * 10 >= samples * 9,
+            "{in_leaves} in the leaves and {agent_own} in the agent of {samples}; heaviest other stacks:\n{}",
             others()
         );
         assert_outputs(&ebpf_out);
