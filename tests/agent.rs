@@ -497,3 +497,42 @@ fn samples_name_the_right_version_while_methods_are_rejitted() {
     // Versions of one slot share no name, so every label is its name.
     assert!(profile.methods.iter().all(|m| m.label == m.name));
 }
+
+/// A sample in native code is named by the function that ran, even where the
+/// pc lies in a helper the compiler inlined into it: `inlined::spin` spends
+/// its time in an inlined `mix`, `wrapping_mul` and `black_box`.
+#[test]
+fn a_native_frame_is_named_by_its_function_not_an_inlined_helper() {
+    let _one = one_agent();
+    let manager = manager();
+    let agent = Agent::start(
+        &manager,
+        AgentConfig {
+            clock: Clock::Wall,
+            ..AgentConfig::default()
+        },
+    )
+    .unwrap();
+    let attached = agent.attach_current_thread().unwrap();
+    let until = Instant::now() + Duration::from_millis(500);
+    while Instant::now() < until {
+        std::hint::black_box(jitmap_testkit::inlined::spin(std::hint::black_box(200_000)));
+    }
+    drop(attached);
+    let profile = agent.stop();
+    let mut leaves: HashMap<&str, u64> = HashMap::new();
+    for stack in &profile.stacks {
+        *leaves.entry(stack.frames[0].as_str()).or_default() += stack.count;
+    }
+    let spin = leaves
+        .get("jitmap_testkit::inlined::spin")
+        .copied()
+        .unwrap_or(0);
+    assert!(spin * 10 >= profile.samples * 9, "{leaves:?}");
+    for helper in ["mix", "wrapping_mul", "black_box"] {
+        assert!(
+            !leaves.keys().any(|name| name.ends_with(helper)),
+            "{helper} named a frame: {leaves:?}"
+        );
+    }
+}

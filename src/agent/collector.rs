@@ -574,7 +574,10 @@ fn label_versions(methods: &mut [MethodVersion]) {
 }
 
 /// The name of the native function at `addr` (a return address if
-/// `is_return`), or the address in hex.
+/// `is_return`), or the address in hex. Where debug info records inlining,
+/// the resolver reports the inlined frames innermost first and the function
+/// that ran last: the frame is named by that function, never by a helper
+/// inlined into it (a loop's `wrapping_mul` or `black_box`).
 fn symbolize(addr: usize, is_return: bool) -> String {
     let at = if is_return {
         addr.saturating_sub(1)
@@ -583,8 +586,8 @@ fn symbolize(addr: usize, is_return: bool) -> String {
     };
     let mut name = None;
     backtrace::resolve(at as *mut std::ffi::c_void, |symbol| {
-        if name.is_none() {
-            name = symbol.name().map(|n| format!("{n:#}"));
+        if let Some(n) = symbol.name() {
+            name = Some(format!("{n:#}"));
         }
     });
     name.unwrap_or_else(|| format!("{addr:#x}"))
