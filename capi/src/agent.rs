@@ -16,8 +16,7 @@ use crate::{
 };
 
 struct AgentObject {
-    /// Taken by stop.
-    agent: Mutex<Option<Agent>>,
+    agent: Agent,
     _manager: Kept,
 }
 
@@ -103,7 +102,7 @@ pub unsafe extern "C" fn jitmap_agent_start(
         };
         let agent = Agent::start(&m.get().manager, config)?;
         let object = AgentObject {
-            agent: Mutex::new(Some(agent)),
+            agent,
             _manager: m.keep(),
         };
         // A full table stops the agent again as the object drops.
@@ -131,13 +130,7 @@ pub unsafe extern "C" fn jitmap_agent_attach(
     call(|| {
         let a = handles::take::<AgentObject>(bits(agent), Kind::Agent)?;
         required(out)?;
-        let attached = {
-            let guard = a.get().agent.lock().unwrap_or_else(|e| e.into_inner());
-            let agent = guard
-                .as_ref()
-                .ok_or(jitmap_status::JITMAP_STATUS_DESTROYED)?;
-            agent.attach_current_thread()?
-        };
+        let attached = a.get().agent.attach_current_thread()?;
         let handle = handles::insert(Kind::Thread, Box::new(ThreadBound::new(attached)))?;
         // SAFETY: checked not NULL.
         unsafe { out.write(handle as *mut jitmap_thread) };
@@ -209,14 +202,9 @@ pub unsafe extern "C" fn jitmap_agent_stop(
 ) -> jitmap_status {
     call(|| {
         required(profile)?;
-        let object = handles::remove::<AgentObject>(bits(agent), Kind::Agent)?;
-        let agent = object
-            .agent
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
-            .ok_or(jitmap_status::JITMAP_STATUS_DESTROYED)?;
-        let period_ns = 1_000_000_000 / u64::from(agent.config().hz.max(1));
+        let AgentObject { agent, _manager } =
+            *handles::remove::<AgentObject>(bits(agent), Kind::Agent)?;
+        let period_ns = agent.config().interval_ns();
         let stopped = ProfileObject {
             profile: agent.stop(),
             period_ns,

@@ -218,7 +218,15 @@ impl AgentConfig {
         Ok(())
     }
 
-    fn interval_ns(&self) -> u64 {
+    /// The timers' period in nanoseconds, from `hz`: what a pprof profile
+    /// of these samples gives as its period.
+    ///
+    /// ```
+    /// use jitmap::agent::AgentConfig;
+    /// let config = AgentConfig { hz: 250, ..AgentConfig::default() };
+    /// assert_eq!(config.interval_ns(), 4_000_000);
+    /// ```
+    pub fn interval_ns(&self) -> u64 {
         (1_000_000_000 / u64::from(self.hz)).max(1)
     }
 }
