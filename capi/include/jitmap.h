@@ -36,6 +36,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+// Words of a `jitmap_guard`'s state: room for the Rust guard.
+#define JITMAP_GUARD_WORDS 8
+
 // `jitmap_live_block.kind` of a stub.
 #define JITMAP_LIVE_BLOCK_STUB 256
 
@@ -140,6 +143,9 @@ typedef enum jitmap_jit_kind {
   JITMAP_JIT_OPTIMIZED = 1,
   // Code with profiling instrumentation.
   JITMAP_JIT_INSTRUMENTED = 2,
+  // A precompiled image's method: lookups may answer it; a host does not
+  // publish it.
+  JITMAP_JIT_PRECOMPILED = 3,
 } jitmap_jit_kind;
 
 // How a heap maps its memory (`jitmap_heap_config.mode`).
@@ -354,7 +360,7 @@ typedef struct jitmap_guard {
   // The reader's kept use.
   uint64_t reader_slot;
   // The Rust guard.
-  uint64_t state[8];
+  uint64_t state[JITMAP_GUARD_WORDS];
 } jitmap_guard;
 
 // What `jitmap_guard_find` found: the method and where in it. The name
@@ -367,7 +373,7 @@ typedef struct jitmap_block {
   uintptr_t start;
   // The address's offset from `start`.
   uint64_t offset;
-  // A `jitmap_jit_kind`, or 3 for a precompiled image's method.
+  // A `jitmap_jit_kind`.
   uint32_t kind;
   // The name, UTF-8, not NUL-terminated.
   const uint8_t *name;

@@ -34,12 +34,21 @@ fn heap(h: *mut jitmap_heap) -> Result<Use<HeapObject>, jitmap_status> {
 
 /// A `jitmap_jit_kind`'s number.
 pub(crate) fn kind_number(kind: JitKind) -> u32 {
-    match kind {
-        JitKind::Baseline => jitmap_jit_kind::JITMAP_JIT_BASELINE as u32,
-        JitKind::Optimized => jitmap_jit_kind::JITMAP_JIT_OPTIMIZED as u32,
-        JitKind::Instrumented => jitmap_jit_kind::JITMAP_JIT_INSTRUMENTED as u32,
-        JitKind::Precompiled => 3,
-    }
+    (match kind {
+        JitKind::Baseline => jitmap_jit_kind::JITMAP_JIT_BASELINE,
+        JitKind::Optimized => jitmap_jit_kind::JITMAP_JIT_OPTIMIZED,
+        JitKind::Instrumented => jitmap_jit_kind::JITMAP_JIT_INSTRUMENTED,
+        JitKind::Precompiled => jitmap_jit_kind::JITMAP_JIT_PRECOMPILED,
+    }) as u32
+}
+
+/// The tier a host may publish under number `kind`: any but precompiled,
+/// which only images hold.
+fn publishable_kind(kind: u32) -> Result<JitKind, Failure> {
+    [JitKind::Baseline, JitKind::Optimized, JitKind::Instrumented]
+        .into_iter()
+        .find(|k| kind_number(*k) == kind)
+        .ok_or_else(|| bad(format!("{kind} is not a jitmap_jit_kind a host publishes")))
 }
 
 fn bad(what: String) -> Failure {
@@ -186,11 +195,7 @@ pub unsafe extern "C" fn jitmap_heap_reserve(
         // live as long as a use of its handle: the reservation object keeps
         // this one (`_heap`, dropped after the reservation).
         let code_heap: &'static CodeHeap = unsafe { &*std::ptr::from_ref(&**h.get().heap.heap()) };
-        let mut reservation = if align == 0 {
-            code_heap.reserve(size)?
-        } else {
-            code_heap.reserve_aligned(size, align)?
-        };
+        let mut reservation = reserve(code_heap, size, align)?;
         // The bytes are the heap's: the pointer stays valid as the
         // reservation moves into its object.
         let bytes = reservation.code_mut().as_mut_ptr();
@@ -207,6 +212,15 @@ pub unsafe extern "C" fn jitmap_heap_reserve(
         }
         Ok(())
     })
+}
+
+/// `size` bytes of `heap`, aligned to `align` (0: the heap's default).
+fn reserve(heap: &CodeHeap, size: u64, align: u64) -> Result<Reservation<'_>, HeapError> {
+    if align == 0 {
+        heap.reserve(size)
+    } else {
+        heap.reserve_aligned(size, align)
+    }
 }
 
 fn reservation(r: *mut jitmap_reservation) -> Result<Exclusive<ReservationObject>, jitmap_status> {
@@ -255,13 +269,7 @@ pub unsafe extern "C" fn jitmap_reservation_code(
 unsafe fn code_info(c: &jitmap_code_info, size: Option<u64>) -> Result<CodeInfo, Failure> {
     // SAFETY (every read below): the caller's contract.
     let name = unsafe { utf8(c.name, "name") }?;
-    let kind = match c.kind {
-        0 => JitKind::Baseline,
-        1 => JitKind::Optimized,
-        2 => JitKind::Instrumented,
-        other => return Err(bad(format!("{other} is not a jitmap_jit_kind"))),
-    };
-    let mut info = CodeInfo::new(c.method_id, name, kind);
+    let mut info = CodeInfo::new(c.method_id, name, publishable_kind(c.kind)?);
     for e in unsafe { slice(c.unwind, c.unwind_count, "unwind") }? {
         info.unwind.push(UnwindEntry {
             begin: e.begin,
@@ -382,11 +390,7 @@ pub unsafe extern "C" fn jitmap_heap_publish(
         // the info, and a refusal gives the space back.
         let info = unsafe { code_info(&*info, None) }?;
         let code_heap = h.get().heap.heap();
-        let mut reservation = if align == 0 {
-            code_heap.reserve(size)?
-        } else {
-            code_heap.reserve_aligned(size, align)?
-        };
+        let mut reservation = reserve(code_heap, size, align)?;
         reservation.code_mut().copy_from_slice(bytes);
         let code = reservation.publish(info)?;
         // SAFETY: checked not NULL.

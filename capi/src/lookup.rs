@@ -12,8 +12,8 @@ use crate::manager::ReaderObject;
 use crate::status::jitmap_status;
 use crate::types::{jitmap_block, jitmap_method_info};
 
-/// Words of guard state.
-const GUARD_WORDS: usize = 8;
+/// Words of a `jitmap_guard`'s state: room for the Rust guard.
+pub const JITMAP_GUARD_WORDS: usize = 8;
 const PINNED: u64 = u64::from_le_bytes(*b"jmGUARD+");
 const UNPINNED: u64 = u64::from_le_bytes(*b"jmGUARD-");
 
@@ -33,16 +33,17 @@ pub struct jitmap_guard {
     /// The reader's kept use.
     reader_slot: u64,
     /// The Rust guard.
-    state: [u64; 8],
+    state: [u64; JITMAP_GUARD_WORDS],
 }
 
 const _: () = {
-    assert!(size_of::<ManagerGuard<'static>>() <= GUARD_WORDS * 8);
+    assert!(size_of::<ManagerGuard<'static>>() <= JITMAP_GUARD_WORDS * 8);
     assert!(align_of::<ManagerGuard<'static>>() <= 8);
 };
 
 impl jitmap_guard {
-    /// The Rust guard, if this one is pinned and on the reader's thread.
+    /// The Rust guard, if this one is pinned. (The calling thread is not
+    /// checked here: the header says a guard stays on its reader's thread.)
     fn get(&self) -> Result<&ManagerGuard<'static>, jitmap_status> {
         match self.magic {
             PINNED => {
@@ -91,7 +92,7 @@ pub unsafe extern "C" fn jitmap_pin(
         Err(e) => return e.into(),
     };
     let slot = r.leak() as u64;
-    let mut state = [0u64; GUARD_WORDS];
+    let mut state = [0u64; JITMAP_GUARD_WORDS];
     // SAFETY: `state` has room and alignment for a guard (asserted above).
     unsafe {
         state

@@ -254,12 +254,6 @@ impl From<PerfError> for jitmap_status {
     }
 }
 
-impl From<std::io::Error> for jitmap_status {
-    fn from(_: std::io::Error) -> Self {
-        jitmap_status::JITMAP_STATUS_SYSTEM
-    }
-}
-
 /// A failure: its status and what to say about it.
 pub struct Failure {
     pub status: jitmap_status,

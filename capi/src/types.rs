@@ -16,6 +16,9 @@ pub enum jitmap_jit_kind {
     JITMAP_JIT_OPTIMIZED = 1,
     /// Code with profiling instrumentation.
     JITMAP_JIT_INSTRUMENTED = 2,
+    /// A precompiled image's method: lookups may answer it; a host does not
+    /// publish it.
+    JITMAP_JIT_PRECOMPILED = 3,
 }
 
 /// How a heap maps its memory (`jitmap_heap_config.mode`).
@@ -229,7 +232,7 @@ pub struct jitmap_block {
     pub start: usize,
     /// The address's offset from `start`.
     pub offset: u64,
-    /// A `jitmap_jit_kind`, or 3 for a precompiled image's method.
+    /// A `jitmap_jit_kind`.
     pub kind: u32,
     /// The name, UTF-8, not NUL-terminated.
     pub name: *const u8,

@@ -236,6 +236,8 @@ int main(void) {
     info.unwind_count = 0;
     info.kind = 9;
     EXPECT(jitmap_reservation_publish(r, &info, &b), JITMAP_STATUS_BAD_ARGUMENT);
+    info.kind = JITMAP_JIT_PRECOMPILED; /* images' alone */
+    EXPECT(jitmap_reservation_publish(r, &info, &b), JITMAP_STATUS_BAD_ARGUMENT);
     info.kind = JITMAP_JIT_OPTIMIZED;
     info.name = "\xff\xfe";
     EXPECT(jitmap_reservation_publish(r, &info, &b), JITMAP_STATUS_BAD_ARGUMENT);
