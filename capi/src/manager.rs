@@ -23,6 +23,8 @@ pub(crate) struct ManagerObject {
 
 /// A reader handle's object.
 pub(crate) struct ReaderObject {
+    /// The manager's handle, cloned so that a pin reaches it in one load
+    /// rather than through the table (`_manager` only holds the use).
     pub(crate) manager: ExecutionManager,
     pub(crate) reader: ThreadBound<Reader>,
     _manager: Kept,

@@ -32,8 +32,9 @@ fn ok(status: jitmap_status) {
 }
 
 extern "C" fn on_sigprof(_: libc::c_int) {
-    // Relaxed (all loads here): set before the thread that takes the signal
-    // was started.
+    // Relaxed (all loads here): METHOD and CELL were stored before the
+    // worker was spawned, the others by the worker itself before its first
+    // signal, and this handler runs on the worker.
     let reader = READER.load(Ordering::Relaxed) as *mut jitmap_reader;
     let executor = EXECUTOR.load(Ordering::Relaxed) as *mut jitmap_executor;
     let context = CONTEXT.load(Ordering::Relaxed) as *const jitmap_probe_context;
@@ -159,6 +160,9 @@ fn the_signal_safe_calls_allocate_nothing_in_a_handler() {
                 ok(jitmap_agent_attach(agent, &mut thread));
                 let mut context = std::ptr::null();
                 ok(jitmap_thread_probe_context(thread, &mut context));
+                // Relaxed (the four stores): the handler that reads them runs
+                // on this thread, after them in its order; the main thread
+                // reads WORKER after `ready`'s Release.
                 CONTEXT.store(context as usize, Ordering::Relaxed);
             }
             READER.store(reader as usize, Ordering::Relaxed);
@@ -202,6 +206,7 @@ fn the_signal_safe_calls_allocate_nothing_in_a_handler() {
     });
     signal_alloc::check_mask(false);
     assert_eq!(signal_alloc::take_while_blocked(), 0);
+    // Relaxed (both): the worker that counted them is joined.
     assert_eq!(RUNS.load(Ordering::Relaxed), 5_000);
     assert_eq!(RIGHT.load(Ordering::Relaxed), 5_000);
 

@@ -100,7 +100,7 @@ fn windows_hold_their_own_samples_and_requests_leak_nothing() {
         // A failed assertion below unwinds through this guard, which stops
         // the worker: the scope joins it, so the test fails instead of
         // hanging.
-        let _stop = StopWorker(&phase);
+        let stop_worker = StopWorker(&phase);
         let worker = s.spawn(|| {
             let attached = agent.attach_current_thread().unwrap();
             // Relaxed: a phase flag; no data rides on it.
@@ -152,7 +152,7 @@ fn windows_hold_their_own_samples_and_requests_leak_nothing() {
             "resident memory grew from {rss} KiB to {rss_after} KiB over 100 profiles"
         );
         println!("100 profiles: resident {rss} -> {rss_after} KiB, threads {threads}");
-        drop(_stop);
+        drop(stop_worker);
         worker.join().unwrap();
     });
     // Stopping the agent stops the server.
