@@ -88,9 +88,7 @@ fn compile(name: &str, build: Build, out: &Path) -> PathBuf {
 }
 
 /// Held by each test for its whole run, compiles included: a host measures
-/// shares of its own time, and two cores are all there may be (a clang
-/// compiling beside the sanitized agent host once put `leaf_1x` at 17.8%
-/// against 14.3%).
+/// shares of its own time, and two cores are all there may be.
 fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
