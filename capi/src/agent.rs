@@ -5,11 +5,11 @@ use std::ffi::c_char;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use jitmap::agent::{Agent, AgentConfig, AttachedThread, CallCounters, Clock, Profile};
+use jitmap::agent::{Agent, AgentConfig, AttachedThread, CallCounters, Clock, Profile, Unwind};
 
 use crate::handles::{self, Kept, Kind, Use};
 use crate::status::{Failure, call, jitmap_status};
-use crate::types::{jitmap_agent_config, jitmap_clock, jitmap_output};
+use crate::types::{jitmap_agent_config, jitmap_clock, jitmap_output, jitmap_unwind};
 use crate::{
     ThreadBound, bits, jitmap_agent, jitmap_counter_cell, jitmap_counters, jitmap_manager,
     jitmap_probe_context, jitmap_profile, jitmap_thread, required, utf8,
@@ -54,6 +54,10 @@ pub unsafe extern "C" fn jitmap_agent_config_default(out: *mut jitmap_agent_conf
                 probe_capacity: d.probe_capacity as u32,
                 signal: d.signal,
                 collect_every_ms: d.collect_every.as_millis() as u32,
+                unwind: match d.unwind {
+                    Unwind::Mixed => jitmap_unwind::JITMAP_UNWIND_MIXED,
+                    Unwind::FramePointer => jitmap_unwind::JITMAP_UNWIND_FRAME_POINTER,
+                } as u32,
             })
         };
     }
@@ -90,6 +94,16 @@ pub unsafe extern "C" fn jitmap_agent_start(
                 ));
             }
         };
+        let unwind = match c.unwind {
+            x if x == jitmap_unwind::JITMAP_UNWIND_MIXED as u32 => Unwind::Mixed,
+            x if x == jitmap_unwind::JITMAP_UNWIND_FRAME_POINTER as u32 => Unwind::FramePointer,
+            other => {
+                return Err(Failure::new(
+                    jitmap_status::JITMAP_STATUS_BAD_ARGUMENT,
+                    format!("{other} is not a jitmap_unwind"),
+                ));
+            }
+        };
         let config = AgentConfig {
             hz: c.hz,
             clock,
@@ -99,6 +113,7 @@ pub unsafe extern "C" fn jitmap_agent_start(
             signal: c.signal,
             collect_every: Duration::from_millis(u64::from(c.collect_every_ms)),
             keep_samples: false,
+            unwind,
         };
         let agent = Agent::start(&m.get().manager, config)?;
         let object = AgentObject {

@@ -57,6 +57,19 @@ pub enum jitmap_clock {
     JITMAP_CLOCK_WALL = 1,
 }
 
+/// How the agent's handler walks stacks (`jitmap_agent_config.unwind`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum jitmap_unwind {
+    /// Each frame stepped by a rule: a JIT method's `.eh_frame`, else its
+    /// frame pointer; a native frame by its object's `.eh_frame`. Frames
+    /// built without frame pointers keep their callers. The default.
+    JITMAP_UNWIND_MIXED = 0,
+    /// Saved frame pointers only: cheaper, exact only where every frame
+    /// keeps one.
+    JITMAP_UNWIND_FRAME_POINTER = 1,
+}
+
 /// A profile's output formats (`jitmap_profile_write`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -310,4 +323,6 @@ pub struct jitmap_agent_config {
     pub signal: i32,
     /// How often the collector drains the rings, in milliseconds.
     pub collect_every_ms: u32,
+    /// A `jitmap_unwind`.
+    pub unwind: u32,
 }

@@ -12,6 +12,8 @@ use std::sync::atomic::{AtomicUsize, Ordering, compiler_fence};
 use crate::manager::{Lookup, ManagerGuard};
 
 use super::record::{FrameKind, RECORD_MAGIC, RawFrame, SampleHeader, ThreadRecord};
+use super::unwind::modules::ModuleTable;
+use super::unwind::{self, Regs, Rule, Scratch, Stack, StackEnd};
 
 /// Handlers running now, process-wide: `stop` waits for zero.
 pub(crate) static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
@@ -198,7 +200,8 @@ fn push_sample(record: &ThreadRecord, regs: Registers) {
     // handler does not push (`busy`).
     unsafe {
         record.samples.push(|header, frames| {
-            let depth = walk(&guard, record, regs, frames);
+            let (depth, end) = walk(&guard, record, regs, frames);
+            record.count_end(end);
             lookups = depth as u64;
             *header = SampleHeader {
                 begin_ns,
@@ -252,33 +255,95 @@ fn current_registers() -> Registers {
     Registers { pc, fp, sp }
 }
 
-/// Walks the stack from `regs` into `frames`; returns the frames written.
+/// Walks the stack from `regs` into `frames` the way the agent is
+/// configured to; returns the frames written and why the walk ended.
 pub(crate) fn walk(
     guard: &ManagerGuard<'_>,
     record: &ThreadRecord,
     regs: Registers,
     frames: &mut [RawFrame],
-) -> usize {
-    if frames.is_empty() {
-        return 0;
-    }
+) -> (usize, StackEnd) {
     let stack = Stack {
         lo: record.stack_lo.max(regs.sp),
         hi: record.stack_hi,
     };
-    let (first, established) = classify(guard, regs.pc, false);
+    match &record.modules {
+        Some(modules) => {
+            // SAFETY: the caller is the record's one producer (see `push_sample`).
+            let scratch = unsafe { record.scratch.get() };
+            walk_mixed(guard, modules.get(guard), scratch, &stack, regs, frames)
+        }
+        None => walk_frame_pointers(guard, &stack, regs, frames),
+    }
+}
+
+/// The mixed walk: every frame is stepped with a rule, from the JIT method's
+/// CFI, the native object's `.eh_frame`, or the frame-pointer convention for
+/// JIT code without CFI.
+fn walk_mixed(
+    guard: &ManagerGuard<'_>,
+    modules: Option<&ModuleTable>,
+    scratch: &mut Scratch,
+    stack: &Stack,
+    regs: Registers,
+    frames: &mut [RawFrame],
+) -> (usize, StackEnd) {
+    let mut regs = Regs {
+        pc: regs.pc,
+        sp: regs.sp,
+        fp: Some(regs.fp),
+    };
+    for n in 0..frames.len() {
+        let is_return = n > 0;
+        let (frame, code) = classify(guard, regs.pc, is_return);
+        frames[n] = frame;
+        let at = if is_return { regs.pc - 1 } else { regs.pc };
+        let rule = match (frame.kind, code) {
+            (FrameKind::Native, _) => match modules {
+                Some(table) => scratch.cache.get_or(at, table.generation, || {
+                    table.rule(at, &mut scratch.context)
+                }),
+                None => Err(StackEnd::NoUnwindInfo),
+            },
+            (_, Some(code)) => code
+                .eh_frame
+                .and_then(|eh| unwind::jit::rule(eh, at, &mut scratch.context))
+                .unwrap_or_else(|| Ok(frame_pointer_rule(regs.pc, code, is_return))),
+            // Stubs, image methods and unattributed code keep frame pointers
+            // or are stepped as if they did.
+            (_, None) => Ok(Rule::FRAME_POINTER),
+        };
+        match rule.and_then(|rule| unwind::step(regs, rule, stack)) {
+            Ok(next) => regs = next,
+            Err(end) => return (n + 1, end),
+        }
+    }
+    (frames.len(), StackEnd::DepthLimit)
+}
+
+/// The frame-pointer walk: the leaf, then one frame per saved frame pointer.
+fn walk_frame_pointers(
+    guard: &ManagerGuard<'_>,
+    stack: &Stack,
+    regs: Registers,
+    frames: &mut [RawFrame],
+) -> (usize, StackEnd) {
+    if frames.is_empty() {
+        return (0, StackEnd::DepthLimit);
+    }
+    let (first, code) = classify(guard, regs.pc, false);
     frames[0] = first;
     let mut n = 1;
     // The leaf may be in its prologue or at its `ret`: then the return address
     // is on top of the stack and the frame pointer still names the caller's frame.
-    if first.kind == FrameKind::Jit
-        && let Some(ra_slot) = established.and_then(|b| unsettled_return_slot(regs, b))
+    if let Some(code) = code
+        && let Some(ra_slot) = unsettled_return_slot(regs, code)
     {
         let Some(ra) = stack.read(ra_slot) else {
-            return n;
+            return (n, StackEnd::FramePointer);
         };
         if n == frames.len() {
-            return n;
+            return (n, StackEnd::DepthLimit);
         }
         frames[n] = classify(guard, ra, true).0;
         n += 1;
@@ -289,56 +354,69 @@ pub(crate) fn walk(
         // Each frame pointer must lie on this thread's stack, be aligned, and
         // move strictly towards the stack's base; anything else ends the walk.
         if fp <= previous || !fp.is_multiple_of(8) {
-            break;
+            return (n, StackEnd::FramePointer);
         }
         let (Some(next), Some(ra)) = (stack.read(fp), stack.read(fp + 8)) else {
-            break;
+            return (n, StackEnd::FramePointer);
         };
         if ra == 0 {
-            break;
+            return (n, StackEnd::FramePointer);
         }
         frames[n] = classify(guard, ra, true).0;
         n += 1;
         previous = fp;
         fp = next;
     }
-    n
+    (n, StackEnd::DepthLimit)
 }
 
-/// The thread's stack, for validated reads.
-struct Stack {
-    lo: usize,
-    hi: usize,
-}
-
-impl Stack {
-    /// The word at `addr`, if it lies inside the stack.
-    #[inline]
-    fn read(&self, addr: usize) -> Option<usize> {
-        if addr < self.lo || !addr.is_multiple_of(8) || addr.checked_add(8)? > self.hi {
-            return None;
-        }
-        // SAFETY: `addr` is aligned and inside the interrupted thread's own
-        // stack, between its stack pointer and its base: mapped and readable.
-        Some(unsafe { std::ptr::read_volatile(addr as *const usize) })
+/// The frame-pointer convention's rule for a JIT frame without CFI: the
+/// leaf (not `is_return`) may be in its prologue or at its `ret`.
+fn frame_pointer_rule(pc: usize, code: JitCode<'_>, is_return: bool) -> Rule {
+    if is_return {
+        return Rule::FRAME_POINTER;
+    }
+    match leaf_state(pc, code) {
+        LeafState::AtEntry => Rule::AT_ENTRY,
+        LeafState::AfterPush => Rule::AFTER_PUSH,
+        LeafState::Settled => Rule::FRAME_POINTER,
     }
 }
 
-/// Where the leaf's return address is if the leaf has not set up its frame (at
-/// its first instruction, `push rbp`, or just after it) or has torn it down (at
-/// `ret`); `None` if its frame is established. `code` is the leaf's start and
-/// the pc's offset in it.
+/// Where a JIT leaf without CFI stands in its frame's setup.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum LeafState {
+    /// At its first instruction (`push rbp`) or at a `ret`: the return
+    /// address is the top word.
+    AtEntry,
+    /// Just past `push rbp`: the saved frame pointer is the top word.
+    AfterPush,
+    /// Its frame is established (or it keeps none).
+    Settled,
+}
+
+/// Where the leaf's return address is if it has not set up its frame or has
+/// torn it down; `None` if its frame is established.
+fn unsettled_return_slot(regs: Registers, code: JitCode<'_>) -> Option<usize> {
+    match leaf_state(regs.pc, code) {
+        LeafState::AtEntry => Some(regs.sp),
+        LeafState::AfterPush => regs.sp.checked_add(8),
+        LeafState::Settled => None,
+    }
+}
+
+/// Reads the instruction at the pc and the method's first byte.
 #[cfg(target_arch = "x86_64")]
-fn unsettled_return_slot(regs: Registers, (start, offset): (usize, u64)) -> Option<usize> {
+fn leaf_state(pc: usize, code: JitCode<'_>) -> LeafState {
     const PUSH_RBP: u8 = 0x55;
     const RET: u8 = 0xC3;
     // SAFETY: the pc lies inside a published block that the pinned guard keeps
     // mapped, and so does its first byte.
-    let (at_pc, first) = unsafe { (*(regs.pc as *const u8), *(start as *const u8)) };
-    match (offset, at_pc, first) {
-        (0, PUSH_RBP, _) | (_, RET, _) => Some(regs.sp),
-        (1, _, PUSH_RBP) => regs.sp.checked_add(8),
-        _ => None,
+    let (at_pc, first) = unsafe { (*(pc as *const u8), *(code.start as *const u8)) };
+    match (code.offset, at_pc, first) {
+        (0, PUSH_RBP, _) | (_, RET, _) => LeafState::AtEntry,
+        (1, _, PUSH_RBP) => LeafState::AfterPush,
+        _ => LeafState::Settled,
     }
 }
 
@@ -346,18 +424,27 @@ fn unsettled_return_slot(regs: Registers, (start, offset): (usize, u64)) -> Opti
 /// saves it; the walk starts from the frame record, which may skip the caller of
 /// a leaf sampled in its prologue.
 #[cfg(target_arch = "aarch64")]
-fn unsettled_return_slot(_regs: Registers, _code: (usize, u64)) -> Option<usize> {
-    None
+fn leaf_state(_pc: usize, _code: JitCode<'_>) -> LeafState {
+    LeafState::Settled
+}
+
+/// What the walk needs of a JIT frame beyond its record: where the method
+/// starts, the frame's offset in it, and its CFI if its host gave one.
+#[derive(Clone, Copy)]
+struct JitCode<'g> {
+    start: usize,
+    offset: u64,
+    eh_frame: Option<&'g [u8]>,
 }
 
 /// Classifies `addr` (a return address if `is_return`: looked up at `addr - 1`).
-/// Also returns a JIT method's start and offset for the prologue check.
+/// Also returns a JIT method's start, offset and CFI, for the unwinder.
 #[inline]
-fn classify(
-    guard: &ManagerGuard<'_>,
+fn classify<'g>(
+    guard: &'g ManagerGuard<'_>,
     addr: usize,
     is_return: bool,
-) -> (RawFrame, Option<(usize, u64)>) {
+) -> (RawFrame, Option<JitCode<'g>>) {
     let at = if is_return {
         addr.saturating_sub(1)
     } else {
@@ -367,7 +454,7 @@ fn classify(
         addr,
         ..RawFrame::default()
     };
-    let mut established = None;
+    let mut code = None;
     match guard.classify_bounded(at, super::HANDLER_V1_WORDS) {
         Lookup::Method(block) => {
             frame.offset = block.offset() as u32;
@@ -376,7 +463,11 @@ fn classify(
                 // collector reads them against the code events.
                 frame.kind = FrameKind::Jit;
                 frame.key = block.start() as u64;
-                established = Some((block.start(), block.offset()));
+                code = Some(JitCode {
+                    start: block.start(),
+                    offset: block.offset(),
+                    eh_frame: block.eh_frame().map(|eh| &*eh.frame),
+                });
             } else {
                 // Reads the image's method table, not code memory.
                 frame.kind = FrameKind::Image;
@@ -397,5 +488,5 @@ fn classify(
             }
         }
     }
-    (frame, established)
+    (frame, code)
 }

@@ -86,6 +86,7 @@ mod ring;
 #[cfg_attr(docsrs, doc(cfg(feature = "serve")))]
 pub mod serve;
 mod timer;
+mod unwind;
 
 use std::fmt;
 use std::marker::PhantomData;
@@ -103,6 +104,7 @@ use collector::{Collector, EventListener, EventLog};
 use record::{HandlerReader, RECORD_MAGIC, ThreadRecord};
 use ring::Ring;
 use timer::Timer;
+use unwind::modules::ModuleSlot;
 
 pub use registry::MAX_ATTACHED;
 
@@ -135,6 +137,75 @@ pub enum Clock {
     Wall,
 }
 
+/// How the handler walks a stack.
+///
+/// What each costs per sample, measured side by side
+/// (`cargo bench --bench agent -- agent/sample`), is in BENCHMARKS.md.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Unwind {
+    /// Follow saved frame pointers only. Cheapest, and exact for code that
+    /// keeps them; a native function without a frame pointer hides its
+    /// caller, and JIT code without one ends or corrupts the stack.
+    FramePointer,
+    /// Step each frame with a rule: a JIT method's own CFI (its
+    /// [`crate::info::CodeInfo::eh_frame`]) or, without one, the
+    /// frame-pointer convention; a native frame with its object's
+    /// `.eh_frame`, copied by the collector and published under the
+    /// manager's grace periods (refreshed after `dlopen`/`dlclose`).
+    /// Frames without frame pointers keep their callers.
+    #[default]
+    Mixed,
+}
+
+/// Why the handlers' stack walks ended, counted over a profile. Only
+/// `root` is a complete stack; every other end is a stack cut short, and
+/// the walk says so here rather than guessing a frame.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StackEnds {
+    /// The outermost frame was reached (`_start`, a thread's start routine,
+    /// or a zero return address).
+    pub root: u64,
+    /// [`AgentConfig::max_depth`] frames were recorded.
+    pub depth_limit: u64,
+    /// A native address outside every loaded object's unwind tables (an
+    /// object loaded since the collector's last pass, or code with no
+    /// `.eh_frame`).
+    pub no_unwind_info: u64,
+    /// CFI the handler does not evaluate: a CFA computed by a DWARF
+    /// expression (signal trampolines), or a frame that needs a frame
+    /// pointer whose value an inner frame's CFI lost.
+    pub unsupported: u64,
+    /// A step would have read off the thread's stack or misaligned, or did
+    /// not move towards the stack's base.
+    pub bad_stack: u64,
+    /// [`Unwind::FramePointer`]: the chain reached a frame pointer it could
+    /// not follow (which is also how a complete chain ends).
+    pub frame_pointer: u64,
+}
+
+impl std::ops::AddAssign for StackEnds {
+    fn add_assign(&mut self, other: Self) {
+        self.root += other.root;
+        self.depth_limit += other.depth_limit;
+        self.no_unwind_info += other.no_unwind_info;
+        self.unsupported += other.unsupported;
+        self.bad_stack += other.bad_stack;
+        self.frame_pointer += other.frame_pointer;
+    }
+}
+
+impl StackEnds {
+    /// Walks counted.
+    pub fn total(&self) -> u64 {
+        self.root
+            + self.depth_limit
+            + self.no_unwind_info
+            + self.unsupported
+            + self.bad_stack
+            + self.frame_pointer
+    }
+}
+
 /// How the agent samples. Start from [`AgentConfig::default`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AgentConfig {
@@ -160,6 +231,8 @@ pub struct AgentConfig {
     /// Keep every sample and probe record in the profile, not only the
     /// aggregates. Default false.
     pub keep_samples: bool,
+    /// How the handler walks stacks. Default [`Unwind::Mixed`].
+    pub unwind: Unwind,
 }
 
 impl Default for AgentConfig {
@@ -173,6 +246,7 @@ impl Default for AgentConfig {
             signal: libc::SIGPROF,
             collect_every: Duration::from_millis(20),
             keep_samples: false,
+            unwind: Unwind::Mixed,
         }
     }
 }
@@ -398,6 +472,7 @@ struct Totals {
     dropped: u64,
     probe_dropped: u64,
     lookups: u64,
+    ends: StackEnds,
 }
 
 struct Shared {
@@ -412,6 +487,8 @@ struct Shared {
     wake: Condvar,
     /// Whether a window is being profiled ([`Agent::profile_window`]).
     window_busy: AtomicBool,
+    /// The native unwind tables ([`Unwind::Mixed`] only).
+    modules: Option<Arc<ModuleSlot>>,
 }
 
 struct Threads {
@@ -492,6 +569,10 @@ impl Shared {
             .collect();
         let records: Vec<&ThreadRecord> = list.iter().map(|a| &a.record).collect();
         collector.collect(&self.manager, &self.log, &records);
+        // Under the collector's lock: the module slot has one writer.
+        if let Some(modules) = &self.modules {
+            modules.refresh(&self.manager);
+        }
         let mut threads = self.threads.lock();
         for (a, gone) in list.iter().zip(gone) {
             if gone {
@@ -500,6 +581,7 @@ impl Shared {
                 threads.totals.dropped += a.record.samples.dropped();
                 threads.totals.probe_dropped += a.record.probes.dropped();
                 threads.totals.lookups += a.record.lookups();
+                threads.totals.ends += a.record.ends();
                 threads.list.retain(|x| !Arc::ptr_eq(x, a));
             }
         }
@@ -581,6 +663,7 @@ impl Agent {
             stopping: Mutex::new(false),
             wake: Condvar::new(),
             window_busy: AtomicBool::new(false),
+            modules: (config.unwind == Unwind::Mixed).then(|| Arc::new(ModuleSlot::loaded())),
         });
         let previous = match install_handler(config.signal) {
             Ok(previous) => previous,
@@ -746,6 +829,9 @@ impl Agent {
                 taken: Default::default(),
                 lookups: Default::default(),
                 busy: Default::default(),
+                modules: self.shared.modules.clone(),
+                scratch: unwind::ProducerScratch::new(),
+                ends: Default::default(),
             },
             timer: Mutex::new(None),
             detached: AtomicBool::new(false),
@@ -828,6 +914,7 @@ impl Agent {
             taken: threads.totals.taken,
             dropped: threads.totals.dropped,
             lookups: threads.totals.lookups,
+            stack_ends: threads.totals.ends,
             probes: ProbeCounts {
                 dropped: threads.totals.probe_dropped,
                 ..ProbeCounts::default()
@@ -839,6 +926,7 @@ impl Agent {
             base.dropped += a.record.samples.dropped();
             base.probes.dropped += a.record.probes.dropped();
             base.lookups += a.record.lookups();
+            base.stack_ends += a.record.ends();
         }
         drop(threads);
         // Release: this agent's teardown happens before the next start.

@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use crate::JitKind;
 
+use super::StackEnds;
+
 /// One version of a JIT method that appears in the profile.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MethodVersion {
@@ -184,6 +186,8 @@ pub struct Profile {
     pub unattributed: u64,
     /// Lookups the handlers made (one per frame).
     pub lookups: u64,
+    /// Why the stack walks ended (one per sample the handlers recorded).
+    pub stack_ends: StackEnds,
     /// Threads that were attached.
     pub threads: usize,
     /// Ring memory per attached thread, in bytes (samples and probes).

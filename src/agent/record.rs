@@ -1,12 +1,19 @@
 //! The per-thread record: everything the signal handler and the probes of one
 //! thread touch, allocated when the thread attaches.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::ExecutionManager;
 use crate::epoch::Reader;
 
+use super::StackEnds;
 use super::ring::Ring;
+use super::unwind::modules::ModuleSlot;
+use super::unwind::{ProducerScratch, StackEnd};
+
+/// How many [`StackEnd`] reasons there are.
+pub(crate) const STACK_ENDS: usize = 6;
 
 /// Marks a live record, so that a stray pointer is caught before it is used.
 pub(crate) const RECORD_MAGIC: u64 = 0x6a69_746d_6170_7468; // "jitmapth"
@@ -98,6 +105,13 @@ pub(crate) struct ThreadRecord {
     /// Set while the thread itself samples synchronously: the handler then
     /// drops its sample instead of becoming a second producer.
     pub(crate) busy: AtomicBool,
+    /// The native unwind tables, in [`super::Unwind::Mixed`]; `None` walks
+    /// frame pointers.
+    pub(crate) modules: Option<Arc<ModuleSlot>>,
+    /// The mixed unwinder's context and rule cache (the producer's alone).
+    pub(crate) scratch: ProducerScratch,
+    /// Walks ended, by [`StackEnd`] (in its declaration order).
+    pub(crate) ends: [AtomicU64; STACK_ENDS],
 }
 
 impl ThreadRecord {
@@ -117,6 +131,27 @@ impl ThreadRecord {
     pub(crate) fn lookups(&self) -> u64 {
         // Relaxed: as `taken`.
         self.lookups.load(Ordering::Relaxed)
+    }
+
+    /// Counts one walk's end.
+    #[inline]
+    pub(crate) fn count_end(&self, end: StackEnd) {
+        // Relaxed: a statistic; `fetch_add` as for `taken`.
+        self.ends[end as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Walks ended so far, by reason.
+    pub(crate) fn ends(&self) -> StackEnds {
+        // Relaxed: as `taken`.
+        let n = |end: StackEnd| self.ends[end as usize].load(Ordering::Relaxed);
+        StackEnds {
+            root: n(StackEnd::Root),
+            depth_limit: n(StackEnd::DepthLimit),
+            no_unwind_info: n(StackEnd::NoUnwindInfo),
+            unsupported: n(StackEnd::Unsupported),
+            bad_stack: n(StackEnd::BadStack),
+            frame_pointer: n(StackEnd::FramePointer),
+        }
     }
 }
 

@@ -5,6 +5,7 @@ use std::fmt;
 
 use crate::heap::{CodeHeader, DebugEntry, GcInfo, Hit, JitKind};
 use crate::image::{ImageHit, ImageSection, RegionInfo};
+use crate::info::EhFrame;
 
 #[derive(Clone, Copy)]
 enum Source<'g> {
@@ -134,6 +135,32 @@ impl<'g> CodeBlock<'g> {
                 .unwind_at(self.offset)
                 .map(|(_, e)| &*e.data),
             Source::Image { image, hit } => Some(&image.function(hit.function).unwind),
+        }
+    }
+
+    /// The method's DWARF unwinding tables ([`crate::info::CodeInfo::eh_frame`]),
+    /// if its host gave them: JIT code only. The agent's mixed unwinder steps
+    /// through a JIT frame with them.
+    ///
+    /// ```
+    /// use jitmap::{CodeInfo, ExecutionManager, HeapConfig, JitKind};
+    /// use jitmap::info::EhFrame;
+    /// let manager = ExecutionManager::new(2);
+    /// let heap = manager.create_heap(HeapConfig { span: 1 << 20, ..HeapConfig::default() })?;
+    /// let mut r = heap.reserve(16)?;
+    /// r.code_mut().fill(0xC3);
+    /// let mut info = CodeInfo::new(1, "ret", JitKind::Optimized);
+    /// info.eh_frame = Some(EhFrame { frame: vec![0; 4].into(), header: Box::default() });
+    /// let code = r.publish(info)?;
+    /// let reader = manager.register_reader()?;
+    /// let guard = manager.pin(&reader)?;
+    /// assert_eq!(guard.find(code.start()).unwrap().eh_frame().unwrap().frame.len(), 4);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn eh_frame(&self) -> Option<&'g EhFrame> {
+        match self.source {
+            Source::Jit { hit, .. } => jit_header(hit).info().eh_frame.as_ref(),
+            Source::Image { .. } => None,
         }
     }
 

@@ -43,6 +43,9 @@ pub enum DemoError {
     /// The Cranelift module refused.
     #[cfg(feature = "cranelift")]
     Cranelift(jitmap_cranelift::JitError),
+    /// Building or loading a native part of a demo failed (the C compiler,
+    /// `dlopen`).
+    Setup(String),
 }
 
 impl fmt::Display for DemoError {
@@ -51,6 +54,7 @@ impl fmt::Display for DemoError {
             Self::Assemble(e) => write!(f, "assembling the demo: {e}"),
             Self::Heap(e) => write!(f, "publishing the demo: {e}"),
             Self::Manager(e) => write!(f, "creating the demo heap: {e}"),
+            Self::Setup(reason) => write!(f, "setting up the demo: {reason}"),
             #[cfg(feature = "cranelift")]
             Self::Cranelift(e) => write!(f, "compiling the demo with Cranelift: {e}"),
         }

@@ -18,6 +18,7 @@ pub mod demo;
 #[cfg(feature = "cranelift")]
 pub mod demo_cranelift;
 pub mod e2e;
+pub mod frameless;
 pub mod inlined;
 pub mod jitcode;
 pub mod model;

@@ -410,6 +410,9 @@ int main(void) {
     bad_ac = ac;
     bad_ac.clock = 5;
     EXPECT(jitmap_agent_start(m, &bad_ac, &agent), JITMAP_STATUS_BAD_ARGUMENT);
+    jitmap_agent_config_default(&bad_ac);
+    bad_ac.unwind = 2;
+    EXPECT(jitmap_agent_start(m, &bad_ac, &agent), JITMAP_STATUS_BAD_ARGUMENT);
     OK(jitmap_agent_start(m, &ac, &agent));
     jitmap_agent *second;
     EXPECT(jitmap_agent_start(m, &ac, &second), JITMAP_STATUS_AGENT_RUNNING);

@@ -1,0 +1,272 @@
+//! The handler's mixed unwinder: JIT frames step with the method's own CFI
+//! (its `.eh_frame`) or, without one, by the frame-pointer convention; native
+//! frames step with the `.eh_frame` of the object that holds them.
+//!
+//! Every step is one [`Rule`] applied to three registers (pc, stack pointer,
+//! frame pointer), reading at most two words, each checked to lie on the
+//! thread's stack and be aligned; the new stack pointer must rise. A frame
+//! that cannot be stepped ends the stack with a [`StackEnd`] reason, which
+//! the agent counts: it never guesses.
+//!
+//! The native objects' tables are copied out of the loaded objects by the
+//! collector ([`modules`]) and published to the handlers under the manager's
+//! grace periods. Nothing here allocates, locks or makes a system call while
+//! the handler runs: the gimli evaluation context and the rule cache are
+//! allocated when the thread attaches (`tests/agent_unwind.rs` counts the
+//! handler's allocations).
+
+pub(crate) mod cache;
+pub(crate) mod jit;
+pub(crate) mod modules;
+pub(crate) mod rule;
+
+use std::cell::UnsafeCell;
+
+pub(crate) use rule::Rule;
+
+/// Why a stack walk ended. The agent counts each reason
+/// ([`super::StackEnds`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum StackEnd {
+    /// The outermost frame: its CFI says there is no return address
+    /// (`_start`, a thread's start), or the return address is zero.
+    Root,
+    /// `max_depth` frames were recorded.
+    DepthLimit,
+    /// A native pc outside every loaded object's unwind tables.
+    NoUnwindInfo,
+    /// CFI the handler does not evaluate (a CFA computed by a DWARF
+    /// expression, such as a signal trampoline's, or a return address kept
+    /// in a register).
+    Unsupported,
+    /// A step would read off the stack or misaligned, or would not move
+    /// towards the stack's base.
+    BadStack,
+    /// The frame-pointer walk ([`super::Unwind::FramePointer`]) met a frame
+    /// pointer it cannot follow, or a zero return address.
+    FramePointer,
+}
+
+/// The registers a step needs: the pc, the stack pointer and the frame
+/// pointer, which is `None` once a frame's CFI says its value is lost.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Regs {
+    pub(crate) pc: usize,
+    pub(crate) sp: usize,
+    pub(crate) fp: Option<usize>,
+}
+
+/// The interrupted thread's stack, for validated reads.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Stack {
+    pub(crate) lo: usize,
+    pub(crate) hi: usize,
+}
+
+impl Stack {
+    /// The word at `addr`, if it lies inside the stack and is aligned.
+    #[inline]
+    pub(crate) fn read(&self, addr: usize) -> Option<usize> {
+        if addr < self.lo || !addr.is_multiple_of(8) || addr.checked_add(8)? > self.hi {
+            return None;
+        }
+        // SAFETY: `addr` is aligned and inside the interrupted thread's own
+        // stack, between its stack pointer and its base: mapped and readable.
+        Some(unsafe { std::ptr::read_volatile(addr as *const usize) })
+    }
+}
+
+/// Applies `rule` to the frame `regs` describe: the caller's registers.
+#[inline]
+pub(crate) fn step(regs: Regs, rule: Rule, stack: &Stack) -> Result<Regs, StackEnd> {
+    let base = match rule.base {
+        rule::Base::Sp => regs.sp,
+        rule::Base::Fp => regs.fp.ok_or(StackEnd::Unsupported)?,
+    };
+    let cfa = base
+        .checked_add_signed(rule.offset as isize)
+        .ok_or(StackEnd::BadStack)?;
+    // The caller's frame lies above this one: a CFA at or below the stack
+    // pointer is corrupt data or a loop.
+    if cfa <= regs.sp {
+        return Err(StackEnd::BadStack);
+    }
+    let Some(ra_offset) = rule.ra else {
+        return Err(StackEnd::Root);
+    };
+    let slot = |offset: i32| {
+        cfa.checked_add_signed(offset as isize)
+            .and_then(|addr| stack.read(addr))
+            .ok_or(StackEnd::BadStack)
+    };
+    let ra = slot(ra_offset)?;
+    if ra == 0 {
+        return Err(StackEnd::Root);
+    }
+    let fp = match rule.fp {
+        rule::Saved::Same => regs.fp,
+        rule::Saved::At(offset) => Some(slot(offset)?),
+        rule::Saved::Lost => None,
+    };
+    Ok(Regs {
+        pc: ra,
+        sp: cfa,
+        fp,
+    })
+}
+
+/// What one thread's handler evaluates CFI with: a gimli context (its row
+/// stack allocated once, here) and a cache of native rules.
+pub(crate) struct Scratch {
+    pub(crate) context: gimli::UnwindContext<usize>,
+    pub(crate) cache: cache::RuleCache,
+}
+
+/// [`Scratch`] behind the discipline of the thread's sample ring: only its
+/// one producer (the thread's handler, or a synchronous sample while the
+/// handler stands aside) touches it.
+pub(crate) struct ProducerScratch(UnsafeCell<Scratch>);
+
+// SAFETY: only the attached thread and its signal handler reach the cell, one
+// at a time (`ThreadRecord::busy` keeps a synchronous sample and the handler
+// apart, and the handler does not nest); other threads only hold the record.
+unsafe impl Sync for ProducerScratch {}
+
+impl ProducerScratch {
+    /// A fresh context and an empty cache: the only allocations the
+    /// unwinder makes for a thread.
+    pub(crate) fn new() -> Self {
+        Self(UnsafeCell::new(Scratch {
+            context: gimli::UnwindContext::new(),
+            cache: cache::RuleCache::new(),
+        }))
+    }
+
+    /// The scratch space.
+    ///
+    /// # Safety
+    /// The caller is the record's one producer at this moment (see the type).
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) unsafe fn get(&self) -> &mut Scratch {
+        // SAFETY: one producer at a time (the caller's contract), so no other
+        // reference to the cell's contents exists.
+        unsafe { &mut *self.0.get() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rule::{Base, Saved};
+    use super::*;
+
+    fn on(words: &[usize]) -> Stack {
+        let lo = words.as_ptr() as usize;
+        Stack {
+            lo,
+            hi: lo + words.len() * 8,
+        }
+    }
+
+    #[test]
+    fn a_frame_pointer_step_reads_the_saved_pair() {
+        let words = [0usize, 0, 0x1111, 0x4242, 0];
+        let stack = on(&words);
+        let fp = stack.lo + 16;
+        let regs = Regs {
+            pc: 1,
+            sp: stack.lo,
+            fp: Some(fp),
+        };
+        let next = step(regs, Rule::FRAME_POINTER, &stack).unwrap();
+        assert_eq!(
+            next,
+            Regs {
+                pc: 0x4242,
+                sp: fp + 16,
+                fp: Some(0x1111)
+            }
+        );
+    }
+
+    #[test]
+    fn an_entry_step_takes_the_top_word_and_keeps_the_frame_pointer() {
+        let words = [0x77usize, 9];
+        let stack = on(&words);
+        let regs = Regs {
+            pc: 1,
+            sp: stack.lo,
+            fp: Some(5),
+        };
+        let next = step(regs, Rule::AT_ENTRY, &stack).unwrap();
+        assert_eq!(
+            next,
+            Regs {
+                pc: 0x77,
+                sp: stack.lo + 8,
+                fp: Some(5)
+            }
+        );
+    }
+
+    #[test]
+    fn each_bad_step_ends_with_its_reason() {
+        let words = [0usize, 0x10, 0, 0];
+        let stack = on(&words);
+        let regs = Regs {
+            pc: 1,
+            sp: stack.lo,
+            fp: None,
+        };
+        // The frame pointer is lost, and the rule needs it.
+        assert_eq!(
+            step(regs, Rule::FRAME_POINTER, &stack),
+            Err(StackEnd::Unsupported)
+        );
+        // A CFA that does not rise.
+        let sinking = Rule {
+            base: Base::Sp,
+            offset: 0,
+            ra: Some(-8),
+            fp: Saved::Same,
+        };
+        assert_eq!(step(regs, sinking, &stack), Err(StackEnd::BadStack));
+        // A return address slot past the stack's base.
+        let far = Rule {
+            offset: 64,
+            ..sinking
+        };
+        assert_eq!(step(regs, far, &stack), Err(StackEnd::BadStack));
+        // A misaligned slot.
+        let odd = Rule {
+            offset: 12,
+            ..sinking
+        };
+        assert_eq!(step(regs, odd, &stack), Err(StackEnd::BadStack));
+        // No return address: the root.
+        let root = Rule {
+            offset: 8,
+            ra: None,
+            ..sinking
+        };
+        assert_eq!(step(regs, root, &stack), Err(StackEnd::Root));
+        // A zero return address is the root too.
+        let zero = Rule {
+            offset: 24,
+            ..sinking
+        };
+        assert_eq!(step(regs, zero, &stack), Err(StackEnd::Root));
+        // And a good one.
+        let good = Rule {
+            offset: 16,
+            ..sinking
+        };
+        assert_eq!(
+            step(regs, good, &stack),
+            Ok(Regs {
+                pc: 0x10,
+                sp: stack.lo + 16,
+                fp: None
+            })
+        );
+    }
+}

@@ -1,0 +1,383 @@
+//! The loaded objects' unwind tables, for native frames.
+//!
+//! The collector lists the process's objects with `dl_iterate_phdr` and
+//! copies each one's `.eh_frame_hdr` (the `PT_GNU_EH_FRAME` segment: a
+//! sorted table from function start to FDE) and `.eh_frame` into a
+//! [`ModuleTable`]. The copies keep the objects' addresses, so the tables'
+//! pc-relative pointers resolve as in the object. Because the handler reads
+//! only the copies, an object unloaded by `dlclose` while a handler runs
+//! takes nothing from under it: its table goes when the next table replaces
+//! it and the grace period of every handler pinned before then has passed.
+//!
+//! A table is rebuilt when the loader's counts of loads and unloads
+//! (`dlpi_adds`, `dlpi_subs`) change, on the collector's next pass; the
+//! objects that stayed are shared with the previous table, not copied again.
+//! Until then, a pc in a new object ends the stack as
+//! [`StackEnd::NoUnwindInfo`].
+
+use std::ffi::CStr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+
+use gimli::{
+    BaseAddresses, EhFrame, EhFrameHdr, LittleEndian, Pointer, UnwindContext, UnwindSection,
+};
+
+use crate::ExecutionManager;
+use crate::manager::ManagerGuard;
+
+use super::{Rule, StackEnd};
+
+/// Numbers tables process-wide, from 1: a rule cache entry names the table
+/// it came from.
+static GENERATIONS: AtomicU64 = AtomicU64::new(1);
+
+/// One loaded object's copied tables.
+pub(crate) struct Module {
+    name: String,
+    /// The object's load bias (`dlpi_addr`).
+    base: usize,
+    hdr_addr: usize,
+    hdr: Box<[u8]>,
+    frame_addr: usize,
+    frame: Box<[u8]>,
+}
+
+impl Module {
+    /// The rule at `at`, an address in this object's code.
+    fn rule(&self, at: usize, context: &mut UnwindContext<usize>) -> Result<Rule, StackEnd> {
+        let bases = BaseAddresses::default()
+            .set_eh_frame_hdr(self.hdr_addr as u64)
+            .set_eh_frame(self.frame_addr as u64);
+        let header = EhFrameHdr::new(&self.hdr, LittleEndian)
+            .parse(&bases, size_of::<usize>() as u8)
+            .map_err(|_| StackEnd::NoUnwindInfo)?;
+        let table = header.table().ok_or(StackEnd::NoUnwindInfo)?;
+        let frame = EhFrame::new(&self.frame, LittleEndian);
+        let fde = table
+            .fde_for_address(&frame, &bases, at as u64, EhFrame::cie_from_offset)
+            .map_err(|_| StackEnd::NoUnwindInfo)?;
+        let row = fde
+            .unwind_info_for_address(&frame, &bases, context, at as u64)
+            .map_err(|_| StackEnd::Unsupported)?;
+        Rule::from_row(row)
+    }
+}
+
+/// An executable segment, and the module whose tables cover it.
+#[derive(Clone, Copy)]
+struct Segment {
+    lo: usize,
+    hi: usize,
+    module: usize,
+}
+
+/// Every loaded object's tables, as of one `dl_iterate_phdr` pass.
+pub(crate) struct ModuleTable {
+    pub(crate) generation: u64,
+    /// The loader's (loads, unloads) counts when the table was built.
+    loader: (u64, u64),
+    /// Sorted by `lo`, not overlapping.
+    segments: Vec<Segment>,
+    modules: Vec<Arc<Module>>,
+}
+
+impl ModuleTable {
+    /// Lists the loaded objects and copies their tables; objects `previous`
+    /// already holds are shared, not copied.
+    pub(crate) fn load(previous: Option<&ModuleTable>) -> ModuleTable {
+        let mut pass = Pass {
+            previous,
+            table: ModuleTable {
+                // Relaxed: a unique number is all that is needed.
+                generation: GENERATIONS.fetch_add(1, Ordering::Relaxed),
+                loader: (0, 0),
+                segments: Vec::new(),
+                modules: Vec::new(),
+            },
+        };
+        // SAFETY: `each` matches the callback type and only uses `data` as
+        // the `Pass` passed here, which outlives the call.
+        unsafe { libc::dl_iterate_phdr(Some(each), (&raw mut pass).cast()) };
+        let mut table = pass.table;
+        table.segments.sort_by_key(|s| s.lo);
+        table
+    }
+
+    /// The rule at `at` (a pc, or a return address minus one).
+    pub(crate) fn rule(
+        &self,
+        at: usize,
+        context: &mut UnwindContext<usize>,
+    ) -> Result<Rule, StackEnd> {
+        let i = self.segments.partition_point(|s| s.lo <= at);
+        let segment = i
+            .checked_sub(1)
+            .map(|i| self.segments[i])
+            .filter(|s| at < s.hi)
+            .ok_or(StackEnd::NoUnwindInfo)?;
+        self.modules[segment.module].rule(at, context)
+    }
+
+    /// The objects the table covers: name (empty for the main program) and
+    /// load bias.
+    #[cfg(test)]
+    pub(crate) fn objects(&self) -> impl Iterator<Item = (&str, usize)> {
+        self.modules.iter().map(|m| (m.name.as_str(), m.base))
+    }
+}
+
+/// The state of one `dl_iterate_phdr` pass.
+struct Pass<'p> {
+    previous: Option<&'p ModuleTable>,
+    table: ModuleTable,
+}
+
+/// The loader's (loads, unloads) counts now.
+pub(crate) fn loader_counts() -> (u64, u64) {
+    unsafe extern "C" fn first(
+        info: *mut libc::dl_phdr_info,
+        _size: usize,
+        data: *mut libc::c_void,
+    ) -> libc::c_int {
+        // SAFETY: the loader passes a valid info; `data` is the tuple below.
+        unsafe {
+            *data.cast::<(u64, u64)>() = ((*info).dlpi_adds, (*info).dlpi_subs);
+        }
+        1
+    }
+    let mut counts = (0u64, 0u64);
+    // SAFETY: `first` matches the callback type and writes only `counts`.
+    unsafe { libc::dl_iterate_phdr(Some(first), (&raw mut counts).cast()) };
+    counts
+}
+
+/// Adds one object to the pass's table.
+unsafe extern "C" fn each(
+    info: *mut libc::dl_phdr_info,
+    _size: usize,
+    data: *mut libc::c_void,
+) -> libc::c_int {
+    // SAFETY: `data` is the `Pass` that `ModuleTable::load` passed; the
+    // loader passes a valid info, whose program headers and segments stay
+    // mapped until this callback returns (the loader holds its lock).
+    unsafe {
+        let pass = &mut *data.cast::<Pass<'_>>();
+        let info = &*info;
+        pass.table.loader = (info.dlpi_adds, info.dlpi_subs);
+        add_object(pass, info);
+    }
+    0
+}
+
+/// # Safety
+/// Called from the `dl_iterate_phdr` callback, with its `info`.
+unsafe fn add_object(pass: &mut Pass<'_>, info: &libc::dl_phdr_info) {
+    let base = info.dlpi_addr as usize;
+    // SAFETY: the loader's program headers for this object.
+    let headers = unsafe { std::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum.into()) };
+    let name = if info.dlpi_name.is_null() {
+        String::new()
+    } else {
+        // SAFETY: a NUL-terminated name from the loader.
+        unsafe { CStr::from_ptr(info.dlpi_name) }
+            .to_string_lossy()
+            .into_owned()
+    };
+    let Some(eh) = headers.iter().find(|h| h.p_type == libc::PT_GNU_EH_FRAME) else {
+        return;
+    };
+    let hdr_addr = base + eh.p_vaddr as usize;
+    let loads: Vec<(usize, usize, bool)> = headers
+        .iter()
+        .filter(|h| h.p_type == libc::PT_LOAD)
+        .map(|h| {
+            let lo = base + h.p_vaddr as usize;
+            (lo, lo + h.p_memsz as usize, h.p_flags & libc::PF_X != 0)
+        })
+        .collect();
+    let kept = pass.previous.and_then(|t| {
+        t.modules
+            .iter()
+            .find(|m| m.base == base && m.hdr_addr == hdr_addr && m.name == name)
+    });
+    let module = match kept {
+        Some(m) => Arc::clone(m),
+        // SAFETY: the segments are mapped for the callback's duration.
+        None => match unsafe { copy_tables(name, base, hdr_addr, eh.p_memsz as usize, &loads) } {
+            Some(m) => Arc::new(m),
+            None => return,
+        },
+    };
+    let index = pass.table.modules.len();
+    pass.table.modules.push(module);
+    pass.table.segments.extend(
+        loads
+            .iter()
+            .filter(|(_, _, exec)| *exec)
+            .map(|&(lo, hi, _)| Segment {
+                lo,
+                hi,
+                module: index,
+            }),
+    );
+}
+
+/// Copies an object's `.eh_frame_hdr` and `.eh_frame`.
+///
+/// # Safety
+/// `hdr_addr..+hdr_len` and every segment in `loads` are mapped.
+unsafe fn copy_tables(
+    name: String,
+    base: usize,
+    hdr_addr: usize,
+    hdr_len: usize,
+    loads: &[(usize, usize, bool)],
+) -> Option<Module> {
+    // SAFETY: the PT_GNU_EH_FRAME segment is mapped (the caller's contract).
+    let hdr: Box<[u8]> =
+        unsafe { std::slice::from_raw_parts(hdr_addr as *const u8, hdr_len) }.into();
+    let bases = BaseAddresses::default().set_eh_frame_hdr(hdr_addr as u64);
+    let parsed = EhFrameHdr::new(&hdr, LittleEndian)
+        .parse(&bases, size_of::<usize>() as u8)
+        .ok()?;
+    let Pointer::Direct(frame_addr) = parsed.eh_frame_ptr() else {
+        return None;
+    };
+    let frame_addr = frame_addr as usize;
+    // `.eh_frame` has no size of its own in memory: it runs to its zero
+    // terminator, inside the segment that holds it.
+    let &(_, segment_end, _) = loads
+        .iter()
+        .find(|(lo, hi, _)| (*lo..*hi).contains(&frame_addr))?;
+    // SAFETY: inside a mapped PT_LOAD segment (the caller's contract).
+    let rest =
+        unsafe { std::slice::from_raw_parts(frame_addr as *const u8, segment_end - frame_addr) };
+    let frame = rest[..records_len(rest)].into();
+    Some(Module {
+        name,
+        base,
+        hdr_addr,
+        hdr,
+        frame_addr,
+        frame,
+    })
+}
+
+/// The length of the chain of CIE/FDE records at the start of `bytes`, up to
+/// and including a zero terminator; a record running past `bytes` ends it.
+fn records_len(bytes: &[u8]) -> usize {
+    let word = |at: usize| -> Option<u32> {
+        Some(u32::from_le_bytes(bytes.get(at..at + 4)?.try_into().ok()?))
+    };
+    let mut at = 0;
+    while let Some(length) = word(at) {
+        let next = match length {
+            0 => return at + 4,
+            // A 64-bit length follows; `.eh_frame` does not use it in practice.
+            0xffff_ffff => return at,
+            n => at + 4 + n as usize,
+        };
+        if next > bytes.len() {
+            return at;
+        }
+        at = next;
+    }
+    at
+}
+
+/// Where the handlers find the current table. The collector is its only
+/// writer.
+pub(crate) struct ModuleSlot {
+    current: AtomicPtr<ModuleTable>,
+}
+
+impl ModuleSlot {
+    /// A slot holding a fresh table.
+    pub(crate) fn loaded() -> Self {
+        Self {
+            current: AtomicPtr::new(Box::into_raw(Box::new(ModuleTable::load(None)))),
+        }
+    }
+
+    /// The table, for as long as `guard` is pinned: a table replaced after
+    /// the guard was pinned is retired through the guard's manager, so it
+    /// outlives the guard.
+    #[inline]
+    pub(crate) fn get<'g>(&self, _guard: &'g ManagerGuard<'_>) -> Option<&'g ModuleTable> {
+        // Acquire: pairs with `refresh`'s swap, so the table's contents are
+        // seen as built.
+        let table = self.current.load(Ordering::Acquire);
+        // SAFETY: non-null pointers in the slot come from `Box::into_raw`, and
+        // are freed only after the grace period of every guard pinned before
+        // they left the slot (`refresh`), or when the slot drops (no guard
+        // borrows it then: the handlers that read it have stopped).
+        unsafe { table.as_ref() }
+    }
+
+    /// Rebuilds the table if objects were loaded or unloaded since it was
+    /// built; returns whether it did. The old table is retired through
+    /// `manager`, whose guards the handlers pin. One caller at a time (the
+    /// collector, under its lock).
+    pub(crate) fn refresh(&self, manager: &ExecutionManager) -> bool {
+        // Acquire: as in `get`; this thread only reads the table's counts.
+        let old = self.current.load(Ordering::Acquire);
+        // SAFETY: the slot's writer is this caller, so `old` stays in the slot
+        // (and alive) until the swap below.
+        let old_ref = unsafe { &*old };
+        if old_ref.loader == loader_counts() {
+            return false;
+        }
+        let new = Box::into_raw(Box::new(ModuleTable::load(Some(old_ref))));
+        // AcqRel: Release publishes the new table to the handlers' Acquire
+        // loads; Acquire is for the old pointer handed to `retire`.
+        let old = self.current.swap(new, Ordering::AcqRel);
+        // SAFETY: `old` came from `Box::into_raw` and has just left the slot;
+        // the manager frees it after the grace period of every guard pinned now.
+        manager.retire(unsafe { Box::from_raw(old) });
+        true
+    }
+}
+
+impl Drop for ModuleSlot {
+    fn drop(&mut self) {
+        let table = *self.current.get_mut();
+        // SAFETY: from `Box::into_raw`; the slot is dropped when no record
+        // (and so no handler) can reach it.
+        drop(unsafe { Box::from_raw(table) });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_covers_this_function_and_libc() {
+        let table = ModuleTable::load(None);
+        let mut context = UnwindContext::new();
+        let here = the_table_covers_this_function_and_libc as usize;
+        let rule = table.rule(here + 1, &mut context).unwrap();
+        // Inside a function, past its entry: the CFA is above the stack
+        // pointer or the frame pointer, and the return address below it.
+        assert_eq!(rule.ra, Some(-8));
+        let getpid = libc::getpid as usize;
+        assert!(table.rule(getpid, &mut context).is_ok());
+        assert!(table.objects().any(|(name, _)| name.contains("libc.so")));
+        assert_eq!(table.rule(8, &mut context), Err(StackEnd::NoUnwindInfo));
+        assert_eq!(table.loader, loader_counts());
+    }
+
+    #[test]
+    fn records_len_stops_at_the_terminator_or_the_data() {
+        let mut bytes = Vec::new();
+        bytes.extend_from_slice(&4u32.to_le_bytes());
+        bytes.extend_from_slice(&[1, 2, 3, 4]);
+        bytes.extend_from_slice(&0u32.to_le_bytes());
+        bytes.extend_from_slice(&[9; 8]);
+        assert_eq!(records_len(&bytes), 12);
+        assert_eq!(records_len(&bytes[..10]), 8);
+        let runs_past = [100u8, 0, 0, 0, 1];
+        assert_eq!(records_len(&runs_past), 0);
+    }
+}

@@ -1,0 +1,318 @@
+//! Stacks that a frame-pointer walk gets wrong, for the agent's mixed
+//! unwinder: JIT code that calls a native leaf built without frame pointers,
+//! and JIT code that keeps no frame pointer at all (it uses rbp as a scratch
+//! register) and says so in its `.eh_frame`.
+//!
+//! - [`Frameless::native_leaf`]: the host's [`drive_native`] calls JIT
+//!   `jit_top`, which calls JIT `jit_mid`, which calls `frameless_leaf`, a C
+//!   loop compiled at run time with `-O2 -fomit-frame-pointer` into a shared
+//!   object and loaded with `dlopen`. A sample in the leaf has rbp still
+//!   pointing at `jit_mid`'s frame, so a frame-pointer walk loses `jit_mid`.
+//! - [`Frameless::jit_without_fp`]: [`drive_jit`] calls `jit_top_nofp`, which
+//!   calls `jit_mid_nofp`, which loops. Neither sets up rbp: `jit_mid_nofp`
+//!   saves it like any callee-saved register and fills it with garbage while
+//!   it loops. Both carry an `.eh_frame` (built with gimli) that describes
+//!   every instruction.
+//!
+//! The expected stacks, leaf first, are [`NATIVE_STACK`] and [`JIT_STACK`].
+
+use std::ffi::CString;
+use std::path::Path;
+
+use gimli::write::{
+    Address, CallFrameInstruction, CommonInformationEntry, EhFrame, EndianVec,
+    FrameDescriptionEntry, FrameTable,
+};
+use gimli::{Encoding, Format, RunTimeEndian, X86_64};
+use iced_x86::IcedError;
+use iced_x86::code_asm::{CodeAssembler, rax, rbp, rcx, rdi, rsp};
+use jitmap::info::EhFrame as JitEhFrame;
+use jitmap::{CodeInfo, CodeRef, JitKind, OwnedHeap};
+
+use crate::demo::DemoError;
+
+/// The innermost frames of a sample in the native leaf, leaf first.
+pub const NATIVE_STACK: [&str; 4] = [
+    "frameless_leaf",
+    "jit_mid",
+    "jit_top",
+    "jitmap_testkit::frameless::drive_native",
+];
+
+/// The innermost frames of a sample in the frameless JIT code, leaf first.
+pub const JIT_STACK: [&str; 3] = [
+    "jit_mid_nofp",
+    "jit_top_nofp",
+    "jitmap_testkit::frameless::drive_jit",
+];
+
+/// The C leaf: a loop with no calls and no stack frame.
+const LEAF_C: &str = r#"
+#include <stdint.h>
+uint64_t frameless_leaf(uint64_t n) {
+    uint64_t x = n;
+    for (uint64_t i = 0; i < n; i++) {
+        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+        __asm__ volatile("" : "+r"(x));
+    }
+    return x;
+}
+"#;
+
+/// A JIT entry point: `f(n)`.
+type Entry = extern "C" fn(u64) -> u64;
+
+/// The published workloads and the loaded leaf.
+pub struct Frameless {
+    native_top: Entry,
+    jit_top: Entry,
+    _code: Vec<CodeRef>,
+}
+
+impl Frameless {
+    /// Compiles the C leaf into `dir` (with `cc`), loads it, and publishes
+    /// the four JIT functions into `heap`.
+    pub fn build(heap: &OwnedHeap, dir: &Path) -> Result<Self, DemoError> {
+        let leaf = compile_leaf(dir)?;
+        let mid = publish(heap, "jit_mid", 1, &calls_with_frame(leaf), None)?;
+        let top = publish(
+            heap,
+            "jit_top",
+            2,
+            &calls_with_frame(mid.start() as u64),
+            None,
+        )?;
+        let mid_nofp = publish(
+            heap,
+            "jit_mid_nofp",
+            3,
+            &spins_without_frame,
+            Some(MID_NOFP_CFI),
+        )?;
+        let top_nofp = publish(
+            heap,
+            "jit_top_nofp",
+            4,
+            &calls_without_frame(mid_nofp.start() as u64),
+            Some(TOP_NOFP_CFI),
+        )?;
+        // SAFETY: published functions with this C signature (below).
+        let (native_top, jit_top) = unsafe {
+            (
+                std::mem::transmute::<usize, Entry>(top.start()),
+                std::mem::transmute::<usize, Entry>(top_nofp.start()),
+            )
+        };
+        Ok(Self {
+            native_top,
+            jit_top,
+            _code: vec![mid, top, mid_nofp, top_nofp],
+        })
+    }
+
+    /// Runs the native-leaf stack once, `n` loop steps in the leaf.
+    pub fn native_leaf(&self, n: u64) -> u64 {
+        drive_native(self.native_top, n)
+    }
+
+    /// Runs the frameless JIT stack once, `n` loop steps in `jit_mid_nofp`.
+    pub fn jit_without_fp(&self, n: u64) -> u64 {
+        drive_jit(self.jit_top, n)
+    }
+}
+
+/// The host function under the native-leaf stack.
+#[inline(never)]
+pub fn drive_native(top: Entry, n: u64) -> u64 {
+    std::hint::black_box(top(std::hint::black_box(n)))
+}
+
+/// The host function under the frameless JIT stack. (Its code differs from
+/// [`drive_native`]'s, or the compiler merges the two.)
+#[inline(never)]
+pub fn drive_jit(top: Entry, n: u64) -> u64 {
+    std::hint::black_box(top(std::hint::black_box(n)) ^ 1)
+}
+
+/// Builds and loads the C leaf; returns its address.
+fn compile_leaf(dir: &Path) -> Result<u64, DemoError> {
+    let source = dir.join("frameless_leaf.c");
+    let object = dir.join("libframeless_leaf.so");
+    std::fs::write(&source, LEAF_C).map_err(|e| DemoError::Setup(format!("{source:?}: {e}")))?;
+    let status = std::process::Command::new("cc")
+        .args(["-O2", "-fomit-frame-pointer", "-fPIC", "-shared", "-o"])
+        .arg(&object)
+        .arg(&source)
+        .status()
+        .map_err(|e| DemoError::Setup(format!("running cc: {e}")))?;
+    if !status.success() {
+        return Err(DemoError::Setup(format!("cc failed: {status}")));
+    }
+    let path = CString::new(object.to_string_lossy().as_bytes())
+        .map_err(|e| DemoError::Setup(e.to_string()))?;
+    // SAFETY: a valid path; the object is kept loaded for the process's life
+    // (never closed), so its code stays where the JIT code calls it.
+    let handle = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW) };
+    if handle.is_null() {
+        return Err(DemoError::Setup(format!("dlopen {object:?} failed")));
+    }
+    // SAFETY: a live handle and a NUL-terminated symbol name.
+    let leaf = unsafe { libc::dlsym(handle, c"frameless_leaf".as_ptr()) };
+    if leaf.is_null() {
+        return Err(DemoError::Setup("frameless_leaf not found".into()));
+    }
+    Ok(leaf as u64)
+}
+
+/// A function body assembled at its address.
+type Body = dyn Fn(&mut CodeAssembler) -> Result<(), IcedError>;
+
+/// `push rbp; mov rbp, rsp; call target; pop rbp; ret`: a frame-pointer
+/// frame (described by the convention, no CFI).
+fn calls_with_frame(target: u64) -> impl Fn(&mut CodeAssembler) -> Result<(), IcedError> {
+    move |a| {
+        a.push(rbp)?;
+        a.mov(rbp, rsp)?;
+        a.mov(rax, target)?;
+        a.call(rax)?;
+        a.pop(rbp)?;
+        a.ret()
+    }
+}
+
+/// `sub rsp, 8; call target; add rsp, 8; ret`: no frame pointer.
+fn calls_without_frame(target: u64) -> impl Fn(&mut CodeAssembler) -> Result<(), IcedError> {
+    move |a| {
+        a.sub(rsp, 8)?; // 4 bytes
+        a.mov(rax, target)?; // 10
+        a.call(rax)?; // 2
+        a.add(rsp, 8)?; // 4
+        a.ret()
+    }
+}
+
+/// Saves rbp, fills it with garbage, loops `rdi` times, restores it.
+fn spins_without_frame(a: &mut CodeAssembler) -> Result<(), IcedError> {
+    a.push(rbp)?; // 1 byte
+    a.sub(rsp, 16)?; // 4
+    a.mov(rbp, 0x0bad_f00d_u64)?; // 10
+    a.mov(rcx, rdi)?; // 3
+    let mut again = a.create_label();
+    a.set_label(&mut again)?;
+    a.dec(rcx)?;
+    a.jnz(again)?;
+    a.mov(rax, rdi)?;
+    a.add(rsp, 16)?;
+    a.pop(rbp)?;
+    a.ret()
+}
+
+/// CFI rows as (code offset, CFA offset from rsp, rbp saved at CFA - 16),
+/// from the first instruction; the last row covers the `ret`.
+type Cfi = &'static [(u32, i32, bool)];
+
+/// `spins_without_frame`: `push rbp` (1 byte), `sub rsp, 16` (4), `mov rbp,
+/// imm64` (10), `mov rcx, rdi` (3), `dec rcx` (3), `jnz` (2), `mov rax, rdi`
+/// (3), `add rsp, 16` at 26 (4), `pop rbp` at 30, `ret` at 31. CFA = rsp+16
+/// with rbp saved after the push, rsp+32 after the `sub`, rsp+16 after the
+/// `add`, rsp+8 with rbp restored after the pop.
+const MID_NOFP_CFI: Cfi = &[
+    (0, 8, false),
+    (1, 16, true),
+    (5, 32, true),
+    (30, 16, true),
+    (31, 8, false),
+];
+
+/// `calls_without_frame`: CFA = rsp+16 between `sub rsp, 8` (4 bytes) and
+/// `add rsp, 8` (at 16, 4 bytes), rsp+8 at the `ret` (20).
+const TOP_NOFP_CFI: Cfi = &[(0, 8, false), (4, 16, false), (20, 8, false)];
+
+/// Assembles `body` at a reserved address and publishes it as `name`, with
+/// an `.eh_frame` built from `cfi` if given.
+fn publish(
+    heap: &OwnedHeap,
+    name: &str,
+    method_id: u64,
+    body: &Body,
+    cfi: Option<Cfi>,
+) -> Result<CodeRef, DemoError> {
+    let mut a = CodeAssembler::new(64)?;
+    body(&mut a)?;
+    let size = a.assemble(0)?.len() as u64;
+    let mut r = heap.reserve(size)?;
+    let mut a = CodeAssembler::new(64)?;
+    body(&mut a)?;
+    let bytes = a.assemble(r.address() as u64)?;
+    r.code_mut().copy_from_slice(&bytes);
+    let mut info = CodeInfo::new(method_id, name, JitKind::Optimized);
+    info.eh_frame = cfi.map(|rows| JitEhFrame {
+        frame: eh_frame(r.address(), bytes.len() as u32, rows),
+        header: Box::new([]),
+    });
+    Ok(r.publish(info)?)
+}
+
+/// One CIE (CFA = rsp+8, return address at CFA-8) and one FDE with `rows`.
+fn eh_frame(start: usize, len: u32, rows: Cfi) -> Box<[u8]> {
+    let encoding = Encoding {
+        format: Format::Dwarf32,
+        version: 1,
+        address_size: 8,
+    };
+    let mut cie = CommonInformationEntry::new(encoding, 1, -8, X86_64::RA);
+    cie.add_instruction(CallFrameInstruction::Cfa(X86_64::RSP, 8));
+    cie.add_instruction(CallFrameInstruction::Offset(X86_64::RA, -8));
+    let mut table = FrameTable::default();
+    let cie = table.add_cie(cie);
+    let mut fde = FrameDescriptionEntry::new(Address::Constant(start as u64), len);
+    let mut saved = false;
+    for &(offset, cfa, rbp_saved) in rows {
+        fde.add_instruction(offset, CallFrameInstruction::CfaOffset(cfa));
+        if rbp_saved && !saved {
+            fde.add_instruction(offset, CallFrameInstruction::Offset(X86_64::RBP, -16));
+        } else if !rbp_saved && saved {
+            fde.add_instruction(offset, CallFrameInstruction::Restore(X86_64::RBP));
+        }
+        saved = rbp_saved;
+    }
+    table.add_fde(cie, fde);
+    let mut section = EhFrame(EndianVec::new(RunTimeEndian::Little));
+    table
+        .write_eh_frame(&mut section)
+        .expect("a CIE and an FDE built above always encode");
+    section.0.into_vec().into_boxed_slice()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn both_stacks_run_and_the_cfi_offsets_match_the_code() {
+        let manager = jitmap::ExecutionManager::new(4);
+        let heap = manager
+            .create_heap(jitmap::HeapConfig {
+                span: 1 << 16,
+                ..Default::default()
+            })
+            .unwrap();
+        let dir = std::env::temp_dir().join(format!("frameless-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = Frameless::build(&heap, &dir).unwrap();
+        assert_eq!(f.jit_without_fp(1000), 1000);
+        // The leaf's closed form for n = 1: one step from 1.
+        assert_eq!(
+            f.native_leaf(1),
+            6364136223846793005u64.wrapping_add(1442695040888963407)
+        );
+        // The instruction offsets the CFI rows name.
+        let mut a = CodeAssembler::new(64).unwrap();
+        spins_without_frame(&mut a).unwrap();
+        assert_eq!(a.assemble(0).unwrap().len(), 32);
+        let mut a = CodeAssembler::new(64).unwrap();
+        calls_without_frame(0x1234_5678_9abc)(&mut a).unwrap();
+        assert_eq!(a.assemble(0).unwrap().len(), 21);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

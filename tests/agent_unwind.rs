@@ -1,0 +1,176 @@
+//! The mixed unwinder against the two stacks a frame-pointer walk gets
+//! wrong (`jitmap_testkit::frameless`): a native leaf built without frame
+//! pointers under JIT code, and JIT code that keeps no frame pointer and
+//! describes itself with CFI. Each runs under both modes: the mixed walk
+//! must give the exact stack in at least 99% of the samples, and the
+//! frame-pointer walk is shown to lose it (so the check can fail).
+#![cfg(target_arch = "x86_64")]
+
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use jitmap::agent::{Agent, AgentConfig, Clock, Profile, Unwind};
+use jitmap::{ExecutionManager, HeapConfig};
+use jitmap_testkit::frameless::{Frameless, JIT_STACK, NATIVE_STACK};
+
+/// One agent per process: the tests here take turns.
+fn one_agent() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Runs `work` for 1.5 s under an agent on `manager` walking by `unwind`.
+fn profile(manager: &ExecutionManager, unwind: Unwind, work: impl Fn()) -> Profile {
+    let agent = Agent::start(
+        manager,
+        AgentConfig {
+            hz: 1000,
+            clock: Clock::Wall,
+            unwind,
+            ..AgentConfig::default()
+        },
+    )
+    .unwrap();
+    let attached = agent.attach_current_thread().unwrap();
+    let until = Instant::now() + Duration::from_millis(1500);
+    while Instant::now() < until {
+        work();
+    }
+    drop(attached);
+    agent.stop()
+}
+
+/// (samples whose leaf is `stack[0]`, those whose innermost frames are
+/// exactly `stack`).
+fn exact(profile: &Profile, stack: &[&str]) -> (u64, u64) {
+    let mut in_leaf = 0;
+    let mut exact = 0;
+    for s in &profile.stacks {
+        if s.frames.first().map(String::as_str) != Some(stack[0]) {
+            continue;
+        }
+        in_leaf += s.count;
+        if s.frames.len() >= stack.len() && s.frames.iter().zip(stack).all(|(f, want)| f == want) {
+            exact += s.count;
+        }
+    }
+    (in_leaf, exact)
+}
+
+fn workload() -> (jitmap::OwnedHeap, Frameless, std::path::PathBuf) {
+    let heap = ExecutionManager::new(8)
+        .create_heap(HeapConfig {
+            span: 1 << 20,
+            ..HeapConfig::default()
+        })
+        .unwrap();
+    let dir = std::env::temp_dir().join(format!("agent-unwind-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let frameless = Frameless::build(&heap, &dir).unwrap();
+    (heap, frameless, dir)
+}
+
+/// Every stack printed, for a failure's message.
+fn stacks(profile: &Profile) -> String {
+    profile
+        .stacks
+        .iter()
+        .take(8)
+        .map(|s| format!("{} {}\n", s.count, s.frames.join(" <- ")))
+        .collect()
+}
+
+#[test]
+fn a_frameless_native_leaf_keeps_its_jit_caller() {
+    let _one = one_agent();
+    let (heap, f, dir) = workload();
+    let on = |unwind| {
+        profile(heap.manager(), unwind, || {
+            std::hint::black_box(f.native_leaf(200_000));
+        })
+    };
+    let mixed = on(Unwind::Mixed);
+    let (in_leaf, good) = exact(&mixed, &NATIVE_STACK);
+    println!(
+        "mixed: {good} of {in_leaf} leaf samples exact; ends {:?}",
+        mixed.stack_ends
+    );
+    assert!(
+        in_leaf >= 500,
+        "{in_leaf} samples in the leaf\n{}",
+        stacks(&mixed)
+    );
+    assert!(
+        good * 100 >= in_leaf * 99,
+        "{good} of {in_leaf} exact\n{}",
+        stacks(&mixed)
+    );
+    // Complete stacks, down to the thread's start.
+    assert!(
+        mixed.stack_ends.root * 100 >= mixed.stack_ends.total() * 99,
+        "{:?}",
+        mixed.stack_ends
+    );
+    let fp = on(Unwind::FramePointer);
+    let (fp_leaf, fp_good) = exact(&fp, &NATIVE_STACK);
+    println!("frame pointers: {fp_good} of {fp_leaf} leaf samples exact");
+    assert!(
+        fp_leaf >= 500,
+        "{fp_leaf} samples in the leaf\n{}",
+        stacks(&fp)
+    );
+    assert_eq!(
+        fp_good,
+        0,
+        "the frame-pointer walk kept jit_mid\n{}",
+        stacks(&fp)
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn jit_code_without_frame_pointers_unwinds_by_its_cfi() {
+    let _one = one_agent();
+    let (heap, f, dir) = workload();
+    let on = |unwind| {
+        profile(heap.manager(), unwind, || {
+            std::hint::black_box(f.jit_without_fp(200_000));
+        })
+    };
+    let mixed = on(Unwind::Mixed);
+    let (in_leaf, good) = exact(&mixed, &JIT_STACK);
+    println!(
+        "mixed: {good} of {in_leaf} leaf samples exact; ends {:?}",
+        mixed.stack_ends
+    );
+    assert!(
+        in_leaf >= 500,
+        "{in_leaf} samples in the leaf\n{}",
+        stacks(&mixed)
+    );
+    assert!(
+        good * 100 >= in_leaf * 99,
+        "{good} of {in_leaf} exact\n{}",
+        stacks(&mixed)
+    );
+    assert!(
+        mixed.stack_ends.root * 100 >= mixed.stack_ends.total() * 99,
+        "{:?}",
+        mixed.stack_ends
+    );
+    let fp = on(Unwind::FramePointer);
+    let (fp_leaf, fp_good) = exact(&fp, &JIT_STACK);
+    println!("frame pointers: {fp_good} of {fp_leaf} leaf samples exact");
+    assert!(
+        fp_leaf >= 500,
+        "{fp_leaf} samples in the leaf\n{}",
+        stacks(&fp)
+    );
+    assert_eq!(
+        fp_good,
+        0,
+        "the frame-pointer walk found the stack\n{}",
+        stacks(&fp)
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}
