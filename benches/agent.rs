@@ -1,6 +1,7 @@
 //! The agent's costs: one sample through the handler's code at depth 8 and 32
-//! (over real JIT frames), and the probes called from JIT code, each beside a
-//! floor measured in the same run.
+//! (over real JIT frames, under two native frames), walking frame pointers
+//! and with the mixed unwinder, and the probes called from JIT code, each
+//! beside a floor measured in the same run.
 
 use std::hint::black_box;
 use std::sync::atomic::{AtomicPtr, Ordering};
@@ -8,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use jitmap::agent::{
-    Agent, AgentConfig, AttachedThread, CallCounters, jitmap_probe_count, jitmap_probe_enter,
+    Agent, AgentConfig, AttachedThread, CallCounters, Unwind, jitmap_probe_count,
+    jitmap_probe_enter,
 };
 use jitmap::{ExecutionManager, HeapConfig, OwnedHeap};
 use jitmap_testkit::jitcode;
@@ -84,7 +86,10 @@ fn handler(c: &mut Criterion) {
     group.bench_function("floor (recursion, no sample)", |b| {
         b.iter(|| recurse(JIT_FRAMES, do_nothing, SAMPLES_PER_CALL))
     });
-    for depth in [8usize, 32] {
+    for (depth, unwind) in [8usize, 32]
+        .into_iter()
+        .flat_map(|d| [(d, Unwind::FramePointer), (d, Unwind::Mixed)])
+    {
         let agent = Agent::start(
             heap.manager(),
             AgentConfig {
@@ -92,17 +97,22 @@ fn handler(c: &mut Criterion) {
                 max_depth: depth,
                 ring_capacity: RING,
                 collect_every: Duration::from_millis(1),
+                unwind,
                 ..AgentConfig::default()
             },
         )
         .unwrap();
+        let mode = match unwind {
+            Unwind::FramePointer => "frame pointers",
+            Unwind::Mixed => "mixed",
+        };
         let attached = agent.attach_current_thread().unwrap();
         // Relaxed: read by this thread only.
         ATTACHED.store(
             (&attached as *const AttachedThread).cast_mut(),
             Ordering::Relaxed,
         );
-        group.bench_function(format!("depth {depth}"), |b| {
+        group.bench_function(format!("depth {depth}, {mode}"), |b| {
             b.iter_custom(|iters| {
                 timed_without_drops(iters, &attached, |_| {
                     recurse(JIT_FRAMES, sample_here, SAMPLES_PER_CALL)
@@ -114,10 +124,11 @@ fn handler(c: &mut Criterion) {
         drop(attached);
         let profile = agent.stop();
         eprintln!(
-            "depth {depth}: {} samples, {} dropped, {:.1} lookups per sample",
+            "depth {depth}, {mode}: {} samples, {} dropped, {:.1} lookups per sample, ends {:?}",
             profile.samples,
             profile.dropped,
-            profile.lookups as f64 / profile.samples.max(1) as f64
+            profile.lookups as f64 / profile.samples.max(1) as f64,
+            profile.stack_ends
         );
     }
     group.finish();

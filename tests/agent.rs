@@ -7,8 +7,8 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use jitmap::agent::{
-    Agent, AgentConfig, AgentError, CallCounters, Clock, CounterError, ProbeEvent, SampleFrame,
-    jitmap_probe_count, jitmap_probe_enter, jitmap_probe_value,
+    Agent, AgentConfig, AgentError, CallCounters, Clock, CounterError, INLINED, ProbeEvent,
+    SampleFrame, jitmap_probe_count, jitmap_probe_enter, jitmap_probe_value,
 };
 use jitmap::{CodeInfo, CodeRef, ExecutionManager, HeapConfig, JitKind};
 
@@ -498,11 +498,12 @@ fn samples_name_the_right_version_while_methods_are_rejitted() {
     assert!(profile.methods.iter().all(|m| m.label == m.name));
 }
 
-/// A sample in native code is named by the function that ran, even where the
-/// pc lies in a helper the compiler inlined into it: `inlined::spin` spends
-/// its time in an inlined `mix`, `wrapping_mul` and `black_box`.
+/// A sample in native code is named by the function that ran, with the
+/// helpers the compiler inlined at the pc above it, each marked inlined:
+/// `inlined::spin` spends its time in an inlined `mix`, `wrapping_mul` and
+/// `black_box`. The helpers never stand alone as the frame.
 #[test]
-fn a_native_frame_is_named_by_its_function_not_an_inlined_helper() {
+fn a_native_frame_is_its_function_with_its_inlined_helpers() {
     let _one = one_agent();
     let manager = manager();
     let agent = Agent::start(
@@ -520,19 +521,50 @@ fn a_native_frame_is_named_by_its_function_not_an_inlined_helper() {
     }
     drop(attached);
     let profile = agent.stop();
-    let mut leaves: HashMap<&str, u64> = HashMap::new();
+    // Each stack's first frame that is not inlined, and the inlined frames
+    // above it.
+    let mut functions: HashMap<&str, u64> = HashMap::new();
+    let mut chains: HashMap<String, u64> = HashMap::new();
     for stack in &profile.stacks {
-        *leaves.entry(stack.frames[0].as_str()).or_default() += stack.count;
+        let function = stack
+            .frames
+            .iter()
+            .position(|f| !f.ends_with(INLINED))
+            .unwrap();
+        *functions
+            .entry(stack.frames[function].as_str())
+            .or_default() += stack.count;
+        let chain = stack.frames[..=function].join(";");
+        *chains.entry(chain).or_default() += stack.count;
     }
-    let spin = leaves
-        .get("jitmap_testkit::inlined::spin")
-        .copied()
-        .unwrap_or(0);
-    assert!(spin * 10 >= profile.samples * 9, "{leaves:?}");
-    for helper in ["mix", "wrapping_mul", "black_box"] {
+    println!("{chains:#?}");
+    let spin = "jitmap_testkit::inlined::spin";
+    let in_spin = functions.get(spin).copied().unwrap_or(0);
+    assert!(in_spin * 10 >= profile.samples * 9, "{functions:?}");
+    // Each of spin's chains: helpers inlined into it, then spin.
+    let helpers = ["inlined::mix", "wrapping_mul", "black_box"];
+    let mut with_mix = 0;
+    for (chain, count) in &chains {
+        let Some(above) = chain.strip_suffix(spin) else {
+            continue;
+        };
+        for helper in above.split(';').filter(|h| !h.is_empty()) {
+            let name = helper.strip_suffix(INLINED).unwrap();
+            assert!(helpers.iter().any(|h| name.ends_with(h)), "{chain}");
+        }
+        if above.contains(&format!("jitmap_testkit::inlined::mix{INLINED}")) {
+            with_mix += count;
+        }
+    }
+    // `mix` is where the loop's work is.
+    assert!(
+        with_mix * 2 >= in_spin,
+        "{with_mix} of {in_spin}: {chains:#?}"
+    );
+    for helper in helpers {
         assert!(
-            !leaves.keys().any(|name| name.ends_with(helper)),
-            "{helper} named a frame: {leaves:?}"
+            !functions.keys().any(|name| name.ends_with(helper)),
+            "{helper} named a frame alone: {functions:?}"
         );
     }
 }

@@ -1,9 +1,12 @@
 //! Signal-safety torture: threads that live in malloc and free, in panics
-//! caught by `catch_unwind`, and in heap publish and free, sampled at 10 kHz
-//! for 5 seconds. No deadlock (a watchdog aborts the process), no crash, at
-//! least 80% of the expected samples (10 kHz over the CPU time the workers
-//! got), and a counting allocator that sees no allocation inside the handler
-//! or the probes.
+//! caught by `catch_unwind`, in heap publish and free, and in `dlopen`, a
+//! call into the object just loaded and `dlclose`, sampled at 10 kHz for 5
+//! seconds with the agent's default (mixed) unwinder, whose native tables
+//! follow the loads and unloads. No deadlock (a watchdog aborts the process),
+//! no crash, at least 80% of the expected samples (10 kHz over the CPU time
+//! the workers got), a counting allocator that sees no allocation inside the
+//! handler or the probes, and samples inside the loaded objects unwound to
+//! the worker that called them.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -13,6 +16,7 @@ use jitmap::agent::{
     jitmap_probe_value,
 };
 use jitmap::{CodeInfo, ExecutionManager, HeapConfig, JitKind};
+use jitmap_testkit::frameless;
 use jitmap_testkit::signal_alloc::{
     SignalCounting, check_mask, take_while_blocked, thread_heap_calls, with_sigprof_blocked,
 };
@@ -53,6 +57,13 @@ fn sampling_malloc_panics_and_heap_writers_is_safe() {
         })
         .unwrap();
     let counters = CallCounters::new(16, 1000).unwrap();
+    // One object, copied under a new name for each load: each `dlopen` maps
+    // a new object, and each `dlclose` unmaps it.
+    let dir = std::env::temp_dir().join(format!("agent-torture-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let object =
+        frameless::build_shared_object(&dir, "frameless_leaf", frameless::leaf_source()).unwrap();
+    let loads = AtomicU64::new(0);
     let agent = Agent::start(
         &manager,
         AgentConfig {
@@ -93,13 +104,36 @@ fn sampling_malloc_panics_and_heap_writers_is_safe() {
         for (t, progress) in progress.iter().enumerate() {
             let (agent, heap, counters, probe_heap_calls, cpu_ns) =
                 (&agent, &heap, &counters, &probe_heap_calls, &cpu_ns);
+            let (dir, object, loads) = (&dir, &object, &loads);
             s.spawn(move || {
                 let attached = agent.attach_current_thread().unwrap();
                 let context = attached.probe_context();
                 let cell = counters.cell(t as u32).unwrap();
                 let mut round = 0u64;
                 while started.elapsed() < RUN {
-                    match round % 3 {
+                    // One round in 32 (the others take a millisecond or
+                    // so): an object loaded, run for 50 ms (so that the
+                    // collector's 20 ms passes see it), and unloaded.
+                    let kind = if round % 32 == 31 { 3 } else { round % 3 };
+                    match kind {
+                        3 => {
+                            // Relaxed: a unique number.
+                            let n = loads.fetch_add(1, Ordering::Relaxed);
+                            let copy = dir.join(format!("libtorture{n}.so"));
+                            std::fs::copy(object, &copy).unwrap();
+                            let (handle, leaf) = frameless::load(&copy, c"frameless_leaf").unwrap();
+                            // SAFETY: the C leaf's signature.
+                            let leaf: extern "C" fn(u64) -> u64 =
+                                unsafe { std::mem::transmute(leaf) };
+                            let until = Instant::now() + Duration::from_millis(50);
+                            while Instant::now() < until {
+                                std::hint::black_box(leaf(std::hint::black_box(10_000)));
+                            }
+                            // SAFETY: opened above, closed once, its code no
+                            // longer running.
+                            assert_eq!(unsafe { libc::dlclose(handle) }, 0);
+                            std::fs::remove_file(&copy).unwrap();
+                        }
                         // malloc and free of many sizes
                         0 => {
                             let mut v: Vec<Vec<u8>> = Vec::new();
@@ -190,4 +224,34 @@ fn sampling_malloc_panics_and_heap_writers_is_safe() {
     assert_eq!(profile.samples + profile.dropped, profile.taken);
     assert_eq!(profile.threads, THREADS);
     assert!(profile.probes.enters > 0);
+    // Samples in the loaded objects: once the collector has seen a load
+    // (within its 20 ms pass), the leaf's caller is the worker itself. The
+    // leaf is named if the object was still loaded when the collector named
+    // it, and is an address otherwise.
+    let (mut named, mut unwound) = (0, 0);
+    for stack in &profile.stacks {
+        let leaf = &stack.frames[0];
+        if (leaf == "frameless_leaf" || leaf.starts_with("0x"))
+            && stack
+                .frames
+                .get(1)
+                .is_some_and(|f| f.starts_with("agent_torture::"))
+        {
+            unwound += stack.count;
+            if leaf == "frameless_leaf" {
+                named += stack.count;
+            }
+        }
+    }
+    println!(
+        "torture: {} objects loaded; {unwound} samples in them unwound to the worker ({named} named); ends {:?}",
+        // Relaxed: the workers are joined.
+        loads.load(Ordering::Relaxed),
+        profile.stack_ends
+    );
+    assert!(
+        unwound > 1000,
+        "{unwound} samples in loaded objects unwound"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -246,6 +246,8 @@ typedef struct jitmap_agent_config {
   int32_t signal;
   // How often the collector drains the rings, in milliseconds.
   uint32_t collect_every_ms;
+  // A `jitmap_unwind`.
+  uint32_t unwind;
 } jitmap_agent_config;
 
 // How to build a heap. Start from `jitmap_heap_config_default`.

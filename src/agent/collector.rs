@@ -14,6 +14,7 @@ use super::profile::{
     MethodVersion, ProbeCounts, ProbeEvent, Profile, Sample, SampleFrame, Stack, version_labels,
 };
 use super::record::{FrameKind, ProbeKind, RawFrame, ThreadRecord};
+use super::symbols::NativeNames;
 
 /// The code events the collector has not applied yet.
 #[derive(Default)]
@@ -92,6 +93,7 @@ enum FrameKey {
     Jit(usize),
     Image(u64),
     Stub(u64),
+    /// A native frame's chain of names ([`NativeNames`]).
     Native(usize),
     Unattributed,
 }
@@ -126,6 +128,8 @@ pub(crate) struct Collector {
     ns_per_tick: f64,
     /// The window being profiled on demand, if any (see [`Window`]).
     window: Option<Window>,
+    /// Native frames' names, resolved as samples are drained.
+    names: NativeNames,
 }
 
 /// A window of the profile taken on demand (the pprof endpoint): the stacks
@@ -179,6 +183,7 @@ impl Collector {
             clock_origin: (super::probes::ticks(), crate::events::monotonic_ns()),
             ns_per_tick: 1.0,
             window: None,
+            names: NativeNames::default(),
         }
     }
 
@@ -196,6 +201,7 @@ impl Collector {
         // the time `safe` says so; computed before the drain, it covers them.
         let safe = manager.domain().safe_before();
         self.calibrate();
+        self.names.follow_loader();
         let mut drained = Vec::new();
         for record in records {
             // SAFETY: the caller holds the collector lock: the one consumer.
@@ -377,7 +383,7 @@ impl Collector {
                     },
                 ),
                 FrameKind::Native => (
-                    FrameKey::Native(f.addr),
+                    FrameKey::Native(self.names.id(f.addr, !keys.is_empty())),
                     SampleFrame::Native { addr: f.addr },
                 ),
                 FrameKind::Unattributed => {
@@ -477,7 +483,7 @@ impl Collector {
             m.freed = !live.contains(&index);
         }
         label_versions(&mut self.methods);
-        let stacks = named_stacks(&self.methods, &self.stacks);
+        let stacks = named_stacks(&self.methods, &self.names, &self.stacks);
         Profile {
             samples: self.samples,
             unattributed: self.unattributed,
@@ -521,7 +527,7 @@ impl Collector {
         let w = self.window.take()?;
         let mut methods = self.methods.clone();
         label_versions(&mut methods);
-        let stacks = named_stacks(&methods, &w.stacks);
+        let stacks = named_stacks(&methods, &self.names, &w.stacks);
         Some(Profile {
             duration,
             samples: w.samples,
@@ -535,25 +541,25 @@ impl Collector {
 }
 
 /// The stacks of `keys` by name, most samples first: JIT frames by their
-/// version's label, native frames symbolized.
-fn named_stacks(methods: &[MethodVersion], keys: &HashMap<Vec<FrameKey>, u64>) -> Vec<Stack> {
-    let mut symbols: HashMap<usize, String> = HashMap::new();
+/// version's label, native frames by their chain of names (see
+/// [`super::symbols`]).
+fn named_stacks(
+    methods: &[MethodVersion],
+    names: &NativeNames,
+    keys: &HashMap<Vec<FrameKey>, u64>,
+) -> Vec<Stack> {
     let mut named: HashMap<Vec<String>, u64> = HashMap::new();
     for (keys, count) in keys {
-        let frames = keys
-            .iter()
-            .enumerate()
-            .map(|(depth, key)| match *key {
-                FrameKey::Jit(m) => methods[m].label.clone(),
-                FrameKey::Image(id) => format!("[image method {id}]"),
-                FrameKey::Stub(kind) => format!("[stub {kind}]"),
-                FrameKey::Unattributed => "[unattributed]".to_owned(),
-                FrameKey::Native(addr) => symbols
-                    .entry(addr)
-                    .or_insert_with(|| symbolize(addr, depth > 0))
-                    .clone(),
-            })
-            .collect();
+        let mut frames = Vec::with_capacity(keys.len());
+        for key in keys {
+            match *key {
+                FrameKey::Jit(m) => frames.push(methods[m].label.clone()),
+                FrameKey::Image(id) => frames.push(format!("[image method {id}]")),
+                FrameKey::Stub(kind) => frames.push(format!("[stub {kind}]")),
+                FrameKey::Unattributed => frames.push("[unattributed]".to_owned()),
+                FrameKey::Native(id) => frames.extend(names.chain(id).iter().cloned()),
+            }
+        }
         *named.entry(frames).or_default() += count;
     }
     Stack::ranked(named)
@@ -571,24 +577,4 @@ fn label_versions(methods: &mut [MethodVersion]) {
     for (m, label) in methods.iter_mut().zip(labels) {
         m.label = label;
     }
-}
-
-/// The name of the native function at `addr` (a return address if
-/// `is_return`), or the address in hex. Where debug info records inlining,
-/// the resolver reports the inlined frames innermost first and the function
-/// that ran last: the frame is named by that function, never by a helper
-/// inlined into it (a loop's `wrapping_mul` or `black_box`).
-fn symbolize(addr: usize, is_return: bool) -> String {
-    let at = if is_return {
-        addr.saturating_sub(1)
-    } else {
-        addr
-    };
-    let mut name = None;
-    backtrace::resolve(at as *mut std::ffi::c_void, |symbol| {
-        if let Some(n) = symbol.name() {
-            name = Some(format!("{n:#}"));
-        }
-    });
-    name.unwrap_or_else(|| format!("{addr:#x}"))
 }

@@ -9,7 +9,7 @@ use flate2::Compression;
 use flate2::write::GzEncoder;
 use prost::Message;
 
-use super::Profile;
+use super::{INLINED, Profile};
 
 /// The messages of pprof's `profile.proto` this writer fills, with the
 /// field numbers of the published schema.
@@ -119,8 +119,9 @@ impl Profile {
     }
 
     /// The profile as a pprof message: sample types `samples/count` and
-    /// `cpu/nanoseconds` (count × `period_ns`), one function and location per
-    /// frame name.
+    /// `cpu/nanoseconds` (count × `period_ns`), one function per name, and
+    /// one location per function with the helpers inlined into it there
+    /// (frames marked [`INLINED`]) as its lines, innermost first.
     pub fn to_pprof(&self, period_ns: u64) -> proto::Profile {
         let mut strings = vec![String::new()];
         let mut string_ids: HashMap<String, i64> = HashMap::new();
@@ -140,33 +141,52 @@ impl Profile {
         ];
         let period_type = Some(value_type(intern("cpu"), intern("nanoseconds")));
         let mut function = Vec::new();
+        let mut function_ids: HashMap<&str, u64> = HashMap::new();
         let mut location = Vec::new();
-        let mut ids: HashMap<&str, u64> = HashMap::new();
+        let mut location_ids: HashMap<Vec<u64>, u64> = HashMap::new();
         let mut sample = Vec::with_capacity(self.stacks.len());
         for stack in &self.stacks {
-            let location_id = stack
-                .frames
-                .iter()
-                .map(|name| {
-                    *ids.entry(name).or_insert_with(|| {
-                        let id = function.len() as u64 + 1;
-                        let name_id = intern(name);
-                        function.push(proto::Function {
-                            id,
-                            name: name_id,
-                            system_name: name_id,
-                        });
-                        location.push(proto::Location {
-                            id,
-                            line: vec![proto::Line {
-                                function_id: id,
+            let mut location_id = Vec::with_capacity(stack.frames.len());
+            // A location's functions, innermost first: the inlined helpers
+            // (marked by `INLINED`) and then the function they sit in, as
+            // pprof's lines give them.
+            let mut lines: Vec<u64> = Vec::new();
+            for frame in &stack.frames {
+                let (name, inlined) = match frame.strip_suffix(INLINED) {
+                    Some(name) => (name, true),
+                    None => (frame.as_str(), false),
+                };
+                let function_id = *function_ids.entry(name).or_insert_with(|| {
+                    let id = function.len() as u64 + 1;
+                    let name_id = intern(name);
+                    function.push(proto::Function {
+                        id,
+                        name: name_id,
+                        system_name: name_id,
+                    });
+                    id
+                });
+                lines.push(function_id);
+                if inlined {
+                    continue;
+                }
+                let lines = std::mem::take(&mut lines);
+                let next = location.len() as u64 + 1;
+                let id = *location_ids.entry(lines.clone()).or_insert(next);
+                if id == next {
+                    location.push(proto::Location {
+                        id,
+                        line: lines
+                            .iter()
+                            .map(|&function_id| proto::Line {
+                                function_id,
                                 line: 0,
-                            }],
-                        });
-                        id
-                    })
-                })
-                .collect();
+                            })
+                            .collect(),
+                    });
+                }
+                location_id.push(id);
+            }
             sample.push(proto::Sample {
                 location_id,
                 value: vec![stack.count as i64, (stack.count * period_ns) as i64],
@@ -195,5 +215,54 @@ impl Profile {
         gz.write_all(&self.to_pprof(period_ns).encode_to_vec())?;
         gz.finish()?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent::Stack;
+
+    #[test]
+    fn inlined_frames_become_the_lines_of_their_functions_location() {
+        let stack = |frames: &[&str], count| Stack {
+            frames: frames.iter().map(|f| f.to_string()).collect(),
+            count,
+        };
+        let profile = Profile {
+            samples: 5,
+            stacks: vec![
+                stack(&["mul (inlined)", "mix (inlined)", "spin", "main"], 3),
+                stack(&["spin", "main"], 2),
+            ],
+            ..Profile::default()
+        };
+        let pprof = profile.to_pprof(1000);
+        let name = |id: u64| {
+            let f = &pprof.function[id as usize - 1];
+            pprof.string_table[f.name as usize].as_str()
+        };
+        let lines = |location: u64| -> Vec<&str> {
+            pprof.location[location as usize - 1]
+                .line
+                .iter()
+                .map(|l| name(l.function_id))
+                .collect()
+        };
+        assert_eq!(pprof.function.len(), 4);
+        assert_eq!(pprof.location.len(), 3);
+        let first: Vec<Vec<&str>> = pprof.sample[0]
+            .location_id
+            .iter()
+            .map(|&l| lines(l))
+            .collect();
+        assert_eq!(first, [vec!["mul", "mix", "spin"], vec!["main"]]);
+        let second: Vec<Vec<&str>> = pprof.sample[1]
+            .location_id
+            .iter()
+            .map(|&l| lines(l))
+            .collect();
+        assert_eq!(second, [vec!["spin"], vec!["main"]]);
+        assert_eq!(pprof.sample[0].value, [3, 3000]);
     }
 }

@@ -13,7 +13,8 @@ use crate::manager::{Lookup, ManagerGuard};
 
 use super::record::{FrameKind, RECORD_MAGIC, RawFrame, SampleHeader, ThreadRecord};
 use super::unwind::modules::ModuleTable;
-use super::unwind::{self, Regs, Rule, Scratch, Stack, StackEnd};
+use super::unwind::{self, Regs, Rule, Stack, StackEnd};
+use gimli::UnwindContext;
 
 /// Handlers running now, process-wide: `stop` waits for zero.
 pub(crate) static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
@@ -270,8 +271,8 @@ pub(crate) fn walk(
     match &record.modules {
         Some(modules) => {
             // SAFETY: the caller is the record's one producer (see `push_sample`).
-            let scratch = unsafe { record.scratch.get() };
-            walk_mixed(guard, modules.get(guard), scratch, &stack, regs, frames)
+            let context = unsafe { record.unwind_context.get() };
+            walk_mixed(guard, modules.get(guard), context, &stack, regs, frames)
         }
         None => walk_frame_pointers(guard, &stack, regs, frames),
     }
@@ -283,7 +284,7 @@ pub(crate) fn walk(
 fn walk_mixed(
     guard: &ManagerGuard<'_>,
     modules: Option<&ModuleTable>,
-    scratch: &mut Scratch,
+    context: &mut UnwindContext<usize>,
     stack: &Stack,
     regs: Registers,
     frames: &mut [RawFrame],
@@ -299,15 +300,10 @@ fn walk_mixed(
         frames[n] = frame;
         let at = if is_return { regs.pc - 1 } else { regs.pc };
         let rule = match (frame.kind, code) {
-            (FrameKind::Native, _) => match modules {
-                Some(table) => scratch.cache.get_or(at, table.generation, || {
-                    table.rule(at, &mut scratch.context)
-                }),
-                None => Err(StackEnd::NoUnwindInfo),
-            },
+            (FrameKind::Native, _) => modules.map_or(Err(StackEnd::NoUnwindInfo), |t| t.rule(at)),
             (_, Some(code)) => code
                 .eh_frame
-                .and_then(|eh| unwind::jit::rule(eh, at, &mut scratch.context))
+                .and_then(|eh| unwind::jit::rule(eh, at, context))
                 .unwrap_or_else(|| Ok(frame_pointer_rule(regs.pc, code, is_return))),
             // Stubs, image methods and unattributed code keep frame pointers
             // or are stepped as if they did.

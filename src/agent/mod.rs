@@ -85,6 +85,7 @@ mod ring;
 #[cfg(feature = "serve")]
 #[cfg_attr(docsrs, doc(cfg(feature = "serve")))]
 pub mod serve;
+mod symbols;
 mod timer;
 mod unwind;
 
@@ -107,6 +108,7 @@ use timer::Timer;
 use unwind::modules::ModuleSlot;
 
 pub use registry::MAX_ATTACHED;
+pub use symbols::INLINED;
 
 pub use counters::{CallCounters, CounterCell, CounterError, jitmap_probe_count};
 pub use probes::{ProbeContext, jitmap_probe_enter, jitmap_probe_value};
@@ -567,12 +569,12 @@ impl Shared {
             .iter()
             .map(|a| a.detached.load(Ordering::Acquire))
             .collect();
-        let records: Vec<&ThreadRecord> = list.iter().map(|a| &a.record).collect();
-        collector.collect(&self.manager, &self.log, &records);
         // Under the collector's lock: the module slot has one writer.
         if let Some(modules) = &self.modules {
             modules.refresh(&self.manager);
         }
+        let records: Vec<&ThreadRecord> = list.iter().map(|a| &a.record).collect();
+        collector.collect(&self.manager, &self.log, &records);
         let mut threads = self.threads.lock();
         for (a, gone) in list.iter().zip(gone) {
             if gone {
@@ -830,7 +832,7 @@ impl Agent {
                 lookups: Default::default(),
                 busy: Default::default(),
                 modules: self.shared.modules.clone(),
-                scratch: unwind::ProducerScratch::new(),
+                unwind_context: unwind::ProducerContext::new(),
                 ends: Default::default(),
             },
             timer: Mutex::new(None),

@@ -16,8 +16,8 @@
 //!
 //! The expected stacks, leaf first, are [`NATIVE_STACK`] and [`JIT_STACK`].
 
-use std::ffi::CString;
-use std::path::Path;
+use std::ffi::{CStr, CString};
+use std::path::{Path, PathBuf};
 
 use gimli::write::{
     Address, CallFrameInstruction, CommonInformationEntry, EhFrame, EndianVec,
@@ -134,34 +134,59 @@ pub fn drive_jit(top: Entry, n: u64) -> u64 {
     std::hint::black_box(top(std::hint::black_box(n)) ^ 1)
 }
 
-/// Builds and loads the C leaf; returns its address.
+/// Builds and loads the C leaf; returns its address. The object stays
+/// loaded for the process's life, so its code stays where the JIT code
+/// calls it.
 fn compile_leaf(dir: &Path) -> Result<u64, DemoError> {
-    let source = dir.join("frameless_leaf.c");
-    let object = dir.join("libframeless_leaf.so");
-    std::fs::write(&source, LEAF_C).map_err(|e| DemoError::Setup(format!("{source:?}: {e}")))?;
+    let object = build_shared_object(dir, "frameless_leaf", LEAF_C)?;
+    let (_handle, leaf) = load(&object, c"frameless_leaf")?;
+    Ok(leaf as u64)
+}
+
+/// The C leaf's source: `uint64_t frameless_leaf(uint64_t n)`, a loop of
+/// `n` steps with no stack frame.
+pub fn leaf_source() -> &'static str {
+    LEAF_C
+}
+
+/// Compiles `source` with `cc -O2 -fomit-frame-pointer` into
+/// `dir/lib<stem>.so`; returns its path.
+pub fn build_shared_object(dir: &Path, stem: &str, source: &str) -> Result<PathBuf, DemoError> {
+    let c = dir.join(format!("{stem}.c"));
+    let object = dir.join(format!("lib{stem}.so"));
+    std::fs::write(&c, source).map_err(|e| DemoError::Setup(format!("{c:?}: {e}")))?;
     let status = std::process::Command::new("cc")
         .args(["-O2", "-fomit-frame-pointer", "-fPIC", "-shared", "-o"])
         .arg(&object)
-        .arg(&source)
+        .arg(&c)
         .status()
         .map_err(|e| DemoError::Setup(format!("running cc: {e}")))?;
     if !status.success() {
         return Err(DemoError::Setup(format!("cc failed: {status}")));
     }
+    Ok(object)
+}
+
+/// `dlopen`s `object` and looks up `symbol`: the handle (for `dlclose`) and
+/// the symbol's address.
+pub fn load(object: &Path, symbol: &CStr) -> Result<(*mut libc::c_void, usize), DemoError> {
     let path = CString::new(object.to_string_lossy().as_bytes())
         .map_err(|e| DemoError::Setup(e.to_string()))?;
-    // SAFETY: a valid path; the object is kept loaded for the process's life
-    // (never closed), so its code stays where the JIT code calls it.
+    // SAFETY: a valid, NUL-terminated path.
     let handle = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW) };
     if handle.is_null() {
         return Err(DemoError::Setup(format!("dlopen {object:?} failed")));
     }
     // SAFETY: a live handle and a NUL-terminated symbol name.
-    let leaf = unsafe { libc::dlsym(handle, c"frameless_leaf".as_ptr()) };
-    if leaf.is_null() {
-        return Err(DemoError::Setup("frameless_leaf not found".into()));
+    let address = unsafe { libc::dlsym(handle, symbol.as_ptr()) };
+    if address.is_null() {
+        // SAFETY: the handle opened above, closed once.
+        unsafe { libc::dlclose(handle) };
+        return Err(DemoError::Setup(format!(
+            "{symbol:?} not found in {object:?}"
+        )));
     }
-    Ok(leaf as u64)
+    Ok((handle, address as usize))
 }
 
 /// A function body assembled at its address.

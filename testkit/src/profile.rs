@@ -5,7 +5,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use jitmap::ExecutionManager;
-use jitmap::agent::{Agent, AgentConfig, Clock, Profile};
+use jitmap::agent::{Agent, AgentConfig, Clock, Profile, Unwind};
 
 use crate::demo::{Demo, DemoBackend, PublishedDemo};
 use crate::rng::Rng;
@@ -155,8 +155,11 @@ pub fn write_profile(
 pub struct Overhead {
     /// The sampling rate (wall clock).
     pub hz: u32,
-    /// Throughput with the agent over throughput without, per round.
+    /// Throughput with the agent (its default, mixed unwinder) over
+    /// throughput without, per round.
     pub ratios: Vec<f64>,
+    /// The same with the agent walking frame pointers only.
+    pub frame_pointer: Vec<f64>,
     /// Throughput with an empty handler over throughput without, per round.
     pub floor: Vec<f64>,
 }
@@ -253,6 +256,7 @@ pub fn overhead(
         .map(|&hz| Overhead {
             hz,
             ratios: Vec::new(),
+            frame_pointer: Vec::new(),
             floor: Vec::new(),
         })
         .collect();
@@ -261,19 +265,25 @@ pub fn overhead(
         for row in &mut out {
             let empty = with_empty_timer(row.hz, || throughput(&demo, slice, &mut rng))?;
             row.floor.push(empty / base);
-            let agent = Agent::start(
-                manager,
-                AgentConfig {
-                    hz: row.hz,
-                    clock: Clock::Wall,
-                    ..AgentConfig::default()
-                },
-            )?;
-            let attached = agent.attach_current_thread()?;
-            let with = throughput(&demo, slice, &mut rng);
-            drop(attached);
-            agent.stop();
-            row.ratios.push(with / base);
+            for unwind in [Unwind::Mixed, Unwind::FramePointer] {
+                let agent = Agent::start(
+                    manager,
+                    AgentConfig {
+                        hz: row.hz,
+                        clock: Clock::Wall,
+                        unwind,
+                        ..AgentConfig::default()
+                    },
+                )?;
+                let attached = agent.attach_current_thread()?;
+                let with = throughput(&demo, slice, &mut rng);
+                drop(attached);
+                agent.stop();
+                match unwind {
+                    Unwind::Mixed => row.ratios.push(with / base),
+                    Unwind::FramePointer => row.frame_pointer.push(with / base),
+                }
+            }
         }
     }
     Ok(out)

@@ -114,12 +114,14 @@ fn overhead(seconds: Seconds) -> CliResult {
     for row in rows {
         let list = profile::ratios;
         emit(&format!(
-            "{} Hz (wall), throughput over no agent, median of {}: agent {:.4} [{}], \
-             empty handler (floor) {:.4} [{}]\n",
+            "{} Hz (wall), throughput over no agent, median of {}: agent (mixed unwinder) {:.4} [{}], \
+             agent (frame pointers) {:.4} [{}], empty handler (floor) {:.4} [{}]\n",
             row.hz,
             row.ratios.len(),
             profile::median(&row.ratios),
             list(&row.ratios),
+            profile::median(&row.frame_pointer),
+            list(&row.frame_pointer),
             profile::median(&row.floor),
             list(&row.floor)
         ))?;

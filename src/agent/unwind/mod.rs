@@ -8,14 +8,13 @@
 //! that cannot be stepped ends the stack with a [`StackEnd`] reason, which
 //! the agent counts: it never guesses.
 //!
-//! The native objects' tables are copied out of the loaded objects by the
+//! The native objects' rules are evaluated from their `.eh_frame` by the
 //! collector ([`modules`]) and published to the handlers under the manager's
-//! grace periods. Nothing here allocates, locks or makes a system call while
-//! the handler runs: the gimli evaluation context and the rule cache are
-//! allocated when the thread attaches (`tests/agent_unwind.rs` counts the
-//! handler's allocations).
+//! grace periods: a native frame costs the handler a binary search. Nothing
+//! here allocates, locks or makes a system call while the handler runs: the
+//! gimli context for JIT methods' CFI is allocated when the thread attaches
+//! (`tests/agent_torture.rs` counts the handler's allocations).
 
-pub(crate) mod cache;
 pub(crate) mod jit;
 pub(crate) mod modules;
 pub(crate) mod rule;
@@ -115,39 +114,29 @@ pub(crate) fn step(regs: Regs, rule: Rule, stack: &Stack) -> Result<Regs, StackE
     })
 }
 
-/// What one thread's handler evaluates CFI with: a gimli context (its row
-/// stack allocated once, here) and a cache of native rules.
-pub(crate) struct Scratch {
-    pub(crate) context: gimli::UnwindContext<usize>,
-    pub(crate) cache: cache::RuleCache,
-}
-
-/// [`Scratch`] behind the discipline of the thread's sample ring: only its
-/// one producer (the thread's handler, or a synchronous sample while the
-/// handler stands aside) touches it.
-pub(crate) struct ProducerScratch(UnsafeCell<Scratch>);
+/// The gimli context a thread's handler evaluates JIT methods' CFI with,
+/// its row stack allocated once, when the thread attaches. Only the
+/// record's one producer (the thread's handler, or a synchronous sample
+/// while the handler stands aside) touches it.
+pub(crate) struct ProducerContext(UnsafeCell<gimli::UnwindContext<usize>>);
 
 // SAFETY: only the attached thread and its signal handler reach the cell, one
 // at a time (`ThreadRecord::busy` keeps a synchronous sample and the handler
 // apart, and the handler does not nest); other threads only hold the record.
-unsafe impl Sync for ProducerScratch {}
+unsafe impl Sync for ProducerContext {}
 
-impl ProducerScratch {
-    /// A fresh context and an empty cache: the only allocations the
-    /// unwinder makes for a thread.
+impl ProducerContext {
+    /// A fresh context: the only allocation the unwinder makes for a thread.
     pub(crate) fn new() -> Self {
-        Self(UnsafeCell::new(Scratch {
-            context: gimli::UnwindContext::new(),
-            cache: cache::RuleCache::new(),
-        }))
+        Self(UnsafeCell::new(gimli::UnwindContext::new()))
     }
 
-    /// The scratch space.
+    /// The context.
     ///
     /// # Safety
     /// The caller is the record's one producer at this moment (see the type).
     #[allow(clippy::mut_from_ref)]
-    pub(crate) unsafe fn get(&self) -> &mut Scratch {
+    pub(crate) unsafe fn get(&self) -> &mut gimli::UnwindContext<usize> {
         // SAFETY: one producer at a time (the caller's contract), so no other
         // reference to the cell's contents exists.
         unsafe { &mut *self.0.get() }

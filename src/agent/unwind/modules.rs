@@ -1,26 +1,29 @@
 //! The loaded objects' unwind tables, for native frames.
 //!
-//! The collector lists the process's objects with `dl_iterate_phdr` and
-//! copies each one's `.eh_frame_hdr` (the `PT_GNU_EH_FRAME` segment: a
-//! sorted table from function start to FDE) and `.eh_frame` into a
-//! [`ModuleTable`]. The copies keep the objects' addresses, so the tables'
-//! pc-relative pointers resolve as in the object. Because the handler reads
-//! only the copies, an object unloaded by `dlclose` while a handler runs
-//! takes nothing from under it: its table goes when the next table replaces
-//! it and the grace period of every handler pinned before then has passed.
+//! The collector lists the process's objects with `dl_iterate_phdr`, copies
+//! each one's `.eh_frame` (found through its `PT_GNU_EH_FRAME` header) and
+//! evaluates every FDE into [`Rule`] rows: one row per address where a
+//! function's rule changes, sorted, with an end row after each function. A
+//! native frame's rule is then one binary search in the handler: no DWARF is
+//! parsed or evaluated there, in a release build or a debug one. An
+//! object's rows keep their addresses, so nothing the handler reads belongs
+//! to the object: one unloaded by `dlclose` while a handler runs takes
+//! nothing from under it. Its rows go when the next table replaces this one
+//! and the grace period of every handler pinned before then has passed.
 //!
 //! A table is rebuilt when the loader's counts of loads and unloads
 //! (`dlpi_adds`, `dlpi_subs`) change, on the collector's next pass; the
-//! objects that stayed are shared with the previous table, not copied again.
-//! Until then, a pc in a new object ends the stack as
+//! objects that stayed are shared with the previous table, not evaluated
+//! again. Until then, a pc in a new object ends the stack as
 //! [`StackEnd::NoUnwindInfo`].
 
 use std::ffi::CStr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicPtr, Ordering};
 
 use gimli::{
-    BaseAddresses, EhFrame, EhFrameHdr, LittleEndian, Pointer, UnwindContext, UnwindSection,
+    BaseAddresses, CieOrFde, EhFrame, EhFrameHdr, LittleEndian, Pointer, UnwindContext,
+    UnwindSection,
 };
 
 use crate::ExecutionManager;
@@ -28,39 +31,82 @@ use crate::manager::ManagerGuard;
 
 use super::{Rule, StackEnd};
 
-/// Numbers tables process-wide, from 1: a rule cache entry names the table
-/// it came from.
-static GENERATIONS: AtomicU64 = AtomicU64::new(1);
-
-/// One loaded object's copied tables.
+/// One loaded object's rules.
 pub(crate) struct Module {
     name: String,
     /// The object's load bias (`dlpi_addr`).
     base: usize,
+    /// Where its `.eh_frame_hdr` is mapped (tells a reloaded object apart).
     hdr_addr: usize,
-    hdr: Box<[u8]>,
-    frame_addr: usize,
-    frame: Box<[u8]>,
+    /// Sorted by address: the rule from each row's address to the next's.
+    rows: Box<[Row]>,
+}
+
+/// Where a rule starts to apply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Row {
+    addr: usize,
+    rule: Result<Rule, StackEnd>,
 }
 
 impl Module {
     /// The rule at `at`, an address in this object's code.
-    fn rule(&self, at: usize, context: &mut UnwindContext<usize>) -> Result<Rule, StackEnd> {
-        let bases = BaseAddresses::default()
-            .set_eh_frame_hdr(self.hdr_addr as u64)
-            .set_eh_frame(self.frame_addr as u64);
-        let header = EhFrameHdr::new(&self.hdr, LittleEndian)
-            .parse(&bases, size_of::<usize>() as u8)
-            .map_err(|_| StackEnd::NoUnwindInfo)?;
-        let table = header.table().ok_or(StackEnd::NoUnwindInfo)?;
-        let frame = EhFrame::new(&self.frame, LittleEndian);
-        let fde = table
-            .fde_for_address(&frame, &bases, at as u64, EhFrame::cie_from_offset)
-            .map_err(|_| StackEnd::NoUnwindInfo)?;
-        let row = fde
-            .unwind_info_for_address(&frame, &bases, context, at as u64)
-            .map_err(|_| StackEnd::Unsupported)?;
-        Rule::from_row(row)
+    fn rule(&self, at: usize) -> Result<Rule, StackEnd> {
+        let i = self.rows.partition_point(|r| r.addr <= at);
+        i.checked_sub(1)
+            .map_or(Err(StackEnd::NoUnwindInfo), |i| self.rows[i].rule)
+    }
+
+    /// Evaluates every FDE in `frame`, the `.eh_frame` mapped at
+    /// `frame_addr`, into rows.
+    fn evaluate(
+        name: String,
+        base: usize,
+        hdr_addr: usize,
+        frame_addr: usize,
+        frame: &[u8],
+    ) -> Self {
+        let section = EhFrame::new(frame, LittleEndian);
+        let bases = BaseAddresses::default().set_eh_frame(frame_addr as u64);
+        let mut context = UnwindContext::new();
+        let mut rows = Vec::new();
+        let mut entries = section.entries(&bases);
+        while let Ok(Some(entry)) = entries.next() {
+            let CieOrFde::Fde(partial) = entry else {
+                continue;
+            };
+            let Ok(fde) = partial.parse(|s, b, o| s.cie_from_offset(b, o)) else {
+                continue;
+            };
+            let Ok(mut table) = fde.rows(&section, &bases, &mut context) else {
+                continue;
+            };
+            while let Ok(Some(row)) = table.next_row() {
+                let rule = Rule::from_row(row);
+                // A row that changes only what the handler ignores (another
+                // callee-saved register) merges into the one before.
+                if rows.last().is_none_or(|last: &Row| last.rule != rule) {
+                    rows.push(Row {
+                        addr: row.start_address() as usize,
+                        rule,
+                    });
+                }
+            }
+            rows.push(Row {
+                addr: fde.end_address() as usize,
+                rule: Err(StackEnd::NoUnwindInfo),
+            });
+        }
+        // A function's first row sorts before the end row of one that ends
+        // where it begins; the end row is then dropped.
+        rows.sort_by_key(|r| (r.addr, r.rule.is_err()));
+        rows.dedup_by_key(|r| r.addr);
+        Self {
+            name,
+            base,
+            hdr_addr,
+            rows: rows.into_boxed_slice(),
+        }
     }
 }
 
@@ -74,7 +120,6 @@ struct Segment {
 
 /// Every loaded object's tables, as of one `dl_iterate_phdr` pass.
 pub(crate) struct ModuleTable {
-    pub(crate) generation: u64,
     /// The loader's (loads, unloads) counts when the table was built.
     loader: (u64, u64),
     /// Sorted by `lo`, not overlapping.
@@ -83,40 +128,57 @@ pub(crate) struct ModuleTable {
 }
 
 impl ModuleTable {
-    /// Lists the loaded objects and copies their tables; objects `previous`
-    /// already holds are shared, not copied.
+    /// Lists the loaded objects and evaluates their tables; objects
+    /// `previous` already holds are shared, not evaluated again.
     pub(crate) fn load(previous: Option<&ModuleTable>) -> ModuleTable {
         let mut pass = Pass {
             previous,
-            table: ModuleTable {
-                // Relaxed: a unique number is all that is needed.
-                generation: GENERATIONS.fetch_add(1, Ordering::Relaxed),
-                loader: (0, 0),
-                segments: Vec::new(),
-                modules: Vec::new(),
-            },
+            loader: (0, 0),
+            found: Vec::new(),
         };
         // SAFETY: `each` matches the callback type and only uses `data` as
         // the `Pass` passed here, which outlives the call.
         unsafe { libc::dl_iterate_phdr(Some(each), (&raw mut pass).cast()) };
-        let mut table = pass.table;
+        // Evaluated outside the callback: the loader's lock is held there.
+        let mut table = ModuleTable {
+            loader: pass.loader,
+            segments: Vec::new(),
+            modules: Vec::new(),
+        };
+        for (found, segments) in pass.found {
+            let module = match found {
+                Found::Kept(module) => module,
+                Found::Copied(c) => Arc::new(Module::evaluate(
+                    c.name,
+                    c.base,
+                    c.hdr_addr,
+                    c.frame_addr,
+                    &c.frame,
+                )),
+            };
+            let index = table.modules.len();
+            table.modules.push(module);
+            table
+                .segments
+                .extend(segments.into_iter().map(|(lo, hi)| Segment {
+                    lo,
+                    hi,
+                    module: index,
+                }));
+        }
         table.segments.sort_by_key(|s| s.lo);
         table
     }
 
     /// The rule at `at` (a pc, or a return address minus one).
-    pub(crate) fn rule(
-        &self,
-        at: usize,
-        context: &mut UnwindContext<usize>,
-    ) -> Result<Rule, StackEnd> {
+    pub(crate) fn rule(&self, at: usize) -> Result<Rule, StackEnd> {
         let i = self.segments.partition_point(|s| s.lo <= at);
         let segment = i
             .checked_sub(1)
             .map(|i| self.segments[i])
             .filter(|s| at < s.hi)
             .ok_or(StackEnd::NoUnwindInfo)?;
-        self.modules[segment.module].rule(at, context)
+        self.modules[segment.module].rule(at)
     }
 
     /// The objects the table covers: name (empty for the main program) and
@@ -130,7 +192,26 @@ impl ModuleTable {
 /// The state of one `dl_iterate_phdr` pass.
 struct Pass<'p> {
     previous: Option<&'p ModuleTable>,
-    table: ModuleTable,
+    loader: (u64, u64),
+    /// Each object with unwind tables, and its executable segments.
+    found: Vec<(Found, Vec<(usize, usize)>)>,
+}
+
+/// An object the pass found.
+enum Found {
+    /// Already evaluated in the previous table.
+    Kept(Arc<Module>),
+    /// Its `.eh_frame`, copied to be evaluated.
+    Copied(Copied),
+}
+
+/// An object's `.eh_frame`, copied out of the object.
+struct Copied {
+    name: String,
+    base: usize,
+    hdr_addr: usize,
+    frame_addr: usize,
+    frame: Box<[u8]>,
 }
 
 /// The loader's (loads, unloads) counts now.
@@ -164,7 +245,7 @@ unsafe extern "C" fn each(
     unsafe {
         let pass = &mut *data.cast::<Pass<'_>>();
         let info = &*info;
-        pass.table.loader = (info.dlpi_adds, info.dlpi_subs);
+        pass.loader = (info.dlpi_adds, info.dlpi_subs);
         add_object(pass, info);
     }
     0
@@ -201,44 +282,37 @@ unsafe fn add_object(pass: &mut Pass<'_>, info: &libc::dl_phdr_info) {
             .iter()
             .find(|m| m.base == base && m.hdr_addr == hdr_addr && m.name == name)
     });
-    let module = match kept {
-        Some(m) => Arc::clone(m),
+    let found = match kept {
+        Some(m) => Found::Kept(Arc::clone(m)),
         // SAFETY: the segments are mapped for the callback's duration.
-        None => match unsafe { copy_tables(name, base, hdr_addr, eh.p_memsz as usize, &loads) } {
-            Some(m) => Arc::new(m),
+        None => match unsafe { copy_frame(name, base, hdr_addr, eh.p_memsz as usize, &loads) } {
+            Some(c) => Found::Copied(c),
             None => return,
         },
     };
-    let index = pass.table.modules.len();
-    pass.table.modules.push(module);
-    pass.table.segments.extend(
-        loads
-            .iter()
-            .filter(|(_, _, exec)| *exec)
-            .map(|&(lo, hi, _)| Segment {
-                lo,
-                hi,
-                module: index,
-            }),
-    );
+    let segments = loads
+        .iter()
+        .filter(|(_, _, exec)| *exec)
+        .map(|&(lo, hi, _)| (lo, hi))
+        .collect();
+    pass.found.push((found, segments));
 }
 
-/// Copies an object's `.eh_frame_hdr` and `.eh_frame`.
+/// Copies an object's `.eh_frame`, found through its `.eh_frame_hdr`.
 ///
 /// # Safety
 /// `hdr_addr..+hdr_len` and every segment in `loads` are mapped.
-unsafe fn copy_tables(
+unsafe fn copy_frame(
     name: String,
     base: usize,
     hdr_addr: usize,
     hdr_len: usize,
     loads: &[(usize, usize, bool)],
-) -> Option<Module> {
+) -> Option<Copied> {
     // SAFETY: the PT_GNU_EH_FRAME segment is mapped (the caller's contract).
-    let hdr: Box<[u8]> =
-        unsafe { std::slice::from_raw_parts(hdr_addr as *const u8, hdr_len) }.into();
+    let hdr = unsafe { std::slice::from_raw_parts(hdr_addr as *const u8, hdr_len) };
     let bases = BaseAddresses::default().set_eh_frame_hdr(hdr_addr as u64);
-    let parsed = EhFrameHdr::new(&hdr, LittleEndian)
+    let parsed = EhFrameHdr::new(hdr, LittleEndian)
         .parse(&bases, size_of::<usize>() as u8)
         .ok()?;
     let Pointer::Direct(frame_addr) = parsed.eh_frame_ptr() else {
@@ -253,14 +327,12 @@ unsafe fn copy_tables(
     // SAFETY: inside a mapped PT_LOAD segment (the caller's contract).
     let rest =
         unsafe { std::slice::from_raw_parts(frame_addr as *const u8, segment_end - frame_addr) };
-    let frame = rest[..records_len(rest)].into();
-    Some(Module {
+    Some(Copied {
         name,
         base,
         hdr_addr,
-        hdr,
         frame_addr,
-        frame,
+        frame: rest[..records_len(rest)].into(),
     })
 }
 
@@ -354,17 +426,19 @@ mod tests {
 
     #[test]
     fn the_table_covers_this_function_and_libc() {
+        let started = std::time::Instant::now();
         let table = ModuleTable::load(None);
-        let mut context = UnwindContext::new();
-        let here = the_table_covers_this_function_and_libc as usize;
-        let rule = table.rule(here + 1, &mut context).unwrap();
+        let rows: usize = table.modules.iter().map(|m| m.rows.len()).sum();
+        println!("{rows} rows in {:?}", started.elapsed());
+        let here = the_table_covers_this_function_and_libc as *const () as usize;
+        let rule = table.rule(here + 1).unwrap();
         // Inside a function, past its entry: the CFA is above the stack
         // pointer or the frame pointer, and the return address below it.
         assert_eq!(rule.ra, Some(-8));
-        let getpid = libc::getpid as usize;
-        assert!(table.rule(getpid, &mut context).is_ok());
+        let getpid = libc::getpid as *const () as usize;
+        assert!(table.rule(getpid).is_ok());
         assert!(table.objects().any(|(name, _)| name.contains("libc.so")));
-        assert_eq!(table.rule(8, &mut context), Err(StackEnd::NoUnwindInfo));
+        assert_eq!(table.rule(8), Err(StackEnd::NoUnwindInfo));
         assert_eq!(table.loader, loader_counts());
     }
 

@@ -1,0 +1,250 @@
+//! Native frames' names, resolved by the collector while it drains the
+//! rings, so that code in an object unloaded later is still named.
+//!
+//! A name is the chain of functions at the address, innermost first: the
+//! helpers the compiler inlined there, each marked ` (inlined)` as perf
+//! marks them, then the function that ran. Without debug info the chain is
+//! the symbol alone; without a symbol, the address in hex.
+//!
+//! The resolver (`backtrace`) reads each object's symbols and DWARF once
+//! and caches them, with the list of objects it saw. An address in an object
+//! loaded since is named by `dladdr` (its dynamic symbol, no inlining) until
+//! the resolver's cache is rebuilt, which happens when an object it holds
+//! is unloaded (its addresses may be reused), or when an object loaded since
+//! has stayed a second: rebuilding re-reads every object's debug info, so a
+//! host that loads and unloads objects briefly does not pay for it each
+//! time. A name is kept until the object holding its address is unloaded.
+
+use std::collections::HashMap;
+use std::ffi::CStr;
+use std::time::{Duration, Instant};
+
+use super::unwind::modules::loader_counts;
+
+/// What marks an inlined frame's name.
+pub const INLINED: &str = " (inlined)";
+
+/// A loaded object: its load bias and name.
+type Object = (usize, String);
+
+/// The names the collector has resolved.
+pub(crate) struct NativeNames {
+    /// The loader's (loads, unloads) counts the names hold for.
+    loader: (u64, u64),
+    /// The objects the resolver's cache was built over.
+    resolver_objects: Vec<Object>,
+    /// Objects loaded since, with when they were first seen.
+    newer: Vec<(Object, Instant)>,
+    /// (address, is a return address) → (chain, the object holding it).
+    by_addr: HashMap<(usize, bool), (usize, Option<Object>)>,
+    ids: HashMap<Vec<String>, usize>,
+    chains: Vec<Vec<String>>,
+}
+
+impl Default for NativeNames {
+    /// Starts the resolver's cache afresh, over the objects loaded now: it
+    /// may have been built earlier in the process, over other objects.
+    fn default() -> Self {
+        backtrace::clear_symbol_cache();
+        Self {
+            loader: loader_counts(),
+            resolver_objects: objects(),
+            newer: Vec::new(),
+            by_addr: HashMap::new(),
+            ids: HashMap::new(),
+            chains: Vec::new(),
+        }
+    }
+}
+
+impl NativeNames {
+    /// Follows the loader's loads and unloads (see the module's text).
+    /// Called before each pass names its samples.
+    pub(crate) fn follow_loader(&mut self) {
+        let now = loader_counts();
+        if now == self.loader {
+            return;
+        }
+        self.loader = now;
+        let current = objects();
+        // Names of addresses in unloaded objects, and addresses that were in
+        // no object, may no longer hold.
+        self.by_addr
+            .retain(|_, (_, object)| object.as_ref().is_some_and(|o| current.contains(o)));
+        self.newer.retain(|(o, _)| current.contains(o));
+        for o in &current {
+            if !self.resolver_objects.contains(o) && !self.newer.iter().any(|(n, _)| n == o) {
+                self.newer.push((o.clone(), Instant::now()));
+            }
+        }
+        let lost = self.resolver_objects.iter().any(|o| !current.contains(o));
+        let settled = self
+            .newer
+            .iter()
+            .any(|(_, seen)| seen.elapsed() >= Duration::from_secs(1));
+        if lost || settled {
+            backtrace::clear_symbol_cache();
+            self.resolver_objects = current;
+            self.newer.clear();
+            // What was named by its dynamic symbol gets its full chain.
+            self.by_addr.clear();
+        }
+    }
+
+    /// The chain at `addr` (a return address if `is_return`: resolved at
+    /// `addr - 1`), by its number.
+    pub(crate) fn id(&mut self, addr: usize, is_return: bool) -> usize {
+        if let Some(&(id, _)) = self.by_addr.get(&(addr, is_return)) {
+            return id;
+        }
+        let at = if is_return {
+            addr.saturating_sub(1)
+        } else {
+            addr
+        };
+        let object = object_of(at);
+        let chain = match &object {
+            Some(o) if self.resolver_objects.contains(o) => {
+                resolve(at).or_else(|| dynamic_symbol(at))
+            }
+            _ => dynamic_symbol(at),
+        }
+        .unwrap_or_else(|| vec![format!("{addr:#x}")]);
+        let next = self.chains.len();
+        let id = *self.ids.entry(chain.clone()).or_insert(next);
+        if id == next {
+            self.chains.push(chain);
+        }
+        self.by_addr.insert((addr, is_return), (id, object));
+        id
+    }
+
+    /// The chain numbered `id`, innermost first.
+    pub(crate) fn chain(&self, id: usize) -> &[String] {
+        &self.chains[id]
+    }
+}
+
+/// The functions at `at`, innermost first, the inlined ones marked, from
+/// the resolver.
+fn resolve(at: usize) -> Option<Vec<String>> {
+    let mut names = Vec::new();
+    backtrace::resolve(at as *mut std::ffi::c_void, |symbol| {
+        if let Some(n) = symbol.name() {
+            names.push(format!("{n:#}"));
+        }
+    });
+    // The resolver reports the inlined frames innermost first and the
+    // function that ran last.
+    let last = names.len().checked_sub(1)?;
+    for name in &mut names[..last] {
+        name.push_str(INLINED);
+    }
+    Some(names)
+}
+
+/// The dynamic symbol at `at`, from the loader.
+fn dynamic_symbol(at: usize) -> Option<Vec<String>> {
+    // SAFETY: an all-zero Dl_info is valid storage for dladdr to fill.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: any address may be asked about; `info` is writable.
+    if unsafe { libc::dladdr(at as *const libc::c_void, &mut info) } == 0
+        || info.dli_sname.is_null()
+    {
+        return None;
+    }
+    // SAFETY: a NUL-terminated name owned by the loaded object, read while
+    // it is loaded (the loader keeps it until dlclose, which this thread does
+    // not call).
+    let name = unsafe { CStr::from_ptr(info.dli_sname) }.to_string_lossy();
+    let demangled = format!("{:#}", backtrace::SymbolName::new(name.as_bytes()));
+    Some(vec![demangled])
+}
+
+/// The loaded objects.
+fn objects() -> Vec<Object> {
+    let mut found = Vec::new();
+    each_object(|info, _| {
+        found.push(object_name(info));
+        false
+    });
+    found
+}
+
+/// The object whose segments hold `at`.
+fn object_of(at: usize) -> Option<Object> {
+    let mut found = None;
+    each_object(|info, headers| {
+        let base = info.dlpi_addr as usize;
+        let holds = headers.iter().any(|h| {
+            let lo = base + h.p_vaddr as usize;
+            h.p_type == libc::PT_LOAD && (lo..lo + h.p_memsz as usize).contains(&at)
+        });
+        if holds {
+            found = Some(object_name(info));
+        }
+        holds
+    });
+    found
+}
+
+fn object_name(info: &libc::dl_phdr_info) -> Object {
+    let name = if info.dlpi_name.is_null() {
+        String::new()
+    } else {
+        // SAFETY: a NUL-terminated name from the loader, read in its callback.
+        unsafe { CStr::from_ptr(info.dlpi_name) }
+            .to_string_lossy()
+            .into_owned()
+    };
+    (info.dlpi_addr as usize, name)
+}
+
+/// Calls `f` with each loaded object and its program headers until it
+/// returns true.
+fn each_object(mut f: impl FnMut(&libc::dl_phdr_info, &[libc::Elf64_Phdr]) -> bool) {
+    unsafe extern "C" fn call(
+        info: *mut libc::dl_phdr_info,
+        _size: usize,
+        data: *mut libc::c_void,
+    ) -> libc::c_int {
+        // SAFETY: `data` is the closure below; the loader passes a valid info
+        // whose program headers stay mapped during the callback.
+        unsafe {
+            let f = &mut *data
+                .cast::<&mut dyn FnMut(&libc::dl_phdr_info, &[libc::Elf64_Phdr]) -> bool>();
+            let info = &*info;
+            let headers = std::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum.into());
+            libc::c_int::from(f(info, headers))
+        }
+    }
+    let mut f: &mut dyn FnMut(&libc::dl_phdr_info, &[libc::Elf64_Phdr]) -> bool = &mut f;
+    // SAFETY: `call` matches the callback type and uses `data` only as the
+    // closure reference, which outlives the call.
+    unsafe { libc::dl_iterate_phdr(Some(call), (&raw mut f).cast()) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[inline(never)]
+    fn outer() -> usize {
+        outer as *const () as usize
+    }
+
+    #[test]
+    fn a_function_is_named_and_an_address_outside_code_is_hex() {
+        let mut names = NativeNames::default();
+        let id = names.id(outer() + 1, false);
+        let chain = names.chain(id);
+        assert!(
+            chain.last().unwrap().ends_with("symbols::tests::outer"),
+            "{chain:?}"
+        );
+        // Resolved once: the same address gives the same number.
+        assert_eq!(names.id(outer() + 1, false), id);
+        let nowhere = names.id(0x10, false);
+        assert_eq!(names.chain(nowhere), ["0x10"]);
+    }
+}
