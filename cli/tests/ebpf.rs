@@ -40,7 +40,11 @@ mod tests {
     const JITMAP: &str = env!("CARGO_BIN_EXE_jitmap");
 
     /// The tests, by name.
-    pub const ALL: [(&str, fn()); 9] = [
+    pub const ALL: [(&str, fn()); 10] = [
+        (
+            "a_frameless_native_leaf_under_jit_code_is_detected_and_counted",
+            a_frameless_native_leaf_under_jit_code_is_detected_and_counted,
+        ),
         (
             "agent_perf_and_ebpf_agree_on_one_run",
             agent_perf_and_ebpf_agree_on_one_run,
@@ -443,6 +447,32 @@ mod tests {
         assert!(report["placements"].as_array().unwrap().len() >= 200);
         let max = report["reads_per_jit_frame"]["max"].as_u64().unwrap();
         assert!(max <= 13, "{max}");
+        // Every leaf is JIT code: no sample is a frameless native leaf.
+        assert_eq!(report["frameless_leaf"], 0);
+    }
+
+    /// JIT code calling a native leaf built without frame pointers
+    /// (`spin --frameless`): the kernel's frame-pointer walk skips the leaf's
+    /// JIT caller. The program finds the caller's return address on top of
+    /// the stack, and each such sample is counted as such.
+    fn a_frameless_native_leaf_under_jit_code_is_detected_and_counted() {
+        let args = ["--frameless", "--seconds", "4"];
+        let Some(report) = profile_spin("ebpf-frameless", &args, "2") else {
+            return;
+        };
+        let samples = report["samples"].as_u64().unwrap();
+        let flagged = report["frameless_leaf"].as_u64().unwrap();
+        println!("frameless leaf: {flagged} of {samples} samples flagged");
+        // The host spends its time in the leaf.
+        assert!(samples >= 4000, "{samples}");
+        assert!(flagged * 100 >= samples * 95, "{flagged} of {samples}");
+        let leaf = report["methods"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["name"] == "frameless_leaf")
+            .unwrap_or_else(|| panic!("no frameless_leaf: {}", report["methods"]));
+        assert!(leaf["self_samples"].as_u64().unwrap() >= flagged, "{leaf}");
     }
 
     fn a_churning_v1_host_within_the_walk_cap_is_never_misnamed() {

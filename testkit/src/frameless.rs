@@ -121,6 +121,33 @@ impl Frameless {
     }
 }
 
+/// Runs the native-leaf stack on a heap of `manager` for `duration` (the
+/// C leaf built in a temporary directory); returns the calls made. The
+/// workload of `jitmap-sim spin --frameless`, which `jitmap profile`'s
+/// frameless-leaf check runs against.
+pub fn run(
+    manager: &jitmap::ExecutionManager,
+    duration: std::time::Duration,
+) -> Result<u64, DemoError> {
+    let heap = manager.create_heap(jitmap::HeapConfig {
+        span: 1 << 16,
+        ..jitmap::HeapConfig::default()
+    })?;
+    let dir = std::env::temp_dir().join(format!("jitmap-frameless-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| DemoError::Setup(format!("{dir:?}: {e}")))?;
+    let frameless = Frameless::build(&heap, &dir);
+    // The object is loaded: its file is no longer needed.
+    let _ = std::fs::remove_dir_all(&dir);
+    let frameless = frameless?;
+    let deadline = std::time::Instant::now() + duration;
+    let mut calls = 0;
+    while std::time::Instant::now() < deadline {
+        std::hint::black_box(frameless.native_leaf(200_000));
+        calls += 1;
+    }
+    Ok(calls)
+}
+
 /// The host function under the native-leaf stack.
 #[inline(never)]
 pub fn drive_native(top: Entry, n: u64) -> u64 {

@@ -58,6 +58,10 @@ pub struct Counts {
     /// Samples whose innermost frame was in a heap but not in a method or
     /// stub (or too far, or unreadable).
     pub unattributed: u64,
+    /// Samples in native code without a frame pointer called from a JIT
+    /// method that the kernel's frame-pointer walk skipped: their stacks
+    /// lack that caller (detected, not repaired; see the BPF program).
+    pub frameless_leaf: u64,
     /// Frames, by what they were.
     pub native: u64,
     /// JIT method frames.
@@ -136,6 +140,9 @@ impl Aggregator {
             return;
         }
         c.samples += 1;
+        if sample.frameless_leaf {
+            c.frameless_leaf += 1;
+        }
         if matches!(
             sample.frames[0].kind,
             FrameKind::Nothing | FrameKind::TooFar | FrameKind::Error
@@ -340,6 +347,7 @@ mod tests {
             tid: 1,
             reads: 1,
             stale: false,
+            frameless_leaf: false,
             frames,
         }
     }

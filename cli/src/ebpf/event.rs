@@ -84,6 +84,10 @@ pub struct Sample {
     /// A range map changed while the sample was resolved: it carries no
     /// frames and is dropped.
     pub stale: bool,
+    /// The leaf is native code without a frame pointer whose caller, a JIT
+    /// method, the kernel's frame-pointer walk skipped (the word on top of
+    /// the stack returns into that method).
+    pub frameless_leaf: bool,
     /// Frames, innermost first.
     pub frames: Vec<Frame>,
 }
@@ -161,7 +165,9 @@ impl Sample {
         let tid = u32_at(record, 0);
         let count = u32_at(record, 4) as usize;
         let reads = u32_at(record, 8);
-        let stale = u32_at(record, 12) & 1 != 0;
+        let flags = u32_at(record, 12);
+        let stale = flags & 1 != 0;
+        let frameless_leaf = flags & 2 != 0;
         let names = u32_at(record, 16) as usize;
         let bad_length = Err(DecodeError::Length {
             got: record.len(),
@@ -175,14 +181,19 @@ impl Sample {
             return bad_length;
         }
         let area = &record[names_at..];
-        let frames = record[HEADER_BYTES..names_at]
+        let mut frames: Vec<Frame> = record[HEADER_BYTES..names_at]
             .chunks_exact(FRAME_BYTES)
             .map(|b| decode_frame(b, area))
             .collect::<Result<_, _>>()?;
+        // The top-of-stack word's lookup, sent after the stack's frames.
+        if flags & 4 != 0 {
+            frames.pop();
+        }
         Ok(Self {
             tid,
             reads,
             stale,
+            frameless_leaf,
             frames,
         })
     }

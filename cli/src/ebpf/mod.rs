@@ -392,7 +392,8 @@ impl EbpfRun {
         let mut out = format!(
             "ebpf-profile of process {} at {} Hz for {:.2} s{}\n\
              samples: {} in the profile; {} stale (dropped), {} without a user stack, \
-             {} lost (ring full), {} unattributed\n\
+             {} lost (ring full), {} unattributed; {} in a frameless native leaf \
+             whose JIT caller the kernel's walk skipped\n\
              frames: {} ({} native, {} methods, {} stubs, {} images, {} in no block, \
              {} too far, {} stale, {} unreadable)\n\
              reads per frame: mean {:.2}, max {}; in a JIT section: mean {:.2}, max {}\n\
@@ -412,6 +413,7 @@ impl EbpfRun {
             c.empty_samples,
             k.lost,
             c.unattributed,
+            c.frameless_leaf,
             c.frames(),
             c.native,
             c.methods,
@@ -471,6 +473,7 @@ impl EbpfRun {
             "empty_samples": c.empty_samples,
             "lost": k.lost,
             "unattributed": c.unattributed,
+            "frameless_leaf": c.frameless_leaf,
             "frames": {
                 "all": c.frames(), "native": c.native, "methods": c.methods,
                 "stubs": c.stubs, "images": c.images, "nothing": c.nothing,

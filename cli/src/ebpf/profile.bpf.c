@@ -91,12 +91,17 @@ struct event_header {
 	u32 tid;
 	u32 frames;
 	u32 reads;     // reads for the sample as a whole (managers, range-map sequences)
-	u32 flags;     // SAMPLE_STALE: a range map changed during the sample
+	u32 flags;     // SAMPLE_STALE: a range map changed during the sample;
+	               // SAMPLE_FRAMELESS_LEAF: see jitmap_profile
 	u32 names;     // bytes of the name area, after the frames
 	u32 pad;
 };
 
 #define SAMPLE_STALE 1
+#define SAMPLE_FRAMELESS_LEAF 2
+// The last frame sent is the top-of-stack word's lookup, not a frame of the
+// stack (user space takes it off).
+#define SAMPLE_TOP_PROBE 4
 
 // A sample as sent: the header, `frames` frames, then `names` bytes of names.
 #define HEADER_BYTES 24
@@ -517,6 +522,7 @@ INLINE u8 resolve(struct scratch *s, struct frame *f, u64 ip, u16 *reads)
 struct walk {
 	struct scratch *s;
 	struct stats *st;
+	u32 counted;  // frames of the stack (the stats count these only)
 };
 
 static long resolve_frame(u32 i, struct walk *w)
@@ -543,6 +549,8 @@ static long resolve_frame(u32 i, struct walk *w)
 	u8 kind = resolve(s, f, i == 0 ? ip : ip - 1, &reads);
 	f->kind = kind;
 	f->reads = reads;
+	if (i >= w->counted)
+		return 0;
 	st->frames += 1;
 	st->reads += reads;
 	if (reads > st->max_reads)
@@ -582,7 +590,6 @@ int jitmap_profile(void *ctx)
 	h->flags = 0;
 	h->names = 0;
 	h->pad = 0;
-	s->names_at = HEADER_BYTES + (u64)n * FRAME_BYTES;
 	s->names_used = 0;
 	s->hit_begin = 0;
 	s->hit_end = 0;
@@ -609,9 +616,39 @@ int jitmap_profile(void *ctx)
 		h->frames = 0;
 		n = 0;
 	}
+	// A native leaf without a frame pointer, called from JIT code, leaves
+	// rbp pointing at its caller's frame: the frame-pointer walk above then
+	// skips that caller. Such a leaf's return address is the word on top of
+	// the user stack. When that word differs from the walk's first return
+	// address, it is looked up too, as one more frame after the stack's
+	// (sent with SAMPLE_TOP_PROBE); if it is a return address into a JIT
+	// method, the sample is flagged, and user space counts it. Only
+	// user-mode samples have the user stack pointer in their registers
+	// (pt_regs: cs at word 17, sp at word 19).
+	u32 top = 0;
+	u64 *regs = ctx;
+	u64 cs = regs[17];
+	u64 sp = regs[19];
+	if ((cs & 3) == 3 && n >= 2 && n < MAX_FRAMES && !bad_ptr(sp, 8)) {
+		u64 word = 0;
+		h->reads += 1;
+		if (!bpf_probe_read_user(&word, 8, (const void *)sp) && word != s->ips[1]) {
+			// The mask, in assembly so that the compiler keeps it,
+			// bounds the index for the verifier.
+			u64 slot = n;
+			asm volatile("%[slot] &= 63" : [slot] "+r"(slot));
+			s->ips[slot] = word;
+			top = 1;
+		}
+	}
+	s->names_at = HEADER_BYTES + (u64)(n + top) * FRAME_BYTES;
+	if (top) {
+		h->frames = n + 1;
+		h->flags = SAMPLE_TOP_PROBE;
+	}
 	if (!stale && n > 0) {
-		struct walk w = {.s = s, .st = st};
-		bpf_loop(n, resolve_frame, &w, 0);
+		struct walk w = {.s = s, .st = st, .counted = n};
+		bpf_loop(n + top, resolve_frame, &w, 0);
 	}
 	// A manager dropped during the sample clears its entry before freeing
 	// its map (whose sequence it leaves odd): either shows here.
@@ -636,18 +673,27 @@ int jitmap_profile(void *ctx)
 		    again != s->seqs[m])
 			stale = 1;
 	}
+	if (!stale && top) {
+		u64 slot = n;
+		asm volatile("%[slot] &= 63" : [slot] "+r"(slot));
+		struct frame *leaf = (struct frame *)(s->ev + HEADER_BYTES);
+		struct frame *caller = (struct frame *)(s->ev + HEADER_BYTES + slot * FRAME_BYTES);
+		if (leaf->kind == FRAME_NATIVE && caller->kind == FRAME_METHOD)
+			h->flags |= SAMPLE_FRAMELESS_LEAF;
+	}
 	if (stale) {
 		h->flags = SAMPLE_STALE;
 		h->frames = 0;
 		s->names_used = 0;
 		n = 0;
+		top = 0;
 		st->stale_samples += 1;
 	}
 	u64 names = s->names_used;
 	if (names > NAMES_BYTES)
 		names = 0;
 	h->names = (u32)names;
-	u64 size = HEADER_BYTES + (u64)(n & (MAX_FRAMES * 2 - 1)) * FRAME_BYTES + names;
+	u64 size = HEADER_BYTES + (u64)((n + top) & (MAX_FRAMES * 2 - 1)) * FRAME_BYTES + names;
 	if (size > EVENT_BYTES)
 		size = EVENT_BYTES;
 	// Wake the reader only when the ring is half full: a wakeup per sample

@@ -111,6 +111,12 @@ fn run_spin(args: &[String]) -> Result<(), String> {
         .install(manager.listeners())
         .map_err(|e| e.to_string())?;
     let duration = Duration::from_secs_f64(seconds);
+    if flags.has("--frameless") {
+        let calls =
+            jitmap_testkit::frameless::run(&manager, duration).map_err(|e| e.to_string())?;
+        println!("spin frameless calls={calls}");
+        return Ok(());
+    }
     let report = jitmap_testkit::spin::run(&manager, layout, duration, churn, false)
         .map_err(|e| e.to_string())?;
     println!("spin functions={} wrong={}", report.functions, report.wrong);

@@ -39,6 +39,11 @@ pub struct Options {
     /// the samples deep inside the method.
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=1 << 20))]
     pad: u64,
+    /// Instead of the named functions, run JIT code that calls a native
+    /// leaf built without frame pointers (`jitmap_testkit::frameless`): the
+    /// stack a frame-pointer walk cuts short.
+    #[arg(long, conflicts_with_all = ["churn", "gdb", "functions", "pad"])]
+    frameless: bool,
     /// Pad each name with `_` to at least this many bytes (at most 4096).
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=4096))]
     name_width: u64,
@@ -87,12 +92,19 @@ pub fn run(o: Options) -> CliResult {
     let output = config
         .install(manager.listeners())
         .map_err(|e| CliError::Io(std::io::Error::other(e)))?;
-    let report = spin::run(&manager, layout, o.seconds.duration(), churn, o.gdb)
-        .map_err(CliError::failed)?;
-    let mut text = format!(
-        "spin functions={} calls={} wrong={} moves={} republishes={}\n",
-        report.functions, report.calls, report.wrong, report.moves, report.republishes
-    );
+    let (mut text, wrong) = if o.frameless {
+        let calls = jitmap_testkit::frameless::run(&manager, o.seconds.duration())
+            .map_err(CliError::failed)?;
+        (format!("spin frameless calls={calls}\n"), 0)
+    } else {
+        let report = spin::run(&manager, layout, o.seconds.duration(), churn, o.gdb)
+            .map_err(CliError::failed)?;
+        let text = format!(
+            "spin functions={} calls={} wrong={} moves={} republishes={}\n",
+            report.functions, report.calls, report.wrong, report.moves, report.republishes
+        );
+        (text, report.wrong)
+    };
     if let Some(j) = &output.jitdump {
         text += &format!("jitdump {}\n", j.path().display());
     }
@@ -100,5 +112,5 @@ pub fn run(o: Options) -> CliResult {
         text += &format!("perf-map {}\n", m.path().display());
     }
     emit(&text)?;
-    Ok(Outcome::from_ok(report.wrong == 0))
+    Ok(Outcome::from_ok(wrong == 0))
 }
