@@ -66,7 +66,9 @@ fn workload() -> (jitmap::OwnedHeap, Frameless, std::path::PathBuf) {
         .unwrap();
     let dir = std::env::temp_dir().join(format!("agent-unwind-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let frameless = Frameless::build(&heap, &dir).unwrap();
+    // The frame-pointer functions without CFI: the agent steps them by the
+    // convention.
+    let frameless = Frameless::build(&heap, &dir, false).unwrap();
     (heap, frameless, dir)
 }
 

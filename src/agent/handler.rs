@@ -294,10 +294,10 @@ fn walk_mixed(
         sp: regs.sp,
         fp: Some(regs.fp),
     };
-    for n in 0..frames.len() {
+    for (n, slot) in frames.iter_mut().enumerate() {
         let is_return = n > 0;
         let (frame, code) = classify(guard, regs.pc, is_return);
-        frames[n] = frame;
+        *slot = frame;
         let at = if is_return { regs.pc - 1 } else { regs.pc };
         let rule = match (frame.kind, code) {
             (FrameKind::Native, _) => modules.map_or(Err(StackEnd::NoUnwindInfo), |t| t.rule(at)),

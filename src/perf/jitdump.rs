@@ -151,17 +151,46 @@ pub fn encode_debug_info(timestamp: u64, start: u64, rows: &[DebugEntry]) -> Vec
 /// An unwinding-info record: `.eh_frame` then `.eh_frame_hdr`, padded to 8 bytes.
 /// `mapped_size` is 0: the tables are not mapped next to the code.
 pub fn encode_unwinding_info(timestamp: u64, eh: &EhFrame) -> Vec<u8> {
+    encode_unwinding(timestamp, eh, 0)
+}
+
+/// An unwinding-info record whose tables perf maps `mapped_size` bytes
+/// after the code (rounded up to 8).
+fn encode_unwinding(timestamp: u64, eh: &EhFrame, mapped_size: u64) -> Vec<u8> {
     let data = eh.frame.len() + eh.header.len();
     let total = (RECORD_HEADER_SIZE + 24 + data).next_multiple_of(8);
     let mut out = Vec::with_capacity(total);
     record_header(&mut out, CODE_UNWINDING_INFO, total, timestamp);
-    for v in [data as u64, eh.header.len() as u64, 0] {
+    for v in [data as u64, eh.header.len() as u64, mapped_size] {
         out.extend_from_slice(&v.to_ne_bytes());
     }
     out.extend_from_slice(&eh.frame);
     out.extend_from_slice(&eh.header);
     out.resize(total, 0);
     out
+}
+
+/// The unwinding-info record for a method of `code_size` bytes at
+/// `code_start` whose host gave `eh`: the tables rewritten where perf's
+/// `inject --jit` places them (see [`super::unwinding`]), or the host's own
+/// bytes if they cannot be.
+fn unwinding_record(timestamp: u64, eh: &EhFrame, code_start: u64, code_size: u64) -> Vec<u8> {
+    match super::unwinding::perf_layout(eh, code_start, code_size) {
+        // perf maps the tables after the code (`mapped_size`), where its
+        // unwinder reads them through the method's mapping.
+        Some((frame, header)) => {
+            let mapped = (frame.len() + header.len()) as u64;
+            encode_unwinding(
+                timestamp,
+                &EhFrame {
+                    frame: frame.into(),
+                    header: header.into(),
+                },
+                mapped,
+            )
+        }
+        None => encode_unwinding_info(timestamp, eh),
+    }
 }
 
 /// A close record.
@@ -274,11 +303,10 @@ impl JitDump {
                 let start = load.start as u64;
                 let debug = (!load.info.debug.is_empty())
                     .then(|| encode_debug_info(load.timestamp, start, &load.info.debug));
-                let unwind = load
-                    .info
-                    .eh_frame
-                    .as_ref()
-                    .map(|eh| encode_unwinding_info(load.timestamp, eh));
+                let unwind =
+                    load.info.eh_frame.as_ref().map(|eh| {
+                        unwinding_record(load.timestamp, eh, start, load.code.len() as u64)
+                    });
                 let prefix = encode_load_prefix(
                     load.timestamp,
                     self.pid,

@@ -6,6 +6,7 @@
 pub mod check;
 pub mod jitdump;
 pub mod perfmap;
+mod unwinding;
 
 use std::fmt;
 use std::io;

@@ -71,16 +71,20 @@ pub struct Frameless {
 
 impl Frameless {
     /// Compiles the C leaf into `dir` (with `cc`), loads it, and publishes
-    /// the four JIT functions into `heap`.
-    pub fn build(heap: &OwnedHeap, dir: &Path) -> Result<Self, DemoError> {
+    /// the four JIT functions into `heap`. With `describe_all`, the two that
+    /// keep frame pointers carry an `.eh_frame` too (what an outside
+    /// unwinder such as perf's needs); without, the agent steps them by the
+    /// frame-pointer convention.
+    pub fn build(heap: &OwnedHeap, dir: &Path, describe_all: bool) -> Result<Self, DemoError> {
         let leaf = compile_leaf(dir)?;
-        let mid = publish(heap, "jit_mid", 1, &calls_with_frame(leaf), None)?;
+        let framed = describe_all.then_some(FRAME_POINTER_CFI);
+        let mid = publish(heap, "jit_mid", 1, &calls_with_frame(leaf), framed)?;
         let top = publish(
             heap,
             "jit_top",
             2,
             &calls_with_frame(mid.start() as u64),
-            None,
+            framed,
         )?;
         let mid_nofp = publish(
             heap,
@@ -121,10 +125,13 @@ impl Frameless {
     }
 }
 
-/// Runs the native-leaf stack on a heap of `manager` for `duration` (the
-/// C leaf built in a temporary directory); returns the calls made. The
-/// workload of `jitmap-sim spin --frameless`, which `jitmap profile`'s
-/// frameless-leaf check runs against.
+/// Runs both stacks on a heap of `manager` for `duration`, two native-leaf
+/// calls to one frameless JIT call; returns the calls made. Every JIT
+/// function carries an `.eh_frame` (for outside unwinders, through the
+/// jitdump's records). The C leaf is built in [`object_dir`] and left there:
+/// profilers read its symbols and unwind tables from the file after the
+/// process ends (as perf reads its JIT `.so` files). The workload of
+/// `jitmap-sim spin --frameless`.
 pub fn run(
     manager: &jitmap::ExecutionManager,
     duration: std::time::Duration,
@@ -133,19 +140,23 @@ pub fn run(
         span: 1 << 16,
         ..jitmap::HeapConfig::default()
     })?;
-    let dir = std::env::temp_dir().join(format!("jitmap-frameless-{}", std::process::id()));
+    let dir = object_dir(std::process::id());
     std::fs::create_dir_all(&dir).map_err(|e| DemoError::Setup(format!("{dir:?}: {e}")))?;
-    let frameless = Frameless::build(&heap, &dir);
-    // The object is loaded: its file is no longer needed.
-    let _ = std::fs::remove_dir_all(&dir);
-    let frameless = frameless?;
+    let frameless = Frameless::build(&heap, &dir, true)?;
     let deadline = std::time::Instant::now() + duration;
     let mut calls = 0;
     while std::time::Instant::now() < deadline {
         std::hint::black_box(frameless.native_leaf(200_000));
-        calls += 1;
+        std::hint::black_box(frameless.native_leaf(200_000));
+        std::hint::black_box(frameless.jit_without_fp(200_000));
+        calls += 3;
     }
     Ok(calls)
+}
+
+/// Where [`run`] in process `pid` builds its C leaf.
+pub fn object_dir(pid: u32) -> PathBuf {
+    std::env::temp_dir().join(format!("jitmap-frameless-{pid}"))
 }
 
 /// The host function under the native-leaf stack.
@@ -259,9 +270,10 @@ fn spins_without_frame(a: &mut CodeAssembler) -> Result<(), IcedError> {
     a.ret()
 }
 
-/// CFI rows as (code offset, CFA offset from rsp, rbp saved at CFA - 16),
-/// from the first instruction; the last row covers the `ret`.
-type Cfi = &'static [(u32, i32, bool)];
+/// CFI rows as (code offset, whether the CFA is computed from rbp (else
+/// rsp), the CFA's offset from it, whether rbp is saved at CFA - 16), from
+/// the first instruction; the last row covers the `ret`.
+type Cfi = &'static [(u32, bool, i32, bool)];
 
 /// `spins_without_frame`: `push rbp` (1 byte), `sub rsp, 16` (4), `mov rbp,
 /// imm64` (10), `mov rcx, rdi` (3), `dec rcx` (3), `jnz` (2), `mov rax, rdi`
@@ -269,16 +281,31 @@ type Cfi = &'static [(u32, i32, bool)];
 /// with rbp saved after the push, rsp+32 after the `sub`, rsp+16 after the
 /// `add`, rsp+8 with rbp restored after the pop.
 const MID_NOFP_CFI: Cfi = &[
-    (0, 8, false),
-    (1, 16, true),
-    (5, 32, true),
-    (30, 16, true),
-    (31, 8, false),
+    (0, false, 8, false),
+    (1, false, 16, true),
+    (5, false, 32, true),
+    (30, false, 16, true),
+    (31, false, 8, false),
 ];
 
 /// `calls_without_frame`: CFA = rsp+16 between `sub rsp, 8` (4 bytes) and
 /// `add rsp, 8` (at 16, 4 bytes), rsp+8 at the `ret` (20).
-const TOP_NOFP_CFI: Cfi = &[(0, 8, false), (4, 16, false), (20, 8, false)];
+const TOP_NOFP_CFI: Cfi = &[
+    (0, false, 8, false),
+    (4, false, 16, false),
+    (20, false, 8, false),
+];
+
+/// `calls_with_frame`: `push rbp` (1 byte), `mov rbp, rsp` (3), `mov rax,
+/// imm64` (10), `call rax` (2), `pop rbp` at 16, `ret` at 17. CFA = rsp+16
+/// with rbp saved after the push, rbp+16 once rbp is set, rsp+8 after the
+/// pop.
+const FRAME_POINTER_CFI: Cfi = &[
+    (0, false, 8, false),
+    (1, false, 16, true),
+    (4, true, 16, true),
+    (17, false, 8, false),
+];
 
 /// Assembles `body` at a reserved address and publishes it as `name`, with
 /// an `.eh_frame` built from `cfi` if given.
@@ -319,8 +346,9 @@ fn eh_frame(start: usize, len: u32, rows: Cfi) -> Box<[u8]> {
     let cie = table.add_cie(cie);
     let mut fde = FrameDescriptionEntry::new(Address::Constant(start as u64), len);
     let mut saved = false;
-    for &(offset, cfa, rbp_saved) in rows {
-        fde.add_instruction(offset, CallFrameInstruction::CfaOffset(cfa));
+    for &(offset, on_rbp, cfa, rbp_saved) in rows {
+        let base = if on_rbp { X86_64::RBP } else { X86_64::RSP };
+        fde.add_instruction(offset, CallFrameInstruction::Cfa(base, cfa));
         if rbp_saved && !saved {
             fde.add_instruction(offset, CallFrameInstruction::Offset(X86_64::RBP, -16));
         } else if !rbp_saved && saved {
@@ -351,7 +379,7 @@ mod tests {
             .unwrap();
         let dir = std::env::temp_dir().join(format!("frameless-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let f = Frameless::build(&heap, &dir).unwrap();
+        let f = Frameless::build(&heap, &dir, true).unwrap();
         assert_eq!(f.jit_without_fp(1000), 1000);
         // The leaf's closed form for n = 1: one step from 1.
         assert_eq!(
@@ -365,6 +393,9 @@ mod tests {
         let mut a = CodeAssembler::new(64).unwrap();
         calls_without_frame(0x1234_5678_9abc)(&mut a).unwrap();
         assert_eq!(a.assemble(0).unwrap().len(), 21);
+        let mut a = CodeAssembler::new(64).unwrap();
+        calls_with_frame(0x1234_5678_9abc)(&mut a).unwrap();
+        assert_eq!(a.assemble(0).unwrap().len(), 18);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
