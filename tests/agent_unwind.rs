@@ -3,7 +3,9 @@
 //! pointers under JIT code, and JIT code that keeps no frame pointer and
 //! describes itself with CFI. Each runs under both modes: the mixed walk
 //! must give the exact stack in at least 99% of the samples, and the
-//! frame-pointer walk is shown to lose it (so the check can fail).
+//! frame-pointer walk is shown to lose it (so the check can fail). A
+//! counting allocator sees no heap call inside the handler in either mode,
+//! while it evaluates native rules and the JIT methods' CFI.
 #![cfg(target_arch = "x86_64")]
 
 use std::sync::{Mutex, MutexGuard};
@@ -12,6 +14,14 @@ use std::time::{Duration, Instant};
 use jitmap::agent::{Agent, AgentConfig, Clock, Profile, Unwind};
 use jitmap::{ExecutionManager, HeapConfig};
 use jitmap_testkit::frameless::{Frameless, JIT_STACK, NATIVE_STACK};
+use jitmap_testkit::signal_alloc::{
+    SignalCounting, check_mask, take_while_blocked, with_sigprof_blocked,
+};
+
+/// Counts heap calls made inside a SIGPROF handler (see
+/// `jitmap_testkit::signal_alloc`).
+#[global_allocator]
+static GLOBAL: SignalCounting = SignalCounting;
 
 /// One agent per process: the tests here take turns.
 fn one_agent() -> MutexGuard<'static, ()> {
@@ -19,8 +29,13 @@ fn one_agent() -> MutexGuard<'static, ()> {
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Runs `work` for 1.5 s under an agent on `manager` walking by `unwind`.
+/// Runs `work` for 1.5 s under an agent on `manager` walking by `unwind`;
+/// asserts that the handler made no heap call.
 fn profile(manager: &ExecutionManager, unwind: Unwind, work: impl Fn()) -> Profile {
+    // The detector itself: an allocation with SIGPROF blocked is caught.
+    check_mask(true);
+    with_sigprof_blocked(|| drop(std::hint::black_box(vec![1u8; 64])));
+    assert_eq!(take_while_blocked(), 2, "alloc and free seen");
     let agent = Agent::start(
         manager,
         AgentConfig {
@@ -37,7 +52,14 @@ fn profile(manager: &ExecutionManager, unwind: Unwind, work: impl Fn()) -> Profi
         work();
     }
     drop(attached);
-    agent.stop()
+    let profile = agent.stop();
+    check_mask(false);
+    assert_eq!(
+        take_while_blocked(),
+        0,
+        "the handler allocated ({unwind:?})"
+    );
+    profile
 }
 
 /// (samples whose leaf is `stack[0]`, those whose innermost frames are

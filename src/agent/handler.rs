@@ -301,6 +301,14 @@ fn walk_mixed(
         let at = if is_return { regs.pc - 1 } else { regs.pc };
         let rule = match (frame.kind, code) {
             (FrameKind::Native, _) => modules.map_or(Err(StackEnd::NoUnwindInfo), |t| t.rule(at)),
+            // A JIT leaf at its first instruction or at a `ret` has its
+            // return address on top of the stack, whatever its CFI says:
+            // Cranelift's, for one, describes the prologue but not the
+            // epilogue, and at `ret` would still place the CFA by rbp, which
+            // already holds the caller's frame.
+            (_, Some(code)) if !is_return && leaf_state(regs.pc, code) == LeafState::AtEntry => {
+                Ok(Rule::AT_ENTRY)
+            }
             (_, Some(code)) => code
                 .eh_frame
                 .and_then(|eh| unwind::jit::rule(eh, at, context))

@@ -37,10 +37,22 @@
 //!
 //! - saves and restores `errno`;
 //! - reads pc, frame pointer and stack pointer from the `ucontext`;
-//! - walks the frame-pointer chain up to [`AgentConfig::max_depth`] frames,
-//!   checking each frame pointer before reading through it (on the thread's
-//!   stack, aligned, strictly rising): a corrupt chain ends the walk, it never
-//!   faults. A JIT leaf caught in its prologue or at its `ret` is handled;
+//! - walks the stack up to [`AgentConfig::max_depth`] frames, the way
+//!   [`AgentConfig::unwind`] says:
+//!   - [`Unwind::Mixed`] (the default) steps every frame with a rule: a JIT
+//!     method's own CFI (its [`crate::info::CodeInfo::eh_frame`]), or the
+//!     frame-pointer convention for JIT code without one; a native frame
+//!     with its object's `.eh_frame`, which the collector evaluated into
+//!     sorted rows when the agent started (and again after a `dlopen` or
+//!     `dlclose`), published under the manager's grace periods. A native
+//!     leaf built without frame pointers keeps its JIT caller, and JIT code
+//!     that keeps none is walked by its CFI;
+//!   - [`Unwind::FramePointer`] follows saved frame pointers only;
+//!
+//!   every read is checked first (on the thread's stack, aligned, the stack
+//!   pointer strictly rising): a corrupt stack ends the walk, it never
+//!   faults, and why each walk ended is counted ([`StackEnds`]). A JIT leaf
+//!   caught in its prologue or at its `ret` is handled;
 //! - classifies each address under a pinned guard: JIT method (its version and
 //!   offset), stub, image method, or native. Return addresses are looked up at
 //!   `ra - 1`;
@@ -48,9 +60,9 @@
 //!
 //! It allocates nothing, takes no lock, uses no thread-local storage and calls
 //! nothing but `clock_gettime`. Names, symbols and aggregation happen later, in
-//! the collector thread. JIT code must keep frame pointers (as the .NET and
-//! HotSpot JITs do by default); native code without them ends the walk early
-//! or contributes frames that are only as good as its frame pointer.
+//! the collector thread, which names native frames as it drains the rings
+//! (so code in an object unloaded later is still named), each with the
+//! helpers inlined at its address marked [`INLINED`].
 //!
 //! # Naming code that is freed and re-jitted
 //!
@@ -1025,9 +1037,10 @@ impl AttachedThread {
     /// Records a sample of this thread's stack now, through the same code as
     /// the signal handler (so it is as cheap, and as safe, in any context): for
     /// a host that samples on its own events, such as allocations or lock
-    /// waits. Frame 0 is inside this function; the walk continues from the
-    /// frame pointer it was called with, so a caller that keeps no frame
-    /// pointer of its own is skipped.
+    /// waits. Frame 0 is inside this function; with the mixed unwinder every
+    /// caller follows by its CFI, while the frame-pointer walk continues from
+    /// the frame pointer it was called with, so a caller that keeps no frame
+    /// pointer of its own is skipped there.
     ///
     /// ```
     /// # use std::sync::Arc;

@@ -154,10 +154,22 @@ static void on_sigprof(int sig, siginfo_t *si, void *context) {
     }
 }
 
+/* SIGPROF blocked or unblocked on the calling thread. A thread takes the
+ * process's SIGPROF only while its reader is registered: it starts with the
+ * signal blocked (main blocks it around pthread_create) and blocks it again
+ * before it lets its reader go. */
+static void sigprof_mask(int how) {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGPROF);
+    pthread_sigmask(how, &set, NULL);
+}
+
 static void *executor_main(void *arg) {
     unsigned seed = (unsigned)(uintptr_t)arg;
     jitmap_executor *executor;
     CHECK(jitmap_reader_register(manager, &thread_reader));
+    sigprof_mask(SIG_UNBLOCK);
     CHECK(jitmap_executor_register(manager, &executor));
     while (!atomic_load(&stop)) {
         uint32_t id = (uint32_t)(rand_r(&seed) % METHODS);
@@ -169,6 +181,7 @@ static void *executor_main(void *arg) {
         CHECK(jitmap_executor_quiescent(executor));
     }
     CHECK(jitmap_executor_destroy(executor));
+    sigprof_mask(SIG_BLOCK);
     jitmap_reader *r = thread_reader;
     thread_reader = NULL;
     CHECK(jitmap_reader_destroy(r));
@@ -210,9 +223,11 @@ int main(void) {
     setitimer(ITIMER_PROF, &timer, NULL);
 
     pthread_t threads[EXECUTORS];
+    sigprof_mask(SIG_BLOCK);
     for (uintptr_t t = 0; t < EXECUTORS; t++) {
         pthread_create(&threads[t], NULL, executor_main, (void *)(t + 1));
     }
+    sigprof_mask(SIG_UNBLOCK);
     unsigned seed = 7;
     unsigned long tier_ups = 0, tier_downs = 0;
     int tier[METHODS] = {0};
