@@ -104,17 +104,15 @@ fn stacks(profile: &Profile) -> String {
         .collect()
 }
 
-#[test]
-fn a_frameless_native_leaf_keeps_its_jit_caller() {
+/// Profiles `run` (one call of the workload) under both walks: the mixed
+/// walk must give `stack` exactly in at least 99% of the samples in its
+/// leaf, with complete stacks; the frame-pointer walk, in none.
+fn check(stack: &[&str], run: impl Fn(&Frameless)) {
     let _one = one_agent();
     let (heap, f, dir) = workload();
-    let on = |unwind| {
-        profile(heap.manager(), unwind, || {
-            std::hint::black_box(f.native_leaf(200_000));
-        })
-    };
+    let on = |unwind| profile(heap.manager(), unwind, || run(&f));
     let mixed = on(Unwind::Mixed);
-    let (in_leaf, good) = exact(&mixed, &NATIVE_STACK);
+    let (in_leaf, good) = exact(&mixed, stack);
     println!(
         "mixed: {good} of {in_leaf} leaf samples exact; ends {:?}",
         mixed.stack_ends
@@ -136,54 +134,7 @@ fn a_frameless_native_leaf_keeps_its_jit_caller() {
         mixed.stack_ends
     );
     let fp = on(Unwind::FramePointer);
-    let (fp_leaf, fp_good) = exact(&fp, &NATIVE_STACK);
-    println!("frame pointers: {fp_good} of {fp_leaf} leaf samples exact");
-    assert!(
-        fp_leaf >= 500,
-        "{fp_leaf} samples in the leaf\n{}",
-        stacks(&fp)
-    );
-    assert_eq!(
-        fp_good,
-        0,
-        "the frame-pointer walk kept jit_mid\n{}",
-        stacks(&fp)
-    );
-    std::fs::remove_dir_all(dir).unwrap();
-}
-
-#[test]
-fn jit_code_without_frame_pointers_unwinds_by_its_cfi() {
-    let _one = one_agent();
-    let (heap, f, dir) = workload();
-    let on = |unwind| {
-        profile(heap.manager(), unwind, || {
-            std::hint::black_box(f.jit_without_fp(200_000));
-        })
-    };
-    let mixed = on(Unwind::Mixed);
-    let (in_leaf, good) = exact(&mixed, &JIT_STACK);
-    println!(
-        "mixed: {good} of {in_leaf} leaf samples exact; ends {:?}",
-        mixed.stack_ends
-    );
-    assert!(
-        in_leaf >= 500,
-        "{in_leaf} samples in the leaf\n{}",
-        stacks(&mixed)
-    );
-    assert!(
-        good * 100 >= in_leaf * 99,
-        "{good} of {in_leaf} exact\n{}",
-        stacks(&mixed)
-    );
-    assert!(
-        mixed.stack_ends.root * 100 >= mixed.stack_ends.total() * 99,
-        "{:?}",
-        mixed.stack_ends
-    );
-    let fp = on(Unwind::FramePointer);
-    let (fp_leaf, fp_good) = exact(&fp, &JIT_STACK);
+    let (fp_leaf, fp_good) = exact(&fp, stack);
     println!("frame pointers: {fp_good} of {fp_leaf} leaf samples exact");
     assert!(
         fp_leaf >= 500,
@@ -197,4 +148,21 @@ fn jit_code_without_frame_pointers_unwinds_by_its_cfi() {
         stacks(&fp)
     );
     std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// The leaf keeps rbp at `jit_mid`'s frame: the frame-pointer walk loses
+/// `jit_mid`.
+#[test]
+fn a_frameless_native_leaf_keeps_its_jit_caller() {
+    check(&NATIVE_STACK, |f| {
+        std::hint::black_box(f.native_leaf(200_000));
+    });
+}
+
+/// rbp holds garbage in `jit_mid_nofp`: the frame-pointer walk ends there.
+#[test]
+fn jit_code_without_frame_pointers_unwinds_by_its_cfi() {
+    check(&JIT_STACK, |f| {
+        std::hint::black_box(f.jit_without_fp(200_000));
+    });
 }

@@ -483,6 +483,7 @@ impl Collector {
             m.freed = !live.contains(&index);
         }
         label_versions(&mut self.methods);
+        self.names.resolve_waiting();
         let stacks = named_stacks(&self.methods, &self.names, &self.stacks);
         Profile {
             samples: self.samples,
@@ -527,6 +528,7 @@ impl Collector {
         let w = self.window.take()?;
         let mut methods = self.methods.clone();
         label_versions(&mut methods);
+        self.names.resolve_waiting();
         let stacks = named_stacks(&methods, &self.names, &w.stacks);
         Some(Profile {
             duration,

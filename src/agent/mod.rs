@@ -60,8 +60,9 @@
 //!
 //! It allocates nothing, takes no lock, uses no thread-local storage and calls
 //! nothing but `clock_gettime`. Names, symbols and aggregation happen later, in
-//! the collector thread, which names native frames as it drains the rings
-//! (so code in an object unloaded later is still named), each with the
+//! the collector thread. It names a native frame in an object loaded after
+//! the agent started as it drains the rings (so code in an object unloaded
+//! later is still named), the others when a profile is named; each with the
 //! helpers inlined at its address marked [`INLINED`].
 //!
 //! # Naming code that is freed and re-jitted
@@ -89,6 +90,7 @@ pub mod counters;
 #[cfg_attr(docsrs, doc(cfg(feature = "export")))]
 pub mod export;
 mod handler;
+mod loader;
 pub mod probes;
 mod profile;
 mod record;

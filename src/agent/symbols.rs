@@ -3,7 +3,10 @@
 //!
 //! A name is the chain of functions at the address, innermost first: the
 //! helpers the compiler inlined there, each marked ` (inlined)` as perf
-//! marks them, then the function that ran. Without debug info the chain is
+//! marks them, then the function that ran. Addresses in the objects loaded
+//! when the agent started are resolved only when a profile is named (those
+//! objects stay loaded, and reading their debug info is what naming costs);
+//! addresses in objects loaded later at once. Without debug info the chain is
 //! the symbol alone; without a symbol, the address in hex.
 //!
 //! The resolver (`backtrace`) reads each object's symbols and DWARF once
@@ -19,26 +22,36 @@ use std::collections::HashMap;
 use std::ffi::CStr;
 use std::time::{Duration, Instant};
 
-use super::unwind::modules::loader_counts;
+use super::loader::{self, Object, object_of, objects};
 
 /// What marks an inlined frame's name.
 pub const INLINED: &str = " (inlined)";
-
-/// A loaded object: its load bias and name.
-type Object = (usize, String);
 
 /// The names the collector has resolved.
 pub(crate) struct NativeNames {
     /// The loader's (loads, unloads) counts the names hold for.
     loader: (u64, u64),
+    /// The objects loaded when the agent started. The names of their
+    /// addresses are resolved when the profile is named, not while the host
+    /// runs: they stay loaded (the loader cannot unload what a program
+    /// linked), and reading their debug info is the costly part of naming.
+    initial: Vec<Object>,
     /// The objects the resolver's cache was built over.
     resolver_objects: Vec<Object>,
     /// Objects loaded since, with when they were first seen.
     newer: Vec<(Object, Instant)>,
     /// (address, is a return address) → (chain, the object holding it).
     by_addr: HashMap<(usize, bool), (usize, Option<Object>)>,
+    /// Chains resolved now, by their names, for sharing a number.
     ids: HashMap<Vec<String>, usize>,
-    chains: Vec<Vec<String>>,
+    chains: Vec<Chain>,
+}
+
+/// A native frame's names, innermost first; `later` while the address
+/// waits to be resolved (its names are then its address in hex).
+struct Chain {
+    names: Vec<String>,
+    later: Option<(usize, bool)>,
 }
 
 impl Default for NativeNames {
@@ -46,9 +59,11 @@ impl Default for NativeNames {
     /// may have been built earlier in the process, over other objects.
     fn default() -> Self {
         backtrace::clear_symbol_cache();
+        let initial = objects();
         Self {
-            loader: loader_counts(),
-            resolver_objects: objects(),
+            loader: loader::counts(),
+            resolver_objects: initial.clone(),
+            initial,
             newer: Vec::new(),
             by_addr: HashMap::new(),
             ids: HashMap::new(),
@@ -61,7 +76,7 @@ impl NativeNames {
     /// Follows the loader's loads and unloads (see the module's text).
     /// Called before each pass names its samples.
     pub(crate) fn follow_loader(&mut self) {
-        let now = loader_counts();
+        let now = loader::counts();
         if now == self.loader {
             return;
         }
@@ -92,7 +107,9 @@ impl NativeNames {
     }
 
     /// The chain at `addr` (a return address if `is_return`: resolved at
-    /// `addr - 1`), by its number.
+    /// `addr - 1`), by its number. An address in an object loaded since the
+    /// agent started is resolved now, while the object is surely loaded;
+    /// others when the profile is named ([`NativeNames::resolve_waiting`]).
     pub(crate) fn id(&mut self, addr: usize, is_return: bool) -> usize {
         if let Some(&(id, _)) = self.by_addr.get(&(addr, is_return)) {
             return id;
@@ -103,25 +120,53 @@ impl NativeNames {
             addr
         };
         let object = object_of(at);
-        let chain = match &object {
-            Some(o) if self.resolver_objects.contains(o) => {
-                resolve(at).or_else(|| dynamic_symbol(at))
+        let id = match &object {
+            Some(o) if self.initial.contains(o) => {
+                self.chains.push(Chain {
+                    names: vec![format!("{addr:#x}")],
+                    later: Some((addr, is_return)),
+                });
+                self.chains.len() - 1
             }
-            _ => dynamic_symbol(at),
-        }
-        .unwrap_or_else(|| vec![format!("{addr:#x}")]);
-        let next = self.chains.len();
-        let id = *self.ids.entry(chain.clone()).or_insert(next);
-        if id == next {
-            self.chains.push(chain);
-        }
+            _ => {
+                let names = match &object {
+                    Some(o) if self.resolver_objects.contains(o) => {
+                        resolve(at).or_else(|| dynamic_symbol(at))
+                    }
+                    _ => dynamic_symbol(at),
+                }
+                .unwrap_or_else(|| vec![format!("{addr:#x}")]);
+                let next = self.chains.len();
+                let id = *self.ids.entry(names.clone()).or_insert(next);
+                if id == next {
+                    self.chains.push(Chain { names, later: None });
+                }
+                id
+            }
+        };
         self.by_addr.insert((addr, is_return), (id, object));
         id
     }
 
+    /// Resolves every address still waiting: before a profile is named.
+    pub(crate) fn resolve_waiting(&mut self) {
+        for chain in &mut self.chains {
+            if let Some((addr, is_return)) = chain.later.take() {
+                let at = if is_return {
+                    addr.saturating_sub(1)
+                } else {
+                    addr
+                };
+                if let Some(names) = resolve(at).or_else(|| dynamic_symbol(at)) {
+                    chain.names = names;
+                }
+            }
+        }
+    }
+
     /// The chain numbered `id`, innermost first.
     pub(crate) fn chain(&self, id: usize) -> &[String] {
-        &self.chains[id]
+        &self.chains[id].names
     }
 }
 
@@ -161,69 +206,6 @@ fn dynamic_symbol(at: usize) -> Option<Vec<String>> {
     Some(vec![demangled])
 }
 
-/// The loaded objects.
-fn objects() -> Vec<Object> {
-    let mut found = Vec::new();
-    each_object(|info, _| {
-        found.push(object_name(info));
-        false
-    });
-    found
-}
-
-/// The object whose segments hold `at`.
-fn object_of(at: usize) -> Option<Object> {
-    let mut found = None;
-    each_object(|info, headers| {
-        let base = info.dlpi_addr as usize;
-        let holds = headers.iter().any(|h| {
-            let lo = base + h.p_vaddr as usize;
-            h.p_type == libc::PT_LOAD && (lo..lo + h.p_memsz as usize).contains(&at)
-        });
-        if holds {
-            found = Some(object_name(info));
-        }
-        holds
-    });
-    found
-}
-
-fn object_name(info: &libc::dl_phdr_info) -> Object {
-    let name = if info.dlpi_name.is_null() {
-        String::new()
-    } else {
-        // SAFETY: a NUL-terminated name from the loader, read in its callback.
-        unsafe { CStr::from_ptr(info.dlpi_name) }
-            .to_string_lossy()
-            .into_owned()
-    };
-    (info.dlpi_addr as usize, name)
-}
-
-/// Calls `f` with each loaded object and its program headers until it
-/// returns true.
-fn each_object(mut f: impl FnMut(&libc::dl_phdr_info, &[libc::Elf64_Phdr]) -> bool) {
-    unsafe extern "C" fn call(
-        info: *mut libc::dl_phdr_info,
-        _size: usize,
-        data: *mut libc::c_void,
-    ) -> libc::c_int {
-        // SAFETY: `data` is the closure below; the loader passes a valid info
-        // whose program headers stay mapped during the callback.
-        unsafe {
-            let f = &mut *data
-                .cast::<&mut dyn FnMut(&libc::dl_phdr_info, &[libc::Elf64_Phdr]) -> bool>();
-            let info = &*info;
-            let headers = std::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum.into());
-            libc::c_int::from(f(info, headers))
-        }
-    }
-    let mut f: &mut dyn FnMut(&libc::dl_phdr_info, &[libc::Elf64_Phdr]) -> bool = &mut f;
-    // SAFETY: `call` matches the callback type and uses `data` only as the
-    // closure reference, which outlives the call.
-    unsafe { libc::dl_iterate_phdr(Some(call), (&raw mut f).cast()) };
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -237,6 +219,9 @@ mod tests {
     fn a_function_is_named_and_an_address_outside_code_is_hex() {
         let mut names = NativeNames::default();
         let id = names.id(outer() + 1, false);
+        // In this test binary, loaded before: named when asked to.
+        assert_eq!(names.chain(id), [format!("{:#x}", outer() + 1)]);
+        names.resolve_waiting();
         let chain = names.chain(id);
         assert!(
             chain.last().unwrap().ends_with("symbols::tests::outer"),

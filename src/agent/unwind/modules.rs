@@ -17,7 +17,6 @@
 //! again. Until then, a pc in a new object ends the stack as
 //! [`StackEnd::NoUnwindInfo`].
 
-use std::ffi::CStr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicPtr, Ordering};
 
@@ -27,6 +26,7 @@ use gimli::{
 };
 
 use crate::ExecutionManager;
+use crate::agent::loader;
 use crate::manager::ManagerGuard;
 
 use super::{Rule, StackEnd};
@@ -131,21 +131,22 @@ impl ModuleTable {
     /// Lists the loaded objects and evaluates their tables; objects
     /// `previous` already holds are shared, not evaluated again.
     pub(crate) fn load(previous: Option<&ModuleTable>) -> ModuleTable {
-        let mut pass = Pass {
-            previous,
-            loader: (0, 0),
-            found: Vec::new(),
-        };
-        // SAFETY: `each` matches the callback type and only uses `data` as
-        // the `Pass` passed here, which outlives the call.
-        unsafe { libc::dl_iterate_phdr(Some(each), (&raw mut pass).cast()) };
+        let mut loader = (0, 0);
+        let mut found = Vec::new();
+        loader::each_object(|info, headers| {
+            loader = (info.dlpi_adds, info.dlpi_subs);
+            // SAFETY: inside the loader's callback, which keeps the
+            // object's segments mapped.
+            found.extend(unsafe { find(previous, info, headers) });
+            false
+        });
         // Evaluated outside the callback: the loader's lock is held there.
         let mut table = ModuleTable {
-            loader: pass.loader,
+            loader,
             segments: Vec::new(),
             modules: Vec::new(),
         };
-        for (found, segments) in pass.found {
+        for (found, segments) in found {
             let module = match found {
                 Found::Kept(module) => module,
                 Found::Copied(c) => Arc::new(Module::evaluate(
@@ -189,14 +190,6 @@ impl ModuleTable {
     }
 }
 
-/// The state of one `dl_iterate_phdr` pass.
-struct Pass<'p> {
-    previous: Option<&'p ModuleTable>,
-    loader: (u64, u64),
-    /// Each object with unwind tables, and its executable segments.
-    found: Vec<(Found, Vec<(usize, usize)>)>,
-}
-
 /// An object the pass found.
 enum Found {
     /// Already evaluated in the previous table.
@@ -214,60 +207,18 @@ struct Copied {
     frame: Box<[u8]>,
 }
 
-/// The loader's (loads, unloads) counts now.
-pub(crate) fn loader_counts() -> (u64, u64) {
-    unsafe extern "C" fn first(
-        info: *mut libc::dl_phdr_info,
-        _size: usize,
-        data: *mut libc::c_void,
-    ) -> libc::c_int {
-        // SAFETY: the loader passes a valid info; `data` is the tuple below.
-        unsafe {
-            *data.cast::<(u64, u64)>() = ((*info).dlpi_adds, (*info).dlpi_subs);
-        }
-        1
-    }
-    let mut counts = (0u64, 0u64);
-    // SAFETY: `first` matches the callback type and writes only `counts`.
-    unsafe { libc::dl_iterate_phdr(Some(first), (&raw mut counts).cast()) };
-    counts
-}
-
-/// Adds one object to the pass's table.
-unsafe extern "C" fn each(
-    info: *mut libc::dl_phdr_info,
-    _size: usize,
-    data: *mut libc::c_void,
-) -> libc::c_int {
-    // SAFETY: `data` is the `Pass` that `ModuleTable::load` passed; the
-    // loader passes a valid info, whose program headers and segments stay
-    // mapped until this callback returns (the loader holds its lock).
-    unsafe {
-        let pass = &mut *data.cast::<Pass<'_>>();
-        let info = &*info;
-        pass.loader = (info.dlpi_adds, info.dlpi_subs);
-        add_object(pass, info);
-    }
-    0
-}
-
+/// The object `info` describes, with its executable segments, if it has
+/// unwind tables: shared with `previous` if that holds it, else copied.
+///
 /// # Safety
-/// Called from the `dl_iterate_phdr` callback, with its `info`.
-unsafe fn add_object(pass: &mut Pass<'_>, info: &libc::dl_phdr_info) {
-    let base = info.dlpi_addr as usize;
-    // SAFETY: the loader's program headers for this object.
-    let headers = unsafe { std::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum.into()) };
-    let name = if info.dlpi_name.is_null() {
-        String::new()
-    } else {
-        // SAFETY: a NUL-terminated name from the loader.
-        unsafe { CStr::from_ptr(info.dlpi_name) }
-            .to_string_lossy()
-            .into_owned()
-    };
-    let Some(eh) = headers.iter().find(|h| h.p_type == libc::PT_GNU_EH_FRAME) else {
-        return;
-    };
+/// Called inside the loader's callback, with its `info` and headers.
+unsafe fn find(
+    previous: Option<&ModuleTable>,
+    info: &libc::dl_phdr_info,
+    headers: &[libc::Elf64_Phdr],
+) -> Option<(Found, Vec<(usize, usize)>)> {
+    let (base, name) = loader::object(info);
+    let eh = headers.iter().find(|h| h.p_type == libc::PT_GNU_EH_FRAME)?;
     let hdr_addr = base + eh.p_vaddr as usize;
     let loads: Vec<(usize, usize, bool)> = headers
         .iter()
@@ -277,7 +228,7 @@ unsafe fn add_object(pass: &mut Pass<'_>, info: &libc::dl_phdr_info) {
             (lo, lo + h.p_memsz as usize, h.p_flags & libc::PF_X != 0)
         })
         .collect();
-    let kept = pass.previous.and_then(|t| {
+    let kept = previous.and_then(|t| {
         t.modules
             .iter()
             .find(|m| m.base == base && m.hdr_addr == hdr_addr && m.name == name)
@@ -285,17 +236,16 @@ unsafe fn add_object(pass: &mut Pass<'_>, info: &libc::dl_phdr_info) {
     let found = match kept {
         Some(m) => Found::Kept(Arc::clone(m)),
         // SAFETY: the segments are mapped for the callback's duration.
-        None => match unsafe { copy_frame(name, base, hdr_addr, eh.p_memsz as usize, &loads) } {
-            Some(c) => Found::Copied(c),
-            None => return,
-        },
+        None => {
+            Found::Copied(unsafe { copy_frame(name, base, hdr_addr, eh.p_memsz as usize, &loads) }?)
+        }
     };
     let segments = loads
         .iter()
         .filter(|(_, _, exec)| *exec)
         .map(|&(lo, hi, _)| (lo, hi))
         .collect();
-    pass.found.push((found, segments));
+    Some((found, segments))
 }
 
 /// Copies an object's `.eh_frame`, found through its `.eh_frame_hdr`.
@@ -397,7 +347,7 @@ impl ModuleSlot {
         // SAFETY: the slot's writer is this caller, so `old` stays in the slot
         // (and alive) until the swap below.
         let old_ref = unsafe { &*old };
-        if old_ref.loader == loader_counts() {
+        if old_ref.loader == loader::counts() {
             return false;
         }
         let new = Box::into_raw(Box::new(ModuleTable::load(Some(old_ref))));
@@ -439,7 +389,7 @@ mod tests {
         assert!(table.rule(getpid).is_ok());
         assert!(table.objects().any(|(name, _)| name.contains("libc.so")));
         assert_eq!(table.rule(8), Err(StackEnd::NoUnwindInfo));
-        assert_eq!(table.loader, loader_counts());
+        assert_eq!(table.loader, loader::counts());
     }
 
     #[test]
