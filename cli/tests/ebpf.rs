@@ -462,17 +462,24 @@ mod tests {
         };
         let samples = report["samples"].as_u64().unwrap();
         let flagged = report["frameless_leaf"].as_u64().unwrap();
-        println!("frameless leaf: {flagged} of {samples} samples flagged");
-        // The host spends its time in the leaf.
-        assert!(samples >= 4000, "{samples}");
-        assert!(flagged * 100 >= samples * 95, "{flagged} of {samples}");
         let leaf = report["methods"]
             .as_array()
             .unwrap()
             .iter()
             .find(|m| m["name"] == "frameless_leaf")
             .unwrap_or_else(|| panic!("no frameless_leaf: {}", report["methods"]));
-        assert!(leaf["self_samples"].as_u64().unwrap() >= flagged, "{leaf}");
+        let in_leaf = leaf["self_samples"].as_u64().unwrap();
+        println!(
+            "frameless leaf: {flagged} of {in_leaf} samples in the leaf flagged ({samples} in all)"
+        );
+        // The host runs the C leaf twice for each call of the frameless JIT
+        // code (whose samples are not native leaves).
+        assert!(in_leaf >= 2000, "{in_leaf} of {samples}");
+        assert!(flagged * 100 >= in_leaf * 95, "{flagged} of {in_leaf}");
+        assert!(
+            flagged <= in_leaf,
+            "{flagged} flagged, {in_leaf} in the leaf"
+        );
     }
 
     fn a_churning_v1_host_within_the_walk_cap_is_never_misnamed() {
