@@ -189,19 +189,21 @@ impl Collector {
 
     /// One collection pass over `records`: drains every ring, then applies the
     /// code events sent so far, names what it can, and forgets freed versions
-    /// no handler can still be recording. Only one pass runs at a time (the caller holds
+    /// no handler can still be recording. `loader` is the loader's counts now
+    /// (for native names). Only one pass runs at a time (the caller holds
     /// the collector's lock, which makes it each ring's one consumer).
     pub(crate) fn collect(
         &mut self,
         manager: &ExecutionManager,
         log: &EventLog,
         records: &[&ThreadRecord],
+        loader: (u64, u64),
     ) {
         // Every handler pinned before this point has finished its sample by
         // the time `safe` says so; computed before the drain, it covers them.
         let safe = manager.domain().safe_before();
         self.calibrate();
-        self.names.follow_loader();
+        self.names.follow_loader(loader);
         let mut drained = Vec::new();
         for record in records {
             // SAFETY: the caller holds the collector lock: the one consumer.

@@ -9,7 +9,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering, compiler_fence};
 
-use crate::manager::{Lookup, ManagerGuard};
+use crate::manager::{CodeBlock, Lookup, ManagerGuard};
 
 use super::record::{FrameKind, RECORD_MAGIC, RawFrame, SampleHeader, ThreadRecord};
 use super::unwind::modules::ModuleTable;
@@ -296,23 +296,31 @@ fn walk_mixed(
     };
     for (n, slot) in frames.iter_mut().enumerate() {
         let is_return = n > 0;
-        let (frame, code) = classify(guard, regs.pc, is_return);
+        let at = lookup_address(regs.pc, is_return);
+        let (frame, code) = classify(guard, regs.pc, at);
         *slot = frame;
-        let at = if is_return { regs.pc - 1 } else { regs.pc };
         let rule = match (frame.kind, code) {
             (FrameKind::Native, _) => modules.map_or(Err(StackEnd::NoUnwindInfo), |t| t.rule(at)),
-            // A JIT leaf at its first instruction or at a `ret` has its
-            // return address on top of the stack, whatever its CFI says:
-            // Cranelift's, for one, describes the prologue but not the
-            // epilogue, and at `ret` would still place the CFA by rbp, which
-            // already holds the caller's frame.
-            (_, Some(code)) if !is_return && leaf_state(regs.pc, code) == LeafState::AtEntry => {
-                Ok(Rule::AT_ENTRY)
+            (_, Some(code)) => {
+                let state = if is_return {
+                    LeafState::Settled
+                } else {
+                    leaf_state(regs.pc, code)
+                };
+                match state {
+                    // A JIT leaf at its first instruction or at a `ret` has
+                    // its return address on top of the stack, whatever its
+                    // CFI says: Cranelift's, for one, describes the prologue
+                    // but not the epilogue, and at `ret` would still place
+                    // the CFA by rbp, which already holds the caller's frame.
+                    LeafState::AtEntry => Ok(Rule::AT_ENTRY),
+                    _ => code
+                        .block
+                        .eh_frame()
+                        .and_then(|eh| unwind::jit::rule(&eh.frame, at, context))
+                        .unwrap_or(Ok(state.rule())),
+                }
             }
-            (_, Some(code)) => code
-                .eh_frame
-                .and_then(|eh| unwind::jit::rule(eh, at, context))
-                .unwrap_or_else(|| Ok(frame_pointer_rule(regs.pc, code, is_return))),
             // Stubs, image methods and unattributed code keep frame pointers
             // or are stepped as if they did.
             (_, None) => Ok(Rule::FRAME_POINTER),
@@ -335,7 +343,7 @@ fn walk_frame_pointers(
     if frames.is_empty() {
         return (0, StackEnd::DepthLimit);
     }
-    let (first, code) = classify(guard, regs.pc, false);
+    let (first, code) = classify(guard, regs.pc, regs.pc);
     frames[0] = first;
     let mut n = 1;
     // The leaf may be in its prologue or at its `ret`: then the return address
@@ -349,7 +357,7 @@ fn walk_frame_pointers(
         if n == frames.len() {
             return (n, StackEnd::DepthLimit);
         }
-        frames[n] = classify(guard, ra, true).0;
+        frames[n] = classify(guard, ra, lookup_address(ra, true)).0;
         n += 1;
     }
     let mut fp = regs.fp;
@@ -366,25 +374,12 @@ fn walk_frame_pointers(
         if ra == 0 {
             return (n, StackEnd::FramePointer);
         }
-        frames[n] = classify(guard, ra, true).0;
+        frames[n] = classify(guard, ra, lookup_address(ra, true)).0;
         n += 1;
         previous = fp;
         fp = next;
     }
     (n, StackEnd::DepthLimit)
-}
-
-/// The frame-pointer convention's rule for a JIT frame without CFI: the
-/// leaf (not `is_return`) may be in its prologue or at its `ret`.
-fn frame_pointer_rule(pc: usize, code: JitCode<'_>, is_return: bool) -> Rule {
-    if is_return {
-        return Rule::FRAME_POINTER;
-    }
-    match leaf_state(pc, code) {
-        LeafState::AtEntry => Rule::AT_ENTRY,
-        LeafState::AfterPush => Rule::AFTER_PUSH,
-        LeafState::Settled => Rule::FRAME_POINTER,
-    }
 }
 
 /// Where a JIT leaf without CFI stands in its frame's setup.
@@ -397,6 +392,17 @@ enum LeafState {
     AfterPush,
     /// Its frame is established (or it keeps none).
     Settled,
+}
+
+impl LeafState {
+    /// The frame-pointer convention's rule for a JIT frame in this state.
+    fn rule(self) -> Rule {
+        match self {
+            Self::AtEntry => Rule::AT_ENTRY,
+            Self::AfterPush => Rule::AFTER_PUSH,
+            Self::Settled => Rule::FRAME_POINTER,
+        }
+    }
 }
 
 /// Where the leaf's return address is if it has not set up its frame or has
@@ -416,8 +422,8 @@ fn leaf_state(pc: usize, code: JitCode<'_>) -> LeafState {
     const RET: u8 = 0xC3;
     // SAFETY: the pc lies inside a published block that the pinned guard keeps
     // mapped, and so does its first byte.
-    let (at_pc, first) = unsafe { (*(pc as *const u8), *(code.start as *const u8)) };
-    match (code.offset, at_pc, first) {
+    let (at_pc, first) = unsafe { (*(pc as *const u8), *(code.block.start() as *const u8)) };
+    match (code.block.offset(), at_pc, first) {
         (0, PUSH_RBP, _) | (_, RET, _) => LeafState::AtEntry,
         (1, _, PUSH_RBP) => LeafState::AfterPush,
         _ => LeafState::Settled,
@@ -432,28 +438,32 @@ fn leaf_state(_pc: usize, _code: JitCode<'_>) -> LeafState {
     LeafState::Settled
 }
 
-/// What the walk needs of a JIT frame beyond its record: where the method
-/// starts, the frame's offset in it, and its CFI if its host gave one.
+/// A JIT frame's block, for the unwinder: its start and offset (the leaf's
+/// prologue check) and its CFI, read only by the mixed walk.
 #[derive(Clone, Copy)]
 struct JitCode<'g> {
-    start: usize,
-    offset: u64,
-    eh_frame: Option<&'g [u8]>,
+    block: CodeBlock<'g>,
 }
 
-/// Classifies `addr` (a return address if `is_return`: looked up at `addr - 1`).
-/// Also returns a JIT method's start, offset and CFI, for the unwinder.
+/// Where a frame's address is looked up: a return address (`is_return`)
+/// one byte back, in its call instruction.
+#[inline]
+fn lookup_address(addr: usize, is_return: bool) -> usize {
+    if is_return {
+        addr.saturating_sub(1)
+    } else {
+        addr
+    }
+}
+
+/// Classifies `addr`, looked up at `at` ([`lookup_address`]). Also returns a
+/// JIT method's block, for the unwinder.
 #[inline]
 fn classify<'g>(
     guard: &'g ManagerGuard<'_>,
     addr: usize,
-    is_return: bool,
+    at: usize,
 ) -> (RawFrame, Option<JitCode<'g>>) {
-    let at = if is_return {
-        addr.saturating_sub(1)
-    } else {
-        addr
-    };
     let mut frame = RawFrame {
         addr,
         ..RawFrame::default()
@@ -467,11 +477,7 @@ fn classify<'g>(
                 // collector reads them against the code events.
                 frame.kind = FrameKind::Jit;
                 frame.key = block.start() as u64;
-                code = Some(JitCode {
-                    start: block.start(),
-                    offset: block.offset(),
-                    eh_frame: block.eh_frame().map(|eh| &*eh.frame),
-                });
+                code = Some(JitCode { block });
             } else {
                 // Reads the image's method table, not code memory.
                 frame.kind = FrameKind::Image;

@@ -583,12 +583,15 @@ impl Shared {
             .iter()
             .map(|a| a.detached.load(Ordering::Acquire))
             .collect();
+        // One look at the loader per pass, for the unwind tables and the
+        // native names.
+        let loader = loader::counts();
         // Under the collector's lock: the module slot has one writer.
         if let Some(modules) = &self.modules {
-            modules.refresh(&self.manager);
+            modules.refresh(&self.manager, loader);
         }
         let records: Vec<&ThreadRecord> = list.iter().map(|a| &a.record).collect();
-        collector.collect(&self.manager, &self.log, &records);
+        collector.collect(&self.manager, &self.log, &records, loader);
         let mut threads = self.threads.lock();
         for (a, gone) in list.iter().zip(gone) {
             if gone {

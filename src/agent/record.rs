@@ -12,8 +12,8 @@ use super::ring::Ring;
 use super::unwind::modules::ModuleSlot;
 use super::unwind::{ProducerContext, StackEnd};
 
-/// How many [`StackEnd`] reasons there are.
-pub(crate) const STACK_ENDS: usize = 6;
+/// How many [`StackEnd`] reasons there are (the last is `FramePointer`).
+pub(crate) const STACK_ENDS: usize = StackEnd::FramePointer as usize + 1;
 
 /// Marks a live record, so that a stray pointer is caught before it is used.
 pub(crate) const RECORD_MAGIC: u64 = 0x6a69_746d_6170_7468; // "jitmapth"

@@ -47,11 +47,11 @@ pub(crate) struct NativeNames {
     chains: Vec<Chain>,
 }
 
-/// A native frame's names, innermost first; `later` while the address
-/// waits to be resolved (its names are then its address in hex).
+/// A native frame's names, innermost first; `later` holds the address to
+/// resolve while it waits (its names are then the frame's address in hex).
 struct Chain {
     names: Vec<String>,
-    later: Option<(usize, bool)>,
+    later: Option<usize>,
 }
 
 impl Default for NativeNames {
@@ -73,10 +73,10 @@ impl Default for NativeNames {
 }
 
 impl NativeNames {
-    /// Follows the loader's loads and unloads (see the module's text).
-    /// Called before each pass names its samples.
-    pub(crate) fn follow_loader(&mut self) {
-        let now = loader::counts();
+    /// Follows the loader's loads and unloads (see the module's text), given
+    /// its counts now ([`loader::counts`]). Called before each pass names its
+    /// samples.
+    pub(crate) fn follow_loader(&mut self, now: (u64, u64)) {
         if now == self.loader {
             return;
         }
@@ -124,7 +124,7 @@ impl NativeNames {
             Some(o) if self.initial.contains(o) => {
                 self.chains.push(Chain {
                     names: vec![format!("{addr:#x}")],
-                    later: Some((addr, is_return)),
+                    later: Some(at),
                 });
                 self.chains.len() - 1
             }
@@ -151,15 +151,10 @@ impl NativeNames {
     /// Resolves every address still waiting: before a profile is named.
     pub(crate) fn resolve_waiting(&mut self) {
         for chain in &mut self.chains {
-            if let Some((addr, is_return)) = chain.later.take() {
-                let at = if is_return {
-                    addr.saturating_sub(1)
-                } else {
-                    addr
-                };
-                if let Some(names) = resolve(at).or_else(|| dynamic_symbol(at)) {
-                    chain.names = names;
-                }
+            if let Some(at) = chain.later.take()
+                && let Some(names) = resolve(at).or_else(|| dynamic_symbol(at))
+            {
+                chain.names = names;
             }
         }
     }

@@ -337,18 +337,18 @@ impl ModuleSlot {
         unsafe { table.as_ref() }
     }
 
-    /// Rebuilds the table if objects were loaded or unloaded since it was
-    /// built; returns whether it did. The old table is retired through
-    /// `manager`, whose guards the handlers pin. One caller at a time (the
-    /// collector, under its lock).
-    pub(crate) fn refresh(&self, manager: &ExecutionManager) -> bool {
+    /// Rebuilds the table if the loader's counts (`loader`, from
+    /// [`loader::counts`]) say objects were loaded or unloaded since it was
+    /// built. The old table is retired through `manager`, whose guards the
+    /// handlers pin. One caller at a time (the collector, under its lock).
+    pub(crate) fn refresh(&self, manager: &ExecutionManager, loader: (u64, u64)) {
         // Acquire: as in `get`; this thread only reads the table's counts.
         let old = self.current.load(Ordering::Acquire);
         // SAFETY: the slot's writer is this caller, so `old` stays in the slot
         // (and alive) until the swap below.
         let old_ref = unsafe { &*old };
-        if old_ref.loader == loader::counts() {
-            return false;
+        if old_ref.loader == loader {
+            return;
         }
         let new = Box::into_raw(Box::new(ModuleTable::load(Some(old_ref))));
         // AcqRel: Release publishes the new table to the handlers' Acquire
@@ -357,7 +357,6 @@ impl ModuleSlot {
         // SAFETY: `old` came from `Box::into_raw` and has just left the slot;
         // the manager frees it after the grace period of every guard pinned now.
         manager.retire(unsafe { Box::from_raw(old) });
-        true
     }
 }
 
