@@ -3,14 +3,10 @@
 //! called unwind through the JIT frame to a `catch_unwind` above it.
 #![cfg(target_arch = "x86_64")]
 
-use gimli::write::{
-    Address, CallFrameInstruction, CommonInformationEntry, EhFrame, EndianVec,
-    FrameDescriptionEntry, FrameTable,
-};
-use gimli::{Encoding, Format, RunTimeEndian, X86_64};
 use jitmap::heap::EhFrame as JitEhFrame;
 use jitmap::info::InfoError;
 use jitmap::{CodeHeap, CodeInfo, Domain, HeapConfig, HeapError, JitKind};
+use jitmap_testkit::frameless::{FRAME_POINTER_CFI, eh_frame};
 
 /// `push rbp; mov rbp, rsp; mov rax, target; call rax; pop rbp; ret`
 fn calls(target: usize) -> Vec<u8> {
@@ -18,29 +14,6 @@ fn calls(target: usize) -> Vec<u8> {
     code.extend_from_slice(&(target as u64).to_le_bytes());
     code.extend_from_slice(&[0xFF, 0xD0, 0x5D, 0xC3]);
     code
-}
-
-/// The `.eh_frame` describing [`calls`] placed at `start`, built with gimli.
-fn eh_frame(start: usize, len: u32) -> Vec<u8> {
-    let encoding = Encoding {
-        format: Format::Dwarf32,
-        version: 1,
-        address_size: 8,
-    };
-    let mut cie = CommonInformationEntry::new(encoding, 1, -8, X86_64::RA);
-    cie.add_instruction(CallFrameInstruction::Cfa(X86_64::RSP, 8));
-    cie.add_instruction(CallFrameInstruction::Offset(X86_64::RA, -8));
-    let mut table = FrameTable::default();
-    let cie = table.add_cie(cie);
-    let mut fde = FrameDescriptionEntry::new(Address::Constant(start as u64), len);
-    fde.add_instruction(1, CallFrameInstruction::CfaOffset(16));
-    fde.add_instruction(1, CallFrameInstruction::Offset(X86_64::RBP, -16));
-    fde.add_instruction(4, CallFrameInstruction::CfaRegister(X86_64::RBP));
-    fde.add_instruction(17, CallFrameInstruction::Cfa(X86_64::RSP, 8));
-    table.add_fde(cie, fde);
-    let mut out = EhFrame(EndianVec::new(RunTimeEndian::Little));
-    table.write_eh_frame(&mut out).unwrap();
-    out.0.into_vec()
 }
 
 extern "C-unwind" fn boom() {
@@ -68,7 +41,8 @@ fn a_panic_unwinds_through_a_jit_frame() {
     r.code_mut().copy_from_slice(&code);
     let info = CodeInfo {
         eh_frame: Some(JitEhFrame {
-            frame: eh_frame(start, code.len() as u32).into(),
+            // [`calls`] keeps the frame-pointer convention.
+            frame: eh_frame(start, code.len() as u32, FRAME_POINTER_CFI),
             header: Box::new([]),
         }),
         ..CodeInfo::new(1, "calls_boom", JitKind::Optimized)

@@ -273,7 +273,7 @@ fn spins_without_frame(a: &mut CodeAssembler) -> Result<(), IcedError> {
 /// CFI rows as (code offset, whether the CFA is computed from rbp (else
 /// rsp), the CFA's offset from it, whether rbp is saved at CFA - 16), from
 /// the first instruction; the last row covers the `ret`.
-type Cfi = &'static [(u32, bool, i32, bool)];
+pub type Cfi = &'static [(u32, bool, i32, bool)];
 
 /// `spins_without_frame`: `push rbp` (1 byte), `sub rsp, 16` (4), `mov rbp,
 /// imm64` (10), `mov rcx, rdi` (3), `dec rcx` (3), `jnz` (2), `mov rax, rdi`
@@ -296,11 +296,12 @@ const TOP_NOFP_CFI: Cfi = &[
     (20, false, 8, false),
 ];
 
-/// `calls_with_frame`: `push rbp` (1 byte), `mov rbp, rsp` (3), `mov rax,
+/// `calls_with_frame` (and any `push rbp; mov rbp, rsp; mov rax, imm64;
+/// call rax; pop rbp; ret`): `push rbp` (1 byte), `mov rbp, rsp` (3), `mov rax,
 /// imm64` (10), `call rax` (2), `pop rbp` at 16, `ret` at 17. CFA = rsp+16
 /// with rbp saved after the push, rbp+16 once rbp is set, rsp+8 after the
 /// pop.
-const FRAME_POINTER_CFI: Cfi = &[
+pub const FRAME_POINTER_CFI: Cfi = &[
     (0, false, 8, false),
     (1, false, 16, true),
     (4, true, 16, true),
@@ -332,8 +333,16 @@ fn publish(
     Ok(r.publish(info)?)
 }
 
-/// One CIE (CFA = rsp+8, return address at CFA-8) and one FDE with `rows`.
-fn eh_frame(start: usize, len: u32, rows: Cfi) -> Box<[u8]> {
+/// An `.eh_frame` for code of `len` bytes at `start`: one CIE (CFA =
+/// rsp+8, return address at CFA-8) and one FDE with `rows`.
+///
+/// ```
+/// use jitmap_testkit::frameless::{FRAME_POINTER_CFI, eh_frame};
+/// // The first record is the CIE: the word after its length, its id, is 0.
+/// let frame = eh_frame(0x1000, 18, FRAME_POINTER_CFI);
+/// assert_eq!(&frame[4..8], &[0, 0, 0, 0]);
+/// ```
+pub fn eh_frame(start: usize, len: u32, rows: Cfi) -> Box<[u8]> {
     let encoding = Encoding {
         format: Format::Dwarf32,
         version: 1,
