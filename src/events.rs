@@ -67,6 +67,11 @@ pub struct CodeLoad {
     pub code: Box<[u8]>,
     /// The method's info (name, debug rows, unwind data, `.eh_frame`).
     pub info: Arc<CodeInfo>,
+    /// Bytes after the code where no other method's code lies while this one
+    /// is live: the heap's [`unwind_room`](crate::HeapConfig::unwind_room)
+    /// plus the block's padding. The jitdump maps the method's unwinding
+    /// tables there for perf only when they fit.
+    pub room: u64,
 }
 
 /// A method was copied to a new address (and the old copy freed).

@@ -147,7 +147,9 @@ pub mod words;
 pub use call::{CallCell, FnPtr};
 pub use epoch::{Domain, EpochError, Executor, ForeignGuard, Guard, Reader};
 #[cfg(not(loom))]
-pub use heap::{CodeHeap, CodeRef, HeapConfig, HeapError, MemoryMode, Reservation};
+pub use heap::{
+    CodeHeap, CodeRef, HeapConfig, HeapError, MAX_UNWIND_ROOM, MemoryMode, Reservation,
+};
 #[cfg(not(loom))]
 pub use info::{CodeInfo, JitKind};
 #[cfg(not(loom))]

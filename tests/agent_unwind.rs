@@ -6,14 +6,22 @@
 //! frame-pointer walk is shown to lose it (so the check can fail). A
 //! counting allocator sees no heap call inside the handler in either mode,
 //! while it evaluates native rules and the JIT methods' CFI.
+//!
+//! An outside oracle checks the same stacks: `perf record --call-graph
+//! dwarf` samples this test binary, run again as a child whose agent
+//! profiles the workload, and `perf inject --jit` hands perf the methods'
+//! unwinding tables from the jitdump.
 #![cfg(target_arch = "x86_64")]
 
+use std::collections::BTreeMap;
+use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use jitmap::agent::{Agent, AgentConfig, Clock, Profile, Unwind};
 use jitmap::{ExecutionManager, HeapConfig};
-use jitmap_testkit::frameless::{Frameless, JIT_STACK, NATIVE_STACK};
+use jitmap_testkit::e2e;
+use jitmap_testkit::frameless::{Frameless, JIT_STACK, NATIVE_STACK, PERF_UNWIND_ROOM};
 use jitmap_testkit::signal_alloc::{
     SignalCounting, check_mask, take_while_blocked, with_sigprof_blocked,
 };
@@ -29,9 +37,14 @@ fn one_agent() -> MutexGuard<'static, ()> {
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Runs `work` for 1.5 s under an agent on `manager` walking by `unwind`;
-/// asserts that the handler made no heap call.
-fn profile(manager: &ExecutionManager, unwind: Unwind, work: impl Fn()) -> Profile {
+/// Runs `work` for `duration` under an agent on `manager` walking by
+/// `unwind`; asserts that the handler made no heap call.
+fn profile(
+    manager: &ExecutionManager,
+    unwind: Unwind,
+    duration: Duration,
+    work: impl Fn(),
+) -> Profile {
     // The detector itself: an allocation with SIGPROF blocked is caught.
     check_mask(true);
     with_sigprof_blocked(|| drop(std::hint::black_box(vec![1u8; 64])));
@@ -47,7 +60,7 @@ fn profile(manager: &ExecutionManager, unwind: Unwind, work: impl Fn()) -> Profi
     )
     .unwrap();
     let attached = agent.attach_current_thread().unwrap();
-    let until = Instant::now() + Duration::from_millis(1500);
+    let until = Instant::now() + duration;
     while Instant::now() < until {
         work();
     }
@@ -110,7 +123,11 @@ fn stacks(profile: &Profile) -> String {
 fn check(stack: &[&str], run: impl Fn(&Frameless)) {
     let _one = one_agent();
     let (heap, f, dir) = workload();
-    let on = |unwind| profile(heap.manager(), unwind, || run(&f));
+    let on = |unwind| {
+        profile(heap.manager(), unwind, Duration::from_millis(1500), || {
+            run(&f)
+        })
+    };
     let mixed = on(Unwind::Mixed);
     let (in_leaf, good) = exact(&mixed, stack);
     println!(
@@ -165,4 +182,187 @@ fn jit_code_without_frame_pointers_unwinds_by_its_cfi() {
     check(&JIT_STACK, |f| {
         std::hint::black_box(f.jit_without_fp(200_000));
     });
+}
+
+/// Set in the oracle's child: where it writes its agent's stacks.
+const ORACLE_CHILD: &str = "JITMAP_TEST_ORACLE_STACKS";
+
+/// The oracle's name, which its child runs alone.
+const ORACLE_TEST: &str = "perf_with_dwarf_unwinding_agrees_with_the_mixed_walk";
+
+/// The workload's functions: a sample whose innermost frame is one of these
+/// is the workload's, in both profiles.
+const WORKLOAD: [&str; 5] = [
+    "frameless_leaf",
+    "jit_mid",
+    "jit_top",
+    "jit_mid_nofp",
+    "jit_top_nofp",
+];
+
+/// A stack's key: its frames from the innermost to the host function that
+/// drives the workload, `;`-separated (the frames below differ between the
+/// two profilers' views of the test harness). A stack that never reaches
+/// the host function keeps its first six frames.
+fn key(frames: &[impl AsRef<str>]) -> String {
+    let end = frames
+        .iter()
+        .position(|f| f.as_ref().starts_with("jitmap_testkit::frameless::drive_"))
+        .map_or(frames.len().min(6), |i| i + 1);
+    frames[..end]
+        .iter()
+        .map(AsRef::as_ref)
+        .collect::<Vec<_>>()
+        .join(";")
+}
+
+/// Each key's share, in percent, of the workload's samples among
+/// `(frames, count)`.
+fn shares<'a, S: AsRef<str> + 'a>(
+    stacks: impl Iterator<Item = (&'a [S], u64)>,
+) -> BTreeMap<String, f64> {
+    let mut counts = BTreeMap::new();
+    let mut total = 0;
+    for (frames, count) in stacks {
+        if frames
+            .first()
+            .is_some_and(|f| WORKLOAD.contains(&f.as_ref()))
+        {
+            *counts.entry(key(frames)).or_insert(0u64) += count;
+            total += count;
+        }
+    }
+    assert!(total >= 1000, "only {total} samples in the workload");
+    counts
+        .into_iter()
+        .map(|(k, c)| (k, c as f64 * 100.0 / total as f64))
+        .collect()
+}
+
+/// The oracle. `perf record --call-graph dwarf` (perf's own unwinder, with
+/// the libraries' `.eh_frame` and the JIT methods' tables from the jitdump)
+/// and the agent's mixed walk sample the same run of the frameless
+/// workload. perf must find both exact stacks itself, in at least 95% of
+/// the workload's samples, and every stack above 5% in either profile must
+/// have the same share in both within 3 points.
+#[test]
+fn perf_with_dwarf_unwinding_agrees_with_the_mixed_walk() {
+    if let Some(out) = std::env::var_os(ORACLE_CHILD) {
+        return oracle_child(Path::new(&out));
+    }
+    if !e2e::available("perf") {
+        return;
+    }
+    let _one = one_agent();
+    let dir = e2e::temp_dir("agent-unwind-oracle");
+    let data = dir.join("perf.data");
+    let agent_out = dir.join("agent.stacks");
+    let exe = std::env::current_exe().unwrap();
+    let record = e2e::perf_command(
+        &dir,
+        &[
+            "record",
+            "-k",
+            "1",
+            "-e",
+            "cpu-clock",
+            "-F",
+            "1000",
+            "--call-graph",
+            "dwarf",
+            "-o",
+            data.to_str().unwrap(),
+            "--",
+            exe.to_str().unwrap(),
+            "--exact",
+            ORACLE_TEST,
+            "--test-threads",
+            "1",
+        ],
+    )
+    .env(ORACLE_CHILD, &agent_out)
+    .output()
+    .unwrap();
+    if !e2e::recorded(&record) {
+        return;
+    }
+    assert!(
+        String::from_utf8_lossy(&record.stdout).contains("1 passed"),
+        "the child failed:\n{}",
+        String::from_utf8_lossy(&record.stdout)
+    );
+    let by_perf = e2e::inject_and_script(&dir, &data);
+    let by_perf = shares(by_perf.iter().map(|f| (f.as_slice(), 1)));
+    let agent_text = std::fs::read_to_string(&agent_out).unwrap();
+    let agent_stacks: Vec<(u64, Vec<&str>)> = agent_text
+        .lines()
+        .map(|line| {
+            let mut fields = line.split('\t');
+            let count = fields.next().unwrap().parse().unwrap();
+            (count, fields.collect())
+        })
+        .collect();
+    let by_agent = shares(agent_stacks.iter().map(|(c, f)| (f.as_slice(), *c)));
+    let table: String = by_perf
+        .keys()
+        .chain(by_agent.keys())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .map(|k| {
+            let (p, a) = (by_perf.get(k), by_agent.get(k));
+            format!("perf {p:>6.2?} agent {a:>6.2?}  {k}\n")
+        })
+        .collect();
+    println!("{table}");
+    let exact = by_perf.get(&key(&NATIVE_STACK)).unwrap_or(&0.0)
+        + by_perf.get(&key(&JIT_STACK)).unwrap_or(&0.0);
+    assert!(exact >= 95.0, "perf found {exact:.1}% exact\n{table}");
+    for k in by_perf.keys().chain(by_agent.keys()) {
+        let (p, a) = (
+            by_perf.get(k).copied().unwrap_or(0.0),
+            by_agent.get(k).copied().unwrap_or(0.0),
+        );
+        if p > 5.0 || a > 5.0 {
+            assert!(
+                (p - a).abs() <= 3.0,
+                "{k}: perf {p:.1}%, agent {a:.1}%\n{table}"
+            );
+        }
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The oracle's child (under `perf record`): the frameless workload on a
+/// heap that leaves perf room for each method's unwinding tables, with a
+/// jitdump, profiled for 3 s by the mixed walk on the thread's CPU clock
+/// (perf samples `cpu-clock`). Its stacks go to `out`, one per line: the
+/// count, then the frames innermost first, tab-separated.
+fn oracle_child(out: &Path) {
+    let manager = ExecutionManager::new(8);
+    let perf = manager.perf_from_env().unwrap();
+    assert!(
+        perf.jitdump.is_some(),
+        "JITMAP_PERF=jitdump is set by perf_command"
+    );
+    let heap = manager
+        .create_heap(HeapConfig {
+            span: 1 << 20,
+            unwind_room: PERF_UNWIND_ROOM,
+            ..HeapConfig::default()
+        })
+        .unwrap();
+    let f = Frameless::build(&heap, out.parent().unwrap(), true).unwrap();
+    let p = profile(&manager, Unwind::Mixed, Duration::from_secs(3), || {
+        std::hint::black_box(f.native_leaf(200_000));
+        std::hint::black_box(f.native_leaf(200_000));
+        std::hint::black_box(f.jit_without_fp(200_000));
+    });
+    manager.listeners().flush();
+    assert_eq!(perf.jitdump.as_ref().unwrap().unmapped_tables(), 0);
+    let text: String = p
+        .stacks
+        .iter()
+        .map(|s| format!("{}\t{}\n", s.count, s.frames.join("\t")))
+        .collect();
+    std::fs::write(out, text).unwrap();
 }

@@ -404,6 +404,50 @@ fn bad_input_is_rejected_and_changes_nothing() {
         .err(),
         Some(HeapError::BadAlignment { align: 4 })
     );
+    let room = jitmap::MAX_UNWIND_ROOM + 1;
+    assert_eq!(
+        CodeHeap::new(
+            HeapConfig {
+                unwind_room: room,
+                ..HeapConfig::default()
+            },
+            &domain
+        )
+        .err(),
+        Some(HeapError::BadUnwindRoom { room })
+    );
+}
+
+/// Each block keeps `unwind_room` free bytes after its code: the next block's
+/// code starts past them, and the room counts against the largest size.
+#[test]
+fn unwind_room_keeps_bytes_free_after_each_block() {
+    let domain = Domain::new(2);
+    let heap = CodeHeap::new(
+        HeapConfig {
+            span: 64 * 1024,
+            unwind_room: 200,
+            huge_pages: false,
+            ..HeapConfig::default()
+        },
+        &domain,
+    )
+    .unwrap();
+    let starts: Vec<_> = (0..4u64)
+        .map(|i| method(&heap, i + 1, 10 + 30 * i).start())
+        .collect();
+    let sizes = [10, 40, 70, 100];
+    for i in 0..3 {
+        assert!(
+            starts[i] + sizes[i] + 200 + PREFIX as usize <= starts[i + 1],
+            "{starts:x?}"
+        );
+    }
+    let max = 64 * 1024 - PREFIX - 200;
+    assert_eq!(
+        heap.reserve(max + 1).err(),
+        Some(HeapError::TooLarge { size: max + 1, max })
+    );
 }
 
 #[test]

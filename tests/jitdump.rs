@@ -162,8 +162,13 @@ fn info(id: u64, name: &str, eh: bool) -> CodeInfo {
     }
 }
 
+/// The process has one jitdump writer at a time; the tests that open one
+/// take turns.
+static ONE_WRITER: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn writer_file_reads_back_exactly() {
+    let _one = ONE_WRITER.lock().unwrap_or_else(|e| e.into_inner());
     let dir = temp_dir("jitdump-writer");
     let (_domain, heap) = common::small_heap(2);
     let dump = JitDump::open(&dir).unwrap();
@@ -346,6 +351,109 @@ fn writer_file_reads_back_exactly() {
     assert_eq!(
         unwind,
         vec![(vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 0xE0, 0xE1, 0xE2], 0)]
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The unwinding tables of `(code address, code size, unwinding record)`
+/// triples in a dump, in file order, read by linux-perf-data: each method's
+/// start, size and the `mapped_size` perf maps after its code.
+fn unwinding_of(path: &std::path::Path) -> Vec<(u64, u64, u64)> {
+    let mut reader =
+        linux_perf_data::jitdump::JitDumpReader::new(std::fs::File::open(path).unwrap()).unwrap();
+    let mut mapped = Vec::new();
+    let mut out = Vec::new();
+    while let Some(raw) = reader.next_record().unwrap() {
+        match raw.parse().unwrap() {
+            // The unwinding record comes before its method's load record.
+            linux_perf_data::jitdump::JitDumpRecord::CodeUnwindingInfo(u) => {
+                mapped.push(u.mapped_size);
+            }
+            linux_perf_data::jitdump::JitDumpRecord::CodeLoad(l) => {
+                out.push((
+                    l.code_addr,
+                    l.code_bytes.len() as u64,
+                    mapped.pop().unwrap(),
+                ));
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// perf maps a method's unwinding tables right after its code: the jitdump
+/// asks for that only where no other method's code can be, so perf never
+/// takes a method's first bytes for another's tables.
+#[test]
+fn unwinding_tables_are_mapped_only_where_they_fit() {
+    let _one = ONE_WRITER.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = temp_dir("jitdump-room");
+    let dump = JitDump::open(&dir).unwrap();
+    let path = dump.path().to_owned();
+    let rows = jitmap_testkit::frameless::FRAME_POINTER_CFI;
+    let mut results = Vec::new();
+    for room in [0, 256] {
+        let domain = jitmap::epoch::Domain::new(2);
+        let heap = jitmap::CodeHeap::new(
+            jitmap::HeapConfig {
+                span: 1 << 20,
+                unwind_room: room,
+                ..jitmap::HeapConfig::default()
+            },
+            &domain,
+        )
+        .unwrap();
+        heap.listeners()
+            .add(Arc::clone(&dump) as Arc<dyn CodeListener>)
+            .unwrap();
+        // Three 18-byte methods with frame-pointer CFI, one after another.
+        let mut code = Vec::new();
+        for id in 1..=3 {
+            let mut r = heap.reserve(18).unwrap();
+            r.code_mut().fill(0x90);
+            let eh = EhFrame {
+                frame: jitmap_testkit::frameless::eh_frame(r.address(), 18, rows),
+                header: Box::new([]),
+            };
+            code.push(
+                r.publish(CodeInfo {
+                    eh_frame: Some(eh),
+                    ..CodeInfo::new(id, "m", JitKind::Optimized)
+                })
+                .unwrap(),
+            );
+        }
+        heap.listeners().flush();
+        heap.listeners()
+            .remove(&(Arc::clone(&dump) as Arc<dyn CodeListener>));
+        results.push(code.iter().map(|c| c.start() as u64).collect::<Vec<_>>());
+    }
+    assert_eq!(dump.errors(), 0);
+    // Without room no method's tables are mapped; with 256 bytes all are.
+    assert_eq!(dump.unmapped_tables(), 3);
+    drop(dump);
+    let records = unwinding_of(&path);
+    assert_eq!(records.len(), 6);
+    // The rewritten tables: one CIE and one FDE with four rows, then the
+    // header with its one-entry search table.
+    let tables = 0x60;
+    let expected: Vec<_> = results
+        .iter()
+        .zip([0, tables])
+        .flat_map(|(starts, mapped)| starts.iter().map(move |&s| (s, 18, mapped)))
+        .collect();
+    assert_eq!(records, expected);
+    // Where mapped, perf's mapping (code, padding to 8, tables) ends before
+    // the next method's code.
+    for pair in results[1].windows(2) {
+        assert!(pair[0] + 24 + tables <= pair[1], "{pair:x?}");
+    }
+    // Without room, the same mapping would have reached the next method.
+    assert!(
+        results[0][0] + 24 + tables > results[0][1],
+        "{:x?}",
+        results[0]
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }

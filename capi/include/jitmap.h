@@ -269,6 +269,10 @@ typedef struct jitmap_heap_config {
   // build without the `gdb-jit` feature refuses it with
   // `JITMAP_STATUS_GDB_JIT_UNAVAILABLE`); or 0.
   uint8_t gdb_jit;
+  // Bytes kept free after each block's code, at most 65536 (0 by
+  // default): where `perf inject --jit` maps a method's unwinding tables,
+  // so that `perf record --call-graph dwarf` unwinds through JIT frames.
+  uint32_t unwind_room;
 } jitmap_heap_config;
 
 // One region's unwind bytes, offsets from the code start. The first entry

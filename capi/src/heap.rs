@@ -84,6 +84,7 @@ pub unsafe extern "C" fn jitmap_heap_config_default(out: *mut jitmap_heap_config
                 huge_pages: u8::from(d.huge_pages),
                 register_unwind: 0,
                 gdb_jit: 0,
+                unwind_room: d.unwind_room as u32,
             })
         };
     }
@@ -133,6 +134,7 @@ pub unsafe extern "C" fn jitmap_heap_create(
             huge_pages: flag(c.huge_pages, "huge_pages")?,
             register_unwind: flag(c.register_unwind, "register_unwind")?,
             gdb_jit: flag(c.gdb_jit, "gdb_jit")?,
+            unwind_room: u64::from(c.unwind_room),
         };
         // This crate's own feature decides, not the library's (which a
         // workspace build may have turned on for another crate).

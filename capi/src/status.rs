@@ -169,6 +169,7 @@ impl From<HeapError> for jitmap_status {
             HeapError::BadAlignment { .. } => JITMAP_STATUS_BAD_ALIGNMENT,
             HeapError::HeapFull { .. } => JITMAP_STATUS_HEAP_FULL,
             HeapError::BadSpan { .. } => JITMAP_STATUS_BAD_SPAN,
+            HeapError::BadUnwindRoom { .. } => JITMAP_STATUS_BAD_ARGUMENT,
             HeapError::DoubleFree { .. } => JITMAP_STATUS_DOUBLE_FREE,
             HeapError::Moved { .. } => JITMAP_STATUS_MOVED,
             HeapError::ForeignRef => JITMAP_STATUS_FOREIGN_REF,

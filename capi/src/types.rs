@@ -105,6 +105,10 @@ pub struct jitmap_heap_config {
     /// build without the `gdb-jit` feature refuses it with
     /// `JITMAP_STATUS_GDB_JIT_UNAVAILABLE`); or 0.
     pub gdb_jit: u8,
+    /// Bytes kept free after each block's code, at most 65536 (0 by
+    /// default): where `perf inject --jit` maps a method's unwinding tables,
+    /// so that `perf record --call-graph dwarf` unwinds through JIT frames.
+    pub unwind_room: u32,
 }
 
 /// One region's unwind bytes, offsets from the code start. The first entry

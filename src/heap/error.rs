@@ -31,6 +31,11 @@ pub enum HeapError {
         /// Size in bytes.
         size: u64,
     },
+    /// An unwind room above [`MAX_UNWIND_ROOM`](crate::MAX_UNWIND_ROOM).
+    BadUnwindRoom {
+        /// The room asked for.
+        room: u64,
+    },
     /// A heap span of 0, or of 4 GiB or more.
     BadSpan {
         /// The span asked for.
@@ -106,6 +111,11 @@ impl fmt::Display for HeapError {
                 "alignment {align} is not a power of two in 8..=page size"
             ),
             Self::HeapFull { size } => write!(f, "no free space for {size} bytes"),
+            Self::BadUnwindRoom { room } => write!(
+                f,
+                "unwind room of {room} bytes exceeds {}",
+                super::MAX_UNWIND_ROOM
+            ),
             Self::BadSpan { span } => {
                 write!(f, "heap span {span:#x} must be non-zero and under 4 GiB")
             }
@@ -200,6 +210,7 @@ impl fmt::Debug for HeapError {
             }
             Self::BadAlignment { align } => hex_struct!(f, "BadAlignment", "align" => align),
             Self::HeapFull { size } => hex_struct!(f, "HeapFull", "size" => size),
+            Self::BadUnwindRoom { room } => hex_struct!(f, "BadUnwindRoom", "room" => room),
             Self::BadSpan { span } => hex_struct!(f, "BadSpan", "span" => span),
             Self::DoubleFree { start } => hex_struct!(f, "DoubleFree", "start" => start),
             Self::Moved { start, to } => hex_struct!(f, "Moved", "start" => start, "to" => to),

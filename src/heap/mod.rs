@@ -143,7 +143,20 @@ pub struct HeapConfig {
     /// without it a heap that asks is refused with
     /// [`HeapError::GdbJitUnavailable`].
     pub gdb_jit: bool,
+    /// Bytes kept free after each block's code, at most
+    /// [`MAX_UNWIND_ROOM`]. `perf inject --jit` places a method's unwinding
+    /// tables right after its code, and perf's DWARF unwinder
+    /// (`perf record --call-graph dwarf`) reads them there, through the
+    /// method's mapping. With no room, the next method's code lies there:
+    /// the jitdump then leaves the tables out of the mapping
+    /// ([`CodeLoad::room`](crate::events::CodeLoad::room)) and perf stops at the
+    /// method. 256 bytes fit the tables of a method with a few dozen CFI rows.
+    /// 0 by default: the room costs heap space and only perf uses it.
+    pub unwind_room: u64,
 }
+
+/// The most [`HeapConfig::unwind_room`] a heap takes.
+pub const MAX_UNWIND_ROOM: u64 = 1 << 16;
 
 impl Default for HeapConfig {
     fn default() -> Self {
@@ -155,6 +168,7 @@ impl Default for HeapConfig {
             huge_pages: true,
             register_unwind: false,
             gdb_jit: false,
+            unwind_room: 0,
         }
     }
 }
@@ -394,6 +408,8 @@ pub struct CodeHeap {
     register_unwind: bool,
     /// [`HeapConfig::gdb_jit`].
     gdb_jit: bool,
+    /// [`HeapConfig::unwind_room`].
+    unwind_room: u64,
     memory: CodeMemory,
     /// Where each block ends (see `ends`): exact lookups without code reads.
     ends: EndMap,
@@ -432,6 +448,11 @@ impl CodeHeap {
             _ => return Err(HeapError::BadSpan { span: config.span }),
         };
         check_align(config.align)?;
+        if config.unwind_room > MAX_UNWIND_ROOM {
+            return Err(HeapError::BadUnwindRoom {
+                room: config.unwind_room,
+            });
+        }
         if config.gdb_jit && !cfg!(feature = "gdb-jit") {
             return Err(HeapError::GdbJitUnavailable);
         }
@@ -459,6 +480,7 @@ impl CodeHeap {
             align: config.align,
             register_unwind: config.register_unwind,
             gdb_jit: config.gdb_jit,
+            unwind_room: config.unwind_room,
             map: Arc::clone(map.map()),
             domain: Arc::clone(domain),
             listeners,
@@ -532,13 +554,15 @@ impl CodeHeap {
         if size == 0 {
             return Err(HeapError::ZeroSize);
         }
-        let max = self.span - PREFIX;
+        let max = self.span.saturating_sub(PREFIX + self.unwind_room);
         if size > max {
             return Err(HeapError::TooLarge { size, max });
         }
         check_align(align)?;
+        // The extent holds the room after the code; the code size stays `size`.
+        let taken = size + self.unwind_room;
         let mut w = self.writer.lock();
-        let mut placement = w.free.allocate(size, align);
+        let mut placement = w.free.allocate(taken, align);
         // Reclaim before failing, and before committing more memory: retired
         // blocks never make the heap grow while their grace period has passed.
         if placement
@@ -549,7 +573,7 @@ impl CodeHeap {
             if let Some(p) = placement.take() {
                 w.free.release(p.extent);
             }
-            placement = w.free.allocate(size, align);
+            placement = w.free.allocate(taken, align);
         }
         let placement = placement.ok_or(HeapError::HeapFull { size })?;
         if placement.extent.end > w.committed {
@@ -1027,6 +1051,7 @@ impl CodeHeap {
                     start: new_start,
                     code: code.unwrap_or_default(),
                     info: Arc::clone(info),
+                    room: self.room_after(start + size, extent.end),
                 }),
                 Some(old_start) => CodeEvent::Move(CodeMove {
                     timestamp,
@@ -1189,6 +1214,17 @@ impl Drop for CodeHeap {
         for r in w.retired.drain(..) {
             drop(r.header.map(HeaderPtr::into_box));
         }
+    }
+}
+
+impl CodeHeap {
+    /// Bytes after a block's code (ending at offset `code_end`, its extent at
+    /// `extent_end`) where no other block's code can lie while it is live:
+    /// the rest of its extent, then the next block's prefix (a block's code
+    /// starts `PREFIX` bytes into its extent), unless the heap ends there.
+    fn room_after(&self, code_end: u64, extent_end: u64) -> u64 {
+        let prefix = if extent_end < self.span { PREFIX } else { 0 };
+        extent_end - code_end + prefix
     }
 }
 

@@ -171,25 +171,38 @@ fn encode_unwinding(timestamp: u64, eh: &EhFrame, mapped_size: u64) -> Vec<u8> {
 }
 
 /// The unwinding-info record for a method of `code_size` bytes at
-/// `code_start` whose host gave `eh`: the tables rewritten where perf's
-/// `inject --jit` places them (see [`super::unwinding`]), or the host's own
-/// bytes if they cannot be.
-fn unwinding_record(timestamp: u64, eh: &EhFrame, code_start: u64, code_size: u64) -> Vec<u8> {
+/// `code_start` whose host gave `eh`, with `room` free bytes after its code
+/// ([`CodeLoad::room`](crate::events::CodeLoad::room)): the tables rewritten where perf's `inject --jit`
+/// places them (see [`super::unwinding`]), or the host's own bytes if they
+/// cannot be. The second value is true when the tables are mapped.
+///
+/// perf maps the tables `mapped_size` bytes after the code (from the next
+/// multiple of 8), where its unwinder reads them through the method's
+/// mapping. They are mapped only when they fit in the room: a mapping that
+/// reached the next method's code would take that code's first bytes from
+/// it in perf's view, if the next method was published first.
+fn unwinding_record(
+    timestamp: u64,
+    eh: &EhFrame,
+    code_start: u64,
+    code_size: u64,
+    room: u64,
+) -> (Vec<u8>, bool) {
     match super::unwinding::perf_layout(eh, code_start, code_size) {
-        // perf maps the tables after the code (`mapped_size`), where its
-        // unwinder reads them through the method's mapping.
         Some((frame, header)) => {
-            let mapped = (frame.len() + header.len()) as u64;
-            encode_unwinding(
+            let tables = (frame.len() + header.len()) as u64;
+            let fits = code_size.next_multiple_of(8) - code_size + tables <= room;
+            let record = encode_unwinding(
                 timestamp,
                 &EhFrame {
                     frame: frame.into(),
                     header: header.into(),
                 },
-                mapped,
-            )
+                if fits { tables } else { 0 },
+            );
+            (record, fits)
         }
-        None => encode_unwinding_info(timestamp, eh),
+        None => (encode_unwinding_info(timestamp, eh), false),
     }
 }
 
@@ -229,6 +242,8 @@ pub struct JitDump {
     pid: u32,
     state: Mutex<State>,
     errors: AtomicU64,
+    /// See [`JitDump::unmapped_tables`].
+    unmapped_tables: AtomicU64,
     _marker: memmap2::Mmap,
 }
 
@@ -278,6 +293,7 @@ impl JitDump {
                 index_of: HashMap::new(),
             }),
             errors: AtomicU64::new(0),
+            unmapped_tables: AtomicU64::new(0),
             _marker: marker,
         })
     }
@@ -293,6 +309,16 @@ impl JitDump {
         self.errors.load(Ordering::Relaxed)
     }
 
+    /// Methods whose unwinding tables were written but not mapped for perf:
+    /// they did not fit in the room after the code
+    /// ([`HeapConfig::unwind_room`](crate::HeapConfig::unwind_room)), or
+    /// could not be rewritten into perf's layout. perf's DWARF unwinder stops
+    /// at these methods' frames.
+    pub fn unmapped_tables(&self) -> u64 {
+        // Relaxed: a statistic.
+        self.unmapped_tables.load(Ordering::Relaxed)
+    }
+
     fn write_event(&self, event: &CodeEvent) -> io::Result<()> {
         let mut s = self.state.lock();
         match event {
@@ -303,10 +329,20 @@ impl JitDump {
                 let start = load.start as u64;
                 let debug = (!load.info.debug.is_empty())
                     .then(|| encode_debug_info(load.timestamp, start, &load.info.debug));
-                let unwind =
-                    load.info.eh_frame.as_ref().map(|eh| {
-                        unwinding_record(load.timestamp, eh, start, load.code.len() as u64)
-                    });
+                let unwind = load.info.eh_frame.as_ref().map(|eh| {
+                    let (record, mapped) = unwinding_record(
+                        load.timestamp,
+                        eh,
+                        start,
+                        load.code.len() as u64,
+                        load.room,
+                    );
+                    if !mapped {
+                        // Relaxed: a statistic.
+                        self.unmapped_tables.fetch_add(1, Ordering::Relaxed);
+                    }
+                    record
+                });
                 let prefix = encode_load_prefix(
                     load.timestamp,
                     self.pid,

@@ -121,6 +121,43 @@ pub fn inject_and_report(dir: &Path, data: &Path, sort: &str) -> String {
     String::from_utf8_lossy(&report.stdout).into_owned()
 }
 
+/// `perf inject --jit` of `data`, then its samples' stacks from
+/// `perf script`: each stack's frames, innermost first, named by perf's
+/// symbols (`[unknown]` where it has none). Either step failing fails the
+/// test.
+pub fn inject_and_script(dir: &Path, data: &Path) -> Vec<Vec<String>> {
+    let jit = dir.join("perf.jit.data");
+    let (data, jit_path) = (data.to_str().unwrap(), jit.to_str().unwrap());
+    let inject = perf(dir, &["inject", "--jit", "-i", data, "-o", jit_path]);
+    assert!(
+        inject.status.success(),
+        "{}",
+        String::from_utf8_lossy(&inject.stderr)
+    );
+    let script = perf(dir, &["script", "-i", jit_path, "-F", "ip,sym"]);
+    assert!(
+        script.status.success(),
+        "{}",
+        String::from_utf8_lossy(&script.stderr)
+    );
+    let text = String::from_utf8_lossy(&script.stdout);
+    // One sample per block of lines, blocks apart by an empty line; each
+    // line is an address, then the symbol (which may hold spaces).
+    text.split("\n\n")
+        .map(|block| {
+            block
+                .lines()
+                .filter_map(|line| {
+                    let line = line.trim();
+                    let (_address, symbol) = line.split_once(char::is_whitespace)?;
+                    Some(symbol.trim().to_owned())
+                })
+                .collect::<Vec<_>>()
+        })
+        .filter(|frames| !frames.is_empty())
+        .collect()
+}
+
 /// A fresh directory for this test process: `jitmap-NAME-PID` under the
 /// system's temporary directory, emptied first.
 pub fn temp_dir(name: &str) -> PathBuf {

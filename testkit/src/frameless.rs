@@ -125,6 +125,10 @@ impl Frameless {
     }
 }
 
+/// Room after each method's code for the unwinding tables `perf inject
+/// --jit` maps there (about 100 bytes for these methods).
+pub const PERF_UNWIND_ROOM: u64 = 256;
+
 /// Runs both stacks on a heap of `manager` for `duration`, two native-leaf
 /// calls to one frameless JIT call; returns the calls made. Every JIT
 /// function carries an `.eh_frame` (for outside unwinders, through the
@@ -138,6 +142,8 @@ pub fn run(
 ) -> Result<u64, DemoError> {
     let heap = manager.create_heap(jitmap::HeapConfig {
         span: 1 << 16,
+        // perf maps each method's unwinding tables after its code.
+        unwind_room: PERF_UNWIND_ROOM,
         ..jitmap::HeapConfig::default()
     })?;
     let dir = object_dir(std::process::id());

@@ -153,6 +153,9 @@ int main(void) {
     bad.span = 0;
     EXPECT(jitmap_heap_create(m, &bad, &heap), JITMAP_STATUS_BAD_SPAN);
     bad = config;
+    bad.unwind_room = 65537;
+    EXPECT(jitmap_heap_create(m, &bad, &heap), JITMAP_STATUS_BAD_ARGUMENT);
+    bad = config;
     bad.gdb_jit = 1;
     EXPECT(jitmap_heap_create(m, &bad, &heap), JITMAP_STATUS_GDB_JIT_UNAVAILABLE);
     OK(jitmap_heap_create(m, &config, &heap));
