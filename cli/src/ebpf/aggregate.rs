@@ -261,7 +261,7 @@ impl Aggregator {
     /// sampled; a name the kernel cut ends in `...`.
     pub fn finish(
         mut self,
-        native: impl Fn(u64, bool) -> String,
+        native: impl Fn(u64, bool) -> Vec<String>,
     ) -> (Vec<Stack>, Vec<Placement>, Counts) {
         let names: Vec<String> = self
             .placements
@@ -282,14 +282,15 @@ impl Aggregator {
         for (keys, count) in &self.stacks {
             let frames = keys
                 .iter()
-                .map(|k| match *k {
-                    Key::Method(i) => self.placements[i].label.clone(),
+                .flat_map(|k| match *k {
+                    // A native frame may be several: its inlined calls too.
                     Key::Native { addr, is_return } => native(addr, is_return),
-                    Key::Stub(kind) => format!("[stub {kind}]"),
-                    Key::Image(begin) => format!("[image {begin:#x}]"),
-                    Key::Nothing => "[unattributed]".to_owned(),
-                    Key::TooFar => "[too far]".to_owned(),
-                    Key::Error => "[unreadable]".to_owned(),
+                    Key::Method(i) => vec![self.placements[i].label.clone()],
+                    Key::Stub(kind) => vec![format!("[stub {kind}]")],
+                    Key::Image(begin) => vec![format!("[image {begin:#x}]")],
+                    Key::Nothing => vec!["[unattributed]".to_owned()],
+                    Key::TooFar => vec!["[too far]".to_owned()],
+                    Key::Error => vec!["[unreadable]".to_owned()],
                 })
                 .collect();
             *named.entry(frames).or_default() += count;
@@ -358,7 +359,7 @@ mod tests {
         agg.add(&sample(vec![method(0x1010, 0x1000, "f")]));
         agg.add(&sample(vec![method(0x1020, 0x1000, "g")]));
         agg.add(&sample(vec![method(0x1030, 0x1000, "f")]));
-        let (_, placements, _) = agg.finish(|addr, _| format!("{addr:x}"));
+        let (_, placements, _) = agg.finish(|addr, _| vec![format!("{addr:x}")]);
         let seen: Vec<_> = placements
             .iter()
             .map(|p| (p.name.as_str(), p.lookups, p.frames))
@@ -399,8 +400,14 @@ mod tests {
             native(0x600),
         ]));
         assert_eq!(agg.native_addresses(), [(0x500, true), (0x600, true)]);
-        let (stacks, placements, counts) =
-            agg.finish(|addr, is_return| format!("n{addr:x}{}", if is_return { "r" } else { "" }));
+        // 0x600 has a helper inlined: its frame is two, innermost first.
+        let (stacks, placements, counts) = agg.finish(|addr, is_return| {
+            let name = format!("n{addr:x}{}", if is_return { "r" } else { "" });
+            match addr {
+                0x600 => vec!["h (inlined)".into(), name],
+                _ => vec![name],
+            }
+        });
         assert_eq!(
             stacks,
             [
@@ -409,7 +416,11 @@ mod tests {
                     count: 2
                 },
                 Stack {
-                    frames: vec!["[unattributed]".into(), "n600r".into()],
+                    frames: vec![
+                        "[unattributed]".into(),
+                        "h (inlined)".into(),
+                        "n600r".into()
+                    ],
                     count: 1
                 },
                 Stack {

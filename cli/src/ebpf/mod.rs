@@ -307,20 +307,28 @@ fn host_alive(pid: i32) -> bool {
     })
 }
 
-/// Names of native addresses of one process, from its mapped files' symbol
-/// tables (a return address is named one byte back, in its call).
+/// Names of native addresses of one process, from its mapped files' debug
+/// info where they have it, else their symbol tables (a return address is
+/// named one byte back, in its call). A name is the frame's chain, innermost
+/// first: the helpers inlined at the address, each marked
+/// [`INLINED`](jitmap::agent::INLINED), then the function that ran; the
+/// agent names native frames the same way.
 struct NativeNames {
     pid: i32,
     symbolizer: blazesym::symbolize::Symbolizer,
     /// Every address asked about; `None` for one no symbol covers.
-    names: std::collections::HashMap<(u64, bool), Option<String>>,
+    names: std::collections::HashMap<(u64, bool), Option<Vec<String>>>,
 }
 
 impl NativeNames {
     fn new(pid: i32) -> Self {
         Self {
             pid,
-            symbolizer: blazesym::symbolize::Symbolizer::new(),
+            // Inlined functions come from DWARF's line and inlining records.
+            symbolizer: blazesym::symbolize::Symbolizer::builder()
+                .enable_code_info(true)
+                .enable_inlined_fns(true)
+                .build(),
             names: Default::default(),
         }
     }
@@ -343,8 +351,8 @@ impl NativeNames {
             .map(|&(a, is_return)| if is_return { a.saturating_sub(1) } else { a })
             .collect();
         let mut process = Process::new(blazesym::Pid::from(self.pid as u32));
-        // JIT frames are named by the kernel; native code by symbol tables.
-        process.debug_syms = false;
+        // JIT frames are named by the kernel; native code by its files.
+        process.debug_syms = true;
         process.perf_map = false;
         let Ok(symbols) = self
             .symbolizer
@@ -354,20 +362,32 @@ impl NativeNames {
         };
         for (key, symbol) in new.into_iter().zip(symbols) {
             let name = match symbol {
-                Symbolized::Sym(sym) => Some(sym.name.into_owned()),
+                Symbolized::Sym(sym) => Some(chain(&sym)),
                 Symbolized::Unknown(_) => None,
             };
             self.names.insert(key, name);
         }
     }
 
-    /// The name of a native address, or the address in hex.
-    fn name(&self, addr: u64, is_return: bool) -> String {
+    /// The frames of a native address, innermost first, or the address in
+    /// hex.
+    fn name(&self, addr: u64, is_return: bool) -> Vec<String> {
         match self.names.get(&(addr, is_return)) {
-            Some(Some(name)) => name.clone(),
-            _ => format!("{addr:#x}"),
+            Some(Some(chain)) => chain.clone(),
+            _ => vec![format!("{addr:#x}")],
         }
     }
+}
+
+/// A symbol's frames, innermost first: blazesym lists the inlined calls
+/// outermost first, after the function that holds them.
+fn chain(sym: &blazesym::symbolize::Sym<'_>) -> Vec<String> {
+    sym.inlined
+        .iter()
+        .rev()
+        .map(|f| format!("{}{}", f.name, jitmap::agent::INLINED))
+        .chain(std::iter::once(sym.name.to_string()))
+        .collect()
 }
 
 impl EbpfRun {

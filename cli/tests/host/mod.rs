@@ -111,6 +111,16 @@ fn run_spin(args: &[String]) -> Result<(), String> {
         .install(manager.listeners())
         .map_err(|e| e.to_string())?;
     let duration = Duration::from_secs_f64(seconds);
+    if flags.has("--inlined") {
+        // Native code only: a function whose work is in helpers inlined
+        // into it.
+        let until = std::time::Instant::now() + duration;
+        while std::time::Instant::now() < until {
+            std::hint::black_box(jitmap_testkit::inlined::spin(std::hint::black_box(200_000)));
+        }
+        println!("spin inlined");
+        return Ok(());
+    }
     if flags.has("--frameless") {
         let calls =
             jitmap_testkit::frameless::run(&manager, duration).map_err(|e| e.to_string())?;
