@@ -101,24 +101,32 @@ pub fn report_share<'a>(text: &'a str, name: &str) -> (&'a str, f64) {
     (line, percent)
 }
 
+/// `perf ARGS` run to completion in `dir`: its standard output. A failure
+/// fails the test, with perf's message.
+fn perf_ok(dir: &Path, args: &[&str]) -> String {
+    let out = perf(dir, args);
+    assert!(
+        out.status.success(),
+        "perf {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `perf inject --jit` of `data` into `dir/perf.jit.data`: that path.
+fn inject(dir: &Path, data: &Path) -> PathBuf {
+    let jit = dir.join("perf.jit.data");
+    let (data, jit_path) = (data.to_str().unwrap(), jit.to_str().unwrap());
+    perf_ok(dir, &["inject", "--jit", "-i", data, "-o", jit_path]);
+    jit
+}
+
 /// `perf inject --jit` of `data`, then `perf report --stdio --sort SORT` of the
 /// result: the report's text. Either step failing fails the test.
 pub fn inject_and_report(dir: &Path, data: &Path, sort: &str) -> String {
-    let jit = dir.join("perf.jit.data");
-    let (data, jit_path) = (data.to_str().unwrap(), jit.to_str().unwrap());
-    let inject = perf(dir, &["inject", "--jit", "-i", data, "-o", jit_path]);
-    assert!(
-        inject.status.success(),
-        "{}",
-        String::from_utf8_lossy(&inject.stderr)
-    );
-    let report = perf(dir, &["report", "-i", jit_path, "--stdio", "--sort", sort]);
-    assert!(
-        report.status.success(),
-        "{}",
-        String::from_utf8_lossy(&report.stderr)
-    );
-    String::from_utf8_lossy(&report.stdout).into_owned()
+    let jit = inject(dir, data);
+    let jit = jit.to_str().unwrap();
+    perf_ok(dir, &["report", "-i", jit, "--stdio", "--sort", sort])
 }
 
 /// `perf inject --jit` of `data`, then its samples' stacks from
@@ -126,21 +134,11 @@ pub fn inject_and_report(dir: &Path, data: &Path, sort: &str) -> String {
 /// symbols (`[unknown]` where it has none). Either step failing fails the
 /// test.
 pub fn inject_and_script(dir: &Path, data: &Path) -> Vec<Vec<String>> {
-    let jit = dir.join("perf.jit.data");
-    let (data, jit_path) = (data.to_str().unwrap(), jit.to_str().unwrap());
-    let inject = perf(dir, &["inject", "--jit", "-i", data, "-o", jit_path]);
-    assert!(
-        inject.status.success(),
-        "{}",
-        String::from_utf8_lossy(&inject.stderr)
+    let jit = inject(dir, data);
+    let text = perf_ok(
+        dir,
+        &["script", "-i", jit.to_str().unwrap(), "-F", "ip,sym"],
     );
-    let script = perf(dir, &["script", "-i", jit_path, "-F", "ip,sym"]);
-    assert!(
-        script.status.success(),
-        "{}",
-        String::from_utf8_lossy(&script.stderr)
-    );
-    let text = String::from_utf8_lossy(&script.stdout);
     // One sample per block of lines, blocks apart by an empty line; each
     // line is an address, then the symbol (which may hold spaces).
     text.split("\n\n")
