@@ -24,7 +24,7 @@ fn main() {
 
 #[cfg(feature = "ebpf")]
 mod tests {
-    use std::collections::{HashMap, HashSet};
+    use std::collections::HashSet;
     use std::path::{Path, PathBuf};
     use std::process::{Child, Command, Output, Stdio};
     use std::time::{Duration, Instant};
@@ -512,60 +512,15 @@ mod tests {
         assert!(status.success(), "the host failed");
         let samples = json(&out)["samples"].as_u64().unwrap();
         let folded = std::fs::read_to_string(out_dir.join("stacks.folded")).unwrap();
-        // Each stack's innermost function that is not inlined, and its
-        // chain: the inlined frames inside it, innermost first, then it.
-        let inlined = jitmap::agent::INLINED;
-        let mut functions: HashMap<String, u64> = HashMap::new();
-        let mut chains: HashMap<String, u64> = HashMap::new();
-        for line in folded.lines() {
+        // Folded stacks list the outermost frame first.
+        let stacks = folded.lines().map(|line| {
             let (stack, count) = line.rsplit_once(' ').unwrap();
-            let count: u64 = count.parse().unwrap();
             let mut frames: Vec<&str> = stack.split(';').collect();
             frames.reverse();
-            let function = frames.iter().position(|f| !f.ends_with(inlined)).unwrap();
-            *functions.entry(frames[function].to_owned()).or_default() += count;
-            *chains.entry(frames[..=function].join(";")).or_default() += count;
-        }
+            (frames, count.parse().unwrap())
+        });
+        let chains = jitmap_testkit::inlined::check_profile(stacks, samples);
         println!("{chains:#?}");
-        let spin = "jitmap_testkit::inlined::spin";
-        let in_spin = functions.get(spin).copied().unwrap_or(0);
-        assert!(
-            in_spin * 10 >= samples * 9,
-            "{in_spin} of {samples}: {functions:?}"
-        );
-        // Above `spin`, only what the compiler inlined into it: `mix` and
-        // the core functions that it and the loop's range iteration call.
-        let mut with_mix = 0;
-        for (chain, count) in &chains {
-            let Some(above) = chain.strip_suffix(spin) else {
-                continue;
-            };
-            for helper in above.split(';').filter(|h| !h.is_empty()) {
-                let name = helper.strip_suffix(inlined).unwrap();
-                assert!(
-                    name == "jitmap_testkit::inlined::mix"
-                        || name.starts_with("core::")
-                        || name.starts_with('<'),
-                    "{chain}"
-                );
-            }
-            if above.contains(&format!("jitmap_testkit::inlined::mix{inlined}")) {
-                with_mix += count;
-            }
-        }
-        // `mix` shows as inlined in a real share of the samples.
-        assert!(
-            with_mix * 10 >= in_spin,
-            "{with_mix} of {in_spin}: {chains:#?}"
-        );
-        // The helpers that exist only inlined into `spin` never name a frame
-        // alone. (`black_box` does run on its own in the unoptimized host.)
-        for helper in ["jitmap_testkit::inlined::mix", "wrapping_mul"] {
-            assert!(
-                !functions.keys().any(|name| name.ends_with(helper)),
-                "{helper} named a frame alone: {functions:?}"
-            );
-        }
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
