@@ -351,11 +351,13 @@ fn a_descriptor_is_checked_before_it_is_trusted() {
     let mut image = MemoryImage::new();
     image.insert(at, good.clone()).unwrap();
     assert!(RemoteReader::new(&image, at).is_ok());
-    let cases: [(usize, u32, &str); 4] = [
+    // A version 1 host (before the unwind rows) is refused too.
+    let cases: [(usize, u32, &str); 5] = [
         (0, 0x1234, "magic"),
-        (8, 2, "layout version"),
+        (8, 1, "layout version"),
         (12, 7, "descriptor size"),
         (16, 4, "pointer size"),
+        (136, 24, "unwind row size"),
     ];
     for (offset, value, what) in cases {
         let mut bad = good.clone();
@@ -454,15 +456,18 @@ fn the_descriptor_layout_is_the_documented_one() {
         offset_of!(D, header_code_size),
         offset_of!(D, header_name_ptr),
         offset_of!(D, header_name_len),
+        offset_of!(D, header_rows_ptr),
+        offset_of!(D, header_rows_len),
+        offset_of!(D, unwind_row_size),
         offset_of!(D, max_managers),
         offset_of!(D, managers),
     ];
-    let documented: Vec<usize> = (0..32)
+    let documented: Vec<usize> = (0..35)
         .map(|i| if i == 0 { 0 } else { 4 + 4 * i })
-        .chain([136])
+        .chain([144])
         .collect();
     assert_eq!(offsets.to_vec(), documented);
-    assert_eq!(size_of::<D>(), 200);
+    assert_eq!(size_of::<D>(), 208);
     let d = &remote::jitmap_descriptor;
     assert_eq!(d.magic.to_le_bytes(), *b"JITMAPD\0");
     assert_eq!(
@@ -473,7 +478,7 @@ fn the_descriptor_layout_is_the_documented_one() {
             d.levels,
             d.fanout
         ),
-        (1, 200, 8, 5, 256)
+        (2, 208, 8, 5, 256)
     );
     assert_eq!(
         (
@@ -485,4 +490,20 @@ fn the_descriptor_layout_is_the_documented_one() {
         (17, 57, 16, 15)
     );
     assert_eq!((d.tag_heap, d.tag_image, d.max_managers), (0, 1, 8));
+    // docs/descriptor.md, the unwind rows.
+    use remote::UnwindRow as R;
+    assert_eq!(d.unwind_row_size, 16);
+    assert_eq!(
+        [
+            offset_of!(R, offset),
+            offset_of!(R, cfa),
+            offset_of!(R, ra),
+            offset_of!(R, fp),
+            offset_of!(R, kind),
+            offset_of!(R, base),
+            offset_of!(R, fp_rule),
+            offset_of!(R, has_ra),
+        ],
+        [0, 4, 8, 10, 12, 13, 14, 15]
+    );
 }

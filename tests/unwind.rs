@@ -111,3 +111,64 @@ fn malformed_eh_frames_are_refused_before_registration() {
     let code = r.publish(info).unwrap();
     plain.move_block(code).unwrap();
 }
+
+/// A method's `.eh_frame` is evaluated at publish into the unwind rows the
+/// agent's handler and the eBPF profiler step with, by offset from its code
+/// start (the end of the FDE is the end of the code, so no end row).
+#[test]
+fn published_cfi_becomes_the_methods_unwind_rows() {
+    use jitmap::remote::UnwindRow;
+    let manager = jitmap::ExecutionManager::new(4);
+    let heap = manager
+        .create_heap(HeapConfig {
+            span: 1 << 20,
+            ..HeapConfig::default()
+        })
+        .unwrap();
+    let mut r = heap.reserve(18).unwrap();
+    r.code_mut().fill(0x90);
+    let frame = eh_frame(r.address(), 18, FRAME_POINTER_CFI);
+    let code = r
+        .publish(CodeInfo {
+            eh_frame: Some(JitEhFrame {
+                frame,
+                header: Box::new([]),
+            }),
+            ..CodeInfo::new(1, "framed", JitKind::Optimized)
+        })
+        .unwrap();
+    let reader = manager.register_reader().unwrap();
+    let guard = manager.pin(&reader).unwrap();
+    let block = guard.find(code.start()).unwrap();
+    let rule = |offset, cfa, fp, base, fp_rule| UnwindRow {
+        offset,
+        cfa,
+        ra: -8,
+        fp,
+        kind: UnwindRow::RULE,
+        base,
+        fp_rule,
+        has_ra: 1,
+    };
+    let (sp, fp) = (UnwindRow::BASE_SP, UnwindRow::BASE_FP);
+    assert_eq!(
+        block.unwind_rows(),
+        [
+            // At entry: the return address on top.
+            rule(0, 8, 0, sp, UnwindRow::FP_SAME),
+            // After `push rbp`.
+            rule(1, 16, -16, sp, UnwindRow::FP_AT),
+            // After `mov rbp, rsp`.
+            rule(4, 16, -16, fp, UnwindRow::FP_AT),
+            // After `pop rbp`, at `ret`.
+            rule(17, 8, 0, sp, UnwindRow::FP_SAME),
+        ]
+    );
+    // A method without `.eh_frame` has none.
+    let mut r = heap.reserve(1).unwrap();
+    r.code_mut()[0] = 0xC3;
+    let plain = r
+        .publish(CodeInfo::new(2, "plain", JitKind::Optimized))
+        .unwrap();
+    assert_eq!(guard.find(plain.start()).unwrap().unwind_rows(), []);
+}

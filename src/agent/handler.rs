@@ -14,7 +14,6 @@ use crate::manager::{CodeBlock, Lookup, ManagerGuard};
 use super::record::{FrameKind, RECORD_MAGIC, RawFrame, SampleHeader, ThreadRecord};
 use super::unwind::modules::ModuleTable;
 use super::unwind::{self, Regs, Rule, Stack, StackEnd};
-use gimli::UnwindContext;
 
 /// Handlers running now, process-wide: `stop` waits for zero.
 pub(crate) static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
@@ -269,22 +268,17 @@ pub(crate) fn walk(
         hi: record.stack_hi,
     };
     match &record.modules {
-        Some(modules) => {
-            // SAFETY: the caller is the record's one producer (see `push_sample`).
-            let context = unsafe { record.unwind_context.get() };
-            walk_mixed(guard, modules.get(guard), context, &stack, regs, frames)
-        }
+        Some(modules) => walk_mixed(guard, modules.get(guard), &stack, regs, frames),
         None => walk_frame_pointers(guard, &stack, regs, frames),
     }
 }
 
 /// The mixed walk: every frame is stepped with a rule, from the JIT method's
-/// CFI, the native object's `.eh_frame`, or the frame-pointer convention for
-/// JIT code without CFI.
+/// unwind rows (its CFI), the native object's `.eh_frame`, or the
+/// frame-pointer convention for JIT code without CFI.
 fn walk_mixed(
     guard: &ManagerGuard<'_>,
     modules: Option<&ModuleTable>,
-    context: &mut UnwindContext<usize>,
     stack: &Stack,
     regs: Registers,
     frames: &mut [RawFrame],
@@ -314,11 +308,10 @@ fn walk_mixed(
                     // but not the epilogue, and at `ret` would still place
                     // the CFA by rbp, which already holds the caller's frame.
                     LeafState::AtEntry => Ok(Rule::AT_ENTRY),
-                    _ => code
-                        .block
-                        .eh_frame()
-                        .and_then(|eh| unwind::jit::rule(&eh.frame, at, context))
-                        .unwrap_or(Ok(state.rule())),
+                    _ => {
+                        unwind::jit_rows::rule_at(code.block.unwind_rows(), at - code.block.start())
+                            .unwrap_or(Ok(state.rule()))
+                    }
                 }
             }
             // Stubs, image methods and unattributed code keep frame pointers

@@ -101,7 +101,7 @@ mod ring;
 pub mod serve;
 mod symbols;
 mod timer;
-mod unwind;
+pub(crate) mod unwind;
 
 use std::fmt;
 use std::marker::PhantomData;
@@ -849,7 +849,6 @@ impl Agent {
                 lookups: Default::default(),
                 busy: Default::default(),
                 modules: self.shared.modules.clone(),
-                unwind_context: unwind::ProducerContext::new(),
                 ends: Default::default(),
             },
             timer: Mutex::new(None),

@@ -9,8 +9,8 @@ use crate::epoch::Reader;
 
 use super::StackEnds;
 use super::ring::Ring;
+use super::unwind::StackEnd;
 use super::unwind::modules::ModuleSlot;
-use super::unwind::{ProducerContext, StackEnd};
 
 /// How many [`StackEnd`] reasons there are (the last is `FramePointer`).
 pub(crate) const STACK_ENDS: usize = StackEnd::FramePointer as usize + 1;
@@ -108,8 +108,6 @@ pub(crate) struct ThreadRecord {
     /// The native unwind tables, in [`super::Unwind::Mixed`]; `None` walks
     /// frame pointers.
     pub(crate) modules: Option<Arc<ModuleSlot>>,
-    /// The mixed unwinder's CFI context for JIT frames (the producer's alone).
-    pub(crate) unwind_context: ProducerContext,
     /// Walks ended, by [`StackEnd`] (in its declaration order).
     pub(crate) ends: [AtomicU64; STACK_ENDS],
 }

@@ -8,6 +8,7 @@ use super::unwind::FrameRegistration;
 #[cfg(feature = "gdb-jit")]
 use crate::gdb::GdbRegistration;
 use crate::info::{CodeInfo, DebugEntry, UnwindEntry};
+use crate::remote::UnwindRow;
 
 /// What a header registered outside the heap on the method's behalf; withdrawn
 /// when the header is reclaimed, after every reader and executor has left.
@@ -26,17 +27,23 @@ pub struct CodeHeader {
     code_size: u64,
     name_ptr: *const u8,
     name_len: usize,
+    rows_ptr: *const UnwindRow,
+    rows_len: usize,
     info: Arc<CodeInfo>,
+    /// The method's `.eh_frame` evaluated into rows (`rows_ptr`, `rows_len`).
+    rows: Box<[UnwindRow]>,
     _registrations: Registrations,
 }
 
 /// Where out-of-process readers find a [`CodeHeader`]'s fixed fields (byte
-/// offsets; all four are 8 bytes wide).
+/// offsets; all six are 8 bytes wide).
 pub(crate) struct HeaderLayout {
     pub(crate) method_id: usize,
     pub(crate) code_size: usize,
     pub(crate) name_ptr: usize,
     pub(crate) name_len: usize,
+    pub(crate) rows_ptr: usize,
+    pub(crate) rows_len: usize,
 }
 
 /// The layout of [`CodeHeader`], for the descriptor.
@@ -45,24 +52,47 @@ pub(crate) const HEADER_LAYOUT: HeaderLayout = HeaderLayout {
     code_size: std::mem::offset_of!(CodeHeader, code_size),
     name_ptr: std::mem::offset_of!(CodeHeader, name_ptr),
     name_len: std::mem::offset_of!(CodeHeader, name_len),
+    rows_ptr: std::mem::offset_of!(CodeHeader, rows_ptr),
+    rows_len: std::mem::offset_of!(CodeHeader, rows_len),
 };
 
 // SAFETY: a header is immutable once published; `name_ptr` points into `info.name`,
-// which the shared, immutable `CodeInfo` owns and never mutates or moves.
+// which the shared, immutable `CodeInfo` owns and never mutates or moves, and
+// `rows_ptr` into `rows`, which the header owns and never changes.
 unsafe impl Send for CodeHeader {}
 // SAFETY: as above; shared access is read-only.
 unsafe impl Sync for CodeHeader {}
 
 impl CodeHeader {
-    pub(crate) fn new(info: Arc<CodeInfo>, code_size: u64, registrations: Registrations) -> Self {
+    /// The header of a method of `code_size` bytes at `code_start`: its
+    /// `.eh_frame`, if any, is evaluated into [`UnwindRow`]s here.
+    pub(crate) fn new(
+        info: Arc<CodeInfo>,
+        code_start: usize,
+        code_size: u64,
+        registrations: Registrations,
+    ) -> Self {
+        let rows = info.eh_frame.as_ref().map_or_else(Box::default, |eh| {
+            crate::agent::unwind::jit_rows::rows(&eh.frame, code_start, code_size)
+        });
         Self {
             _registrations: registrations,
             method_id: info.method_id,
             code_size,
             name_ptr: info.name.as_ptr(),
             name_len: info.name.len(),
+            rows_ptr: rows.as_ptr(),
+            rows_len: rows.len(),
             info,
+            rows,
         }
+    }
+
+    /// The method's unwind rules: its `.eh_frame` evaluated at publish into
+    /// rows sorted by code offset (empty without one), as readers in other
+    /// processes find them.
+    pub fn unwind_rows(&self) -> &[UnwindRow] {
+        &self.rows
     }
 
     /// The runtime's method id.

@@ -1011,7 +1011,12 @@ impl CodeHeap {
         };
         let (header, slot, info) = match payload {
             Payload::Method(info) => {
-                let header = Box::new(CodeHeader::new(Arc::clone(&info), size, registrations));
+                let header = Box::new(CodeHeader::new(
+                    Arc::clone(&info),
+                    self.base() + start as usize,
+                    size,
+                    registrations,
+                ));
                 let ptr = NonNull::from(Box::leak(header));
                 (Some(HeaderPtr(ptr)), ptr.as_ptr() as usize, Some(info))
             }

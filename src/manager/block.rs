@@ -164,6 +164,29 @@ impl<'g> CodeBlock<'g> {
         }
     }
 
+    /// The method's unwind rules: its `.eh_frame` evaluated into rows by code
+    /// offset when it was published (empty without one, and for image
+    /// methods), as the agent's handler and the eBPF profiler step with them.
+    ///
+    /// ```
+    /// # use jitmap::{CodeInfo, ExecutionManager, HeapConfig, JitKind};
+    /// let manager = ExecutionManager::new(4);
+    /// let heap = manager.create_heap(HeapConfig { span: 1 << 20, ..HeapConfig::default() })?;
+    /// let mut r = heap.reserve(1)?;
+    /// r.code_mut()[0] = 0xC3;
+    /// let code = r.publish(CodeInfo::new(1, "f", JitKind::Optimized))?;
+    /// let reader = manager.register_reader()?;
+    /// let guard = manager.pin(&reader)?;
+    /// assert!(guard.find(code.start()).unwrap().unwind_rows().is_empty());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn unwind_rows(&self) -> &'g [crate::remote::UnwindRow] {
+        match self.source {
+            Source::Jit { hit, .. } => jit_header(hit).unwind_rows(),
+            Source::Image { .. } => &[],
+        }
+    }
+
     /// The address unwind data is relative to: the heap base or the image base.
     pub fn unwind_base(&self) -> usize {
         match self.source {

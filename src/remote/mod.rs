@@ -69,7 +69,9 @@ mod reader;
 mod words;
 
 pub(crate) use descriptor::Registration;
-pub use descriptor::{Descriptor, LAYOUT_VERSION, MAGIC, MAX_MANAGERS, jitmap_descriptor};
+pub use descriptor::{
+    Descriptor, LAYOUT_VERSION, MAGIC, MAX_MANAGERS, UnwindRow, jitmap_descriptor,
+};
 pub use error::RemoteError;
 pub use memory::{Counted, Memory, MemoryImage, ProcessMemory};
 pub use reader::{

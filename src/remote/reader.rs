@@ -80,6 +80,11 @@ pub struct Layout {
     pub header_name_ptr: usize,
     /// Name length in bytes (u64 in a code header).
     pub header_name_len: usize,
+    /// Pointer to the method's [`UnwindRow`](super::UnwindRow)s (in a code
+    /// header).
+    pub header_rows_ptr: usize,
+    /// Number of unwind rows (u64 in a code header).
+    pub header_rows_len: usize,
 }
 
 /// What a lookup found.
@@ -269,6 +274,11 @@ impl<M: Memory> RemoteReader<M> {
             (f!(address_bits), ADDRESS_BITS as usize, "address bits"),
             (f!(max_managers), MAX_MANAGERS, "manager entries"),
             (f!(prefix_bytes), 16, "prefix size"),
+            (
+                f!(unwind_row_size),
+                size_of::<super::UnwindRow>(),
+                "unwind row size",
+            ),
         ];
         if let Some((_, _, what)) = fixed.iter().find(|(got, want, _)| got != want) {
             return Err(RemoteError::BadDescriptor { what });
@@ -297,6 +307,8 @@ impl<M: Memory> RemoteReader<M> {
             header_code_size: f!(header_code_size),
             header_name_ptr: f!(header_name_ptr),
             header_name_len: f!(header_name_len),
+            header_rows_ptr: f!(header_rows_ptr),
+            header_rows_len: f!(header_rows_len),
         };
         layout.check()?;
         Ok(Self {
@@ -857,6 +869,8 @@ impl Layout {
             self.header_code_size,
             self.header_name_ptr,
             self.header_name_len,
+            self.header_rows_ptr,
+            self.header_rows_len,
         ];
         if in_header.iter().any(|&off| off + 8 > MAX_STRUCT) {
             return bad("header offsets");

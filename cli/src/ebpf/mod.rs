@@ -414,6 +414,8 @@ impl EbpfRun {
              samples: {} in the profile; {} stale (dropped), {} without a user stack, \
              {} lost (ring full), {} unattributed; {} in a frameless native leaf \
              whose JIT caller the kernel's walk skipped\n\
+             walks: {} from the sample's registers, {} frames stepped by their method's \
+             unwind rows\n\
              frames: {} ({} native, {} methods, {} stubs, {} images, {} in no block, \
              {} too far, {} stale, {} unreadable)\n\
              reads per frame: mean {:.2}, max {}; in a JIT section: mean {:.2}, max {}\n\
@@ -434,6 +436,8 @@ impl EbpfRun {
             k.lost,
             c.unattributed,
             c.frameless_leaf,
+            k.walked,
+            k.cfi_frames,
             c.frames(),
             c.native,
             c.methods,
@@ -512,6 +516,8 @@ impl EbpfRun {
                 "stale_samples": k.stale_samples,
                 "map_holes": k.holes,
                 "unreadable_samples": k.unreadable,
+                "walked_samples": k.walked,
+                "cfi_frames": k.cfi_frames,
                 "ns_per_sample": self.ns_per_sample(),
                 "max_ns": k.max_cost_ns,
                 "prog_runs": self.run_time.runs,

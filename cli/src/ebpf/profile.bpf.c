@@ -6,6 +6,13 @@
 // in a bounded number of reads, then sends the sample to user space through a
 // ring buffer.
 //
+// A sample taken in user mode is walked here, from its registers: a JIT
+// method with unwind rows (its .eh_frame, evaluated by the host when it was
+// published) steps by the row at its pc, so JIT code that keeps no frame
+// pointer is walked through; every other frame steps by the frame pointer,
+// as the kernel's own walk does. A sample taken in the kernel takes the
+// kernel's walk of the user stack (bpf_get_stack).
+//
 // Every loop has a constant bound; every pointer read from the target is
 // checked (non-null, aligned, below 2^47) before it is followed, and every read
 // may fail, which ends that frame's lookup. An answer is sent as a method only
@@ -19,6 +26,9 @@ typedef unsigned char u8;
 typedef unsigned short u16;
 typedef unsigned int u32;
 typedef unsigned long long u64;
+typedef short s16;
+typedef int s32;
+typedef long long s64;
 
 #define SEC(name) __attribute__((section(name), used))
 #define INLINE static inline __attribute__((always_inline))
@@ -29,6 +39,7 @@ static u64 (*bpf_ktime_get_ns)(void) = (void *)5;
 static u64 (*bpf_get_current_pid_tgid)(void) = (void *)14;
 static long (*bpf_get_stack)(void *ctx, void *buf, u32 size, u64 flags) = (void *)67;
 static long (*bpf_probe_read_user)(void *dst, u32 size, const void *ptr) = (void *)112;
+static long (*bpf_probe_read_kernel)(void *dst, u32 size, const void *ptr) = (void *)113;
 static long (*bpf_ringbuf_output)(void *ringbuf, void *data, u64 size, u64 flags) = (void *)130;
 static u64 (*bpf_ringbuf_query)(void *ringbuf, u64 flags) = (void *)134;
 static long (*bpf_loop)(u32 nr_loops, void *callback_fn, void *callback_ctx, u64 flags) = (void *)181;
@@ -58,6 +69,34 @@ static long (*bpf_loop)(u32 nr_loops, void *callback_fn, void *callback_ctx, u64
 
 #define USER_LIMIT (1ULL << 47)
 #define RING_BYTES (8 << 20)
+
+// pt_regs (x86-64) as 8-byte words.
+#define REG_BP 4
+#define REG_IP 16
+#define REG_CS 17
+#define REG_SP 19
+
+// A method's unwind row (jitmap::remote::UnwindRow, docs/descriptor.md).
+struct unwind_row {
+	u32 offset;
+	s32 cfa;
+	s16 ra;
+	s16 fp;
+	u8 kind;
+	u8 base;
+	u8 fp_rule;
+	u8 has_ra;
+};
+
+#define ROW_NONE 0
+#define ROW_RULE 1
+#define ROW_UNSUPPORTED 2
+#define BASE_FP 1
+#define FP_AT 1
+#define FP_LOST 2
+// A method's rows are searched in at most ROW_STEPS reads: 2^16 rows.
+#define MAX_ROWS (1 << 16)
+#define ROW_STEPS 17
 
 enum frame_kind {
 	FRAME_NATIVE = 0,
@@ -135,6 +174,8 @@ struct config {
 	u32 header_code_size;
 	u32 header_name_ptr;
 	u32 header_name_len;
+	u32 header_rows_ptr;
+	u32 header_rows_len;
 	u32 resolve;   // 0: take the stack but resolve nothing and send no frames
 	               // (the overhead measurement's floor)
 };
@@ -154,13 +195,15 @@ struct stats {
 	u64 cost_ns;       // total time in the program for target samples (from the
 	                   // tgid check to after the output)
 	u64 max_cost_ns;
+	u64 walked;        // samples whose stack this program walked (user mode)
+	u64 cfi_frames;    // frames stepped by their method's unwind rows
 };
 
 // Per-CPU working memory: the sample being built and the lookup's buffers
 // (the BPF stack is 512 bytes).
 struct scratch {
 	u8 ev[EVENT_BYTES];   // the sample being built, laid out as sent
-	u64 names_at;         // offset of the name area in `ev`
+	u8 names[NAMES_BYTES]; // the names, copied after the frames at the end
 	u64 names_used;       // bytes of it used
 	u64 ips[MAX_FRAMES];
 	u64 roots[MAX_MANAGERS];
@@ -171,6 +214,9 @@ struct scratch {
 	u64 hit_begin;             // ... and its bounds (empty: 0, 0)
 	u64 hit_end;
 	u8 header[HEADER_CAP];
+	struct unwind_row row;  // the row at the frame's pc (walking only)
+	u32 want_row;           // look the row up (walking)
+	u32 pad;
 	u32 words[V1_CHUNK_WORDS];
 	u64 start;
 	u64 holes;   // start-map reads that found no page, this frame
@@ -343,9 +389,46 @@ INLINE u64 find_v2(struct scratch *s, u64 words, u64 offset, u16 *reads)
 	return last_start_in(w, index - 1);
 }
 
+// The row of a method's `count` rows at `rows` that covers code offset
+// `off`, into s->row: a binary search, one read per step, then the row.
+// Before the first row there is no rule (ROW_NONE, as without rows). Returns
+// nonzero if a read fails or the rows are not sane.
+INLINE int find_row(struct scratch *s, u64 rows, u64 count, u64 off, u16 *reads)
+{
+	s->row.kind = ROW_NONE;
+	if (count == 0)
+		return 0;
+	if (count > MAX_ROWS || bad_ptr(rows, 4))
+		return 1;
+	// The last row whose offset is at most `off`: rows[lo] after the search.
+	u64 lo = 0, hi = count;
+#pragma clang loop unroll(disable)
+	for (int k = 0; k < ROW_STEPS; k++) {
+		if (hi - lo <= 1)
+			break;
+		u64 mid = (lo + hi) / 2;
+		u32 at = 0;
+		*reads += 1;
+		if (bpf_probe_read_user(&at, 4, (const void *)(rows + 16 * mid)))
+			return 1;
+		if (at <= off)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	*reads += 1;
+	if (bpf_probe_read_user(&s->row, sizeof(s->row), (const void *)(rows + 16 * lo)))
+		return 1;
+	if (s->row.offset > off)
+		s->row.kind = ROW_NONE;
+	return 0;
+}
+
 // Resolves one heap frame from the fragment in s->section: the start map, the
-// prefix, the header and the name, then the heap's sequence again. Returns the
-// frame kind; the root's sequence is checked by the caller.
+// prefix, the header and the name (and, walking, the method's unwind row at
+// the pc), then the heap's sequence again: the row is read inside the
+// bracket too. Returns the frame kind; the root's sequence is checked by the
+// caller.
 INLINE u8 resolve_heap(struct scratch *s, struct frame *f, u64 ip, u64 begin, u64 end, u16 *reads)
 {
 	const u8 *frag = s->section;
@@ -409,6 +492,10 @@ INLINE u8 resolve_heap(struct scratch *s, struct frame *f, u64 ip, u64 begin, u6
 	f->id = field64(s->header, CONFIG.header_method_id, HEADER_CAP);
 	if (field64(s->header, CONFIG.header_code_size, HEADER_CAP) != size)
 		return FRAME_ERROR;
+	if (s->want_row && find_row(s, field64(s->header, CONFIG.header_rows_ptr, HEADER_CAP),
+				    field64(s->header, CONFIG.header_rows_len, HEADER_CAP),
+				    offset - start, reads))
+		return FRAME_ERROR;
 	u64 name = field64(s->header, CONFIG.header_name_ptr, HEADER_CAP);
 	u64 len = field64(s->header, CONFIG.header_name_len, HEADER_CAP);
 	f->name_len = len > 0xFFFFFFFFULL ? 0xFFFFFFFFu : (u32)len;
@@ -416,15 +503,14 @@ INLINE u8 resolve_heap(struct scratch *s, struct frame *f, u64 ip, u64 begin, u6
 	// the area has less than NAME_CAP bytes left, names are left out (the
 	// frame says so: nothing copied of a non-empty name).
 	u64 used = s->names_used;
-	u64 at = s->names_at;
 	u64 copy = len < NAME_CAP ? len : NAME_CAP;
-	if (used > NAMES_BYTES - NAME_CAP || at > HEADER_BYTES + MAX_FRAMES * FRAME_BYTES)
+	if (used > NAMES_BYTES - NAME_CAP)
 		copy = 0;
 	if (copy > 0) {
 		if (name == 0 || name >= USER_LIMIT)
 			return FRAME_ERROR;
 		*reads += 1;
-		if (bpf_probe_read_user(s->ev + at + used, (u32)copy, (const void *)name))
+		if (bpf_probe_read_user(s->names + used, (u32)copy, (const void *)name))
 			return FRAME_ERROR;
 	}
 	f->name_off = (u16)used;
@@ -522,17 +608,103 @@ INLINE u8 resolve(struct scratch *s, struct frame *f, u64 ip, u16 *reads)
 struct walk {
 	struct scratch *s;
 	struct stats *st;
-	u32 counted;  // frames of the stack (the stats count these only)
+	u32 first;    // index of the callback's first frame
+	u32 counted;  // frames below this index are the stack's (the stats count these only)
+	u32 walking;  // 1: each frame is the registers below, then stepped to its caller
+	u32 frames;   // frames walked so far
+	u64 ip;       // the walk's registers at the frame being resolved; bp is 0
+	u64 sp;       // once a frame's rules say the caller's is lost
+	u64 bp;
 };
 
-static long resolve_frame(u32 i, struct walk *w)
+// A method's leaf frame at its `ret` or its first instruction: only the
+// return address is on the stack there, whatever its rows say (Cranelift's
+// CFI does not describe its epilogue: at `ret` it still places the CFA by
+// rbp, which already holds the caller's frame pointer).
+INLINE int at_entry_or_ret(struct frame *f, u64 ip, u16 *reads)
+{
+	if (ip == f->start)
+		return 1;
+	u8 insn = 0;
+	*reads += 1;
+	return !bpf_probe_read_user(&insn, 1, (const void *)ip) && insn == 0xC3;
+}
+
+// Steps the walk from frame `at` (of kind `kind`; s->row holds a method's
+// row at its pc) to its caller: by the method's row when it has one, else by
+// the frame pointer. Every read is checked; the stack must rise. Returns 1
+// when the walk ends here.
+INLINE long step(struct walk *w, struct frame *f, u8 kind, u64 at)
+{
+	struct scratch *s = w->s;
+	u64 sp = w->sp, bp = w->bp;
+	u64 cfa = 0, ra = 0, next_bp = bp;
+	u16 reads = 0;
+	struct event_header *h = (struct event_header *)s->ev;
+	struct unwind_row row = s->row;
+	if (kind == FRAME_METHOD && row.kind == ROW_UNSUPPORTED)
+		return 1;
+	if (kind == FRAME_METHOD && row.kind == ROW_RULE) {
+		if (at == 0 && at_entry_or_ret(f, w->ip, &reads)) {
+			row.base = 0;
+			row.cfa = 8;
+			row.ra = -8;
+			row.fp_rule = 0;
+			row.has_ra = 1;
+		}
+		if (!row.has_ra)
+			return 1;
+		cfa = (row.base == BASE_FP ? bp : sp) + (s64)row.cfa;
+		if (bad_ptr(cfa, 8))
+			return 1;
+		reads += 1;
+		if (bpf_probe_read_user(&ra, 8, (const void *)(cfa + (s64)row.ra)))
+			return 1;
+		if (row.fp_rule == FP_AT) {
+			reads += 1;
+			if (bpf_probe_read_user(&next_bp, 8, (const void *)(cfa + (s64)row.fp)))
+				return 1;
+		} else if (row.fp_rule == FP_LOST) {
+			next_bp = 0;
+		}
+		w->st->cfi_frames += 1;
+	} else {
+		if (bad_ptr(bp, 8) || bp < sp)
+			return 1;
+		u64 pair[2] = {0, 0};
+		reads += 1;
+		if (bpf_probe_read_user(pair, 16, (const void *)bp))
+			return 1;
+		next_bp = pair[0];
+		ra = pair[1];
+		cfa = bp + 16;
+	}
+	h->reads += reads;
+	if (cfa <= sp || cfa >= USER_LIMIT || ra == 0)
+		return 1;
+	w->ip = ra;
+	w->sp = cfa;
+	w->bp = next_bp;
+	return 0;
+}
+
+// One frame: walking, the frame at the walk's registers, resolved then
+// stepped to its caller; otherwise s->ips[first + i], resolved.
+static long frame_cb(u32 i, struct walk *w)
 {
 	struct scratch *s = w->s;
 	struct stats *st = w->st;
-	if (i >= MAX_FRAMES)
+	if (w->first + i >= MAX_FRAMES)
 		return 1;
-	struct frame *f = (struct frame *)(s->ev + HEADER_BYTES + (u64)i * FRAME_BYTES);
-	u64 ip = s->ips[i];
+	// The mask, in assembly so that the compiler keeps it, bounds the
+	// index for the verifier (a value the compiler derives again after the
+	// check above would lose its bound).
+	u64 at = w->first + i;
+	asm volatile("%[at] &= 63" : [at] "+r"(at));
+	if (w->walking)
+		s->ips[at] = w->ip;
+	struct frame *f = (struct frame *)(s->ev + HEADER_BYTES + (u64)at * FRAME_BYTES);
+	u64 ip = s->ips[at];
 	f->ip = ip;
 	f->start = 0;
 	f->id = 0;
@@ -545,24 +717,29 @@ static long resolve_frame(u32 i, struct walk *w)
 	f->pad1 = 0;
 	u16 reads = 0;
 	s->holes = 0;
+	s->want_row = w->walking;
+	s->row.kind = ROW_NONE;
 	// A return address is looked up one byte back, in its call instruction.
-	u8 kind = resolve(s, f, i == 0 ? ip : ip - 1, &reads);
+	u8 kind = resolve(s, f, at == 0 ? ip : ip - 1, &reads);
 	f->kind = kind;
 	f->reads = reads;
-	if (i >= w->counted)
-		return 0;
-	st->frames += 1;
-	st->reads += reads;
-	if (reads > st->max_reads)
-		st->max_reads = reads;
-	if (kind != FRAME_NATIVE) {
-		st->jit_frames += 1;
-		st->jit_reads += reads;
+	if (at < w->counted) {
+		st->frames += 1;
+		st->reads += reads;
+		if (reads > st->max_reads)
+			st->max_reads = reads;
+		if (kind != FRAME_NATIVE) {
+			st->jit_frames += 1;
+			st->jit_reads += reads;
+		}
+		if (kind == FRAME_STALE)
+			st->stale += 1;
+		st->holes += s->holes;
 	}
-	if (kind == FRAME_STALE)
-		st->stale += 1;
-	st->holes += s->holes;
-	return 0;
+	if (!w->walking)
+		return 0;
+	w->frames = (u32)at + 1;
+	return step(w, f, kind, at);
 }
 
 SEC("perf_event")
@@ -579,13 +756,23 @@ int jitmap_profile(void *ctx)
 		return 0;
 	// Counted first: a sample user space receives is always counted here.
 	st->samples += 1;
-	long got = bpf_get_stack(ctx, s->ips, sizeof(s->ips), BPF_F_USER_STACK);
-	u32 n = got > 0 ? (u32)((u64)got / 8) : 0;
-	if (n > MAX_FRAMES)
-		n = MAX_FRAMES;
+	// Only a user-mode sample has the user registers in its context
+	// (pt_regs); one taken in the kernel takes the kernel's frame-pointer
+	// walk of the user stack. So does the overhead floor, which resolves
+	// nothing.
+	u64 *regs = ctx;
+	int user = (regs[REG_CS] & 3) == 3;
+	int walk = user && CONFIG.resolve;
+	u32 n = 0;
+	if (!walk) {
+		long got = bpf_get_stack(ctx, s->ips, sizeof(s->ips), BPF_F_USER_STACK);
+		n = got > 0 ? (u32)((u64)got / 8) : 0;
+		if (n > MAX_FRAMES)
+			n = MAX_FRAMES;
+	}
 	struct event_header *h = (struct event_header *)s->ev;
 	h->tid = (u32)pid_tgid;
-	h->frames = n;
+	h->frames = 0;
 	h->reads = 1;
 	h->flags = 0;
 	h->names = 0;
@@ -612,24 +799,32 @@ int jitmap_profile(void *ctx)
 		    (s->seqs[m] & 1))
 			stale = 1;
 	}
-	if (!CONFIG.resolve) {
-		h->frames = 0;
+	if (!CONFIG.resolve)
 		n = 0;
+	struct walk w = {.s = s, .st = st};
+	if (!stale && walk) {
+		st->walked += 1;
+		w.walking = 1;
+		w.counted = MAX_FRAMES;
+		w.ip = regs[REG_IP];
+		w.sp = regs[REG_SP];
+		w.bp = regs[REG_BP];
+		bpf_loop(MAX_FRAMES, frame_cb, &w, 0);
+		n = w.frames;
+	} else if (!stale && n > 0) {
+		w.counted = n;
+		bpf_loop(n, frame_cb, &w, 0);
 	}
 	// A native leaf without a frame pointer, called from JIT code, leaves
-	// rbp pointing at its caller's frame: the frame-pointer walk above then
-	// skips that caller. Such a leaf's return address is the word on top of
-	// the user stack. When that word differs from the walk's first return
+	// rbp pointing at its caller's frame: the frame-pointer step then skips
+	// that caller. Such a leaf's return address is the word on top of the
+	// user stack. When that word differs from the walk's first return
 	// address, it is looked up too, as one more frame after the stack's
 	// (sent with SAMPLE_TOP_PROBE); if it is a return address into a JIT
-	// method, the sample is flagged, and user space counts it. Only
-	// user-mode samples have the user stack pointer in their registers
-	// (pt_regs: cs at word 17, sp at word 19).
+	// method, the sample is flagged, and user space counts it.
 	u32 top = 0;
-	u64 *regs = ctx;
-	u64 cs = regs[17];
-	u64 sp = regs[19];
-	if ((cs & 3) == 3 && n >= 2 && n < MAX_FRAMES && !bad_ptr(sp, 8)) {
+	u64 sp = regs[REG_SP];
+	if (user && !stale && n >= 2 && n < MAX_FRAMES && !bad_ptr(sp, 8)) {
 		u64 word = 0;
 		h->reads += 1;
 		if (!bpf_probe_read_user(&word, 8, (const void *)sp) && word != s->ips[1]) {
@@ -639,17 +834,15 @@ int jitmap_profile(void *ctx)
 			asm volatile("%[slot] &= 63" : [slot] "+r"(slot));
 			s->ips[slot] = word;
 			top = 1;
+			w.walking = 0;
+			w.first = n;
+			w.counted = n;
+			bpf_loop(1, frame_cb, &w, 0);
 		}
 	}
-	s->names_at = HEADER_BYTES + (u64)(n + top) * FRAME_BYTES;
-	if (top) {
-		h->frames = n + 1;
+	h->frames = n + top;
+	if (top)
 		h->flags = SAMPLE_TOP_PROBE;
-	}
-	if (!stale && n > 0) {
-		struct walk w = {.s = s, .st = st, .counted = n};
-		bpf_loop(n + top, resolve_frame, &w, 0);
-	}
 	// A manager dropped during the sample clears its entry before freeing
 	// its map (whose sequence it leaves odd): either shows here.
 	if (!stale) {
@@ -689,13 +882,18 @@ int jitmap_profile(void *ctx)
 		top = 0;
 		st->stale_samples += 1;
 	}
+	// The names follow the frames.
+	u64 frames = n + top;
+	if (frames > MAX_FRAMES)
+		frames = MAX_FRAMES;
+	u64 names_at = HEADER_BYTES + frames * FRAME_BYTES;
 	u64 names = s->names_used;
 	if (names > NAMES_BYTES)
 		names = 0;
+	if (names > 0 && bpf_probe_read_kernel(s->ev + names_at, (u32)names, s->names))
+		names = 0;
 	h->names = (u32)names;
-	u64 size = HEADER_BYTES + (u64)((n + top) & (MAX_FRAMES * 2 - 1)) * FRAME_BYTES + names;
-	if (size > EVENT_BYTES)
-		size = EVENT_BYTES;
+	u64 size = names_at + names;
 	// Wake the reader only when the ring is half full: a wakeup per sample
 	// costs more than the whole lookup (an interrupt, a VM exit on guests);
 	// the reader also drains on a short timer.
@@ -703,7 +901,7 @@ int jitmap_profile(void *ctx)
 									: BPF_RB_NO_WAKEUP;
 	if (bpf_ringbuf_output(&EVENTS, s->ev, size, flags))
 		st->lost += 1;
-	// The whole sample's cost: the stack, every lookup and the output.
+	// The whole sample's cost: the walk, every lookup and the output.
 	u64 cost = bpf_ktime_get_ns() - t0;
 	st->cost_ns += cost;
 	if (cost > st->max_cost_ns)

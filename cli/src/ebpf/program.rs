@@ -52,13 +52,15 @@ pub struct Config {
     header_code_size: u32,
     header_name_ptr: u32,
     header_name_len: u32,
+    header_rows_ptr: u32,
+    header_rows_len: u32,
     /// 0: the program takes the stack but resolves nothing and sends no
     /// frames (a floor for the overhead measurement).
     resolve: u32,
 }
 
 // SAFETY: `Config` is `#[repr(C)]`, `Copy`, made only of integers, with no
-// padding (a u64 then 24 u32), so every bit pattern is valid and its bytes are
+// padding (a u64 then 26 u32), so every bit pattern is valid and its bytes are
 // all initialized.
 unsafe impl aya::Pod for Config {}
 
@@ -105,6 +107,8 @@ impl Config {
             l.header_code_size,
             l.header_name_ptr,
             l.header_name_len,
+            l.header_rows_ptr,
+            l.header_rows_len,
         ];
         if !in_header.iter().all(|&off| fits(off, 8, HEADER_CAP)) {
             return bad("header offsets");
@@ -135,6 +139,8 @@ impl Config {
             header_code_size: u(l.header_code_size),
             header_name_ptr: u(l.header_name_ptr),
             header_name_len: u(l.header_name_len),
+            header_rows_ptr: u(l.header_rows_ptr),
+            header_rows_len: u(l.header_rows_len),
             resolve: 1,
         })
     }
@@ -183,9 +189,14 @@ pub struct KernelStats {
     pub cost_ns: u64,
     /// The longest of them, in ns.
     pub max_cost_ns: u64,
+    /// Samples whose stack the program walked from their registers (taken in
+    /// user mode); the others take the kernel's frame-pointer walk.
+    pub walked: u64,
+    /// Frames stepped by their method's unwind rows.
+    pub cfi_frames: u64,
 }
 
-// SAFETY: `#[repr(C)]`, `Copy`, thirteen u64 and no padding: any bits are valid.
+// SAFETY: `#[repr(C)]`, `Copy`, fifteen u64 and no padding: any bits are valid.
 unsafe impl aya::Pod for KernelStats {}
 
 /// The kernel's own accounting of the program (`bpf_prog_info`), over every
@@ -315,6 +326,8 @@ impl Loaded {
                 unreadable: a.unreadable + c.unreadable,
                 cost_ns: a.cost_ns + c.cost_ns,
                 max_cost_ns: a.max_cost_ns.max(c.max_cost_ns),
+                walked: a.walked + c.walked,
+                cfi_frames: a.cfi_frames + c.cfi_frames,
             }))
     }
 

@@ -1,6 +1,8 @@
 //! The handler's mixed unwinder: JIT frames step with the method's own CFI
-//! (its `.eh_frame`) or, without one, by the frame-pointer convention; native
-//! frames step with the `.eh_frame` of the object that holds them.
+//! (its `.eh_frame`, evaluated into rows in its code header when it was
+//! published: [`jit_rows`]) or, without one, by the frame-pointer
+//! convention; native frames step with the `.eh_frame` of the object that
+//! holds them.
 //!
 //! Every step is one [`Rule`] applied to three registers (pc, stack pointer,
 //! frame pointer), reading at most two words, each checked to lie on the
@@ -10,16 +12,14 @@
 //!
 //! The native objects' rules are evaluated from their `.eh_frame` by the
 //! collector ([`modules`]) and published to the handlers under the manager's
-//! grace periods: a native frame costs the handler a binary search. Nothing
-//! here allocates, locks or makes a system call while the handler runs: the
-//! gimli context for JIT methods' CFI is allocated when the thread attaches
-//! (`tests/agent_torture.rs` counts the handler's allocations).
+//! grace periods: a native frame costs the handler a binary search, and so
+//! does a JIT frame, in its method's rows. No DWARF is evaluated in the
+//! handler. Nothing here allocates, locks or makes a system call while the
+//! handler runs (`tests/agent_torture.rs` counts the handler's allocations).
 
-pub(crate) mod jit;
+pub(crate) mod jit_rows;
 pub(crate) mod modules;
 pub(crate) mod rule;
-
-use std::cell::UnsafeCell;
 
 pub(crate) use rule::Rule;
 
@@ -112,35 +112,6 @@ pub(crate) fn step(regs: Regs, rule: Rule, stack: &Stack) -> Result<Regs, StackE
         sp: cfa,
         fp,
     })
-}
-
-/// The gimli context a thread's handler evaluates JIT methods' CFI with,
-/// its row stack allocated once, when the thread attaches. Only the
-/// record's one producer (the thread's handler, or a synchronous sample
-/// while the handler stands aside) touches it.
-pub(crate) struct ProducerContext(UnsafeCell<gimli::UnwindContext<usize>>);
-
-// SAFETY: only the attached thread and its signal handler reach the cell, one
-// at a time (`ThreadRecord::busy` keeps a synchronous sample and the handler
-// apart, and the handler does not nest); other threads only hold the record.
-unsafe impl Sync for ProducerContext {}
-
-impl ProducerContext {
-    /// A fresh context: the only allocation the unwinder makes for a thread.
-    pub(crate) fn new() -> Self {
-        Self(UnsafeCell::new(gimli::UnwindContext::new()))
-    }
-
-    /// The context.
-    ///
-    /// # Safety
-    /// The caller is the record's one producer at this moment (see the type).
-    #[allow(clippy::mut_from_ref)]
-    pub(crate) unsafe fn get(&self) -> &mut gimli::UnwindContext<usize> {
-        // SAFETY: one producer at a time (the caller's contract), so no other
-        // reference to the cell's contents exists.
-        unsafe { &mut *self.0.get() }
-    }
 }
 
 #[cfg(test)]
