@@ -494,17 +494,19 @@ mod tests {
         );
     }
 
-    /// A native function whose work is in helpers inlined into it
-    /// (`jitmap_testkit::inlined::spin`): each of its frames is named by the
-    /// function, after the helpers inlined at the address, each marked
-    /// inlined, as the agent names it; a helper never names a frame alone.
-    fn a_native_frame_is_named_with_its_inlined_helpers() {
+    /// A profile's stacks: frames innermost first, with their counts.
+    type Stacks = Vec<(Vec<String>, u64)>;
+
+    /// A spin host run with `args` for 4 s, profiled at 4 kHz for 2 s: the
+    /// report's JSON and its stacks, or `None` if BPF is not available here.
+    fn profile_stacks(name: &str, args: &[&str]) -> Option<(serde_json::Value, Stacks)> {
         if !runs_x86_64() {
-            return;
+            return None;
         }
         let _one = one_run();
-        let dir = temp_dir("ebpf-inlined");
-        let mut host = spin(&dir, &["--inlined", "--seconds", "4"]);
+        let dir = temp_dir(name);
+        let args: Vec<&str> = args.iter().copied().chain(["--seconds", "4"]).collect();
+        let mut host = spin(&dir, &args);
         let pid = host.0.id();
         std::thread::sleep(Duration::from_millis(300));
         let out_dir = dir.join("out");
@@ -515,21 +517,39 @@ mod tests {
         );
         let status = host.0.wait().unwrap();
         if !ran(&out) {
-            return;
+            return None;
         }
         assert!(status.success(), "the host failed");
-        let samples = json(&out)["samples"].as_u64().unwrap();
         let folded = std::fs::read_to_string(out_dir.join("stacks.folded")).unwrap();
         // Folded stacks list the outermost frame first.
-        let stacks = folded.lines().map(|line| {
-            let (stack, count) = line.rsplit_once(' ').unwrap();
-            let mut frames: Vec<&str> = stack.split(';').collect();
-            frames.reverse();
-            (frames, count.parse().unwrap())
-        });
-        let chains = jitmap_testkit::inlined::check_profile(stacks, samples);
-        println!("{chains:#?}");
+        let stacks = folded
+            .lines()
+            .map(|line| {
+                let (stack, count) = line.rsplit_once(' ').unwrap();
+                let frames = stack.split(';').rev().map(str::to_owned).collect();
+                (frames, count.parse().unwrap())
+            })
+            .collect();
         std::fs::remove_dir_all(&dir).unwrap();
+        Some((json(&out), stacks))
+    }
+
+    /// A native function whose work is in helpers inlined into it
+    /// (`jitmap_testkit::inlined::spin`): each of its frames is named by the
+    /// function, after the helpers inlined at the address, each marked
+    /// inlined, as the agent names it; a helper never names a frame alone.
+    fn a_native_frame_is_named_with_its_inlined_helpers() {
+        let Some((report, stacks)) = profile_stacks("ebpf-inlined", &["--inlined"]) else {
+            return;
+        };
+        let samples = report["samples"].as_u64().unwrap();
+        let chains = jitmap_testkit::inlined::check_profile(
+            stacks
+                .iter()
+                .map(|(frames, count)| (frames.iter().map(String::as_str).collect(), *count)),
+            samples,
+        );
+        println!("{chains:#?}");
     }
 
     /// JIT code that keeps no frame pointer (`spin --frameless`:
@@ -538,34 +558,12 @@ mod tests {
     /// the samples in `jit_mid_nofp` have the exact stack down to the host
     /// function. The kernel's frame-pointer walk ends in `jit_mid_nofp`.
     fn jit_code_without_frame_pointers_is_walked_by_its_unwind_rows() {
-        if !runs_x86_64() {
+        let Some((report, stacks)) = profile_stacks("ebpf-rows", &["--frameless"]) else {
             return;
-        }
-        let _one = one_run();
-        let dir = temp_dir("ebpf-rows");
-        let mut host = spin(&dir, &["--frameless", "--seconds", "4"]);
-        let pid = host.0.id();
-        std::thread::sleep(Duration::from_millis(300));
-        let out_dir = dir.join("out");
-        let out = ebpf_profile(
-            pid,
-            "2",
-            &["--hz", "4000", "--out", out_dir.to_str().unwrap()],
-        );
-        let status = host.0.wait().unwrap();
-        if !ran(&out) {
-            return;
-        }
-        assert!(status.success(), "the host failed");
-        let report = json(&out);
-        let folded = std::fs::read_to_string(out_dir.join("stacks.folded")).unwrap();
+        };
         let stack = jitmap_testkit::frameless::JIT_STACK;
         let (mut in_leaf, mut exact) = (0u64, 0u64);
-        for line in folded.lines() {
-            let (frames, count) = line.rsplit_once(' ').unwrap();
-            let count: u64 = count.parse().unwrap();
-            // Folded stacks list the outermost frame first.
-            let frames: Vec<&str> = frames.split(';').rev().collect();
+        for (frames, count) in &stacks {
             if frames[0] != stack[0] {
                 continue;
             }
@@ -578,16 +576,15 @@ mod tests {
             "frameless JIT code: {exact} of {in_leaf} samples exact; kernel {}",
             report["kernel"]
         );
-        assert!(in_leaf >= 500, "{in_leaf} samples in the leaf:\n{folded}");
+        assert!(in_leaf >= 500, "{in_leaf} samples in the leaf:\n{stacks:?}");
         assert!(
             exact * 100 >= in_leaf * 99,
-            "{exact} of {in_leaf} exact:\n{folded}"
+            "{exact} of {in_leaf} exact:\n{stacks:?}"
         );
         // The JIT methods were stepped by their rows, in most samples twice
         // (both methods, in both stacks of the host).
         let cfi = report["kernel"]["cfi_frames"].as_u64().unwrap();
         assert!(cfi >= 2 * in_leaf, "{cfi} frames stepped by rows");
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     fn a_churning_v1_host_within_the_walk_cap_is_never_misnamed() {
