@@ -1,13 +1,15 @@
-//! Code-heap benchmarks: publish and publish+free cost by method size, and
+//! Code-heap benchmarks: publish and publish+free cost by method size (and
+//! what evaluating a method's `.eh_frame` into unwind rows adds), and
 //! `CodeHeap::find` against the raw v2 map lookup it is built on.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use jitmap::heap::JitKind;
+use jitmap::heap::{EhFrame, JitKind};
 use jitmap::perf::{PerfConfig, PerfMode};
 use jitmap::{CodeHeap, CodeInfo, Domain, HeapConfig, MapVersion};
+use jitmap_testkit::frameless::{FRAME_POINTER_CFI, eh_frame};
 use jitmap_testkit::rng::Rng;
 use jitmap_testkit::workload::method_size;
 
@@ -74,6 +76,44 @@ fn write(c: &mut Criterion) {
                 },
             );
         }
+    }
+    // A method's `.eh_frame` is evaluated into unwind rows when it is
+    // published: the same 64-byte publish without and with one (four CFI
+    // rows, as `push rbp; mov rbp, rsp; ...; pop rbp; ret` has).
+    let heap = heap(MapVersion::V2);
+    for (label, cfi) in [("without .eh_frame", false), ("with .eh_frame", true)] {
+        group.bench_function(BenchmarkId::new("publish/v2/64B", label), |b| {
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                let mut left = iters;
+                while left > 0 {
+                    let n = left.min(BATCH as u64) as usize;
+                    let reservations: Vec<_> = (0..n).map(|_| heap.reserve(64).unwrap()).collect();
+                    let infos: Vec<_> = reservations
+                        .iter()
+                        .map(|r| CodeInfo {
+                            eh_frame: cfi.then(|| EhFrame {
+                                frame: eh_frame(r.address(), 64, FRAME_POINTER_CFI),
+                                header: Box::new([]),
+                            }),
+                            ..CodeInfo::new(1, "bench::method", JitKind::Optimized)
+                        })
+                        .collect();
+                    let t = Instant::now();
+                    let refs: Vec<_> = reservations
+                        .into_iter()
+                        .zip(infos)
+                        .map(|(r, i)| r.publish(i).unwrap())
+                        .collect();
+                    total += t.elapsed();
+                    for r in refs {
+                        heap.free(r).unwrap();
+                    }
+                    left -= n as u64;
+                }
+                total
+            })
+        });
     }
     group.finish();
 }
