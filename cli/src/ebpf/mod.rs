@@ -276,8 +276,22 @@ pub fn run(options: &Options, stop: &AtomicBool) -> Result<EbpfRun, EbpfError> {
     }
     let duration = started.elapsed();
     loaded.detach()?;
-    decode(&mut agg, &mut loaded)?;
-    let kernel = loaded.stats()?;
+    // A run of the program that began before the detach may still be
+    // writing its sample after the first drain: drain until every sample the
+    // kernel counted and sent has arrived, or for at most a second.
+    let settled = Instant::now() + Duration::from_secs(1);
+    let kernel = loop {
+        decode(&mut agg, &mut loaded)?;
+        let kernel = loaded.stats()?;
+        let sent = kernel
+            .samples
+            .saturating_sub(kernel.unreadable + kernel.lost);
+        let c = agg.counts();
+        if c.samples + c.stale_samples + c.empty_samples >= sent || Instant::now() >= settled {
+            break kernel;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
     let run_time = loaded.run_time()?;
     if !host_exited {
         names.add(&agg.native_addresses());
