@@ -416,11 +416,17 @@ mod tests {
         );
         assert_eq!(f["errors"], 0, "{summary}");
         assert_eq!(report["lost"], 0, "{summary}");
+        // Every sample the kernel counted arrived, or was counted as one
+        // whose descriptor could not be read (its page not resident at that
+        // instant: the program cannot fault it in).
+        let kernel = &report["kernel"];
         assert_eq!(
-            report["kernel"]["samples"],
+            kernel["samples"].as_u64().unwrap(),
             report["samples"].as_u64().unwrap()
                 + report["stale_samples"].as_u64().unwrap()
                 + report["empty_samples"].as_u64().unwrap()
+                + kernel["unreadable_samples"].as_u64().unwrap(),
+            "{summary} kernel {kernel}"
         );
         println!(
             "{name}: {} placements, {} method frames, {} too far, {} stale samples, \
