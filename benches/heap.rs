@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use jitmap::heap::{EhFrame, JitKind};
 use jitmap::perf::{PerfConfig, PerfMode};
-use jitmap::{CodeHeap, CodeInfo, Domain, HeapConfig, MapVersion};
+use jitmap::{CodeHeap, CodeInfo, Domain, HeapConfig, MapVersion, Reservation};
 use jitmap_testkit::frameless::{FRAME_POINTER_CFI, eh_frame};
 use jitmap_testkit::rng::Rng;
 use jitmap_testkit::workload::method_size;
@@ -34,37 +34,45 @@ fn heap(version: MapVersion) -> CodeHeap {
     .unwrap()
 }
 
+/// The time `iters` publishes of `size`-byte methods take, each with the
+/// info `info_for` gives its reservation: reservations made and freed
+/// outside the timed region, in batches so the clock's own cost is spread
+/// thin.
+fn timed_publishes(
+    heap: &CodeHeap,
+    size: u64,
+    iters: u64,
+    info_for: impl Fn(&Reservation<'_>) -> CodeInfo,
+) -> Duration {
+    let mut total = Duration::ZERO;
+    let mut left = iters;
+    while left > 0 {
+        let n = left.min(BATCH as u64) as usize;
+        let reservations: Vec<_> = (0..n).map(|_| heap.reserve(size).unwrap()).collect();
+        let infos: Vec<_> = reservations.iter().map(&info_for).collect();
+        let t = Instant::now();
+        let refs: Vec<_> = reservations
+            .into_iter()
+            .zip(infos)
+            .map(|(r, i)| r.publish(i).unwrap())
+            .collect();
+        total += t.elapsed();
+        for r in refs {
+            heap.free(r).unwrap();
+        }
+        left -= n as u64;
+    }
+    total
+}
+
 fn write(c: &mut Criterion) {
     let mut group = c.benchmark_group("write");
     for version in [MapVersion::V1, MapVersion::V2] {
         let heap = heap(version);
         let info = CodeInfo::new(1, "bench::method", JitKind::Optimized);
         for (size, label) in SIZES {
-            // Publish alone: reservations made and freed outside the timed region,
-            // in batches so the clock's own cost is spread thin.
             group.bench_function(BenchmarkId::new(format!("publish/{version}"), label), |b| {
-                b.iter_custom(|iters| {
-                    let mut total = Duration::ZERO;
-                    let mut left = iters;
-                    while left > 0 {
-                        let n = left.min(BATCH as u64) as usize;
-                        let reservations: Vec<_> =
-                            (0..n).map(|_| heap.reserve(size).unwrap()).collect();
-                        let infos: Vec<_> = (0..n).map(|_| info.clone()).collect();
-                        let t = Instant::now();
-                        let refs: Vec<_> = reservations
-                            .into_iter()
-                            .zip(infos)
-                            .map(|(r, i)| r.publish(i).unwrap())
-                            .collect();
-                        total += t.elapsed();
-                        for r in refs {
-                            heap.free(r).unwrap();
-                        }
-                        left -= n as u64;
-                    }
-                    total
-                })
+                b.iter_custom(|iters| timed_publishes(&heap, size, iters, |_| info.clone()))
             });
             group.bench_function(
                 BenchmarkId::new(format!("reserve_publish_free/{version}"), label),
@@ -84,34 +92,13 @@ fn write(c: &mut Criterion) {
     for (label, cfi) in [("without .eh_frame", false), ("with .eh_frame", true)] {
         group.bench_function(BenchmarkId::new("publish/v2/64B", label), |b| {
             b.iter_custom(|iters| {
-                let mut total = Duration::ZERO;
-                let mut left = iters;
-                while left > 0 {
-                    let n = left.min(BATCH as u64) as usize;
-                    let reservations: Vec<_> = (0..n).map(|_| heap.reserve(64).unwrap()).collect();
-                    let infos: Vec<_> = reservations
-                        .iter()
-                        .map(|r| CodeInfo {
-                            eh_frame: cfi.then(|| EhFrame {
-                                frame: eh_frame(r.address(), 64, FRAME_POINTER_CFI),
-                                header: Box::new([]),
-                            }),
-                            ..CodeInfo::new(1, "bench::method", JitKind::Optimized)
-                        })
-                        .collect();
-                    let t = Instant::now();
-                    let refs: Vec<_> = reservations
-                        .into_iter()
-                        .zip(infos)
-                        .map(|(r, i)| r.publish(i).unwrap())
-                        .collect();
-                    total += t.elapsed();
-                    for r in refs {
-                        heap.free(r).unwrap();
-                    }
-                    left -= n as u64;
-                }
-                total
+                timed_publishes(&heap, 64, iters, |r| CodeInfo {
+                    eh_frame: cfi.then(|| EhFrame {
+                        frame: eh_frame(r.address(), 64, FRAME_POINTER_CFI),
+                        header: Box::new([]),
+                    }),
+                    ..CodeInfo::new(1, "bench::method", JitKind::Optimized)
+                })
             })
         });
     }

@@ -63,18 +63,24 @@ unsafe impl Send for CodeHeader {}
 // SAFETY: as above; shared access is read-only.
 unsafe impl Sync for CodeHeader {}
 
+/// The unwind rows of a method of `code_size` bytes at `code_start`: its
+/// `.eh_frame` evaluated, or none without one. Evaluated before the heap's
+/// lock is taken, so that publishers do not wait on each other's DWARF.
+pub(crate) fn unwind_rows(info: &CodeInfo, code_start: usize, code_size: u64) -> Box<[UnwindRow]> {
+    info.eh_frame.as_ref().map_or_else(Box::default, |eh| {
+        crate::agent::unwind::jit_rows::rows(&eh.frame, code_start, code_size)
+    })
+}
+
 impl CodeHeader {
-    /// The header of a method of `code_size` bytes at `code_start`: its
-    /// `.eh_frame`, if any, is evaluated into [`UnwindRow`]s here.
+    /// The header of a method of `code_size` bytes with its unwind `rows`
+    /// ([`unwind_rows`]).
     pub(crate) fn new(
         info: Arc<CodeInfo>,
-        code_start: usize,
+        rows: Box<[UnwindRow]>,
         code_size: u64,
         registrations: Registrations,
     ) -> Self {
-        let rows = info.eh_frame.as_ref().map_or_else(Box::default, |eh| {
-            crate::agent::unwind::jit_rows::rows(&eh.frame, code_start, code_size)
-        });
         Self {
             _registrations: registrations,
             method_id: info.method_id,

@@ -46,6 +46,7 @@ use crate::hex::hex_struct;
 use crate::mapping::HUGE_PAGE;
 use crate::nibble::encoding::MAX_SPAN;
 use crate::nibble::{MapVersion, MapWriter, NibbleMap};
+use crate::remote::UnwindRow;
 use crate::seq::ChangeSeq;
 use crate::words::MmapWords;
 use alloc::FreeSpace;
@@ -743,6 +744,9 @@ impl CodeHeap {
             )
         };
         target.code_mut().copy_from_slice(source);
+        // Under the lock, unlike a publish's: the info is the live block's,
+        // read under it. Moves are rare.
+        let rows = header::unwind_rows(&info, self.base() + target.start as usize, code.size);
         let moved = self.publish_locked(
             &mut w,
             Publish {
@@ -752,6 +756,7 @@ impl CodeHeap {
                 extent: target.extent.clone(),
                 payload: Payload::Method(info),
                 code: None,
+                rows,
             },
             Some(code.start),
         )?;
@@ -961,6 +966,10 @@ impl CodeHeap {
             };
             publish.code = Some(code.into());
         }
+        if let Payload::Method(info) = &publish.payload {
+            publish.rows =
+                header::unwind_rows(info, self.base() + publish.start as usize, publish.size);
+        }
         let mut w = self.writer.lock();
         let result = self.publish_locked(&mut w, publish, None);
         drop(w);
@@ -984,6 +993,7 @@ impl CodeHeap {
             extent,
             payload,
             code,
+            rows,
         } = publish;
         let checked = match &payload {
             Payload::Stub(_) => Ok(()),
@@ -1013,7 +1023,7 @@ impl CodeHeap {
             Payload::Method(info) => {
                 let header = Box::new(CodeHeader::new(
                     Arc::clone(&info),
-                    self.base() + start as usize,
+                    rows,
                     size,
                     registrations,
                 ));
@@ -1208,6 +1218,8 @@ pub(crate) struct Publish {
     payload: Payload,
     /// A copy of the code bytes for a load event, when listeners want one.
     code: Option<Box<[u8]>>,
+    /// A method's unwind rows, evaluated before the lock is taken.
+    rows: Box<[UnwindRow]>,
 }
 
 impl Drop for CodeHeap {

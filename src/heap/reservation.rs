@@ -69,6 +69,8 @@ impl Reservation<'_> {
             extent: this.extent.clone(),
             payload,
             code: None,
+            // Evaluated by `publish`, outside the heap's lock.
+            rows: Box::default(),
         })
     }
 
