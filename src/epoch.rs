@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use crossbeam_utils::CachePadded;
 
-use crate::sync::{AtomicBool, AtomicU64, Ordering, fence};
+use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Ordering, fence};
 
 const DEPTH_BITS: u32 = 16;
 const DEPTH_MASK: u64 = (1 << DEPTH_BITS) - 1;
@@ -82,6 +82,8 @@ struct Slot {
 pub struct Domain {
     epoch: CachePadded<AtomicU64>,
     slots: Box<[CachePadded<Slot>]>,
+    /// Registered [`Executor`]s, online or offline.
+    executors: AtomicUsize,
 }
 
 impl fmt::Debug for Domain {
@@ -108,6 +110,7 @@ impl Domain {
                     })
                 })
                 .collect(),
+            executors: AtomicUsize::new(0),
         })
     }
 
@@ -149,8 +152,31 @@ impl Domain {
             index: self.claim_slot()?,
             _not_sync: PhantomData,
         };
+        // Relaxed: a count that callers consult to refuse a free no thread
+        // could be protected from; it orders nothing (the slot does).
+        self.executors.fetch_add(1, Ordering::Relaxed);
         executor.online();
         Ok(executor)
+    }
+
+    /// How many [`Executor`]s are registered now (online or offline). With
+    /// none, nothing holds a freed block's bytes back once readers are done,
+    /// so a host that frees code some thread may still run has forgotten to
+    /// register that thread; `jitmap-cranelift` refuses to redefine or free
+    /// a function then.
+    ///
+    /// ```
+    /// let domain = jitmap::Domain::new(2);
+    /// assert_eq!(domain.executors(), 0);
+    /// let executor = domain.register_executor()?;
+    /// assert_eq!(domain.executors(), 1);
+    /// drop(executor);
+    /// assert_eq!(domain.executors(), 0);
+    /// # Ok::<(), jitmap::EpochError>(())
+    /// ```
+    pub fn executors(&self) -> usize {
+        // Relaxed: advisory, as in `register_executor`.
+        self.executors.load(Ordering::Relaxed)
     }
 
     fn claim_slot(&self) -> Result<usize, EpochError> {
@@ -365,6 +391,8 @@ impl Executor {
 impl Drop for Executor {
     fn drop(&mut self) {
         self.offline();
+        // Relaxed: as in `Domain::register_executor`.
+        self.domain.executors.fetch_sub(1, Ordering::Relaxed);
         // Release: hands the slot to the next registrant, whose CAS is Acquire.
         self.domain.slots[self.index]
             .owned

@@ -66,6 +66,9 @@ fn jitmap(manager: &ExecutionManager) -> JitmapModule {
 fn memory_report() {
     const ROUNDS: usize = 100_000;
     let manager = ExecutionManager::new(2);
+    // Frees need an executor; this one runs none of the code, so it is offline.
+    let executor = manager.register_executor().unwrap();
+    executor.offline();
     let mut module = jitmap(&manager);
     let id = module
         .declare_function("f", Linkage::Export, &sig(&module))
@@ -136,6 +139,9 @@ fn define_finalize(c: &mut Criterion) {
     let mut group = c.benchmark_group("define_finalize");
     for (label, adds) in [("small", 4), ("medium", 100), ("large", 1200)] {
         let manager = ExecutionManager::new(2);
+        // As in `memory_report`: an executor that runs none of the code.
+        let executor = manager.register_executor().unwrap();
+        executor.offline();
         let mut module = jitmap(&manager);
         let mut n = 0u64;
         group.bench_function(BenchmarkId::new("jitmap", label), |b| {
@@ -171,6 +177,9 @@ fn define_finalize(c: &mut Criterion) {
 fn call(c: &mut Criterion) {
     let mut group = c.benchmark_group("call");
     let manager = ExecutionManager::new(2);
+    // Frees need an executor; this one runs none of the code, so it is offline.
+    let executor = manager.register_executor().unwrap();
+    executor.offline();
     let mut module = jitmap(&manager);
     let id = module
         .declare_function("f", Linkage::Export, &sig(&module))

@@ -25,9 +25,18 @@ pub enum JitError {
     UnknownSymbol(String),
     /// A relocation names a function of this module that has no definition.
     Undefined(String),
-    /// `free_function` or `redefine_function` of a function that has no live
-    /// definition (never finalized, or freed already).
+    /// `free_function` or `redefine_function` of a function that has no
+    /// definition (never defined, or freed already), or `cancel_data` of a
+    /// data object with no definition since the last finalize.
     NotDefined(String),
+    /// `redefine_function`, `free_function`, or a `finalize_definitions`
+    /// that would free a replaced version, while no thread is registered
+    /// as an executor with the module's manager: nothing would keep the
+    /// freed bytes from reuse while a thread still runs them. Register
+    /// every thread that runs the module's code
+    /// (`module.manager().register_executor()`) and declare its quiescent
+    /// points; the module is unchanged.
+    NoExecutor(String),
     /// A relocation this module does not apply (or one whose target is out
     /// of its reach).
     Relocation {
@@ -54,7 +63,11 @@ impl fmt::Display for JitError {
             Self::Manager(e) => write!(f, "{e}"),
             Self::UnknownSymbol(name) => write!(f, "no definition of symbol {name}"),
             Self::Undefined(name) => write!(f, "function {name} is declared but not defined"),
-            Self::NotDefined(name) => write!(f, "function {name} has no live definition"),
+            Self::NotDefined(name) => write!(f, "{name} has no definition to drop or replace"),
+            Self::NoExecutor(name) => write!(
+                f,
+                "freeing a version of {name} needs an executor: register every thread that runs the module's code with `manager.register_executor()` and declare its quiescent points"
+            ),
             Self::Relocation { kind, target } => {
                 write!(f, "cannot apply a {kind:?} relocation to {target}")
             }

@@ -7,7 +7,19 @@
 //!   `JITBuilder::new(libcalls)` becomes `JitmapBuilder::new(&manager,
 //!   libcalls)`, `JITModule::new(builder)` becomes `JitmapModule::new(builder)?`.
 //!   Declare, define, `finalize_definitions` and `get_finalized_function`
-//!   work as there.
+//!   work as there, with every linkage upgrade cranelift-jit accepts (a
+//!   function declared first as an import, then defined).
+//! - **Every thread that runs the module's code is an executor.** A
+//!   redefinition or a free gives the old version's bytes back once every
+//!   registered executor has passed a quiescent point; a thread that is not
+//!   registered is not waited for. So each such thread calls
+//!   `module.manager().register_executor()` once and
+//!   [`jitmap::Executor::quiescent`] between its calls into the module (or
+//!   goes `offline` while it runs none). With no executor registered,
+//!   [`JitmapModule::redefine_function`], [`JitmapModule::free_function`] and
+//!   a finalize that would free a version refuse with
+//!   [`JitError::NoExecutor`]. A port that only defines (as cranelift-jit
+//!   does) needs none.
 //! - **Calls go through one indirection per function.** Every definable
 //!   function has a trampoline in the heap (`jmp [cell]`), and callers (the
 //!   module's code, data that holds function addresses, and the host) reach
@@ -68,12 +80,15 @@
 //! let f: extern "C" fn() -> i64 = unsafe { std::mem::transmute(module.get_finalized_function(answer)) };
 //! assert_eq!(f(), 41);
 //!
-//! // Redefine: the same pointer now reaches the new version.
+//! // Redefine: the same pointer now reaches the new version. The thread
+//! // that calls the module's code is its executor.
+//! let executor = module.manager().register_executor()?;
 //! module.redefine_function(answer, &mut body(&module, 42))?;
 //! module.finalize_definitions()?;
 //! assert_eq!(f(), 42);
 //!
 //! // Free: the code goes back to the heap once executors allow it.
+//! executor.quiescent(); // no frame of the module's code on this thread
 //! module.free_function(answer)?;
 //! assert!(module.function_code(answer).is_none());
 //! assert!(module.free_function(answer).is_err()); // twice is a typed error

@@ -43,6 +43,9 @@ struct Compiled {
     rows: Vec<(u32, u32)>,
     /// Baseline or optimized: the optimization level it was compiled at.
     kind: JitKind,
+    /// The start's alignment the code needs (its constant pool's, or what
+    /// `define_function_bytes` was given); the heap's own may be larger.
+    align: u64,
 }
 
 /// What the module keeps per declared function.
@@ -80,6 +83,8 @@ pub struct JitmapModule {
     levels: Vec<OwnedTargetIsa>,
     declarations: ModuleDeclarations,
     heap: OwnedHeap,
+    /// The heap's default alignment: no function starts on less.
+    heap_align: u64,
     symbols: HashMap<String, usize>,
     lookups: Vec<SymbolLookup>,
     libcall_names: LibcallNames,
@@ -100,8 +105,10 @@ impl JitmapModule {
                 span: builder.heap.span,
             });
         }
+        let heap_align = builder.heap.align;
         let heap = builder.manager.create_heap(builder.heap)?;
         Ok(Self {
+            heap_align,
             levels: vec![builder.isa.clone()],
             isa: builder.isa,
             declarations: ModuleDeclarations::default(),
@@ -231,6 +238,55 @@ impl JitmapModule {
         Ok(())
     }
 
+    /// Drops the definition of `data` made since the last finalize, so that
+    /// it may be defined again: what a host does when `finalize_definitions`
+    /// refused one of its relocations (one that falls outside the object,
+    /// say). A data object already finalized, or never defined, is
+    /// [`JitError::NotDefined`], and nothing changes.
+    ///
+    /// ```
+    /// use cranelift_module::{DataDescription, Linkage, Module, default_libcall_names};
+    /// use jitmap_cranelift::{JitError, JitmapBuilder, JitmapModule};
+    ///
+    /// let manager = jitmap::ExecutionManager::new(2);
+    /// let mut module = JitmapModule::new(JitmapBuilder::new(&manager, default_libcall_names())?)?;
+    /// let data = module.declare_data("table", Linkage::Local, false, false)?;
+    /// let mut description = DataDescription::new();
+    /// description.define_zeroinit(8);
+    /// module.define_data(data, &description)?;
+    /// module.cancel_data(data)?;
+    /// assert!(matches!(module.cancel_data(data), Err(JitError::NotDefined(_))));
+    /// module.define_data(data, &description)?; // defined afresh
+    /// module.finalize_definitions()?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn cancel_data(&mut self, data: DataId) -> Result<(), JitError> {
+        if !self.pending_data.contains(&data) {
+            let name = match self.data.get(data.as_u32() as usize) {
+                Some(_) => self
+                    .declarations
+                    .get_data_decl(data)
+                    .linkage_name(data)
+                    .into_owned(),
+                None => return Err(ModuleError::Undeclared(format!("{data}")).into()),
+            };
+            return Err(JitError::NotDefined(name));
+        }
+        self.pending_data.retain(|&p| p != data);
+        self.data[data.as_u32() as usize] = None;
+        Ok(())
+    }
+
+    /// Refuses to free a version of `func` while no thread is registered as
+    /// an executor: nothing would then keep its bytes from reuse while some
+    /// thread still runs them.
+    fn check_executors(&self, func: FuncId) -> Result<(), JitError> {
+        if self.manager().domain().executors() == 0 {
+            return Err(JitError::NoExecutor(self.name_of(func)));
+        }
+        Ok(())
+    }
+
     /// Compiles a new body for `func`, which has a definition (finalized or
     /// pending) of the same signature. `finalize_definitions` publishes it,
     /// switches the function's call cell to it with one Release store, and
@@ -244,7 +300,11 @@ impl JitmapModule {
         if f.live.is_none() && f.pending.is_none() {
             return Err(JitError::NotDefined(name));
         }
+        let replaces = f.live.is_some();
         self.check_signature(func, &ctx.func.signature)?;
+        if replaces {
+            self.check_executors(func)?;
+        }
         let compiled = self.compile(func, ctx, &mut ControlPlane::default())?;
         let f = &mut self.functions[func.as_u32() as usize];
         if f.pending.replace(compiled).is_none() {
@@ -261,10 +321,14 @@ impl JitmapModule {
     pub fn free_function(&mut self, func: FuncId) -> Result<(), JitError> {
         self.check_definable(func)?;
         let name = self.name_of(func);
-        let f = &mut self.functions[func.as_u32() as usize];
+        let f = &self.functions[func.as_u32() as usize];
         if f.live.is_none() && f.pending.is_none() {
             return Err(JitError::NotDefined(name));
         }
+        if f.live.is_some() {
+            self.check_executors(func)?;
+        }
+        let f = &mut self.functions[func.as_u32() as usize];
         if f.pending.take().is_some() {
             self.pending_functions.retain(|&p| p != func);
         }
@@ -288,14 +352,24 @@ impl JitmapModule {
     /// definition stays pending, so the host may fix the cause (for example
     /// with [`JitmapModule::symbol`]) and call it again.
     pub fn finalize_definitions(&mut self) -> Result<(), JitError> {
-        // Every target must resolve before any byte becomes visible.
+        // A redefinition frees the version it replaces.
+        for &func in &self.pending_functions {
+            if self.functions[func.as_u32() as usize].live.is_some() {
+                self.check_executors(func)?;
+            }
+        }
+        // Every data object is relocated, into a copy, before any code is
+        // published: a refused relocation then leaves nothing behind.
+        let mut data_bytes = Vec::with_capacity(self.pending_data.len());
         for &data in &self.pending_data {
             let d = self.data[data.as_u32() as usize]
                 .as_ref()
                 .ok_or_else(|| JitError::from(ModuleError::Undeclared(format!("{data}"))))?;
-            for r in &d.relocs {
-                self.resolve(&r.name, None)?;
-            }
+            let mut bytes = d.memory.bytes();
+            reloc::apply(&mut bytes, d.memory.as_ptr().addr(), &d.relocs, |t| {
+                self.resolve(t, None)
+            })?;
+            data_bytes.push(bytes);
         }
         let mut reserved: Vec<(FuncId, Reservation<'_>)> = Vec::new();
         for &func in &self.pending_functions {
@@ -304,7 +378,9 @@ impl JitmapModule {
                 .pending
                 .as_ref()
                 .ok_or_else(|| JitError::NotDefined(self.name_of(func)))?;
-            reserved.push((func, self.heap.reserve(compiled.bytes.len().max(1) as u64)?));
+            let align = compiled.align.max(self.heap_align);
+            let size = compiled.bytes.len().max(1) as u64;
+            reserved.push((func, self.heap.reserve_aligned(size, align)?));
         }
         let mut infos = Vec::with_capacity(reserved.len());
         for (func, r) in &mut reserved {
@@ -333,16 +409,16 @@ impl JitmapModule {
                 }
             }
         }
-        for data in std::mem::take(&mut self.pending_data) {
-            let d = self.data[data.as_u32() as usize]
-                .as_ref()
-                .ok_or_else(|| JitError::from(ModuleError::Undeclared(format!("{data}"))))?;
-            let mut bytes = d.memory.bytes();
-            reloc::apply(&mut bytes, d.memory.as_ptr().addr(), &d.relocs, |t| {
-                self.resolve(t, None)
-            })?;
-            d.memory.write(&bytes);
+        // Nothing below refuses: the definitions leave the pending lists.
+        for (data, bytes) in std::mem::take(&mut self.pending_data)
+            .into_iter()
+            .zip(data_bytes)
+        {
+            if let Some(d) = &self.data[data.as_u32() as usize] {
+                d.memory.write(&bytes);
+            }
         }
+        self.pending_functions.clear();
         for (func, code) in published {
             let f = &mut self.functions[func.as_u32() as usize];
             f.pending = None;
@@ -353,7 +429,6 @@ impl JitmapModule {
                 self.heap.free(old)?;
             }
         }
-        self.pending_functions.clear();
         Ok(())
     }
 
@@ -432,6 +507,8 @@ impl JitmapModule {
             unwind: compiled.create_unwind_info(&*self.isa)?,
             rows,
             kind: kind_of(&*self.isa),
+            align: u64::from(compiled.buffer.alignment)
+                .max(u64::from(self.isa.function_alignment().minimum)),
         })
     }
 
@@ -480,13 +557,18 @@ impl JitmapModule {
                 let func = FuncId::from_u32(index);
                 let decl = self.declarations.get_function_decl(func);
                 match self.functions.get(index as usize) {
-                    Some(f) if decl.linkage.is_definable() => {
-                        if f.live.is_none() && f.pending.is_none() {
-                            return Err(JitError::Undefined(self.name_of(func)));
+                    Some(f) if f.live.is_some() || f.pending.is_some() => f
+                        .trampoline
+                        .map(|t| t.start())
+                        .ok_or_else(|| JitError::Undefined(self.name_of(func))),
+                    // Declared definable and not defined: as on cranelift-jit,
+                    // a symbol of its name, or null for a preemptible one.
+                    _ if decl.linkage.is_definable() => {
+                        match decl.name.as_deref().and_then(|n| self.lookup_symbol(n)) {
+                            Some(address) => Ok(address),
+                            None if decl.linkage == Linkage::Preemptible => Ok(0),
+                            None => Err(JitError::Undefined(self.name_of(func))),
                         }
-                        f.trampoline
-                            .map(|t| t.start())
-                            .ok_or_else(|| JitError::Undefined(self.name_of(func)))
                     }
                     _ => self.import(decl.name.as_deref(), func.to_string()),
                 }
@@ -542,41 +624,43 @@ impl JitmapModule {
         (self.libcall_names)(libcall)
     }
 
-    /// Makes room for a newly declared function: its cell (pointing at the
-    /// trap) and, if it can be defined here, its trampoline.
+    /// Keeps `functions` in step with a declaration: a newly declared
+    /// function gets its cell (pointing at the trap), and one that can be
+    /// defined here gets its trampoline, whether it was declared definable
+    /// or first as an import and then upgraded (a front end that translates
+    /// a body before it declares the function does that: a recursive call
+    /// declares the function's own name as an import).
     #[expect(clippy::result_large_err, reason = "the Module trait's own error type")]
     fn add_function(&mut self, func: FuncId) -> ModuleResult<()> {
         let index = func.as_u32() as usize;
-        if index < self.functions.len() {
-            return Ok(());
+        if index >= self.functions.len() {
+            self.functions.push(Function {
+                cell: Box::new(AtomicUsize::new(
+                    stub::undefined_function as *const () as usize,
+                )),
+                trampoline: None,
+                live: None,
+                pending: None,
+                source_file: None,
+                method_id: u64::from(func.as_u32()),
+            });
         }
-        let cell = Box::new(AtomicUsize::new(
-            stub::undefined_function as *const () as usize,
-        ));
-        let trampoline = if self
+        let definable = self
             .declarations
             .get_function_decl(func)
             .linkage
-            .is_definable()
-        {
-            let code = stub::trampoline(std::ptr::from_ref(&*cell).addr());
+            .is_definable();
+        if definable && self.functions[index].trampoline.is_none() {
+            let cell = std::ptr::from_ref(&*self.functions[index].cell).addr();
+            let code = stub::trampoline(cell);
             let allocation = |e: jitmap::HeapError| ModuleError::Allocation {
                 err: std::io::Error::other(e),
             };
             let mut r = self.heap.reserve(code.len() as u64).map_err(allocation)?;
             r.code_mut().copy_from_slice(&code);
-            Some(r.publish_stub(TRAMPOLINE).map_err(allocation)?)
-        } else {
-            None
-        };
-        self.functions.push(Function {
-            cell,
-            trampoline,
-            live: None,
-            pending: None,
-            source_file: None,
-            method_id: u64::from(func.as_u32()),
-        });
+            self.functions[index].trampoline =
+                Some(r.publish_stub(TRAMPOLINE).map_err(allocation)?);
+        }
         Ok(())
     }
 
@@ -689,6 +773,7 @@ impl Module for JitmapModule {
         ctrl_plane: &mut ControlPlane,
     ) -> ModuleResult<()> {
         self.check_definable(func)?;
+        self.add_function(func)?;
         let f = &self.functions[func.as_u32() as usize];
         if f.live.is_some() || f.pending.is_some() {
             return Err(ModuleError::DuplicateDefinition(self.name_of(func)));
@@ -703,11 +788,12 @@ impl Module for JitmapModule {
     fn define_function_bytes(
         &mut self,
         func: FuncId,
-        _alignment: u64,
+        alignment: u64,
         bytes: &[u8],
         relocs: &[ModuleReloc],
     ) -> ModuleResult<()> {
         self.check_definable(func)?;
+        self.add_function(func)?;
         let f = &self.functions[func.as_u32() as usize];
         if f.live.is_some() || f.pending.is_some() {
             return Err(ModuleError::DuplicateDefinition(self.name_of(func)));
@@ -718,6 +804,7 @@ impl Module for JitmapModule {
             unwind: None,
             rows: Vec::new(),
             kind: kind_of(&*self.isa),
+            align: alignment,
         });
         self.pending_functions.push(func);
         Ok(())

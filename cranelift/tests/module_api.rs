@@ -267,7 +267,8 @@ fn misuse_is_a_typed_error_and_the_module_stays_usable() {
     let caller = unsafe { programs::f1(module.get_finalized_function(caller)) };
     assert_eq!(caller(21), 42);
 
-    // Freeing twice.
+    // Freeing twice (this thread, which ran the code, is its executor).
+    let _executor = manager.register_executor().unwrap();
     module.free_function(id).unwrap();
     assert!(matches!(
         module.free_function(id),

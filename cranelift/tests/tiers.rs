@@ -110,6 +110,8 @@ fn looked_up(module: &JitmapModule, manager: &ExecutionManager, f: FuncId) -> (J
 #[test]
 fn one_function_at_two_levels_is_published_as_each_with_the_hosts_id() {
     let manager = ExecutionManager::new(4);
+    // This thread runs the module's code: its executor.
+    let _executor = manager.register_executor().unwrap();
     let mut module = module(&manager);
     let sig = unary(&module);
     let f = module
@@ -152,6 +154,8 @@ fn one_function_at_two_levels_is_published_as_each_with_the_hosts_id() {
 #[test]
 fn a_refused_finalize_is_given_up_and_the_live_version_stays() {
     let manager = ExecutionManager::new(4);
+    // This thread runs the module's code: its executor.
+    let _executor = manager.register_executor().unwrap();
     let mut module = module(&manager);
     let sig = unary(&module);
     let f = module

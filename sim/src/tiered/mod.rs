@@ -764,6 +764,13 @@ pub fn run(
             sim.stop.store(true, Ordering::Relaxed);
         }
     };
+    // The executor threads register themselves as they start and leave as
+    // they end, while the compiler may be replacing versions: this offline
+    // executor keeps the manager's count up across those moments, so the
+    // Cranelift module's refusal to free with no executor registered (a
+    // host that forgot its threads) does not stop the run. It runs no code.
+    let bracket = sim.manager.register_executor()?;
+    bracket.offline();
     std::thread::scope(|s| {
         s.spawn(|| record(sim.compiler()));
         for t in 0..config.threads {
@@ -782,6 +789,7 @@ pub fn run(
         // Relaxed: a stop flag; the scope's joins order the rest.
         sim.stop.store(true, Ordering::Relaxed);
     });
+    drop(bracket);
     let seconds = started.elapsed().as_secs_f64();
     let profile = agent.stop();
     if let Some(e) = errors.into_inner().into_iter().next() {
