@@ -184,6 +184,68 @@ fn jit_code_without_frame_pointers_unwinds_by_its_cfi() {
     });
 }
 
+/// A method without frame pointers, moved: its rows (by code offset) come
+/// along, its `.eh_frame` is rewritten for the new address, and its samples
+/// keep their exact stacks.
+#[test]
+fn a_moved_method_without_frame_pointers_keeps_its_unwind_rows() {
+    let _one = one_agent();
+    let (heap, mut f, dir) = workload();
+    let rows_at = |start: usize| {
+        let reader = heap.manager().register_reader().unwrap();
+        let guard = heap.manager().pin(&reader).unwrap();
+        let block = guard.find(start).unwrap();
+        let frame = block.eh_frame().unwrap().frame.clone();
+        (block.unwind_rows().to_vec(), frame)
+    };
+    let first = f.jit_without_fp(1000);
+    let top = heap
+        .live_blocks()
+        .into_iter()
+        .find(|b| b.info.as_ref().is_some_and(|i| i.name == "jit_top_nofp"))
+        .unwrap()
+        .code
+        .start();
+    let (rows, frame) = rows_at(top);
+    assert!(rows.len() >= 3, "{rows:?}");
+    let (old, new) = f.move_jit_top(&heap).unwrap();
+    assert_eq!(old, top);
+    assert_ne!(new, old);
+    let (moved_rows, moved_frame) = rows_at(new);
+    assert_eq!(moved_rows, rows, "the rows are by code offset: unchanged");
+    // The FDE's start, the frame's one address, now names the new code:
+    // the same bytes but for those 8 (little-endian) bytes.
+    let diff: Vec<usize> = (0..frame.len())
+        .filter(|&i| frame[i] != moved_frame[i])
+        .collect();
+    let at = *diff.first().unwrap();
+    assert!(diff.iter().all(|&i| i < at + 8), "{diff:?}");
+    assert_eq!(&moved_frame[at..at + 8], &(new as u64).to_le_bytes());
+    assert_eq!(&frame[at..at + 8], &(old as u64).to_le_bytes());
+    assert_eq!(f.jit_without_fp(1000), first);
+    let mixed = profile(
+        heap.manager(),
+        Unwind::Mixed,
+        Duration::from_millis(1500),
+        || {
+            std::hint::black_box(f.jit_without_fp(200_000));
+        },
+    );
+    let (in_leaf, good) = exact(&mixed, &JIT_STACK);
+    println!("after the move: {good} of {in_leaf} leaf samples exact");
+    assert!(
+        in_leaf >= 500,
+        "{in_leaf} samples in the leaf\n{}",
+        stacks(&mixed)
+    );
+    assert!(
+        good * 100 >= in_leaf * 99,
+        "{good} of {in_leaf} exact after the move\n{}",
+        stacks(&mixed)
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
 /// Set in the oracle's child: where it writes its agent's stacks.
 const ORACLE_CHILD: &str = "JITMAP_TEST_ORACLE_STACKS";
 

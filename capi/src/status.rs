@@ -71,7 +71,8 @@ pub enum jitmap_status {
     /// The heap asked for the GDB JIT interface, which this build lacks
     /// (the `gdb-jit` feature).
     JITMAP_STATUS_GDB_JIT_UNAVAILABLE,
-    /// The method's registered `.eh_frame` holds its address: it cannot move.
+    /// The method's `.eh_frame` cannot follow it (registered with the system
+    /// unwinder, or not absolute): it cannot move.
     JITMAP_STATUS_POSITION_DEPENDENT,
     /// The heap keeps no writable alias of published code (flip mode).
     JITMAP_STATUS_NOT_PATCHABLE,

@@ -24,7 +24,10 @@ use crate::builder::{JitmapBuilder, LibcallNames, SymbolLookup};
 use crate::data::DataMemory;
 use crate::{JitError, reloc, stub, tiers, unwind};
 
-/// The stub kind of the module's trampolines, as lookups report them.
+/// The stub kind of the module's trampolines, as lookups report them. The
+/// module declares it frameless to its manager
+/// ([`jitmap::ExecutionManager::declare_frameless_stub`]), so a host that
+/// shares the manager should not use kind 1 for stubs that keep a frame.
 pub const TRAMPOLINE: StubKind = match StubKind::new(1) {
     Some(kind) => kind,
     None => unreachable!(),
@@ -107,6 +110,9 @@ impl JitmapModule {
         }
         let heap_align = builder.heap.align;
         let heap = builder.manager.create_heap(builder.heap)?;
+        // The trampolines jump on without a frame: a walker that catches a
+        // thread in one finds its caller's return address on top of the stack.
+        builder.manager.declare_frameless_stub(TRAMPOLINE);
         Ok(Self {
             heap_align,
             levels: vec![builder.isa.clone()],

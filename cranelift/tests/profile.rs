@@ -273,3 +273,98 @@ fn a_panic_unwinds_through_a_cranelift_frame() {
         );
     }
 }
+
+/// Calls `f` (a trampoline's address) `n` times, out of line: the native
+/// frame a trampoline returns into.
+#[inline(never)]
+fn call_through(f: extern "C" fn(i64) -> i64, n: i64) -> i64 {
+    let mut acc = 0i64;
+    for i in 0..n {
+        acc = acc.wrapping_add(f(std::hint::black_box(i)));
+    }
+    acc
+}
+
+/// Samples a loop that calls a tiny Cranelift function through its
+/// trampoline until `wanted` samples fell in the trampoline (at most 60 s),
+/// with `unwind`; returns (exact, total) over those samples. Exact: the
+/// trampoline, then `call_through`, then its caller, this function's loop.
+#[inline(never)]
+fn trampoline_stacks(unwind: jitmap::agent::Unwind, wanted: u64) -> (u64, u64) {
+    let manager = ExecutionManager::new(16);
+    let mut module =
+        JitmapModule::new(JitmapBuilder::new(&manager, default_libcall_names()).unwrap()).unwrap();
+    let id = module
+        .declare_function("inc", Linkage::Export, &programs::sig(&module, 1))
+        .unwrap();
+    let mut ctx = programs::body(&mut module, 1, |_, b, args| {
+        let r = b.ins().iadd_imm_s(args[0], 1);
+        b.ins().return_(&[r]);
+    });
+    module.define_function(id, &mut ctx).unwrap();
+    module.finalize_definitions().unwrap();
+    // SAFETY: `inc` takes and returns one i64; the address is its trampoline.
+    let inc = unsafe { programs::f1(module.get_finalized_function(id)) };
+    let agent = Agent::start(
+        &manager,
+        AgentConfig {
+            hz: 10_000,
+            clock: Clock::Wall,
+            unwind,
+            ..AgentConfig::default()
+        },
+    )
+    .unwrap();
+    let stub = format!("[stub {}]", jitmap_cranelift::TRAMPOLINE.get());
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let (exact, total) = std::thread::scope(|s| {
+        let windows = s.spawn(|| {
+            let (mut exact, mut total) = (0, 0);
+            let cap = Instant::now() + Duration::from_secs(60);
+            while total < wanted && Instant::now() < cap {
+                let p = agent.profile_window(Duration::from_millis(200)).unwrap();
+                for stack in p.stacks.iter().filter(|s| s.frames[0] == stub) {
+                    total += stack.count;
+                    let f = &stack.frames;
+                    if f.len() > 2
+                        && f[1].ends_with("call_through")
+                        && f[2].starts_with("profile::trampoline_stacks")
+                    {
+                        exact += stack.count;
+                    } else if exact + total < 20 {
+                        eprintln!("{unwind:?}: {f:?}");
+                    }
+                }
+            }
+            done.store(true, std::sync::atomic::Ordering::Relaxed);
+            (exact, total)
+        });
+        let attached = agent.attach_current_thread().unwrap();
+        while !done.load(std::sync::atomic::Ordering::Relaxed) {
+            assert_eq!(call_through(inc, 10_000), 10_000 * 10_001 / 2);
+        }
+        drop(attached);
+        windows.join().unwrap()
+    });
+    drop(agent.stop());
+    (exact, total)
+}
+
+#[test]
+fn a_sample_in_a_trampoline_keeps_its_caller() {
+    let _one = one_run();
+    for unwind in [
+        jitmap::agent::Unwind::Mixed,
+        jitmap::agent::Unwind::FramePointer,
+    ] {
+        let (exact, total) = trampoline_stacks(unwind, 300);
+        assert!(
+            total >= 300,
+            "{unwind:?}: only {total} samples in the trampoline"
+        );
+        assert!(
+            exact * 100 >= total * 99,
+            "{unwind:?}: {exact} of {total} samples in the trampoline have the exact stack"
+        );
+    }
+}

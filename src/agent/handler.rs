@@ -157,15 +157,10 @@ pub(crate) fn sample(record: &ThreadRecord, regs: Registers) {
     // Relaxed: a statistic; `fetch_add` because a synchronous sample on the
     // same thread may be between its own load and store.
     record.taken.fetch_add(1, Ordering::Relaxed);
-    // Relaxed: written only by this same thread (a synchronous sample, below),
-    // which a compiler fence orders; the handler runs on that thread.
-    if record.busy.load(Ordering::Relaxed) {
-        // The interrupted code is pushing to the ring: a second producer would
-        // corrupt it, so this sample is dropped.
-        record.samples.count_drop();
-        return;
+    if enter_producer(record) {
+        push_sample(record, regs);
+        leave_producer(record);
     }
-    push_sample(record, regs);
 }
 
 /// Samples the calling thread's own stack now, through the handler's code
@@ -173,16 +168,42 @@ pub(crate) fn sample(record: &ThreadRecord, regs: Registers) {
 /// frame pointer it was called with.
 #[inline(never)]
 pub(crate) fn sample_synchronously(record: &ThreadRecord) {
-    // Relaxed + compiler fence: only this thread and its own signal handler
-    // read the flag, and the fence keeps the store before the push.
-    record.busy.store(true, Ordering::Relaxed);
-    compiler_fence(Ordering::SeqCst);
     // Relaxed: as in `sample`.
     record.taken.fetch_add(1, Ordering::Relaxed);
-    push_sample(record, current_registers());
+    if enter_producer(record) {
+        push_sample(record, current_registers());
+        leave_producer(record);
+    }
+}
+
+/// Becomes the ring's producer, unless code this one interrupted on the
+/// same thread (a sample, the agent's handler, or another handler's
+/// `sample_now`) is between its own enter and leave: then the sample is
+/// counted as dropped, since a second producer would write the slot the
+/// first is filling. Every path into [`push_sample`] goes through here.
+#[inline(always)]
+fn enter_producer(record: &ThreadRecord) -> bool {
+    // Relaxed: only this thread and the handlers that interrupt it touch the
+    // depth, and one read-modify-write instruction cannot be split by a
+    // signal; a handler runs to completion and restores the depth it found.
+    let outer = record.busy.fetch_add(1, Ordering::Relaxed);
+    // Keeps the push after the increment in program order.
     compiler_fence(Ordering::SeqCst);
-    // Relaxed: as above.
-    record.busy.store(false, Ordering::Relaxed);
+    if outer == 0 {
+        return true;
+    }
+    record.samples.count_drop();
+    leave_producer(record);
+    false
+}
+
+/// Ends what [`enter_producer`] began (or undoes a refused enter).
+#[inline(always)]
+fn leave_producer(record: &ThreadRecord) {
+    // Keeps the push before the decrement in program order.
+    compiler_fence(Ordering::SeqCst);
+    // Relaxed: as in `enter_producer`.
+    record.busy.fetch_sub(1, Ordering::Relaxed);
 }
 
 /// Pins, walks and pushes one sample; the caller is the ring's only producer.
@@ -195,9 +216,9 @@ fn push_sample(record: &ThreadRecord, regs: Registers) {
     };
     let begin_ns = crate::events::monotonic_ns();
     let mut lookups = 0u64;
-    // SAFETY: one producer at a time: the handler (its signal is blocked while
-    // it runs, so it does not nest) or a synchronous sample, during which the
-    // handler does not push (`busy`).
+    // SAFETY: one producer at a time: every caller entered through
+    // `enter_producer`, which refuses a second one on this thread (the only
+    // thread whose samples go to this ring).
     unsafe {
         record.samples.push(|header, frames| {
             let (depth, end) = walk(&guard, record, regs, frames);
@@ -267,10 +288,20 @@ pub(crate) fn walk(
         lo: record.stack_lo.max(regs.sp),
         hi: record.stack_hi,
     };
+    let frameless = record.manager.frameless_stubs();
     match &record.modules {
-        Some(modules) => walk_mixed(guard, modules.get(guard), &stack, regs, frames),
-        None => walk_frame_pointers(guard, &stack, regs, frames),
+        Some(modules) => walk_mixed(guard, modules.get(guard), frameless, &stack, regs, frames),
+        None => walk_frame_pointers(guard, frameless, &stack, regs, frames),
     }
+}
+
+/// Whether a leaf caught in a stub of `kind` has its return address on top
+/// of the stack: the host declared the kind frameless
+/// ([`crate::ExecutionManager::declare_frameless_stub`]; `frameless` has
+/// bit k for kind k).
+#[inline]
+fn frameless_stub(frame: &RawFrame, frameless: u32) -> bool {
+    frame.kind == FrameKind::Stub && frameless & (1u32 << (frame.key & 31)) != 0
 }
 
 /// The mixed walk: every frame is stepped with a rule, from the JIT method's
@@ -279,6 +310,7 @@ pub(crate) fn walk(
 fn walk_mixed(
     guard: &ManagerGuard<'_>,
     modules: Option<&ModuleTable>,
+    frameless: u32,
     stack: &Stack,
     regs: Registers,
     frames: &mut [RawFrame],
@@ -314,8 +346,13 @@ fn walk_mixed(
                     }
                 }
             }
-            // Stubs, image methods and unattributed code keep frame pointers
-            // or are stepped as if they did.
+            // A leaf in a stub that pushes no frame: its caller's return
+            // address is on top of the stack.
+            (FrameKind::Stub, None) if !is_return && frameless_stub(&frame, frameless) => {
+                Ok(Rule::AT_ENTRY)
+            }
+            // Other stubs, image methods and unattributed code keep frame
+            // pointers or are stepped as if they did.
             (_, None) => Ok(Rule::FRAME_POINTER),
         };
         match rule.and_then(|rule| unwind::step(regs, rule, stack)) {
@@ -329,6 +366,7 @@ fn walk_mixed(
 /// The frame-pointer walk: the leaf, then one frame per saved frame pointer.
 fn walk_frame_pointers(
     guard: &ManagerGuard<'_>,
+    frameless: u32,
     stack: &Stack,
     regs: Registers,
     frames: &mut [RawFrame],
@@ -339,11 +377,14 @@ fn walk_frame_pointers(
     let (first, code) = classify(guard, regs.pc, regs.pc);
     frames[0] = first;
     let mut n = 1;
-    // The leaf may be in its prologue or at its `ret`: then the return address
-    // is on top of the stack and the frame pointer still names the caller's frame.
-    if let Some(code) = code
-        && let Some(ra_slot) = unsettled_return_slot(regs, code)
-    {
+    // The leaf may be in its prologue or at its `ret`, or in a stub that
+    // pushes no frame: then the return address is on top of the stack and the
+    // frame pointer still names the caller's frame.
+    let unsettled = match code {
+        Some(code) => unsettled_return_slot(regs, code),
+        None => frameless_stub(&first, frameless).then_some(regs.sp),
+    };
+    if let Some(ra_slot) = unsettled {
         let Some(ra) = stack.read(ra_slot) else {
             return (n, StackEnd::FramePointer);
         };

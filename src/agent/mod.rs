@@ -1039,9 +1039,12 @@ impl AttachedThread {
     }
 
     /// Records a sample of this thread's stack now, through the same code as
-    /// the signal handler (so it is as cheap, and as safe, in any context): for
-    /// a host that samples on its own events, such as allocations or lock
-    /// waits. Frame 0 is inside this function; with the mixed unwinder every
+    /// the signal handler (so it is as cheap, and as safe, in any context,
+    /// a signal handler included): for a host that samples on its own
+    /// events, such as allocations or lock waits. A `sample_now` that
+    /// interrupts another sample of this thread (the agent's handler, or a
+    /// `sample_now` in a handler of another signal) is counted as dropped,
+    /// never written into the slot the interrupted one is filling. Frame 0 is inside this function; with the mixed unwinder every
     /// caller follows by its CFI, while the frame-pointer walk continues from
     /// the frame pointer it was called with, so a caller that keeps no frame
     /// pointer of its own is skipped there.
@@ -1067,7 +1070,8 @@ impl Drop for AttachedThread {
     fn drop(&mut self) {
         // Block the signal, delete the timer, then take any instance it already
         // queued for this thread: after that, nothing can deliver a signal that
-        // points at this record.
+        // points at this record. Instances that are not the timer's go back to
+        // the thread.
         // SAFETY: sigset_t is plain storage, initialized by sigemptyset.
         let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
         // SAFETY: as above.
@@ -1079,19 +1083,56 @@ impl Drop for AttachedThread {
             libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
         }
         drop(self.attachment.timer.lock().take());
+        let token = self
+            .attachment
+            .registration
+            .lock()
+            .as_ref()
+            .map(registry::Registration::token);
         let none = libc::timespec {
             tv_sec: 0,
             tv_nsec: 0,
         };
-        // SAFETY: valid set and timeout; a null info pointer is allowed.
-        while unsafe { libc::sigtimedwait(&set, std::ptr::null_mut(), &none) } == self.signal {}
-        // SAFETY: restores the mask saved above.
-        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+        // The host's own instances of the signal (its timers, `kill`) are
+        // taken too: they go back to it below, not into the void.
+        let mut host = Vec::new();
+        loop {
+            // SAFETY: siginfo_t is plain storage, filled by sigtimedwait.
+            let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+            // SAFETY: valid set, info and timeout.
+            if unsafe { libc::sigtimedwait(&set, &mut info, &none) } != self.signal {
+                break;
+            }
+            // SAFETY: the union's value is what the sender put there (any
+            // bit pattern is a valid pointer-sized integer).
+            let value = unsafe { info.si_value().sival_ptr } as u64;
+            if !(info.si_code == libc::SI_TIMER && Some(value) == token) {
+                host.push(info);
+            }
+        }
         // No signal of this thread's timer is left: take the record out of the
         // handler's table (which waits out any handler that found it).
         if let Some(registration) = self.attachment.registration.lock().take() {
             registry::unregister(registration);
         }
+        for info in &host {
+            // Queued again to this thread with its own siginfo (a process may
+            // queue any siginfo to itself), while the signal is still blocked:
+            // it is delivered when the mask is restored, to the handler that
+            // is installed then, which passes it to the host's.
+            // SAFETY: `info` is a complete siginfo_t; the call reads it.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_rt_tgsigqueueinfo,
+                    libc::getpid(),
+                    self.attachment.record.tid as libc::pid_t,
+                    self.signal,
+                    std::ptr::from_ref(info),
+                )
+            };
+        }
+        // SAFETY: restores the mask saved above.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
         // Release: the thread's last samples and probe records happen before a
         // collector that sees the flag drains its rings for the last time.
         self.attachment.detached.store(true, Ordering::Release);

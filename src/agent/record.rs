@@ -2,7 +2,7 @@
 //! thread touch, allocated when the thread attaches.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use crate::ExecutionManager;
 use crate::epoch::Reader;
@@ -102,9 +102,10 @@ pub(crate) struct ThreadRecord {
     pub(crate) taken: AtomicU64,
     /// Lookups the handler made.
     pub(crate) lookups: AtomicU64,
-    /// Set while the thread itself samples synchronously: the handler then
-    /// drops its sample instead of becoming a second producer.
-    pub(crate) busy: AtomicBool,
+    /// How many samples on this thread are between entering and leaving the
+    /// ring's producer role (the handler's, `sample_now`'s, nested in any
+    /// order): only the outermost pushes, any other is dropped.
+    pub(crate) busy: AtomicU32,
     /// The native unwind tables, in [`super::Unwind::Mixed`]; `None` walks
     /// frame pointers.
     pub(crate) modules: Option<Arc<ModuleSlot>>,

@@ -86,8 +86,9 @@ pub enum HeapError {
     },
     /// A lookup was given a guard from another reader domain.
     ForeignGuard,
-    /// The method's registered `.eh_frame` holds its absolute address, so it
-    /// cannot move.
+    /// The method's `.eh_frame` cannot follow it to a new address: it is
+    /// registered with the system unwinder (which holds its address), or an
+    /// FDE's start is not an absolute address that a move could rewrite.
     PositionDependent {
         /// Address of the block's first code byte.
         start: usize,
@@ -146,7 +147,7 @@ impl fmt::Display for HeapError {
             Self::ForeignGuard => write!(f, "{ForeignGuard}"),
             Self::PositionDependent { start } => write!(
                 f,
-                "block at {start:#x} has a registered .eh_frame with absolute addresses and cannot move"
+                "block at {start:#x} has an .eh_frame that cannot follow it (registered, or not absolute), so it cannot move"
             ),
             Self::NotPatchable { start } => write!(
                 f,

@@ -72,6 +72,12 @@ pub(crate) fn unwind_rows(info: &CodeInfo, code_start: usize, code_size: u64) ->
     })
 }
 
+/// A method's `.eh_frame` for its code moved from `from` to `to`, or `None`
+/// if it cannot be moved (see `jit_rows::relocate`).
+pub(crate) fn relocated_eh_frame(frame: &[u8], from: usize, to: usize) -> Option<Box<[u8]>> {
+    crate::agent::unwind::jit_rows::relocate(frame, from, to)
+}
+
 impl CodeHeader {
     /// The header of a method of `code_size` bytes with its unwind `rows`
     /// ([`unwind_rows`]).

@@ -705,7 +705,9 @@ impl CodeHeap {
     /// Moves a published method to a new address with the alignment it was
     /// reserved with: copies its code and info into a new block, publishes the
     /// copy, and frees the original through the grace period, as one step under
-    /// the heap lock. Emits a move event, not a load.
+    /// the heap lock. Emits a move event, not a load. The method's unwind rows
+    /// (by code offset) come along, and its `.eh_frame` is rewritten for the
+    /// new address ([`HeapError::PositionDependent`] if it cannot be).
     pub fn move_block(&self, code: CodeRef) -> Result<CodeRef, HeapError> {
         let offset = self.offset_of(code)?;
         let align = {
@@ -720,14 +722,18 @@ impl CodeHeap {
             Ok(header) => header.map(|h| {
                 // SAFETY: the block is live and we hold the lock, so its header
                 // cannot be retired or reclaimed meanwhile.
-                Arc::clone(unsafe { h.0.as_ref() }.shared_info())
+                let header = unsafe { h.0.as_ref() };
+                (
+                    Arc::clone(header.shared_info()),
+                    Box::<[_]>::from(header.unwind_rows()),
+                )
             }),
             Err(e) => {
                 w.free.release(target.extent.clone());
                 return Err(e);
             }
         };
-        let Some(info) = info else {
+        let Some((info, rows)) = info else {
             w.free.release(target.extent.clone());
             return Err(HeapError::NotAMethod { start: code.start });
         };
@@ -735,6 +741,25 @@ impl CodeHeap {
             w.free.release(target.extent.clone());
             return Err(HeapError::PositionDependent { start: code.start });
         }
+        // The `.eh_frame` names the code's address: it moves with the code,
+        // or the move is refused. (The rows are by code offset: they stay.)
+        let new_start = self.base() + target.start as usize;
+        let info = match &info.eh_frame {
+            None => info,
+            Some(eh) => match header::relocated_eh_frame(&eh.frame, code.start, new_start) {
+                Some(frame) => Arc::new(CodeInfo {
+                    eh_frame: Some(EhFrame {
+                        frame,
+                        header: eh.header.clone(),
+                    }),
+                    ..(*info).clone()
+                }),
+                None => {
+                    w.free.release(target.extent.clone());
+                    return Err(HeapError::PositionDependent { start: code.start });
+                }
+            },
+        };
         // SAFETY: the source block is live (checked under the lock that free needs),
         // so its bytes are committed and unchanging; the target is our reservation.
         let source = unsafe {
@@ -744,9 +769,6 @@ impl CodeHeap {
             )
         };
         target.code_mut().copy_from_slice(source);
-        // Under the lock, unlike a publish's: the info is the live block's,
-        // read under it. Moves are rare.
-        let rows = header::unwind_rows(&info, self.base() + target.start as usize, code.size);
         let moved = self.publish_locked(
             &mut w,
             Publish {

@@ -4,6 +4,7 @@
 use std::fmt;
 use std::ops::Deref;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use parking_lot::Mutex;
 
@@ -15,7 +16,7 @@ pub use pinned::{Lookup, ManagerGuard};
 
 use crate::epoch::{Domain, EpochError, Executor, Reader};
 use crate::events::Listeners;
-use crate::heap::{CodeHeap, HeapConfig, HeapError, HeapLookup, LiveBlock};
+use crate::heap::{CodeHeap, HeapConfig, HeapError, HeapLookup, LiveBlock, StubKind};
 use crate::hex::hex_struct;
 use crate::image::{ImageError, ImageInfo, ImageSection};
 use crate::perf::{PerfConfig, PerfError, PerfOutput};
@@ -183,6 +184,9 @@ struct Inner {
     /// Values handed to [`ExecutionManager::retire`], each with its retire
     /// tag, dropped once the domain's grace period has passed it.
     retired: Mutex<Vec<(u64, Box<dyn Send>)>>,
+    /// Bit k set: stubs of kind k push no frame
+    /// ([`ExecutionManager::declare_frameless_stub`]).
+    frameless_stubs: AtomicU32,
 }
 
 impl fmt::Debug for ExecutionManager {
@@ -253,6 +257,7 @@ impl ExecutionManager {
                 ranges,
                 listeners: Arc::new(Listeners::default()),
                 retired: Mutex::new(Vec::new()),
+                frameless_stubs: AtomicU32::new(0),
             }),
         }
     }
@@ -272,6 +277,47 @@ impl ExecutionManager {
     /// The listeners every heap of this manager emits code events to.
     pub fn listeners(&self) -> &Arc<Listeners> {
         &self.inner.listeners
+    }
+
+    /// Declares that stubs of `kind` push no frame: a thread stopped in one
+    /// has its caller's return address on top of its stack, and the frame
+    /// pointer still names the caller's caller (a trampoline that jumps on,
+    /// `jmp [cell]`, is such a stub). Stack walkers then step a stub of this
+    /// kind caught as the innermost frame by that rule instead of by its
+    /// frame pointer, which would skip the caller. Stubs of other kinds are
+    /// taken to keep frame pointers.
+    ///
+    /// ```
+    /// use jitmap::ExecutionManager;
+    /// use jitmap::heap::StubKind;
+    ///
+    /// let manager = ExecutionManager::new(2);
+    /// let trampoline = StubKind::new(3).unwrap();
+    /// assert!(!manager.is_frameless_stub(trampoline));
+    /// manager.declare_frameless_stub(trampoline);
+    /// assert!(manager.is_frameless_stub(trampoline));
+    /// ```
+    pub fn declare_frameless_stub(&self, kind: StubKind) {
+        // Relaxed: a walker that has not seen the bit yet steps the stub by
+        // its frame pointer, as before the declaration; nothing else is
+        // ordered by it.
+        self.inner
+            .frameless_stubs
+            .fetch_or(1 << kind.get(), Ordering::Relaxed);
+    }
+
+    /// Whether stubs of `kind` were declared frameless
+    /// ([`ExecutionManager::declare_frameless_stub`]).
+    pub fn is_frameless_stub(&self, kind: StubKind) -> bool {
+        self.frameless_stubs() & (1 << kind.get()) != 0
+    }
+
+    /// The frameless stub kinds, bit k for kind k: one load, for a walker in
+    /// a signal handler.
+    #[inline]
+    pub(crate) fn frameless_stubs(&self) -> u32 {
+        // Relaxed: as in `declare_frameless_stub`.
+        self.inner.frameless_stubs.load(Ordering::Relaxed)
     }
 
     /// The reader domain.

@@ -123,6 +123,19 @@ impl Frameless {
     pub fn jit_without_fp(&self, n: u64) -> u64 {
         drive_jit(self.jit_top, n)
     }
+
+    /// Moves `jit_top_nofp` (position-independent: it calls by absolute
+    /// address) to a new address in `heap` with [`OwnedHeap::move_block`],
+    /// and calls it there from now on. Returns the old and new starts. Call
+    /// it between runs: the old copy is freed.
+    pub fn move_jit_top(&mut self, heap: &OwnedHeap) -> Result<(usize, usize), jitmap::HeapError> {
+        let old = self._code[3];
+        let moved = heap.move_block(old)?;
+        self._code[3] = moved;
+        // SAFETY: the same function, published at its new start.
+        self.jit_top = unsafe { std::mem::transmute::<usize, Entry>(moved.start()) };
+        Ok((old.start(), moved.start()))
+    }
 }
 
 /// Room after each method's code for the unwinding tables `perf inject

@@ -56,6 +56,63 @@ pub(crate) fn rows(frame: &[u8], start: usize, size: u64) -> Box<[UnwindRow]> {
     out.into_boxed_slice()
 }
 
+/// `frame`, a method's `.eh_frame` built for its code at `from`, for the
+/// same code moved to `to`: every FDE's start (its only address, for the
+/// simple FDEs a JIT writes) shifted by the move. `None` when an FDE's start
+/// is not an absolute address (pc-relative, indirect) or the frame does not
+/// parse: such a frame cannot follow the code, and the move is refused.
+pub(crate) fn relocate(frame: &[u8], from: usize, to: usize) -> Option<Box<[u8]>> {
+    use gimli::{BaseAddresses, CieOrFde, EhFrame, LittleEndian, UnwindSection, constants};
+    let section = EhFrame::new(frame, LittleEndian);
+    let bases = BaseAddresses::default().set_eh_frame(frame.as_ptr() as u64);
+    let mut out = frame.to_vec();
+    let mut entries = section.entries(&bases);
+    loop {
+        let entry = entries.next().ok()?;
+        let Some(entry) = entry else {
+            break;
+        };
+        let CieOrFde::Fde(partial) = entry else {
+            continue;
+        };
+        let fde = partial.parse(|s, b, o| s.cie_from_offset(b, o)).ok()?;
+        let offset = fde.offset();
+        // The initial length (4 bytes, or 0xffffffff and 8 more), then the
+        // CIE pointer (4 or 8 bytes), then the start.
+        let length = u32::from_le_bytes(frame.get(offset..offset + 4)?.try_into().ok()?);
+        let at = if length == u32::MAX {
+            offset + 20
+        } else {
+            offset + 8
+        };
+        let encoding = fde
+            .cie()
+            .fde_address_encoding()
+            .unwrap_or(constants::DW_EH_PE_absptr);
+        if encoding.0 & 0xF0 != 0 {
+            return None; // relative to something, or indirect
+        }
+        let width = match encoding.0 & 0x0F {
+            0x00 | 0x04 | 0x0C => 8, // absptr, udata8, sdata8
+            0x03 | 0x0B => 4,        // udata4, sdata4
+            _ => return None,
+        };
+        let field = out.get_mut(at..at + width)?;
+        let mut bytes = [0u8; 8];
+        bytes[..width].copy_from_slice(field);
+        let start = u64::from_le_bytes(bytes);
+        if start != fde.initial_address() {
+            return None;
+        }
+        let moved = start.wrapping_sub(from as u64).wrapping_add(to as u64);
+        if width == 4 && u32::try_from(moved).is_err() {
+            return None;
+        }
+        field.copy_from_slice(&moved.to_le_bytes()[..width]);
+    }
+    Some(out.into_boxed_slice())
+}
+
 /// The row at `offset` for `rule`.
 fn row(offset: u32, rule: Result<Rule, StackEnd>) -> UnwindRow {
     let unsupported = UnwindRow {
@@ -102,6 +159,58 @@ fn row(offset: u32, rule: Result<Rule, StackEnd>) -> UnwindRow {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An `.eh_frame` with one CIE (FDE starts encoded as `pointer`) and one
+    /// FDE for 32 bytes at `start`.
+    fn frame(start: u64, pointer: gimli::DwEhPe) -> Vec<u8> {
+        use gimli::write::{
+            Address, CallFrameInstruction, CommonInformationEntry, EhFrame, EndianVec,
+            FrameDescriptionEntry, FrameTable,
+        };
+        let encoding = gimli::Encoding {
+            format: gimli::Format::Dwarf32,
+            version: 1,
+            address_size: 8,
+        };
+        let mut cie = CommonInformationEntry::new(encoding, 1, -8, gimli::X86_64::RA);
+        cie.fde_address_encoding = pointer;
+        cie.add_instruction(CallFrameInstruction::Cfa(gimli::X86_64::RSP, 8));
+        cie.add_instruction(CallFrameInstruction::Offset(gimli::X86_64::RA, -8));
+        let mut table = FrameTable::default();
+        let cie = table.add_cie(cie);
+        let mut fde = FrameDescriptionEntry::new(Address::Constant(start), 32);
+        fde.add_instruction(4, CallFrameInstruction::CfaOffset(16));
+        table.add_fde(cie, fde);
+        let mut section = EhFrame(EndianVec::new(gimli::RunTimeEndian::Little));
+        table.write_eh_frame(&mut section).unwrap();
+        section.0.into_vec()
+    }
+
+    #[test]
+    fn a_frame_moves_with_its_code_or_is_refused() {
+        let (from, to) = (0x7f00_1000_0000usize, 0x7f00_2000_0040usize);
+        for pointer in [gimli::DW_EH_PE_absptr, gimli::DW_EH_PE_udata8] {
+            let old = frame(from as u64, pointer);
+            let moved = relocate(&old, from, to).unwrap();
+            // Exactly what a frame built for the new address holds.
+            assert_eq!(&*moved, &frame(to as u64, pointer)[..], "{pointer:?}");
+            // And it evaluates to the same rows at the new address.
+            assert_eq!(rows(&moved, to, 32), rows(&old, from, 32));
+            assert_eq!(rows(&moved, to, 32).len(), 2);
+        }
+        // 4-byte starts move while the new start fits.
+        let old = frame(0x1000, gimli::DW_EH_PE_udata4);
+        assert_eq!(
+            &*relocate(&old, 0x1000, 0x2000).unwrap(),
+            &frame(0x2000, gimli::DW_EH_PE_udata4)[..]
+        );
+        assert_eq!(relocate(&old, 0x1000, 1 << 40), None);
+        // A pc-relative start is not the code's address: refused.
+        let relative = gimli::DwEhPe(gimli::DW_EH_PE_pcrel.0 | gimli::DW_EH_PE_sdata4.0);
+        assert_eq!(relocate(&frame(0x1000, relative), 0x1000, 0x2000), None);
+        // Not a frame.
+        assert_eq!(relocate(&[0xff; 12], 0x1000, 0x2000), None);
+    }
 
     #[test]
     fn a_rule_survives_its_row_and_offsets_find_their_row() {
