@@ -629,3 +629,148 @@ fn perf_modes_parse() {
     assert_eq!("off".parse(), Ok(PerfMode::Off));
     assert!("JITDUMP".parse::<PerfMode>().is_err());
 }
+
+/// Set in the child of `a_dump_that_cannot_be_written_ends_at_its_last_whole_record`:
+/// the directory its outputs go to.
+const FULL_DISK_CHILD: &str = "JITMAP_TEST_FULL_DISK_DIR";
+/// The child's file-size limit: what a full disk looks like to a writer.
+const FILE_LIMIT: u64 = 64 * 1024;
+/// Methods the child publishes (about 1.5 KB of jitdump and 0.4 KB of perf
+/// map each: both outputs overflow the limit).
+const FULL_DISK_METHODS: u64 = 200;
+
+/// The child: publishes with both outputs under `RLIMIT_FSIZE`, then prints
+/// what each wrote and lost.
+fn full_disk_child(dir: &std::path::Path) {
+    let limit = libc::rlimit {
+        rlim_cur: FILE_LIMIT,
+        rlim_max: FILE_LIMIT,
+    };
+    // SAFETY: plain system calls; writing past the limit then fails with
+    // EFBIG instead of raising SIGXFSZ, which is ignored.
+    unsafe {
+        assert_eq!(libc::setrlimit(libc::RLIMIT_FSIZE, &limit), 0);
+        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+    }
+    let manager = jitmap::ExecutionManager::new(2);
+    let output = jitmap::perf::PerfConfig {
+        mode: PerfMode::Both,
+        dir: dir.to_path_buf(),
+    }
+    .install(manager.listeners())
+    .unwrap();
+    let heap = manager.create_heap(jitmap::HeapConfig::default()).unwrap();
+    let mut code = Vec::new();
+    for i in 0..FULL_DISK_METHODS {
+        let mut r = heap.reserve(1000).unwrap();
+        r.code_mut().fill(0xC3);
+        let name = format!("m{i:04}_{}", "x".repeat(400));
+        code.push(
+            r.publish(CodeInfo::new(i, name, JitKind::Optimized))
+                .unwrap(),
+        );
+    }
+    // Events reach the writers on the dispatcher thread: wait for all.
+    manager.listeners().flush();
+    let dump = output.jitdump.as_ref().unwrap();
+    let map = output.perf_map.as_ref().unwrap();
+    let errno = |f: Option<jitmap::perf::WriteFailure>| f.and_then(|f| f.errno).unwrap_or(0);
+    println!(
+        "dump {} lost {} errno {}",
+        dump.path().display(),
+        dump.lost(),
+        errno(dump.failure())
+    );
+    println!(
+        "map {} lost {} errno {}",
+        map.path().display(),
+        map.lost(),
+        errno(map.failure())
+    );
+    for warning in output.warnings() {
+        println!("warning {warning}");
+    }
+}
+
+/// Writes past a file-size limit fail (part of a record may be written
+/// first): each output stops there, cut back to its last whole record, and
+/// reports exactly how much it lost and why.
+#[test]
+fn a_dump_that_cannot_be_written_ends_at_its_last_whole_record() {
+    if let Some(dir) = std::env::var_os(FULL_DISK_CHILD) {
+        full_disk_child(std::path::Path::new(&dir));
+        return;
+    }
+    let dir = temp_dir("full-disk");
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "a_dump_that_cannot_be_written_ends_at_its_last_whole_record",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(FULL_DISK_CHILD, &dir)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = |what: &str| -> (PathBuf, u64, i32) {
+        let l = stdout
+            .lines()
+            .find_map(|l| {
+                l.find(&format!("{what} /"))
+                    .map(|at| &l[at + what.len() + 1..])
+            })
+            .unwrap_or_else(|| panic!("no {what} line in {stdout}"));
+        let f: Vec<&str> = l.split(' ').collect();
+        (f[0].into(), f[2].parse().unwrap(), f[4].parse().unwrap())
+    };
+
+    let (path, lost, errno) = line("dump");
+    let bytes = std::fs::read(&path).unwrap();
+    assert!(bytes.len() as u64 <= FILE_LIMIT);
+    let report = check(&bytes);
+    assert_eq!(report.violations, vec![], "the dump does not validate");
+    assert_eq!(
+        report.clean_len,
+        bytes.len(),
+        "the dump ends in a torn record"
+    );
+    let loads = report
+        .records
+        .iter()
+        .filter(|r| matches!(r.body, Body::Load { .. }))
+        .count() as u64;
+    assert!(loads > 0 && lost > 0, "{loads} loads, {lost} lost");
+    assert_eq!(
+        loads + lost,
+        FULL_DISK_METHODS,
+        "every method written or counted lost"
+    );
+    assert_eq!(errno, libc::EFBIG);
+
+    let (path, lost, errno) = line("map");
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.ends_with('\n'), "the map ends in a torn line");
+    let lines = text.lines().count() as u64;
+    assert!(lines > 0 && lost > 0, "{lines} lines, {lost} lost");
+    assert_eq!(lines + lost, FULL_DISK_METHODS);
+    assert_eq!(errno, libc::EFBIG);
+    // The warnings a tool prints name both losses.
+    let warnings: Vec<&str> = stdout.lines().filter(|l| l.contains("warning /")).collect();
+    assert_eq!(warnings.len(), 2, "{stdout}");
+    assert!(
+        warnings[0].contains(&format!(
+            "{} code events not written",
+            FULL_DISK_METHODS - loads
+        )),
+        "{}",
+        warnings[0]
+    );
+    assert!(warnings[0].contains("File too large"), "{}", warnings[0]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

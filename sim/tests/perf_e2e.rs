@@ -82,3 +82,59 @@ fn real_perf_names_jit_functions() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `spin` with its outputs on a file-size limit (a full disk, as a writer
+/// sees it): the dump and the map stop at their last whole record, and the
+/// command says on stderr how many events each lost and why.
+#[test]
+fn outputs_cut_short_by_a_full_disk_are_reported_and_stay_valid() {
+    let dir = temp_dir("full-disk-spin");
+    // 64 KiB files; SIGXFSZ ignored, so a write past the limit fails with
+    // EFBIG as a write to a full disk fails with ENOSPC.
+    let out = Command::new("bash")
+        .args([
+            "-c",
+            "trap '' XFSZ; ulimit -f 64; exec \"$0\" spin --functions 4 --churn --seconds 1 --perf both",
+            SIM,
+        ])
+        .env("JITMAP_PERF_DIR", &dir)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let warning = |what: &str| {
+        stderr
+            .lines()
+            .find(|l| l.contains(what))
+            .unwrap_or_else(|| panic!("no warning for {what} in {stderr}"))
+            .to_owned()
+    };
+    let dump = warning(".dump:");
+    assert!(
+        dump.contains("code events not written after a write failed: File too large"),
+        "{dump}"
+    );
+    let lost: u64 = dump
+        .split(".dump: ")
+        .nth(1)
+        .and_then(|s| s.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no count in {dump}"));
+    assert!(lost > 0, "{dump}");
+    let map = warning(".map:");
+    assert!(
+        map.contains("lines not written after a write failed: File too large"),
+        "{map}"
+    );
+    let path = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "dump"))
+        .unwrap();
+    let bytes = std::fs::read(&path).unwrap();
+    let report = check(&bytes);
+    assert_eq!(report.violations, vec![], "the dump does not validate");
+    assert_eq!(report.clean_len, bytes.len());
+    assert!(bytes.len() <= 64 * 1024);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

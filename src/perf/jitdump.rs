@@ -6,7 +6,7 @@
 //! its `.eh_frame_hdr`; debug and unwinding records apply to the next load.
 
 use std::collections::HashMap;
-use std::fs::{File, OpenOptions};
+use std::fs::OpenOptions;
 use std::io::{self, IoSlice, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
+use super::records::{RecordFile, WriteFailure};
 use super::{PerfError, Singleton};
 pub use crate::events::current_tid;
 use crate::events::{CodeEvent, CodeListener, monotonic_ns};
@@ -213,23 +214,8 @@ pub fn encode_close(timestamp: u64) -> Vec<u8> {
     out
 }
 
-/// Writes all of `bufs` with as few `writev` calls as the kernel allows (one for
-/// any regular file write that fits), so a killed process leaves whole records.
-fn write_all_vectored(file: &mut File, bufs: &mut [IoSlice<'_>]) -> io::Result<()> {
-    let mut bufs = bufs;
-    while !bufs.is_empty() {
-        match file.write_vectored(bufs) {
-            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(n) => IoSlice::advance_slices(&mut bufs, n),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
-}
-
 struct State {
-    file: File,
+    file: RecordFile,
     next_index: u64,
     /// Code index of the code at each start, for move records.
     index_of: HashMap<usize, u64>,
@@ -288,7 +274,7 @@ impl JitDump {
             path,
             pid,
             state: Mutex::new(State {
-                file,
+                file: RecordFile::new(file, HEADER_SIZE as u64),
                 next_index: 0,
                 index_of: HashMap::new(),
             }),
@@ -303,10 +289,36 @@ impl JitDump {
         &self.path
     }
 
-    /// Write failures so far (events cannot return errors to the heap).
+    /// Events that could not be written (events cannot return errors to
+    /// the heap): a move of code the dump has no load of, and every event
+    /// [`JitDump::lost`] counts.
     pub fn errors(&self) -> u64 {
         // Relaxed: a statistic.
         self.errors.load(Ordering::Relaxed)
+    }
+
+    /// Code events (a load with its debug and unwinding records, or a move)
+    /// lost since a write failed: the one whose write failed and every one
+    /// after. The dump stops at its first failed write, cut back to its last
+    /// whole record, so it stays valid for `perf inject`; see
+    /// [`JitDump::failure`] for why.
+    ///
+    /// ```
+    /// let dir = std::env::temp_dir().join(format!("jitmap-lost-doc-{}", std::process::id()));
+    /// std::fs::create_dir_all(&dir)?;
+    /// let dump = jitmap::perf::JitDump::open(&dir)?;
+    /// assert_eq!((dump.lost(), dump.failure()), (0, None));
+    /// # drop(dump);
+    /// # std::fs::remove_dir_all(&dir)?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn lost(&self) -> u64 {
+        self.state.lock().file.lost()
+    }
+
+    /// The error of the write that stopped the dump, if one failed.
+    pub fn failure(&self) -> Option<WriteFailure> {
+        self.state.lock().file.failure().cloned()
     }
 
     /// Methods whose unwinding tables were written but not mapped for perf:
@@ -317,6 +329,15 @@ impl JitDump {
     pub fn unmapped_tables(&self) -> u64 {
         // Relaxed: a statistic.
         self.unmapped_tables.load(Ordering::Relaxed)
+    }
+
+    /// Appends one event's records, whole or not at all.
+    fn append(s: &mut State, bufs: &mut [IoSlice<'_>]) -> io::Result<()> {
+        if s.file.append(bufs) {
+            Ok(())
+        } else {
+            Err(io::Error::other("not written"))
+        }
     }
 
     fn write_event(&self, event: &CodeEvent) -> io::Result<()> {
@@ -359,7 +380,7 @@ impl JitDump {
                     .collect();
                 bufs.push(IoSlice::new(&prefix));
                 bufs.push(IoSlice::new(&load.code));
-                write_all_vectored(&mut s.file, &mut bufs)
+                Self::append(&mut s, &mut bufs)
             }
             CodeEvent::Move(mv) => {
                 let Some(index) = s.index_of.remove(&mv.old_start) else {
@@ -375,7 +396,7 @@ impl JitDump {
                     mv.size,
                     index,
                 );
-                s.file.write_all(&record)
+                Self::append(&mut s, &mut [IoSlice::new(&record)])
             }
             CodeEvent::Free(free) => {
                 s.index_of.remove(&free.start);
@@ -399,6 +420,8 @@ impl Drop for JitDump {
         let record = encode_close(monotonic_ns());
         // A close record is optional (the end of the file means the same), and a
         // destructor has no one to report a failure to.
-        let _ = self.state.get_mut().file.write_all(&record);
+        if let Some(file) = self.state.get_mut().file.file_mut() {
+            let _ = file.write_all(&record);
+        }
     }
 }

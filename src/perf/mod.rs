@@ -6,6 +6,7 @@
 pub mod check;
 pub mod jitdump;
 pub mod perfmap;
+mod records;
 mod unwinding;
 
 use std::fmt;
@@ -15,6 +16,7 @@ use std::sync::Arc;
 
 pub use jitdump::JitDump;
 pub use perfmap::PerfMap;
+pub use records::WriteFailure;
 
 use crate::events::{CodeListener, Listeners};
 
@@ -130,6 +132,36 @@ pub struct PerfOutput {
     pub jitdump: Option<Arc<JitDump>>,
     /// The perf map writer, if enabled.
     pub perf_map: Option<Arc<PerfMap>>,
+}
+
+impl PerfOutput {
+    /// One line per output that stopped on a failed write, with what it
+    /// lost and why: what a tool prints on stderr at its end, so that a
+    /// full disk never leaves a profile silently incomplete.
+    ///
+    /// ```
+    /// let output = jitmap::perf::PerfOutput::default();
+    /// assert!(output.warnings().is_empty());
+    /// ```
+    pub fn warnings(&self) -> Vec<String> {
+        let jitdump = self.jitdump.as_ref().and_then(|j| {
+            let failure = j.failure()?;
+            Some(format!(
+                "{}: {} code events not written after a write failed: {failure}; the dump ends at its last whole record",
+                j.path().display(),
+                j.lost()
+            ))
+        });
+        let perf_map = self.perf_map.as_ref().and_then(|m| {
+            let failure = m.failure()?;
+            Some(format!(
+                "{}: {} lines not written after a write failed: {failure}; the map ends at its last whole line",
+                m.path().display(),
+                m.lost()
+            ))
+        });
+        jitdump.into_iter().chain(perf_map).collect()
+    }
 }
 
 /// Why profiler output could not be set up.

@@ -1,14 +1,15 @@
 //! The perf map: `perf-<pid>.map`, one `START SIZE name` line (hex) per function,
 //! the simplest way to let `perf report` name JIT code.
 
-use std::fs::{File, OpenOptions};
-use std::io::{self, Write};
+use std::fs::OpenOptions;
+use std::io::{self, IoSlice};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
+use super::records::{RecordFile, WriteFailure};
 use super::{PerfError, Singleton};
 use crate::events::{CodeEvent, CodeListener};
 
@@ -28,7 +29,7 @@ pub fn map_line(start: usize, size: u64, name: &str) -> String {
 /// A perf map file for this process.
 pub struct PerfMap {
     path: PathBuf,
-    file: Mutex<File>,
+    file: Mutex<RecordFile>,
     errors: AtomicU64,
 }
 
@@ -58,7 +59,7 @@ impl PerfMap {
             .open(&path)?;
         Ok(Self {
             path,
-            file: Mutex::new(file),
+            file: Mutex::new(RecordFile::new(file, 0)),
             errors: AtomicU64::new(0),
         })
     }
@@ -68,10 +69,22 @@ impl PerfMap {
         &self.path
     }
 
-    /// Write failures so far.
+    /// Lines not written so far (the same count as [`PerfMap::lost`]).
     pub fn errors(&self) -> u64 {
         // Relaxed: a statistic.
         self.errors.load(Ordering::Relaxed)
+    }
+
+    /// Lines lost since a write failed: the one whose write failed and every
+    /// one after. The map stops at its first failed write, cut back to its
+    /// last whole line; [`PerfMap::failure`] says why.
+    pub fn lost(&self) -> u64 {
+        self.file.lock().lost()
+    }
+
+    /// The error of the write that stopped the map, if one failed.
+    pub fn failure(&self) -> Option<WriteFailure> {
+        self.file.lock().failure().cloned()
     }
 }
 
@@ -83,7 +96,11 @@ impl CodeListener for PerfMap {
             CodeEvent::Free(_) => return,
         };
         // One write per line, so a reader never sees half a line from us.
-        if self.file.lock().write_all(line.as_bytes()).is_err() {
+        if !self
+            .file
+            .lock()
+            .append(&mut [IoSlice::new(line.as_bytes())])
+        {
             // Relaxed: a statistic.
             self.errors.fetch_add(1, Ordering::Relaxed);
         }

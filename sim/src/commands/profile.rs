@@ -68,7 +68,7 @@ pub fn run(o: Options) -> CliResult {
         ClockArg::Wall => Clock::Wall,
     };
     let manager = jitmap::ExecutionManager::new(16);
-    let _perf = manager.perf_from_env().map_err(CliError::input)?;
+    let perf = manager.perf_from_env().map_err(CliError::input)?;
     let serve = super::run::loopback(o.serve)?;
     let run = profile::run_with(
         &manager,
@@ -101,6 +101,9 @@ pub fn run(o: Options) -> CliResult {
     }
     if let Some(warning) = dropped_warning(run.profile.taken, run.profile.dropped) {
         eprintln!("jitmap-sim profile: {warning}");
+    }
+    for warning in perf.warnings() {
+        eprintln!("jitmap-sim profile: warning: {warning}");
     }
     Ok(Outcome::from_ok(run.wrong == 0))
 }

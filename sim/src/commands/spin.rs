@@ -112,5 +112,8 @@ pub fn run(o: Options) -> CliResult {
         text += &format!("perf-map {}\n", m.path().display());
     }
     emit(&text)?;
+    for warning in output.warnings() {
+        eprintln!("jitmap-sim spin: warning: {warning}");
+    }
     Ok(Outcome::from_ok(wrong == 0))
 }

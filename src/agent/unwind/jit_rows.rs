@@ -59,23 +59,22 @@ pub(crate) fn rows(frame: &[u8], start: usize, size: u64) -> Box<[UnwindRow]> {
 /// `frame`, a method's `.eh_frame` built for its code at `from`, for the
 /// same code moved to `to`: every FDE's start (its only address, for the
 /// simple FDEs a JIT writes) shifted by the move. `None` when an FDE's start
-/// is not an absolute address (pc-relative, indirect) or the frame does not
-/// parse: such a frame cannot follow the code, and the move is refused.
+/// is not an absolute address (pc-relative, indirect): such a frame cannot
+/// follow the code, and the move is refused. Bytes past the last entry that
+/// parses name no address this could know of, and stay as they are.
 pub(crate) fn relocate(frame: &[u8], from: usize, to: usize) -> Option<Box<[u8]>> {
     use gimli::{BaseAddresses, CieOrFde, EhFrame, LittleEndian, UnwindSection, constants};
     let section = EhFrame::new(frame, LittleEndian);
     let bases = BaseAddresses::default().set_eh_frame(frame.as_ptr() as u64);
     let mut out = frame.to_vec();
     let mut entries = section.entries(&bases);
-    loop {
-        let entry = entries.next().ok()?;
-        let Some(entry) = entry else {
-            break;
-        };
+    while let Ok(Some(entry)) = entries.next() {
         let CieOrFde::Fde(partial) = entry else {
             continue;
         };
-        let fde = partial.parse(|s, b, o| s.cie_from_offset(b, o)).ok()?;
+        let Ok(fde) = partial.parse(|s, b, o| s.cie_from_offset(b, o)) else {
+            break;
+        };
         let offset = fde.offset();
         // The initial length (4 bytes, or 0xffffffff and 8 more), then the
         // CIE pointer (4 or 8 bytes), then the start.
@@ -208,8 +207,11 @@ mod tests {
         // A pc-relative start is not the code's address: refused.
         let relative = gimli::DwEhPe(gimli::DW_EH_PE_pcrel.0 | gimli::DW_EH_PE_sdata4.0);
         assert_eq!(relocate(&frame(0x1000, relative), 0x1000, 0x2000), None);
-        // Not a frame.
-        assert_eq!(relocate(&[0xff; 12], 0x1000, 0x2000), None);
+        // Not a frame: no address to move, the bytes stay.
+        assert_eq!(
+            relocate(&[0xff; 12], 0x1000, 0x2000).as_deref(),
+            Some(&[0xff; 12][..])
+        );
     }
 
     #[test]
