@@ -148,3 +148,80 @@ fn serving_another_address_than_loopback_is_refused() {
         "only a loopback address",
     );
 }
+
+/// Threads of process `pid`.
+fn threads_of(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .count()
+}
+
+/// 1,000 connections that send half a request head and wait: the host's
+/// threads stay where they were, a real profile request is still answered,
+/// and every idle connection is answered (503 when pushed out by newer
+/// ones, 408 at the head timeout) and closed.
+#[test]
+fn idle_connections_cost_no_thread_and_are_closed() {
+    use std::io::Read;
+    const IDLE: usize = 1000;
+    let _one = one_run();
+    // The client side holds every connection: room for them.
+    // SAFETY: plain system calls on a local struct.
+    unsafe {
+        let mut limit: libc::rlimit = std::mem::zeroed();
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit);
+        limit.rlim_cur = limit.rlim_max.max(limit.rlim_cur);
+        libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+    }
+    let host = serving("60");
+    let h = host.1.as_str();
+    assert_eq!(get(h, "/debug/pprof/").0, 200);
+    let before = threads_of(host.0.id());
+    let opened = std::time::Instant::now();
+    let idle: Vec<TcpStream> = (0..IDLE)
+        .map(|_| {
+            let mut s = TcpStream::connect(h).unwrap();
+            s.write_all(b"GET /debug/pprof/prof").unwrap();
+            s
+        })
+        .collect();
+    let during = threads_of(host.0.id());
+    assert!(
+        during <= before,
+        "{before} threads before {IDLE} idle connections, {during} with them"
+    );
+    // A real client, after the flood, is answered.
+    let (status, body) = get(h, "/debug/pprof/profile?seconds=1");
+    assert_eq!(status, 200);
+    assert_eq!(&body[..2], &[0x1f, 0x8b], "gzipped");
+    // Every idle connection gets an answer and its end.
+    let mut codes = std::collections::BTreeMap::new();
+    for mut s in idle {
+        s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        let mut answer = Vec::new();
+        if let Err(e) = s.read_to_end(&mut answer) {
+            assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset, "{e}");
+        }
+        let code = String::from_utf8_lossy(&answer)
+            .split_whitespace()
+            .nth(1)
+            .unwrap_or("none")
+            .to_owned();
+        *codes.entry(code).or_insert(0usize) += 1;
+    }
+    let closed_after = opened.elapsed();
+    assert_eq!(codes.values().sum::<usize>(), IDLE);
+    assert!(codes.keys().all(|c| c == "503" || c == "408"), "{codes:?}");
+    // The last ones wait out the head timeout (5 s); all are closed well
+    // within twice that on a loaded machine.
+    assert!(codes.get("408").copied().unwrap_or(0) >= 1, "{codes:?}");
+    assert!(
+        closed_after < Duration::from_secs(30),
+        "idle connections closed after {closed_after:?}"
+    );
+    println!(
+        "{IDLE} idle connections: {codes:?}, threads {before} -> {during}, all closed in {closed_after:?}"
+    );
+    // The host still serves.
+    assert_eq!(get(h, "/debug/pprof/").0, 200);
+}

@@ -155,9 +155,8 @@ fn windows_hold_their_own_samples_and_requests_leak_nothing() {
         drop(stop_worker);
         worker.join().unwrap();
     });
-    // Stopping the agent stops the server. Its listening socket belongs to
-    // tiny_http's own accept thread, which the server wakes and lets go
-    // rather than joins: the port closes within moments, not at once.
+    // Stopping the agent stops the server and joins its threads, which
+    // close the port (waited for, to be safe on a loaded machine).
     agent.stop();
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     while TcpStream::connect(&address).is_ok() {

@@ -12,16 +12,29 @@
 //! `threadcreate`, `trace`, `cmdline` and `symbol`, which describe a Go
 //! runtime; frames arrive named, so no client needs `symbol`.
 //!
-//! A bad or out-of-range `seconds` gets 400 with a one-line reason; a
-//! profile asked for while one is being taken gets 409; a client that goes
-//! away mid-profile only loses its answer. The server runs on threads of its
-//! own and never touches the signal path; stopping the agent stops it.
+//! A bad or out-of-range `seconds` gets 400 with a one-line reason, another
+//! method than GET 405; a profile asked for while one is being taken gets
+//! 409; a client that goes away mid-profile only loses its answer.
+//!
+//! What it costs is bounded, whatever its clients do: two threads (one reads
+//! every connection's request head, with `poll`, and answers all but
+//! profiles; one takes the profile windows), at most [`MAX_WAITING`]
+//! connections waiting for their head (a new one pushes out the oldest,
+//! which is answered 503, so an idle flood cannot keep a real client out),
+//! [`HEAD_TIMEOUT`] to send a head (408 after it) of at most [`MAX_HEAD`]
+//! bytes (431 beyond). It never touches the signal path; stopping the agent
+//! stops it and closes its port.
 
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::collections::VecDeque;
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::{AgentError, Shared};
 
@@ -29,48 +42,84 @@ use super::{AgentError, Shared};
 pub const MAX_SECONDS: u64 = 300;
 /// The window when a request names none, in seconds (Go's default).
 pub const DEFAULT_SECONDS: u64 = 30;
+/// How long a connection may take to send its request head.
+pub const HEAD_TIMEOUT: Duration = Duration::from_secs(5);
+/// Connections waiting for their request head at once.
+pub const MAX_WAITING: usize = 64;
+/// The largest request head read.
+pub const MAX_HEAD: usize = 8 * 1024;
+/// How long writing one answer may block (a client that does not read).
+const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The running endpoint; [`super::Agent::stop`] (or dropping the agent)
 /// stops it.
 pub(super) struct Server {
-    server: Arc<tiny_http::Server>,
-    accept: Option<JoinHandle<()>>,
-    stopping: Arc<AtomicBool>,
     address: SocketAddr,
+    stopping: Arc<AtomicBool>,
+    /// Written to wake the reading thread's `poll` when stopping.
+    wake: UnixStream,
+    threads: Vec<JoinHandle<()>>,
 }
 
 impl Server {
-    /// Binds `address` and starts answering on a thread of its own.
+    /// Binds `address` and starts its two threads.
     pub(super) fn start(
         shared: Arc<Shared>,
         address: impl ToSocketAddrs,
         period_ns: u64,
     ) -> Result<Self, AgentError> {
-        let server = tiny_http::Server::http(address).map_err(|e| AgentError::Serve {
-            reason: e.to_string(),
-        })?;
-        let address = server
-            .server_addr()
-            .to_ip()
-            .ok_or_else(|| AgentError::Serve {
-                reason: "not an IP address".into(),
-            })?;
-        let server = Arc::new(server);
+        let serve = |reason: String| AgentError::Serve { reason };
+        let listener = TcpListener::bind(address).map_err(|e| serve(e.to_string()))?;
+        let address = listener.local_addr().map_err(|e| serve(e.to_string()))?;
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| serve(e.to_string()))?;
+        let (wake, woken) = UnixStream::pair().map_err(|e| serve(e.to_string()))?;
         let stopping = Arc::new(AtomicBool::new(false));
-        let accept = {
-            let (server, stopping) = (Arc::clone(&server), Arc::clone(&stopping));
+        // One profile at a time: `profiling` is set when one is handed over
+        // and cleared when its window closes, so the channel holds at most one.
+        let (jobs, work) = std::sync::mpsc::sync_channel::<Job>(1);
+        let profiling = Arc::new(AtomicBool::new(false));
+        let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {
             std::thread::Builder::new()
-                .name("jitmap-pprof".into())
-                .spawn(move || accept(&server, &shared, &stopping, period_ns))
-                .map_err(|e| AgentError::Serve {
-                    reason: format!("spawning the server thread: {e}"),
-                })?
+                .name(name.into())
+                .spawn(f)
+                .map_err(|e| serve(format!("spawning {name}: {e}")))
+        };
+        let worker = {
+            let (shared, stopping) = (Arc::clone(&shared), Arc::clone(&stopping));
+            let profiling = Arc::clone(&profiling);
+            spawn(
+                "jitmap-pprof-profile",
+                Box::new(move || profiles(&work, &shared, &stopping, &profiling, period_ns)),
+            )?
+        };
+        let reader = {
+            let stopping = Arc::clone(&stopping);
+            let connections = Connections {
+                listener,
+                woken,
+                waiting: VecDeque::new(),
+                jobs,
+                profiling,
+                shared,
+                stopping,
+            };
+            spawn("jitmap-pprof", Box::new(move || connections.run()))
+        };
+        let reader = match reader {
+            Ok(reader) => reader,
+            Err(e) => {
+                // The worker's channel closed with the unspawned closure.
+                let _ = worker.join();
+                return Err(e);
+            }
         };
         Ok(Self {
-            server,
-            accept: Some(accept),
-            stopping,
             address,
+            stopping,
+            wake,
+            threads: vec![reader, worker],
         })
     }
 
@@ -79,15 +128,16 @@ impl Server {
         self.address
     }
 
-    /// Stops accepting, ends a window in progress early and waits for the
-    /// server's threads.
+    /// Stops reading, ends a window in progress early, closes the port and
+    /// waits for both threads.
     pub(super) fn stop(&mut self) {
-        // Release: a profile thread that sees the flag ends its window.
+        // Release: the threads that see the flag end their work.
         self.stopping.store(true, Ordering::Release);
-        self.server.unblock();
-        if let Some(accept) = self.accept.take() {
-            // The accept loop cannot panic short of a bug; nothing to report.
-            let _ = accept.join();
+        // Wakes `poll`; if the buffer is full a wake is pending already.
+        let _ = self.wake.write(&[1]);
+        for thread in self.threads.drain(..) {
+            // Neither loop panics short of a bug; nothing to report.
+            let _ = thread.join();
         }
     }
 }
@@ -96,6 +146,313 @@ impl Drop for Server {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// A profile to take and answer on `stream`.
+struct Job {
+    stream: TcpStream,
+    seconds: u64,
+}
+
+/// A connection waiting for its request head.
+struct Waiting {
+    stream: TcpStream,
+    head: Vec<u8>,
+    deadline: Instant,
+}
+
+/// The reading thread's state: the listener, and every connection whose
+/// head has not arrived.
+struct Connections {
+    listener: TcpListener,
+    woken: UnixStream,
+    waiting: VecDeque<Waiting>,
+    jobs: SyncSender<Job>,
+    /// A profile was handed over and its window has not closed.
+    profiling: Arc<AtomicBool>,
+    shared: Arc<Shared>,
+    stopping: Arc<AtomicBool>,
+}
+
+impl Connections {
+    /// Waits on the listener and the waiting connections until stopped.
+    fn run(mut self) {
+        loop {
+            let now = Instant::now();
+            let timeout = self
+                .waiting
+                .iter()
+                .map(|w| w.deadline.saturating_duration_since(now))
+                .min()
+                .map_or(-1, |d| d.as_millis().min(60_000) as i32 + 1);
+            let mut fds: Vec<libc::pollfd> = [self.woken.as_raw_fd(), self.listener.as_raw_fd()]
+                .into_iter()
+                .chain(self.waiting.iter().map(|w| w.stream.as_raw_fd()))
+                .map(|fd| libc::pollfd {
+                    fd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                })
+                .collect();
+            // SAFETY: `fds` is a valid array of `fds.len()` pollfds.
+            let ready = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout) };
+            // Acquire: pairs with `Server::stop`.
+            if self.stopping.load(Ordering::Acquire) {
+                return;
+            }
+            if ready < 0 {
+                continue; // EINTR
+            }
+            // Heads first (their indices are the current ones), then new
+            // connections, then deadlines.
+            let readable: Vec<bool> = fds[2..].iter().map(|p| p.revents != 0).collect();
+            let mut i = 0;
+            for ready in readable {
+                if ready {
+                    if let Some(done) = self.read_head(i) {
+                        self.answer(done);
+                        continue; // `i` now names the next connection
+                    }
+                }
+                i += 1;
+            }
+            if fds[1].revents != 0 {
+                self.accept();
+            }
+            let now = Instant::now();
+            while let Some(pos) = self.waiting.iter().position(|w| w.deadline <= now) {
+                if let Some(w) = self.waiting.remove(pos) {
+                    let reason = format!("no request head within {} s\n", HEAD_TIMEOUT.as_secs());
+                    respond(w.stream, 408, TEXT, reason.as_bytes());
+                }
+            }
+        }
+    }
+
+    /// Accepts every pending connection; beyond [`MAX_WAITING`], the one
+    /// that has waited longest is answered 503 and closed.
+    fn accept(&mut self) {
+        loop {
+            let stream = match self.listener.accept() {
+                Ok((stream, _)) => stream,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                // A connection reset before it was accepted, or no file
+                // descriptor left: try again on the next wake.
+                Err(_) => return,
+            };
+            if stream.set_nonblocking(true).is_err() {
+                continue;
+            }
+            if self.waiting.len() == MAX_WAITING
+                && let Some(oldest) = self.waiting.pop_front()
+            {
+                respond(oldest.stream, 503, TEXT, b"too many connections waiting\n");
+            }
+            self.waiting.push_back(Waiting {
+                stream,
+                head: Vec::new(),
+                deadline: Instant::now() + HEAD_TIMEOUT,
+            });
+        }
+    }
+
+    /// Reads what connection `i` sent. Returns it, taken out of the waiting
+    /// list, once its head is complete (or it cannot be: closed, too long).
+    fn read_head(&mut self, i: usize) -> Option<(TcpStream, Result<Request, Status>)> {
+        let w = &mut self.waiting[i];
+        let mut buf = [0u8; 2048];
+        let outcome = loop {
+            match w.stream.read(&mut buf) {
+                Ok(0) => break Some(Err(Status::Closed)),
+                Ok(n) => {
+                    w.head.extend_from_slice(&buf[..n]);
+                    if let Some(end) = w.head.windows(4).position(|x| x == b"\r\n\r\n") {
+                        break Some(parse_head(&w.head[..end]));
+                    }
+                    if w.head.len() > MAX_HEAD {
+                        break Some(Err(Status::HeadTooLarge));
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break None,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => break Some(Err(Status::Closed)),
+            }
+        }?;
+        let w = self.waiting.remove(i)?;
+        Some((w.stream, outcome))
+    }
+
+    /// Answers a complete head: at once, or by handing a profile to the
+    /// worker.
+    fn answer(&self, (stream, request): (TcpStream, Result<Request, Status>)) {
+        let (code, body): (u16, String) = match request {
+            Err(Status::Closed) => return,
+            Err(status) => (status.code(), status.reason()),
+            Ok(request) => match route(&request.target) {
+                Route::Index => return respond(stream, 200, HTML, INDEX.as_bytes()),
+                Route::BadRequest(reason) => (400, format!("{reason}\n")),
+                Route::NotFound => (404, "not served: see /debug/pprof/\n".into()),
+                Route::Profile(seconds) => {
+                    // Acquire: pairs with the window's own release of the
+                    // flag, and with the worker's release of `profiling`.
+                    if self.shared.window_busy.load(Ordering::Acquire)
+                        || self.profiling.swap(true, Ordering::AcqRel)
+                    {
+                        (409, BUSY.into())
+                    } else {
+                        match self.jobs.try_send(Job { stream, seconds }) {
+                            Ok(()) => return,
+                            Err(TrySendError::Full(job) | TrySendError::Disconnected(job)) => {
+                                // Release: as in `profiles`.
+                                self.profiling.store(false, Ordering::Release);
+                                return respond(job.stream, 409, TEXT, BUSY.as_bytes());
+                            }
+                        }
+                    }
+                }
+            },
+        };
+        respond(stream, code, TEXT, body.as_bytes());
+    }
+}
+
+const TEXT: &str = "text/plain; charset=utf-8";
+const HTML: &str = "text/html";
+const BUSY: &str = "a profile is being taken already\n";
+
+/// The worker: takes each profile handed over and answers it.
+fn profiles(
+    work: &Receiver<Job>,
+    shared: &Shared,
+    stopping: &AtomicBool,
+    profiling: &AtomicBool,
+    period_ns: u64,
+) {
+    while let Ok(Job { stream, seconds }) = work.recv() {
+        // Acquire: pairs with `Server::stop`'s Release.
+        let cancel = || stopping.load(Ordering::Acquire);
+        let window = shared.window(Duration::from_secs(seconds), &cancel);
+        // Release: the window is closed before the answer is written, so a
+        // client that asks for the next one after reading this answer is
+        // never refused as busy.
+        profiling.store(false, Ordering::Release);
+        match window {
+            Ok(profile) => {
+                let mut body = Vec::new();
+                match profile.write_pprof(period_ns, &mut body) {
+                    Ok(()) => respond(stream, 200, "application/octet-stream", &body),
+                    Err(e) => respond(
+                        stream,
+                        500,
+                        TEXT,
+                        format!("encoding the profile: {e}\n").as_bytes(),
+                    ),
+                }
+            }
+            Err(AgentError::WindowBusy) => respond(stream, 409, TEXT, BUSY.as_bytes()),
+            Err(e) => respond(stream, 503, TEXT, format!("{e}\n").as_bytes()),
+        }
+    }
+}
+
+/// Writes one whole answer and closes the connection. A client that went
+/// away, or that does not read for [`WRITE_TIMEOUT`], only loses it.
+fn respond(mut stream: TcpStream, code: u16, content_type: &str, body: &[u8]) {
+    let mut out = format!(
+        "HTTP/1.1 {code} {}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n",
+        reason_phrase(code),
+        body.len()
+    );
+    if code == 200 && content_type == "application/octet-stream" {
+        out.push_str("Content-Disposition: attachment; filename=\"profile\"\r\n");
+    }
+    out.push_str("\r\n");
+    let _ = stream
+        .set_nonblocking(false)
+        .and_then(|()| stream.set_write_timeout(Some(WRITE_TIMEOUT)))
+        .and_then(|()| stream.write_all(out.as_bytes()))
+        .and_then(|()| stream.write_all(body))
+        .and_then(|()| stream.shutdown(std::net::Shutdown::Write));
+    // Bytes the client sent that were never read would make the close a
+    // reset, which can reach the client before the answer: read them off.
+    let mut rest = [0u8; 2048];
+    if stream.set_nonblocking(true).is_ok() {
+        while matches!(stream.read(&mut rest), Ok(n) if n > 0) {}
+    }
+}
+
+fn reason_phrase(code: u16) -> &'static str {
+    match code {
+        200 => "OK",
+        400 => "Bad Request",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        408 => "Request Timeout",
+        409 => "Conflict",
+        431 => "Request Header Fields Too Large",
+        500 => "Internal Server Error",
+        _ => "Service Unavailable",
+    }
+}
+
+/// A request line that parsed.
+#[derive(Debug, PartialEq, Eq)]
+struct Request {
+    target: String,
+}
+
+/// Why a head gets no route.
+#[derive(Debug, PartialEq, Eq)]
+enum Status {
+    /// Not `METHOD TARGET HTTP/1.x`.
+    Malformed,
+    /// A method other than GET.
+    NotGet(String),
+    /// Over [`MAX_HEAD`] bytes without its end.
+    HeadTooLarge,
+    /// The client closed (or reset) before its head was complete.
+    Closed,
+}
+
+impl Status {
+    fn code(&self) -> u16 {
+        match self {
+            Self::Malformed | Self::Closed => 400,
+            Self::NotGet(_) => 405,
+            Self::HeadTooLarge => 431,
+        }
+    }
+
+    fn reason(&self) -> String {
+        match self {
+            Self::Malformed | Self::Closed => "not an HTTP/1 request line\n".into(),
+            Self::NotGet(method) => format!("only GET is served, not {method}\n"),
+            Self::HeadTooLarge => format!("the request head is over {MAX_HEAD} bytes\n"),
+        }
+    }
+}
+
+/// Parses a request head (without its final blank line): its request line
+/// must be `GET /target HTTP/1.x`; header lines are not needed.
+fn parse_head(head: &[u8]) -> Result<Request, Status> {
+    let line = head.split(|&b| b == b'\n').next().unwrap_or_default();
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let line = std::str::from_utf8(line).map_err(|_| Status::Malformed)?;
+    let mut parts = line.split(' ');
+    let (Some(method), Some(target), Some(version), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(Status::Malformed);
+    };
+    if !version.starts_with("HTTP/1.") || !target.starts_with('/') || method.is_empty() {
+        return Err(Status::Malformed);
+    }
+    if method != "GET" {
+        return Err(Status::NotGet(method.chars().take(16).collect()));
+    }
+    Ok(Request {
+        target: target.to_owned(),
+    })
 }
 
 /// What a request asks for.
@@ -139,101 +496,45 @@ const INDEX: &str = "<html><head><title>/debug/pprof/</title></head><body>\n\
 <code>seconds</code> (1 to 300, default 30), gzipped pprof</li></ul>\n\
 </body></html>\n";
 
-fn text(status: u16, body: &str) -> tiny_http::Response<std::io::Cursor<Vec<u8>>> {
-    tiny_http::Response::from_string(body).with_status_code(status)
-}
-
-/// Answers requests until the server is unblocked. Profiles are taken on a
-/// thread each, so that the loop keeps answering (409 to a second one).
-fn accept(
-    server: &tiny_http::Server,
-    shared: &Arc<Shared>,
-    stopping: &Arc<AtomicBool>,
-    period_ns: u64,
-) {
-    let mut profiles: Vec<JoinHandle<()>> = Vec::new();
-    for request in server.incoming_requests() {
-        profiles.retain(|p| !p.is_finished());
-        if *request.method() != tiny_http::Method::Get {
-            let _ = request.respond(text(405, "only GET is served\n"));
-            continue;
-        }
-        match route(request.url()) {
-            Route::Index => {
-                let html = tiny_http::Header::from_bytes("Content-Type", "text/html").ok();
-                let mut response = text(200, INDEX);
-                if let Some(h) = html {
-                    response = response.with_header(h);
-                }
-                // A client that went away only loses its answer.
-                let _ = request.respond(response);
-            }
-            Route::BadRequest(reason) => {
-                let _ = request.respond(text(400, &format!("{reason}\n")));
-            }
-            Route::NotFound => {
-                let _ = request.respond(text(404, "not served: see /debug/pprof/\n"));
-            }
-            Route::Profile(seconds) => {
-                // Acquire: pairs with the window's own release of the flag.
-                if shared.window_busy.load(Ordering::Acquire) {
-                    let _ = request.respond(text(409, "a profile is being taken already\n"));
-                    continue;
-                }
-                let (shared, stopping) = (Arc::clone(shared), Arc::clone(stopping));
-                let spawned = std::thread::Builder::new()
-                    .name("jitmap-pprof-profile".into())
-                    .spawn(move || profile(request, &shared, &stopping, seconds, period_ns));
-                if let Ok(handle) = spawned {
-                    profiles.push(handle);
-                }
-            }
-        }
-    }
-    for p in profiles {
-        let _ = p.join();
-    }
-}
-
-/// Takes one window and answers with its gzipped pprof.
-fn profile(
-    request: tiny_http::Request,
-    shared: &Shared,
-    stopping: &AtomicBool,
-    seconds: u64,
-    period_ns: u64,
-) {
-    // Acquire: pairs with `Server::stop`'s Release.
-    let cancel = || stopping.load(Ordering::Acquire);
-    let response = match shared.window(Duration::from_secs(seconds), &cancel) {
-        Ok(profile) => {
-            let mut body = Vec::new();
-            match profile.write_pprof(period_ns, &mut body) {
-                Ok(()) => {
-                    let mut response = tiny_http::Response::from_data(body);
-                    for (name, value) in [
-                        ("Content-Type", "application/octet-stream"),
-                        ("Content-Disposition", "attachment; filename=\"profile\""),
-                    ] {
-                        if let Ok(h) = tiny_http::Header::from_bytes(name, value) {
-                            response = response.with_header(h);
-                        }
-                    }
-                    response
-                }
-                Err(e) => text(500, &format!("encoding the profile: {e}\n")),
-            }
-        }
-        Err(AgentError::WindowBusy) => text(409, "a profile is being taken already\n"),
-        Err(e) => text(503, &format!("{e}\n")),
-    };
-    // A client that disconnected mid-profile only loses its answer.
-    let _ = request.respond(response);
-}
-
 #[cfg(test)]
 mod tests {
-    use super::{Route, route};
+    use super::{Request, Route, Status, parse_head, route};
+
+    #[test]
+    fn request_lines_parse_or_get_their_status() {
+        let get = |target: &str| {
+            Ok(Request {
+                target: target.into(),
+            })
+        };
+        assert_eq!(
+            parse_head(b"GET /debug/pprof/ HTTP/1.1"),
+            get("/debug/pprof/")
+        );
+        assert_eq!(
+            parse_head(b"GET /x?seconds=3 HTTP/1.0\r\nHost: a\r\nAccept: */*"),
+            get("/x?seconds=3")
+        );
+        assert_eq!(
+            parse_head(b"POST /debug/pprof/ HTTP/1.1"),
+            Err(Status::NotGet("POST".into()))
+        );
+        for bad in [
+            &b""[..],
+            b"GET",
+            b"GET /",
+            b"GET / HTTP/2",
+            b"GET x HTTP/1.1",
+            b"GET  / HTTP/1.1",
+            b"GET / HTTP/1.1 extra",
+            b"\xff / HTTP/1.1",
+        ] {
+            assert_eq!(parse_head(bad), Err(Status::Malformed), "{bad:?}");
+        }
+        assert_eq!(Status::Malformed.code(), 400);
+        assert_eq!(Status::NotGet("PUT".into()).code(), 405);
+        assert_eq!(Status::HeadTooLarge.code(), 431);
+    }
 
     #[test]
     fn requests_are_routed_as_go_serves_them() {
