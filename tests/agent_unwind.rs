@@ -21,7 +21,9 @@ use std::time::{Duration, Instant};
 use jitmap::agent::{Agent, AgentConfig, Clock, Profile, Unwind};
 use jitmap::{ExecutionManager, HeapConfig};
 use jitmap_testkit::e2e;
-use jitmap_testkit::frameless::{Frameless, JIT_STACK, NATIVE_STACK, PERF_UNWIND_ROOM};
+use jitmap_testkit::frameless::{
+    Frameless, JIT_STACK, NATIVE_STACK, PERF_UNWIND_ROOM, build_shared_object, load,
+};
 use jitmap_testkit::signal_alloc::{
     SignalCounting, check_mask, take_while_blocked, with_sigprof_blocked,
 };
@@ -427,4 +429,113 @@ fn oracle_child(out: &Path) {
         .map(|s| format!("{}\t{}\n", s.count, s.frames.join("\t")))
         .collect();
     std::fs::write(out, text).unwrap();
+}
+
+/// A C `work(n)` whose loop sits 2 KiB into its code: in `liba` after it
+/// saved three registers (its return address 24 bytes above the stack
+/// pointer), in `libb` with no frame at all (its return address on top).
+/// Built alike, the two load at the same address in turn, and `liba`'s
+/// rows step `libb`'s frame to a plausible, wrong caller.
+fn reload_source(saves_registers: bool) -> String {
+    let (frame, used) = if saves_registers {
+        (r#"__asm__ volatile("" ::: "rbx", "r12", "r13");"#, "")
+    } else {
+        ("", "")
+    };
+    format!(
+        r#"#include <stdint.h>
+uint64_t work(uint64_t n) {{
+    {frame}
+    __asm__ volatile(".fill 2048, 1, 0x90");
+    uint64_t x = n;
+    for (uint64_t i = 0; i < n; i++) {{
+        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+        __asm__ volatile("" : "+r"(x));
+    }}
+    return x{used};
+}}
+"#
+    )
+}
+
+/// The native frame that calls a loaded library's `work`.
+#[inline(never)]
+fn call_lib(work: extern "C" fn(u64) -> u64, n: u64) -> u64 {
+    std::hint::black_box(work(std::hint::black_box(n)))
+}
+
+/// An object unloaded and another loaded at its addresses while the agent's
+/// table still holds the first one's rows (the collector has not run): the
+/// second one's frames are never stepped by the first one's rows. Each of
+/// its samples has its exact stack or ends at the leaf, counted as
+/// `no_unwind_info`.
+#[test]
+fn rows_of_an_unloaded_object_never_step_the_object_loaded_in_its_place() {
+    let _one = one_agent();
+    let dir = std::env::temp_dir().join(format!("agent-reload-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let a = build_shared_object(&dir, "reload_a", &reload_source(true)).unwrap();
+    let b = build_shared_object(&dir, "reload_b", &reload_source(false)).unwrap();
+    let (handle_a, work_a) = load(&a, c"work").unwrap();
+    let manager = ExecutionManager::new(8);
+    let agent = Agent::start(
+        &manager,
+        AgentConfig {
+            hz: 10_000,
+            clock: Clock::Wall,
+            max_depth: 16,
+            ring_capacity: 1 << 15,
+            // No collection pass (and so no new table) until the agent stops.
+            collect_every: Duration::from_secs(3600),
+            ..AgentConfig::default()
+        },
+    )
+    .unwrap();
+    let attached = agent.attach_current_thread().unwrap();
+    // SAFETY: `work` has this C signature.
+    let work: extern "C" fn(u64) -> u64 = unsafe { std::mem::transmute(work_a) };
+    call_lib(work, 1 << 22);
+    // SAFETY: the handle `load` opened; nothing of liba runs any more.
+    assert_eq!(unsafe { libc::dlclose(handle_a) }, 0);
+    let (handle_b, work_b) = load(&b, c"work").unwrap();
+    assert_eq!(
+        work_b, work_a,
+        "libb did not load where liba was: nothing to test"
+    );
+    // SAFETY: as above.
+    let work: extern "C" fn(u64) -> u64 = unsafe { std::mem::transmute(work_b) };
+    let mut calls = 0;
+    while calls < 30 {
+        call_lib(work, 1 << 22);
+        calls += 1;
+    }
+    drop(attached);
+    let profile = agent.stop();
+    // SAFETY: the handle `load` opened; the agent has stopped.
+    unsafe { libc::dlclose(handle_b) };
+    let (mut exact, mut cut, mut wrong) = (0, 0, Vec::new());
+    for s in profile.stacks.iter().filter(|s| s.frames[0] == "work") {
+        if s.frames.len() > 1 && s.frames[1].ends_with("call_lib") {
+            exact += s.count;
+        } else if s.frames.len() == 1 {
+            cut += s.count;
+        } else {
+            wrong.push(s);
+        }
+    }
+    println!(
+        "in work: {exact} exact, {cut} ended at the leaf, {} built from another object's rows; ends {:?}",
+        wrong.iter().map(|s| s.count).sum::<u64>(),
+        profile.stack_ends
+    );
+    assert!(
+        wrong.is_empty(),
+        "stacks stepped by liba's rows in libb: {wrong:?}"
+    );
+    assert!(
+        cut >= 100,
+        "only {cut} samples in libb before its rows were loaded"
+    );
+    assert!(profile.stack_ends.no_unwind_info >= cut);
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -15,6 +15,7 @@ use super::profile::{
 };
 use super::record::{FrameKind, ProbeKind, RawFrame, ThreadRecord};
 use super::symbols::NativeNames;
+use super::unwind::StackEnd;
 
 /// The code events the collector has not applied yet.
 #[derive(Default)]
@@ -103,14 +104,29 @@ enum FrameKey {
 struct Pending {
     /// Collection passes that could not name it yet.
     attempts: u32,
+    /// Set when drained from a walk that stepped frames by native rows:
+    /// what the stale-rows check needs ([`Collector::check_native_rows`]).
+    native: Option<NativeRows>,
     tid: u32,
     begin_ns: u64,
     end_ns: u64,
     frames: Vec<RawFrame>,
 }
 
+/// A drained sample's native rows: the first frame they stepped, the
+/// loader's counts they were made at, how its walk ended, and its thread.
+#[derive(Clone, Copy)]
+struct NativeRows {
+    from: u32,
+    loader: (u64, u64),
+    end: u8,
+    record: usize,
+}
+
 /// The collector's state.
 pub(crate) struct Collector {
+    /// The loader's counts after the previous pass's drain, and when.
+    loader_seen: Option<((u64, u64), u64)>,
     keep: bool,
     known: HashMap<usize, Known>,
     /// Every placement of a known version: start → (placed ns, version key).
@@ -169,6 +185,7 @@ impl Collector {
             })
             .collect();
         Self {
+            loader_seen: None,
             keep,
             known,
             placements,
@@ -205,12 +222,18 @@ impl Collector {
         self.calibrate();
         self.names.follow_loader(loader);
         let mut drained = Vec::new();
-        for record in records {
+        for (index, record) in records.iter().enumerate() {
             // SAFETY: the caller holds the collector lock: the one consumer.
             unsafe {
                 record.samples.drain(|h, frames| {
                     drained.push(Pending {
                         attempts: 0,
+                        native: (h.native_from < h.depth).then_some(NativeRows {
+                            from: h.native_from,
+                            loader: h.rows_loader,
+                            end: h.end,
+                            record: index,
+                        }),
                         tid: record.tid,
                         begin_ns: h.begin_ns,
                         end_ns: h.end_ns,
@@ -237,6 +260,7 @@ impl Collector {
                 })
             };
         }
+        self.check_native_rows(records, &mut drained);
         // Then the events: a version's load was sent before any handler could
         // find it, so waiting for the events sent so far covers every frame
         // drained above.
@@ -461,6 +485,38 @@ impl Collector {
         });
         known.method = Some(index);
         Some(index)
+    }
+
+    /// Cuts each drained sample whose native rows may be another object's
+    /// at the first frame they stepped, and counts its walk as ended by
+    /// [`StackEnd::NoUnwindInfo`]. The handler steps native frames by the
+    /// table the collector made last, which may predate a `dlclose` and a
+    /// `dlopen` that put another object at the same addresses. The loader's
+    /// counts of loads and unloads only grow, so rows made at counts `c` are
+    /// the loaded objects' at every moment the counts read `c`: at any
+    /// sample before a moment they were read as `c`. They are read after
+    /// every drain; a sample is kept whole if its rows' counts are those
+    /// read now, or those read after the previous drain when it was taken
+    /// before that. Only samples from the pass in which the loader changed
+    /// can be cut.
+    fn check_native_rows(&mut self, records: &[&ThreadRecord], drained: &mut [Pending]) {
+        let now = (super::loader::counts(), crate::events::monotonic_ns());
+        let before = self.loader_seen.replace(now);
+        for sample in drained.iter_mut() {
+            let Some(rows) = sample.native.take() else {
+                continue;
+            };
+            let current = rows.loader == now.0
+                || before.is_some_and(|(counts, at_ns)| {
+                    rows.loader == counts && sample.begin_ns <= at_ns
+                });
+            if !current {
+                sample.frames.truncate(rows.from as usize + 1);
+                if let Some(record) = records.get(rows.record) {
+                    record.recount_end(rows.end, StackEnd::NoUnwindInfo);
+                }
+            }
+        }
     }
 
     /// The finished profile. Samples still waiting for their versions are

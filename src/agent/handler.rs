@@ -221,13 +221,16 @@ fn push_sample(record: &ThreadRecord, regs: Registers) {
     // thread whose samples go to this ring).
     unsafe {
         record.samples.push(|header, frames| {
-            let (depth, end) = walk(&guard, record, regs, frames);
-            record.count_end(end);
-            lookups = depth as u64;
+            let walked = walk(&guard, record, regs, frames);
+            record.count_end(walked.end);
+            lookups = walked.depth as u64;
             *header = SampleHeader {
                 begin_ns,
                 end_ns: crate::events::monotonic_ns(),
-                depth: depth as u32,
+                depth: walked.depth as u32,
+                end: walked.end as u8,
+                native_from: walked.native_from,
+                rows_loader: walked.rows_loader,
             };
         })
     };
@@ -276,14 +279,26 @@ fn current_registers() -> Registers {
     Registers { pc, fp, sp }
 }
 
+/// One walk's outcome.
+pub(crate) struct Walked {
+    /// Frames written.
+    pub(crate) depth: usize,
+    /// Why the walk ended.
+    pub(crate) end: StackEnd,
+    /// The first frame stepped by a native object's rows (`u32::MAX`:
+    /// none), and the loader's counts when those rows were made.
+    pub(crate) native_from: u32,
+    pub(crate) rows_loader: (u64, u64),
+}
+
 /// Walks the stack from `regs` into `frames` the way the agent is
-/// configured to; returns the frames written and why the walk ended.
+/// configured to.
 pub(crate) fn walk(
     guard: &ManagerGuard<'_>,
     record: &ThreadRecord,
     regs: Registers,
     frames: &mut [RawFrame],
-) -> (usize, StackEnd) {
+) -> Walked {
     let stack = Stack {
         lo: record.stack_lo.max(regs.sp),
         hi: record.stack_hi,
@@ -291,7 +306,15 @@ pub(crate) fn walk(
     let frameless = record.manager.frameless_stubs();
     match &record.modules {
         Some(modules) => walk_mixed(guard, modules.get(guard), frameless, &stack, regs, frames),
-        None => walk_frame_pointers(guard, frameless, &stack, regs, frames),
+        None => {
+            let (depth, end) = walk_frame_pointers(guard, frameless, &stack, regs, frames);
+            Walked {
+                depth,
+                end,
+                native_from: u32::MAX,
+                rows_loader: (0, 0),
+            }
+        }
     }
 }
 
@@ -314,11 +337,17 @@ fn walk_mixed(
     stack: &Stack,
     regs: Registers,
     frames: &mut [RawFrame],
-) -> (usize, StackEnd) {
+) -> Walked {
     let mut regs = Regs {
         pc: regs.pc,
         sp: regs.sp,
         fp: Some(regs.fp),
+    };
+    let mut walked = Walked {
+        depth: frames.len(),
+        end: StackEnd::DepthLimit,
+        native_from: u32::MAX,
+        rows_loader: modules.map_or((0, 0), ModuleTable::loader),
     };
     for (n, slot) in frames.iter_mut().enumerate() {
         let is_return = n > 0;
@@ -326,7 +355,13 @@ fn walk_mixed(
         let (frame, code) = classify(guard, regs.pc, at);
         *slot = frame;
         let rule = match (frame.kind, code) {
-            (FrameKind::Native, _) => modules.map_or(Err(StackEnd::NoUnwindInfo), |t| t.rule(at)),
+            (FrameKind::Native, _) => {
+                let rule = modules.map_or(Err(StackEnd::NoUnwindInfo), |t| t.rule(at));
+                if rule.is_ok() && walked.native_from == u32::MAX {
+                    walked.native_from = n as u32;
+                }
+                rule
+            }
             (_, Some(code)) => {
                 let state = if is_return {
                     LeafState::Settled
@@ -357,10 +392,14 @@ fn walk_mixed(
         };
         match rule.and_then(|rule| unwind::step(regs, rule, stack)) {
             Ok(next) => regs = next,
-            Err(end) => return (n + 1, end),
+            Err(end) => {
+                walked.depth = n + 1;
+                walked.end = end;
+                return walked;
+            }
         }
     }
-    (frames.len(), StackEnd::DepthLimit)
+    walked
 }
 
 /// The frame-pointer walk: the leaf, then one frame per saved frame pointer.

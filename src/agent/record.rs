@@ -57,6 +57,14 @@ pub(crate) struct SampleHeader {
     pub(crate) end_ns: u64,
     /// Frames recorded.
     pub(crate) depth: u32,
+    /// Why the walk ended ([`StackEnd`] as `u8`).
+    pub(crate) end: u8,
+    /// The first frame whose caller was found by a native object's rows
+    /// (`u32::MAX`: none), and the loader's counts those rows were made at.
+    /// The collector keeps the frames after it only if the loader had not
+    /// changed by the sample's time (see `Collector::collect`).
+    pub(crate) native_from: u32,
+    pub(crate) rows_loader: (u64, u64),
 }
 
 /// What a probe record says.
@@ -137,6 +145,17 @@ impl ThreadRecord {
     pub(crate) fn count_end(&self, end: StackEnd) {
         // Relaxed: a statistic; `fetch_add` as for `taken`.
         self.ends[end as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Moves one walk's end, counted as `from` (a [`StackEnd`] as `u8`), to
+    /// `to`: the collector cut the sample short.
+    pub(crate) fn recount_end(&self, from: u8, to: StackEnd) {
+        if let Some(counter) = self.ends.get(usize::from(from)) {
+            // Relaxed: statistics; read-modify-writes, so the handler's own
+            // increments are kept.
+            counter.fetch_sub(1, Ordering::Relaxed);
+            self.ends[to as usize].fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// Walks ended so far, by reason.

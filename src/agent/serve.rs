@@ -208,11 +208,9 @@ impl Connections {
             let readable: Vec<bool> = fds[2..].iter().map(|p| p.revents != 0).collect();
             let mut i = 0;
             for ready in readable {
-                if ready {
-                    if let Some(done) = self.read_head(i) {
-                        self.answer(done);
-                        continue; // `i` now names the next connection
-                    }
+                if ready && let Some(done) = self.read_head(i) {
+                    self.answer(done);
+                    continue; // `i` now names the next connection
                 }
                 i += 1;
             }

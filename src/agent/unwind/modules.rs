@@ -15,7 +15,12 @@
 //! (`dlpi_adds`, `dlpi_subs`) change, on the collector's next pass; the
 //! objects that stayed are shared with the previous table, not evaluated
 //! again. Until then, a pc in a new object ends the stack as
-//! [`StackEnd::NoUnwindInfo`].
+//! [`StackEnd::NoUnwindInfo`]. A pc in an object loaded where an unloaded
+//! one was is still found in the old one's rows: the handler cannot ask the
+//! loader whether its table is current, so each sample carries the loader
+//! counts its native rows were made at, and the collector cuts the stack at
+//! the first frame those rows stepped unless the loader was unchanged at
+//! the sample's time (`Collector::collect`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicPtr, Ordering};
@@ -187,6 +192,11 @@ impl ModuleTable {
             .filter(|s| at < s.hi)
             .ok_or(StackEnd::NoUnwindInfo)?;
         self.modules[segment.module].rule(at)
+    }
+
+    /// The loader's counts of loads and unloads when the table was made.
+    pub(crate) fn loader(&self) -> (u64, u64) {
+        self.loader
     }
 
     /// The objects the table covers: name (empty for the main program) and
