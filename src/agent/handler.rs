@@ -4,7 +4,9 @@
 //!
 //! It allocates nothing, takes no lock and makes one call outside its own code,
 //! `clock_gettime` (async-signal-safe, and a vDSO read on Linux). It reaches
-//! everything through the record that the timer's `sigev_value` points at, so it
+//! everything through the thread's record, which it finds by the salted token
+//! the timer's `sigev_value` carries, checked against the agent's table of
+//! attached threads ([`super::registry`]) before anything is read, so it
 //! needs no thread-local storage.
 
 use std::sync::atomic::{AtomicUsize, Ordering, compiler_fence};

@@ -31,8 +31,10 @@
 //!
 //! Each attached thread gets a POSIX timer (`timer_create` with
 //! `SIGEV_THREAD_ID`) on its own CPU clock ([`Clock::Cpu`]) or on the monotonic
-//! clock ([`Clock::Wall`]). The timer's `sigev_value` points at the thread's
-//! record, allocated when it attached: a registered [`crate::Reader`], a sample
+//! clock ([`Clock::Wall`]). The timer's `sigev_value` is a salted token, not
+//! a pointer: the handler looks it up in the agent's table of attached
+//! threads before it reads anything, and so finds the thread's record,
+//! allocated when it attached: a registered [`crate::Reader`], a sample
 //! ring, a probe ring and the thread's stack bounds. The handler:
 //!
 //! - saves and restores `errno`;
@@ -68,8 +70,10 @@
 //! # Naming code that is freed and re-jitted
 //!
 //! The handler records a JIT frame by its start address and the sample's time,
-//! which it has from the lookup alone: it reads neither code memory nor the
-//! method's header. A heap sends a method's load (or move) event before the
+//! never a pointer into its header. To step the frame it reads, under the
+//! pinned guard that keeps both mapped, the method's unwind rows in its
+//! header (the mixed walk) and, at the leaf, two code bytes (is the pc at
+//! the method's first instruction or at a `ret`?). A heap sends a method's load (or move) event before the
 //! method becomes visible, and the collector drains the rings before it waits
 //! for the events sent so far; so by the time it names a frame, it has seen
 //! the load of the version placed at that start last before the sample, which

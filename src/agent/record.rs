@@ -95,7 +95,8 @@ pub(crate) struct HandlerReader(pub(crate) Reader);
 unsafe impl Sync for HandlerReader {}
 
 /// Everything one attached thread's handler and probes use. Never moves: the
-/// timer's `sigev_value` and the probe context point at it.
+/// registry's table (which the timer's token names) and the probe context
+/// point at it.
 pub(crate) struct ThreadRecord {
     pub(crate) magic: u64,
     pub(crate) tid: u32,
