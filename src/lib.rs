@@ -135,13 +135,15 @@ pub mod remote;
 // The change sequence and the atomics facade: internal, but the loom models
 // reach the sequence.
 #[cfg(loom)]
-pub mod seq;
+pub mod change_seq;
 #[cfg(not(loom))]
-mod seq;
+mod change_seq;
+pub mod map_words;
 mod sync;
 #[cfg(test)]
 mod test_rng;
-pub mod words;
+#[cfg(not(loom))]
+pub mod unwind;
 
 #[cfg(not(loom))]
 pub use call::{CallCell, FnPtr};

@@ -403,7 +403,7 @@ fn perf_with_dwarf_unwinding_agrees_with_the_mixed_walk() {
 /// count, then the frames innermost first, tab-separated.
 fn oracle_child(out: &Path) {
     let manager = ExecutionManager::new(8);
-    let perf = manager.perf_from_env().unwrap();
+    let perf = jitmap::perf::PerfOutput::from_env(&manager).unwrap();
     assert!(
         perf.jitdump.is_some(),
         "JITMAP_PERF=jitdump is set by perf_command"

@@ -3,8 +3,8 @@
 
 use std::cell::Cell;
 
+use jitmap::map_words::{VecWords, WordRead, WordStore};
 use jitmap::nibble::words_for_span;
-use jitmap::words::{VecWords, WordRead, WordStore};
 use jitmap::{MapError, MapVersion, MapWriter};
 use jitmap_testkit::model::{MapModel, Verdict};
 use jitmap_testkit::rng::Rng;

@@ -1,7 +1,7 @@
 //! The worked examples and vectors from the spec errata, and one test per error.
 
+use jitmap::map_words::VecWords;
 use jitmap::nibble::encoding::{decode_pointer, encode_pointer, is_pointer};
-use jitmap::words::VecWords;
 use jitmap::{MapError, MapVersion, MapWriter};
 
 fn writer(version: MapVersion, span: u64) -> MapWriter<VecWords> {

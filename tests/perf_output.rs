@@ -110,7 +110,7 @@ fn two_managers_share_one_jitdump_and_a_third_directory_is_refused() {
     assert_eq!(out4.jitdump.unwrap().path().parent(), Some(b.as_path()));
 }
 
-// 5. `JITMAP_PERF` did nothing in a library host. `perf_from_env` is the one call
+// 5. `JITMAP_PERF` did nothing in a library host. `PerfOutput::from_env` is the one call
 // a host makes.
 #[test]
 fn perf_from_env_honours_the_variables() {
@@ -123,7 +123,7 @@ fn perf_from_env_honours_the_variables() {
         std::env::set_var("JITMAP_PERF_DIR", &dir);
     }
     let m = ExecutionManager::new(1);
-    let out = m.perf_from_env().unwrap();
+    let out = jitmap::perf::PerfOutput::from_env(&m).unwrap();
     assert!(out.jitdump.is_none());
     let map = out.perf_map.clone().unwrap();
     assert_eq!(
@@ -139,13 +139,16 @@ fn perf_from_env_honours_the_variables() {
     // SAFETY: as above.
     unsafe { std::env::set_var("JITMAP_PERF", "everything") };
     let m2 = ExecutionManager::new(1);
-    assert!(matches!(m2.perf_from_env(), Err(PerfError::Config(_))));
+    assert!(matches!(
+        jitmap::perf::PerfOutput::from_env(&m2),
+        Err(PerfError::Config(_))
+    ));
     // SAFETY: as above.
     unsafe {
         std::env::remove_var("JITMAP_PERF");
         std::env::remove_var("JITMAP_PERF_DIR");
     }
-    let out = m2.perf_from_env().unwrap();
+    let out = jitmap::perf::PerfOutput::from_env(&m2).unwrap();
     assert!(out.jitdump.is_none() && out.perf_map.is_none());
     drop((map, h));
 }

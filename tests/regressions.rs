@@ -11,9 +11,9 @@ use jitmap::events::{CodeEvent, CodeListener};
 use jitmap::heap::{HeapStats, PREFIX};
 use jitmap::image::{ImageError, ImageFunction, ImageInfo, ImageMethod};
 use jitmap::manager::ManagerError;
+use jitmap::map_words::{VecWords, WordRead};
 use jitmap::nibble::{Capped, find_v1, find_v1_capped, words_for_span};
 use jitmap::range::{MAX_SECTION_BYTES, RangeError, RangeSectionMap};
-use jitmap::words::{VecWords, WordRead};
 use jitmap::{
     CodeHeap, CodeInfo, Domain, EpochError, ExecutionManager, ForeignGuard, HeapConfig, HeapError,
     JitKind, MapVersion, MapWriter,

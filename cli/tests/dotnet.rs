@@ -15,9 +15,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use jitmap::map_words::VecWords;
 use jitmap::remote::ProcessMemory;
 use jitmap::remote::dotnet::{DotnetReader, DotnetSectionKind, find_runtime};
-use jitmap::words::VecWords;
 use jitmap::{MapVersion, MapWriter};
 
 const JITMAP: &str = env!("CARGO_BIN_EXE_jitmap");

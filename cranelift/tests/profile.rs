@@ -176,7 +176,7 @@ fn leaves_get_their_share_and_their_exact_stack() {
 #[ignore = "the child process of perf_names_the_same_leaves"]
 fn child_demo_under_perf() {
     let manager = ExecutionManager::new(16);
-    let _perf = manager.perf_from_env().unwrap();
+    let _perf = jitmap::perf::PerfOutput::from_env(&manager).unwrap();
     let (p, wrong) = profile_demo(&manager, 2000, 3.0);
     assert_eq!(wrong, 0);
     let summary = p.summary();

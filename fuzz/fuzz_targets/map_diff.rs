@@ -5,7 +5,7 @@
 
 use arbitrary::Arbitrary;
 use jitmap::nibble::words_for_span;
-use jitmap::words::VecWords;
+use jitmap::map_words::VecWords;
 use jitmap::{MapVersion, MapWriter};
 use jitmap_testkit::model::{MapModel, Verdict};
 use libfuzzer_sys::fuzz_target;

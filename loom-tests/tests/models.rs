@@ -11,9 +11,9 @@ use std::sync::{Arc, Mutex};
 
 use jitmap::defect::{self, Defect};
 use jitmap::end_words::{EndWords, RawEnds};
+use jitmap::map_words::VecWords;
 use jitmap::nibble::{find_v2_placed, words_for_span};
 use jitmap::range::RangeSectionMap;
-use jitmap::words::VecWords;
 use jitmap::{Domain, MapVersion, MapWriter};
 use loom::cell::UnsafeCell;
 use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -641,7 +641,7 @@ fn a_rearmed_call_counter_crosses_once_more() {
 /// cannot pin reads both: whenever the reader's sequence checks pass, it saw
 /// both words from one state, never one old and one new.
 fn change_seq_pair() {
-    use jitmap::seq::ChangeSeq;
+    use jitmap::change_seq::ChangeSeq;
     model(|| {
         let shared = Arc::new((ChangeSeq::new(), AtomicU64::new(0), AtomicU64::new(0)));
         let writer = {

@@ -332,7 +332,7 @@ fn many_heaps(timing: Timing) -> Result<Vec<(&'static str, f64)>, BoxError> {
     let (heaps, methods) = MANY_HEAPS;
     let many = ManyHeaps::new(heaps, methods, 41)?;
     let addresses = many.addresses(&mut Rng::new(43), 1 << 16);
-    let located: Vec<(&jitmap::words::MmapWords, u64)> = addresses
+    let located: Vec<(&jitmap::map_words::MmapWords, u64)> = addresses
         .iter()
         .map(|&a| many.locate(a).ok_or("an address outside every heap"))
         .collect::<Result<_, _>>()?;

@@ -19,8 +19,8 @@
 use std::collections::BTreeMap;
 
 use jitmap::heap::JitKind;
+use jitmap::map_words::{MmapWords, WordRead};
 use jitmap::nibble::encoding::{decode_pointer, is_pointer, start_at_or_before, word_index};
-use jitmap::words::{MmapWords, WordRead};
 use jitmap::{
     CodeHeap, CodeInfo, ExecutionManager, Guard, HeapConfig, ManagerGuard, MapVersion, MapWriter,
     NibbleMap, OwnedHeap,

@@ -4,7 +4,7 @@
 use std::fmt;
 use std::io::{self, Write};
 
-use jitmap::words::MmapWords;
+use jitmap::map_words::MmapWords;
 use jitmap::{MapError, MapVersion, MapWriter};
 
 /// One script line.

@@ -15,7 +15,7 @@ use super::profile::{
 };
 use super::record::{FrameKind, ProbeKind, RawFrame, ThreadRecord};
 use super::symbols::NativeNames;
-use super::unwind::StackEnd;
+use crate::unwind::StackEnd;
 
 /// The code events the collector has not applied yet.
 #[derive(Default)]

@@ -13,9 +13,9 @@ use std::sync::atomic::{AtomicUsize, Ordering, compiler_fence};
 
 use crate::manager::{CodeBlock, Lookup, ManagerGuard};
 
+use super::native::ModuleTable;
 use super::record::{FrameKind, RECORD_MAGIC, RawFrame, SampleHeader, ThreadRecord};
-use super::unwind::modules::ModuleTable;
-use super::unwind::{self, Regs, Rule, Stack, StackEnd};
+use crate::unwind::{self, Regs, Rule, Stack, StackEnd};
 
 /// Handlers running now, process-wide: `stop` waits for zero.
 pub(crate) static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
@@ -377,10 +377,8 @@ fn walk_mixed(
                     // but not the epilogue, and at `ret` would still place
                     // the CFA by rbp, which already holds the caller's frame.
                     LeafState::AtEntry => Ok(Rule::AT_ENTRY),
-                    _ => {
-                        unwind::jit_rows::rule_at(code.block.unwind_rows(), at - code.block.start())
-                            .unwrap_or(Ok(state.rule()))
-                    }
+                    _ => unwind::rows::rule_at(code.block.unwind_rows(), at - code.block.start())
+                        .unwrap_or(Ok(state.rule())),
                 }
             }
             // A leaf in a stub that pushes no frame: its caller's return

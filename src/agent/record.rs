@@ -8,9 +8,9 @@ use crate::ExecutionManager;
 use crate::epoch::Reader;
 
 use super::StackEnds;
+use super::native::ModuleSlot;
 use super::ring::Ring;
-use super::unwind::StackEnd;
-use super::unwind::modules::ModuleSlot;
+use crate::unwind::StackEnd;
 
 /// How many [`StackEnd`] reasons there are (the last is `FramePointer`).
 pub(crate) const STACK_ENDS: usize = StackEnd::FramePointer as usize + 1;

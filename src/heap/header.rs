@@ -4,11 +4,11 @@
 use std::fmt;
 use std::sync::Arc;
 
-use super::unwind::FrameRegistration;
+use super::frame_registration::FrameRegistration;
 #[cfg(feature = "gdb-jit")]
 use crate::gdb::GdbRegistration;
 use crate::info::{CodeInfo, DebugEntry, UnwindEntry};
-use crate::remote::UnwindRow;
+use crate::unwind::UnwindRow;
 
 /// What a header registered outside the heap on the method's behalf; withdrawn
 /// when the header is reclaimed, after every reader and executor has left.
@@ -68,14 +68,14 @@ unsafe impl Sync for CodeHeader {}
 /// lock is taken, so that publishers do not wait on each other's DWARF.
 pub(crate) fn unwind_rows(info: &CodeInfo, code_start: usize, code_size: u64) -> Box<[UnwindRow]> {
     info.eh_frame.as_ref().map_or_else(Box::default, |eh| {
-        crate::agent::unwind::jit_rows::rows(&eh.frame, code_start, code_size)
+        crate::unwind::rows::rows(&eh.frame, code_start, code_size)
     })
 }
 
 /// A method's `.eh_frame` for its code moved from `from` to `to`, or `None`
-/// if it cannot be moved (see `jit_rows::relocate`).
+/// if it cannot be moved (see `unwind::rows::relocate`).
 pub(crate) fn relocated_eh_frame(frame: &[u8], from: usize, to: usize) -> Option<Box<[u8]>> {
-    crate::agent::unwind::jit_rows::relocate(frame, from, to)
+    crate::unwind::rows::relocate(frame, from, to)
 }
 
 impl CodeHeader {

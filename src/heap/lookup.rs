@@ -8,8 +8,8 @@ use super::alloc::PREFIX;
 use super::end_words::RawEnds;
 use super::header::CodeHeader;
 use super::{BlockKind, MAX_STUB_KIND, StubKind};
+use crate::map_words::{MmapWords, RawWords, WordRead};
 use crate::nibble::{Capped, MapVersion, find_v1_capped, find_v2_with};
-use crate::words::{MmapWords, RawWords, WordRead};
 
 /// The two words before every code start: code size, then the header slot.
 #[repr(C)]

@@ -7,15 +7,15 @@
 //! [`CodeHeader`] (kept outside executable memory), or a stub kind 1..=15.
 
 mod alloc;
+pub(crate) mod end_storage;
 pub(crate) mod end_words;
-pub(crate) mod ends;
 mod error;
+mod frame_registration;
 pub(crate) mod header;
 pub(crate) mod lookup;
 mod memory;
 mod patch;
 mod reservation;
-mod unwind;
 
 use std::collections::{HashMap, VecDeque};
 use std::mem::ManuallyDrop;
@@ -28,14 +28,15 @@ use parking_lot::Mutex;
 
 pub use alloc::PREFIX;
 pub use error::HeapError;
+use frame_registration::FrameRegistration;
 pub use header::CodeHeader;
 use header::Registrations;
-use unwind::FrameRegistration;
 
 pub use crate::info::{CodeInfo, DebugEntry, EhFrame, GcInfo, InfoError, JitKind, UnwindEntry};
 pub use memory::MemoryMode;
 pub use reservation::Reservation;
 
+use crate::change_seq::ChangeSeq;
 use crate::epoch::{Domain, ForeignGuard, Guard};
 use crate::events::{
     CodeEvent, CodeFree, CodeLoad, CodeMove, Listeners, current_tid, monotonic_ns,
@@ -43,14 +44,13 @@ use crate::events::{
 #[cfg(feature = "gdb-jit")]
 use crate::gdb::GdbRegistration;
 use crate::hex::hex_struct;
+use crate::map_words::MmapWords;
 use crate::mapping::HUGE_PAGE;
 use crate::nibble::encoding::MAX_SPAN;
 use crate::nibble::{MapVersion, MapWriter, NibbleMap};
-use crate::remote::UnwindRow;
-use crate::seq::ChangeSeq;
-use crate::words::MmapWords;
+use crate::unwind::UnwindRow;
 use alloc::FreeSpace;
-use ends::EndMap;
+use end_storage::EndMap;
 use lookup::prefix_at;
 pub(crate) use lookup::{HeapLookup, Hit};
 use memory::CodeMemory;

@@ -180,7 +180,7 @@ impl<'g> CodeBlock<'g> {
     /// assert!(guard.find(code.start()).unwrap().unwind_rows().is_empty());
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn unwind_rows(&self) -> &'g [crate::remote::UnwindRow] {
+    pub fn unwind_rows(&self) -> &'g [crate::unwind::UnwindRow] {
         match self.source {
             Source::Jit { hit, .. } => jit_header(hit).unwind_rows(),
             Source::Image { .. } => &[],

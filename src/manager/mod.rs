@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use parking_lot::Mutex;
 
 mod block;
+pub(crate) mod descriptor;
 mod pinned;
 
 pub use block::CodeBlock;
@@ -19,9 +20,7 @@ use crate::events::Listeners;
 use crate::heap::{CodeHeap, HeapConfig, HeapError, HeapLookup, LiveBlock, StubKind};
 use crate::hex::hex_struct;
 use crate::image::{ImageError, ImageInfo, ImageSection};
-use crate::perf::{PerfConfig, PerfError, PerfOutput};
 use crate::range::{RangeError, RangeSectionMap};
-use crate::remote;
 
 /// What a range section holds (cloned into each chunk the section touches).
 ///
@@ -178,7 +177,7 @@ pub struct ExecutionManager {
 struct Inner {
     /// This manager's entry in the out-of-process descriptor, if it got one.
     /// Declared first so that it is withdrawn before the range map is dropped.
-    remote: Option<remote::Registration>,
+    remote: Option<descriptor::Registration>,
     ranges: RangeSectionMap<SectionKind>,
     listeners: Arc<Listeners>,
     /// Values handed to [`ExecutionManager::retire`], each with its retire
@@ -241,7 +240,7 @@ impl ExecutionManager {
     /// runs it ([`ExecutionManager::register_executor`]) or is attached to the
     /// agent takes one slot while registered: size it for all of them.
     ///
-    /// The manager also takes one of the process's [`remote::MAX_MANAGERS`]
+    /// The manager also takes one of the process's [`crate::remote::MAX_MANAGERS`]
     /// (8) entries in the out-of-process descriptor ([`crate::remote`]), so
     /// that `jitmap inspect`, the eBPF profiler and debuggers find its range
     /// map. A manager created while all of them are taken by live managers
@@ -250,7 +249,7 @@ impl ExecutionManager {
     /// does not take an entry freed later.
     pub fn new(reader_slots: usize) -> Self {
         let ranges = RangeSectionMap::new(&Domain::new(reader_slots));
-        let remote = remote::Registration::new(ranges.root_address());
+        let remote = descriptor::Registration::new(ranges.root_address());
         Self {
             inner: Arc::new(Inner {
                 remote,
@@ -271,7 +270,10 @@ impl ExecutionManager {
     /// This manager's index among the descriptor's managers, or `None` when
     /// every entry was taken by other live managers.
     pub fn remote_index(&self) -> Option<usize> {
-        self.inner.remote.as_ref().map(remote::Registration::index)
+        self.inner
+            .remote
+            .as_ref()
+            .map(descriptor::Registration::index)
     }
 
     /// The listeners every heap of this manager emits code events to.
@@ -358,21 +360,6 @@ impl ExecutionManager {
             return Err(EpochError::ForeignReader);
         }
         Ok(ManagerGuard::new(reader.pin()?, self))
-    }
-
-    /// Turns on the profiler output that `JITMAP_PERF` (`jitdump`, `map`, `both` or
-    /// `off`) and `JITMAP_PERF_DIR` (default `/tmp`) ask for, for every heap of
-    /// this manager. A host calls it once, right after creating the manager: the
-    /// library reads no environment variable on its own.
-    ///
-    /// ```
-    /// let manager = jitmap::ExecutionManager::new(8);
-    /// let output = manager.perf_from_env()?; // JITMAP_PERF unset: nothing opened
-    /// assert!(output.jitdump.is_none() && output.perf_map.is_none());
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn perf_from_env(&self) -> Result<PerfOutput, PerfError> {
-        PerfConfig::from_env()?.install(&self.inner.listeners)
     }
 
     /// Creates a code heap and registers its range. Also reclaims sections

@@ -17,8 +17,8 @@ pub(crate) use read::find_v2_with;
 pub use read::{Capped, Starts, V2Origin, find_v1, find_v1_capped, find_v2, find_v2_placed};
 
 #[cfg(not(loom))]
-use crate::words::MmapWords;
-use crate::words::WordRead;
+use crate::map_words::MmapWords;
+use crate::map_words::WordRead;
 use encoding::{MAX_SPAN, WORD_BYTES};
 
 /// Which encoding and lookup a map uses. One byte, 1 or 2, as out-of-process

@@ -1,7 +1,7 @@
 //! Lock-free lookups, written once over [`WordRead`].
 
 use super::encoding::{decode_pointer, is_pointer, last_start_in, start_at_or_before, word_index};
-use crate::words::WordRead;
+use crate::map_words::WordRead;
 
 /// Version-1 lookup: the start at or before `offset`, walking back one word at a
 /// time until a start is found or the map begins. Cost grows with method size.

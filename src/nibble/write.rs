@@ -5,7 +5,7 @@ use super::encoding::{
     encode_pointer, is_pointer, nibble_at, nibble_for, start_offset, word_index,
 };
 use super::{MapError, MapVersion, MapWriter};
-use crate::words::WordStore;
+use crate::map_words::WordStore;
 
 impl<S: WordStore> MapWriter<S> {
     /// Records a block `[start, start + size)`.

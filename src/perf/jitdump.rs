@@ -174,7 +174,7 @@ fn encode_unwinding(timestamp: u64, eh: &EhFrame, mapped_size: u64) -> Vec<u8> {
 /// The unwinding-info record for a method of `code_size` bytes at
 /// `code_start` whose host gave `eh`, with `room` free bytes after its code
 /// ([`CodeLoad::room`](crate::events::CodeLoad::room)): the tables rewritten where perf's `inject --jit`
-/// places them (see [`super::unwinding`]), or the host's own bytes if they
+/// places them (see [`super::unwinding_layout`]), or the host's own bytes if they
 /// cannot be. The second value is true when the tables are mapped.
 ///
 /// perf maps the tables `mapped_size` bytes after the code (from the next
@@ -189,7 +189,7 @@ fn unwinding_record(
     code_size: u64,
     room: u64,
 ) -> (Vec<u8>, bool) {
-    match super::unwinding::perf_layout(eh, code_start, code_size) {
+    match super::unwinding_layout::perf_layout(eh, code_start, code_size) {
         Some((frame, header)) => {
             let tables = (frame.len() + header.len()) as u64;
             let fits = code_size.next_multiple_of(8) - code_size + tables <= room;

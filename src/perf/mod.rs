@@ -7,7 +7,7 @@ pub mod check;
 pub mod jitdump;
 pub mod perfmap;
 mod records;
-mod unwinding;
+mod unwinding_layout;
 
 use std::fmt;
 use std::io;
@@ -135,6 +135,21 @@ pub struct PerfOutput {
 }
 
 impl PerfOutput {
+    /// Turns on the profiler output that `JITMAP_PERF` (`jitdump`, `map`, `both` or
+    /// `off`) and `JITMAP_PERF_DIR` (default `/tmp`) ask for, for every heap of
+    /// `manager`. A host calls it once, right after creating the manager: the
+    /// library reads no environment variable on its own.
+    ///
+    /// ```
+    /// let manager = jitmap::ExecutionManager::new(8);
+    /// let output = jitmap::perf::PerfOutput::from_env(&manager)?; // JITMAP_PERF unset: nothing opened
+    /// assert!(output.jitdump.is_none() && output.perf_map.is_none());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn from_env(manager: &crate::ExecutionManager) -> Result<Self, PerfError> {
+        PerfConfig::from_env()?.install(manager.listeners())
+    }
+
     /// One line per output that stopped on a failed write, with what it
     /// lost and why: what a tool prints on stderr at its end, so that a
     /// full disk never leaves a profile silently incomplete.

@@ -20,8 +20,8 @@ use parking_lot::Mutex;
 
 pub use error::RangeError;
 
+use crate::change_seq::ChangeSeq;
 use crate::epoch::{Domain, ForeignGuard, Guard, LastSection};
-use crate::seq::ChangeSeq;
 use crate::sync::{AtomicPtr, AtomicU64, Ordering};
 
 /// The next map's id (see [`RangeSectionMap::find`]); 0 means none.

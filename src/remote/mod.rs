@@ -56,7 +56,6 @@
 //! ```
 
 mod checks;
-mod descriptor;
 #[cfg(feature = "inspect")]
 #[cfg_attr(docsrs, doc(cfg(feature = "inspect")))]
 pub mod dotnet;
@@ -68,10 +67,10 @@ pub mod process;
 mod reader;
 mod words;
 
-pub(crate) use descriptor::Registration;
-pub use descriptor::{
-    Descriptor, LAYOUT_VERSION, MAGIC, MAX_MANAGERS, UnwindRow, jitmap_descriptor,
+pub use crate::manager::descriptor::{
+    Descriptor, LAYOUT_VERSION, MAGIC, MAX_MANAGERS, jitmap_descriptor,
 };
+pub use crate::unwind::UnwindRow;
 pub use error::RemoteError;
 pub use memory::{Counted, Memory, MemoryImage, ProcessMemory};
 pub use reader::{

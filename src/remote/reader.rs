@@ -6,10 +6,10 @@ use std::cell::Cell;
 use std::mem::offset_of;
 
 use super::checks::{check_ptr, index, read_at, read_u32_at};
-use super::descriptor::{Descriptor, LAYOUT_VERSION, MAGIC, MAX_MANAGERS};
 use super::memory::Memory;
 use super::words::{ChunkWords, RemoteWords};
 use super::{MAX_FRAGMENTS, MAX_NAME, RETRIES, RemoteError, V1_MAX_WORDS};
+use crate::manager::descriptor::{Descriptor, LAYOUT_VERSION, MAGIC, MAX_MANAGERS};
 use std::sync::atomic::AtomicU64;
 
 use crate::heap::end_words::RawEnds;

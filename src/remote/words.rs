@@ -6,7 +6,7 @@ use std::cell::Cell;
 use super::RemoteError;
 use super::checks::read_u32_at;
 use super::memory::Memory;
-use crate::words::WordRead;
+use crate::map_words::WordRead;
 
 /// Start-map words at `addr` in another process: a failed read answers 0 and
 /// is kept, and the caller checks it once the lookup returns, so a lookup over

@@ -142,7 +142,7 @@ fn run_profile(args: &[String]) -> Result<(), String> {
     let backend: jitmap_testkit::demo::DemoBackend =
         flags.value("--backend", Default::default())?;
     let manager = ExecutionManager::new(16);
-    let _perf = manager.perf_from_env().map_err(|e| e.to_string())?;
+    let _perf = jitmap::perf::PerfOutput::from_env(&manager).map_err(|e| e.to_string())?;
     let duration = Duration::from_secs_f64(seconds);
     let run = jitmap_testkit::profile::run(&manager, backend, hz, Clock::Wall, duration)
         .map_err(|e| e.to_string())?;

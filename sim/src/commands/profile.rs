@@ -68,7 +68,7 @@ pub fn run(o: Options) -> CliResult {
         ClockArg::Wall => Clock::Wall,
     };
     let manager = jitmap::ExecutionManager::new(16);
-    let perf = manager.perf_from_env().map_err(CliError::input)?;
+    let perf = jitmap::perf::PerfOutput::from_env(&manager).map_err(CliError::input)?;
     let serve = super::run::loopback(o.serve)?;
     let run = profile::run_with(
         &manager,

@@ -7,10 +7,10 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use super::{HEAP_SECTION_LAYOUT, SectionKind};
 use crate::heap::PREFIX;
 use crate::heap::header::HEADER_LAYOUT;
 use crate::heap::lookup::{BlockPrefix, LOOKUP_LAYOUT};
-use crate::manager::{HEAP_SECTION_LAYOUT, SectionKind};
 use crate::range::{ADDRESS_BITS, CHUNK_BITS, FANOUT, LEVELS, ROOT_SEQ, fragment_layout};
 
 /// The descriptor's magic value: `b"JITMAPD\0"` read as a little-endian u64.
@@ -91,12 +91,12 @@ pub struct Descriptor {
     pub header_name_ptr: u32,
     /// Name length in bytes in a code header (u64).
     pub header_name_len: u32,
-    /// Pointer to the method's [`UnwindRow`]s in a code header.
+    /// Pointer to the method's [`UnwindRow`](crate::unwind::UnwindRow)s in a code header.
     pub header_rows_ptr: u32,
     /// Number of rows in a code header (u64); 0 when the method has no
     /// `.eh_frame`.
     pub header_rows_len: u32,
-    /// Size of an [`UnwindRow`] (16).
+    /// Size of an [`UnwindRow`](crate::unwind::UnwindRow) (16).
     pub unwind_row_size: u32,
     /// Number of entries in [`Descriptor::managers`].
     pub max_managers: u32,
@@ -111,75 +111,6 @@ const fn u32_of(n: usize) -> u32 {
 
 const FRAGMENT: crate::range::FragmentLayout = fragment_layout::<SectionKind>();
 const HEAP_LOOKUP: usize = FRAGMENT.value + HEAP_SECTION_LAYOUT.lookup;
-
-/// One row of a method's unwind rules, for readers in other processes (the
-/// eBPF profiler's kernel-side walk), which find a method's rows through its
-/// code header ([`Descriptor::header_rows_ptr`], [`Descriptor::header_rows_len`]).
-/// The rows are sorted by `offset`; each applies from its offset to the next
-/// row's, the last to the end of the code. They are the method's
-/// `.eh_frame` ([`CodeInfo::eh_frame`](crate::CodeInfo)) evaluated when it is
-/// published, in the one form a step applies: the canonical frame address
-/// (CFA) as a register plus an offset, and where the return address and the
-/// caller's frame pointer were saved relative to it.
-///
-/// ```
-/// use jitmap::remote::UnwindRow;
-/// // After `push rbp; mov rbp, rsp`: CFA = rbp + 16, the return address
-/// // at CFA - 8, the caller's rbp at CFA - 16.
-/// let row = UnwindRow {
-///     offset: 4,
-///     cfa: 16,
-///     ra: -8,
-///     fp: -16,
-///     kind: UnwindRow::RULE,
-///     base: UnwindRow::BASE_FP,
-///     fp_rule: UnwindRow::FP_AT,
-///     has_ra: 1,
-/// };
-/// assert_eq!(std::mem::size_of_val(&row), 16);
-/// ```
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct UnwindRow {
-    /// Code offset where the row starts to apply.
-    pub offset: u32,
-    /// CFA = the `base` register + this.
-    pub cfa: i32,
-    /// The return address is the word at CFA + this (if `has_ra`).
-    pub ra: i16,
-    /// The caller's frame pointer is the word at CFA + this (if `fp_rule` is
-    /// [`UnwindRow::FP_AT`]).
-    pub fp: i16,
-    /// [`UnwindRow::NONE`], [`UnwindRow::RULE`] or [`UnwindRow::UNSUPPORTED`].
-    pub kind: u8,
-    /// [`UnwindRow::BASE_SP`] or [`UnwindRow::BASE_FP`].
-    pub base: u8,
-    /// [`UnwindRow::FP_SAME`], [`UnwindRow::FP_AT`] or [`UnwindRow::FP_LOST`].
-    pub fp_rule: u8,
-    /// 1 if the frame has a return address; 0 in the outermost frame.
-    pub has_ra: u8,
-}
-
-impl UnwindRow {
-    /// No rule here (no FDE covers these bytes): step by the frame-pointer
-    /// convention, as without rows.
-    pub const NONE: u8 = 0;
-    /// A rule: step by it.
-    pub const RULE: u8 = 1;
-    /// CFI that cannot be reduced to a rule (a DWARF expression, an offset
-    /// out of range): the walk ends here.
-    pub const UNSUPPORTED: u8 = 2;
-    /// The CFA is computed from the stack pointer.
-    pub const BASE_SP: u8 = 0;
-    /// The CFA is computed from the frame pointer.
-    pub const BASE_FP: u8 = 1;
-    /// The frame pointer still holds the caller's.
-    pub const FP_SAME: u8 = 0;
-    /// The caller's frame pointer is saved at CFA + `fp`.
-    pub const FP_AT: u8 = 1;
-    /// The caller's frame pointer cannot be recovered.
-    pub const FP_LOST: u8 = 2;
-}
 
 /// The process's descriptor. Readers find it through the ELF dynamic symbol
 /// table (or the full symbol table of an executable that does not export it).
@@ -219,7 +150,7 @@ pub static jitmap_descriptor: Descriptor = Descriptor {
     header_name_len: u32_of(HEADER_LAYOUT.name_len),
     header_rows_ptr: u32_of(HEADER_LAYOUT.rows_ptr),
     header_rows_len: u32_of(HEADER_LAYOUT.rows_len),
-    unwind_row_size: u32_of(size_of::<UnwindRow>()),
+    unwind_row_size: u32_of(size_of::<crate::unwind::UnwindRow>()),
     max_managers: MAX_MANAGERS as u32,
     managers: [const { AtomicUsize::new(0) }; MAX_MANAGERS],
 };

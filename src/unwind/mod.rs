@@ -1,8 +1,8 @@
-//! The handler's mixed unwinder: JIT frames step with the method's own CFI
-//! (its `.eh_frame`, evaluated into rows in its code header when it was
-//! published: [`jit_rows`]) or, without one, by the frame-pointer
-//! convention; native frames step with the `.eh_frame` of the object that
-//! holds them.
+//! Unwinding: the rules that step a frame, the rows they are kept in, and
+//! their evaluation from `.eh_frame`. Shared by the heap (a method's rows,
+//! made at publish), the agent's handler (which steps JIT frames by those
+//! rows and native frames by their objects' rows) and the out-of-process
+//! readers (which read the rows through the descriptor).
 //!
 //! Every step is one [`Rule`] applied to three registers (pc, stack pointer,
 //! frame pointer), reading at most two words, each checked to lie on the
@@ -10,17 +10,16 @@
 //! that cannot be stepped ends the stack with a [`StackEnd`] reason, which
 //! the agent counts: it never guesses.
 //!
-//! The native objects' rules are evaluated from their `.eh_frame` by the
-//! collector ([`modules`]) and published to the handlers under the manager's
-//! grace periods: a native frame costs the handler a binary search, and so
-//! does a JIT frame, in its method's rows. No DWARF is evaluated in the
-//! handler. Nothing here allocates, locks or makes a system call while the
-//! handler runs (`tests/agent_torture.rs` counts the handler's allocations).
+//! A native frame costs the handler a binary search in its object's rows,
+//! and so does a JIT frame, in its method's rows: no DWARF is evaluated in
+//! the handler. Nothing here allocates, locks or makes a system call in a
+//! step (`tests/agent_torture.rs` counts the handler's allocations).
 
-pub(crate) mod jit_rows;
-pub(crate) mod modules;
+pub(crate) mod eh_frame;
+pub mod rows;
 pub(crate) mod rule;
 
+pub use rows::UnwindRow;
 pub(crate) use rule::Rule;
 
 /// Why a stack walk ended. The agent counts each reason

@@ -7,8 +7,8 @@ use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::end_words::{EndWords, RawEnds};
+use crate::change_seq::ChangeSeq;
 use crate::mapping::AnonMap;
-use crate::seq::ChangeSeq;
 
 /// The end map's storage, written under the heap's lock, and its trailer:
 /// after the last end word, the heap's change sequence and its id, where a

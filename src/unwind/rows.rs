@@ -4,10 +4,78 @@
 //! eBPF profiler's kernel-side walk, which cannot evaluate DWARF (it finds
 //! them through the descriptor).
 
-use super::modules::evaluate;
+use super::eh_frame::evaluate;
 use super::rule::{Base, Saved};
 use super::{Rule, StackEnd};
-use crate::remote::UnwindRow;
+
+/// One row of a method's unwind rules, for readers in other processes (the
+/// eBPF profiler's kernel-side walk), which find a method's rows through its
+/// code header (`jitmap::remote::Descriptor::header_rows_ptr` and `header_rows_len`).
+/// The rows are sorted by `offset`; each applies from its offset to the next
+/// row's, the last to the end of the code. They are the method's
+/// `.eh_frame` ([`CodeInfo::eh_frame`](crate::CodeInfo)) evaluated when it is
+/// published, in the one form a step applies: the canonical frame address
+/// (CFA) as a register plus an offset, and where the return address and the
+/// caller's frame pointer were saved relative to it.
+///
+/// ```
+/// use jitmap::unwind::UnwindRow;
+/// // After `push rbp; mov rbp, rsp`: CFA = rbp + 16, the return address
+/// // at CFA - 8, the caller's rbp at CFA - 16.
+/// let row = UnwindRow {
+///     offset: 4,
+///     cfa: 16,
+///     ra: -8,
+///     fp: -16,
+///     kind: UnwindRow::RULE,
+///     base: UnwindRow::BASE_FP,
+///     fp_rule: UnwindRow::FP_AT,
+///     has_ra: 1,
+/// };
+/// assert_eq!(std::mem::size_of_val(&row), 16);
+/// ```
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UnwindRow {
+    /// Code offset where the row starts to apply.
+    pub offset: u32,
+    /// CFA = the `base` register + this.
+    pub cfa: i32,
+    /// The return address is the word at CFA + this (if `has_ra`).
+    pub ra: i16,
+    /// The caller's frame pointer is the word at CFA + this (if `fp_rule` is
+    /// [`UnwindRow::FP_AT`]).
+    pub fp: i16,
+    /// [`UnwindRow::NONE`], [`UnwindRow::RULE`] or [`UnwindRow::UNSUPPORTED`].
+    pub kind: u8,
+    /// [`UnwindRow::BASE_SP`] or [`UnwindRow::BASE_FP`].
+    pub base: u8,
+    /// [`UnwindRow::FP_SAME`], [`UnwindRow::FP_AT`] or [`UnwindRow::FP_LOST`].
+    pub fp_rule: u8,
+    /// 1 if the frame has a return address; 0 in the outermost frame.
+    pub has_ra: u8,
+}
+
+impl UnwindRow {
+    /// No rule here (no FDE covers these bytes): step by the frame-pointer
+    /// convention, as without rows.
+    pub const NONE: u8 = 0;
+    /// A rule: step by it.
+    pub const RULE: u8 = 1;
+    /// CFI that cannot be reduced to a rule (a DWARF expression, an offset
+    /// out of range): the walk ends here.
+    pub const UNSUPPORTED: u8 = 2;
+    /// The CFA is computed from the stack pointer.
+    pub const BASE_SP: u8 = 0;
+    /// The CFA is computed from the frame pointer.
+    pub const BASE_FP: u8 = 1;
+    /// The frame pointer still holds the caller's.
+    pub const FP_SAME: u8 = 0;
+    /// The caller's frame pointer is saved at CFA + `fp`.
+    pub const FP_AT: u8 = 1;
+    /// The caller's frame pointer cannot be recovered.
+    pub const FP_LOST: u8 = 2;
+}
 
 /// The rule at code offset `offset` of a method with `rows`: `None` where no
 /// row gives one (no rows, before the first, or a gap between FDEs), and the

@@ -1,0 +1,147 @@
+//! How the agent samples: [`AgentConfig`], its limits, the clock and the
+//! walk it uses.
+
+use std::time::Duration;
+
+use super::AgentError;
+
+/// Highest sampling frequency accepted.
+pub const MAX_HZ: u32 = 100_000;
+/// Deepest stack walk accepted.
+pub const MAX_DEPTH: usize = 256;
+/// Start-map words the signal handler reads, at most, to find a frame's start
+/// in a version-1 heap (256 words: 64 KiB of code back from the address); a
+/// frame deeper in a larger v1 method is recorded as unattributed. v2 heaps
+/// need at most two words whatever the method's size.
+pub const HANDLER_V1_WORDS: usize = 256;
+/// Largest ring accepted, in records.
+pub const MAX_RING_CAPACITY: usize = 1 << 20;
+
+/// Which clock drives a thread's sampling timer.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Clock {
+    /// The thread's own CPU time: samples where it computes.
+    #[default]
+    Cpu,
+    /// Real time: samples where it computes or waits.
+    Wall,
+}
+
+/// How the handler walks a stack.
+///
+/// What each costs per sample, measured side by side
+/// (`cargo bench --bench agent -- agent/sample`), is in BENCHMARKS.md.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Unwind {
+    /// Follow saved frame pointers only. Cheapest, and exact for code that
+    /// keeps them; a native function without a frame pointer hides its
+    /// caller, and JIT code without one ends or corrupts the stack.
+    FramePointer,
+    /// Step each frame with a rule: a JIT method's own CFI (its
+    /// [`crate::info::CodeInfo::eh_frame`]) or, without one, the
+    /// frame-pointer convention; a native frame with its object's
+    /// `.eh_frame`, copied by the collector and published under the
+    /// manager's grace periods (refreshed after `dlopen`/`dlclose`).
+    /// Frames without frame pointers keep their callers.
+    #[default]
+    Mixed,
+}
+
+/// How the agent samples. Start from [`AgentConfig::default`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AgentConfig {
+    /// Samples per second per thread, 1 to [`MAX_HZ`]. Default 1000.
+    pub hz: u32,
+    /// The timers' clock. Default [`Clock::Cpu`]. The kernel checks CPU-time
+    /// timers on its scheduler tick (`CONFIG_HZ`, often 250 or 1000 Hz), so a
+    /// `Cpu` rate above the tick rate yields about one sample per tick; `Wall`
+    /// timers are high-resolution.
+    pub clock: Clock,
+    /// Frames per sample, 1 to [`MAX_DEPTH`]. Default 64.
+    pub max_depth: usize,
+    /// Samples each thread's ring holds between collections, 1 to
+    /// [`MAX_RING_CAPACITY`]. Default 256.
+    pub ring_capacity: usize,
+    /// Probe records each thread's ring holds, 1 to [`MAX_RING_CAPACITY`].
+    /// Default 4096.
+    pub probe_capacity: usize,
+    /// The signal the timers send. Default `SIGPROF`.
+    pub signal: i32,
+    /// How often the collector drains the rings. Default 20 ms.
+    pub collect_every: Duration,
+    /// Keep every sample and probe record in the profile, not only the
+    /// aggregates. Default false.
+    pub keep_samples: bool,
+    /// How the handler walks stacks. Default [`Unwind::Mixed`].
+    pub unwind: Unwind,
+}
+
+impl Default for AgentConfig {
+    fn default() -> Self {
+        Self {
+            hz: 1000,
+            clock: Clock::Cpu,
+            max_depth: 64,
+            ring_capacity: 256,
+            probe_capacity: 4096,
+            signal: libc::SIGPROF,
+            collect_every: Duration::from_millis(20),
+            keep_samples: false,
+            unwind: Unwind::Mixed,
+        }
+    }
+}
+
+impl AgentConfig {
+    /// Checks every field.
+    pub fn validate(&self) -> Result<(), AgentError> {
+        match self.hz {
+            0 => return Err(AgentError::ZeroFrequency),
+            hz if hz > MAX_HZ => return Err(AgentError::FrequencyTooHigh { hz }),
+            _ => {}
+        }
+        match self.max_depth {
+            0 => return Err(AgentError::ZeroDepth),
+            depth if depth > MAX_DEPTH => return Err(AgentError::DepthTooLarge { depth }),
+            _ => {}
+        }
+        for capacity in [self.ring_capacity, self.probe_capacity] {
+            match capacity {
+                0 => return Err(AgentError::ZeroCapacity),
+                c if c > MAX_RING_CAPACITY => {
+                    return Err(AgentError::CapacityTooLarge { capacity: c });
+                }
+                _ => {}
+            }
+        }
+        let s = self.signal;
+        let synchronous = [
+            libc::SIGKILL,
+            libc::SIGSTOP,
+            libc::SIGSEGV,
+            libc::SIGBUS,
+            libc::SIGILL,
+            libc::SIGFPE,
+            libc::SIGTRAP,
+        ];
+        if s < 1 || s > libc::SIGRTMAX() || synchronous.contains(&s) {
+            return Err(AgentError::BadSignal { signal: s });
+        }
+        if self.collect_every.is_zero() {
+            return Err(AgentError::ZeroInterval);
+        }
+        Ok(())
+    }
+
+    /// The timers' period in nanoseconds, from `hz`: what a pprof profile
+    /// of these samples gives as its period.
+    ///
+    /// ```
+    /// use jitmap::agent::AgentConfig;
+    /// let config = AgentConfig { hz: 250, ..AgentConfig::default() };
+    /// assert_eq!(config.interval_ns(), 4_000_000);
+    /// ```
+    pub fn interval_ns(&self) -> u64 {
+        (1_000_000_000 / u64::from(self.hz)).max(1)
+    }
+}

@@ -1,0 +1,59 @@
+//! A `.eh_frame` evaluated into rows: one per address where a function's
+//! rule changes, sorted, so that a stack walker steps a frame with one
+//! binary search and evaluates no DWARF. Used for a JIT method's own
+//! `.eh_frame` when it is published ([`super::rows`]) and for each loaded
+//! object's by the agent's collector.
+
+use gimli::{BaseAddresses, CieOrFde, EhFrame, LittleEndian, UnwindContext, UnwindSection};
+
+use super::{Rule, StackEnd};
+
+/// Where a rule starts to apply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Row {
+    pub(crate) addr: usize,
+    pub(crate) rule: Result<Rule, StackEnd>,
+}
+
+/// Evaluates every FDE in `frame`, an `.eh_frame` whose first byte is at
+/// `frame_addr` (pc-relative pointers are relative to it), into rows sorted
+/// by address: one where a function's rule changes, and an end row
+/// ([`StackEnd::NoUnwindInfo`]) after each function that no other function
+/// starts at. A row that changes only what a step ignores (another
+/// callee-saved register) merges into the one before.
+pub(crate) fn evaluate(frame: &[u8], frame_addr: usize) -> Vec<Row> {
+    let section = EhFrame::new(frame, LittleEndian);
+    let bases = BaseAddresses::default().set_eh_frame(frame_addr as u64);
+    let mut context = UnwindContext::new();
+    let mut rows = Vec::new();
+    let mut entries = section.entries(&bases);
+    while let Ok(Some(entry)) = entries.next() {
+        let CieOrFde::Fde(partial) = entry else {
+            continue;
+        };
+        let Ok(fde) = partial.parse(|s, b, o| s.cie_from_offset(b, o)) else {
+            continue;
+        };
+        let Ok(mut table) = fde.rows(&section, &bases, &mut context) else {
+            continue;
+        };
+        while let Ok(Some(row)) = table.next_row() {
+            let rule = Rule::from_row(row);
+            if rows.last().is_none_or(|last: &Row| last.rule != rule) {
+                rows.push(Row {
+                    addr: row.start_address() as usize,
+                    rule,
+                });
+            }
+        }
+        rows.push(Row {
+            addr: fde.end_address() as usize,
+            rule: Err(StackEnd::NoUnwindInfo),
+        });
+    }
+    // A function's first row sorts before the end row of one that ends where
+    // it begins; the end row is then dropped.
+    rows.sort_by_key(|r| (r.addr, r.rule.is_err()));
+    rows.dedup_by_key(|r| r.addr);
+    rows
+}
