@@ -1,6 +1,7 @@
 #!/bin/sh
 # Installs jitmap's C library under PREFIX: include/jitmap.h,
-# lib/libjitmap.so, lib/libjitmap.a and lib/pkgconfig/jitmap.pc.
+# lib/libjitmap.so.VERSION with its SONAME link libjitmap.so.MAJOR and the
+# link-time name libjitmap.so, lib/libjitmap.a and lib/pkgconfig/jitmap.pc.
 #
 #   capi/install.sh /usr/local            # builds it (cargo build --release)
 #   JITMAP_LIB_DIR=target/debug capi/install.sh /tmp/jitmap   # a built copy
@@ -22,7 +23,10 @@ fi
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' "$here/Cargo.toml" | head -n 1)
 install -d "$prefix/include" "$prefix/lib/pkgconfig"
 install -m 644 "$here/include/jitmap.h" "$prefix/include/jitmap.h"
-install -m 755 "$JITMAP_LIB_DIR/libjitmap_capi.so" "$prefix/lib/libjitmap.so"
+major=${version%%.*}
+install -m 755 "$JITMAP_LIB_DIR/libjitmap_capi.so" "$prefix/lib/libjitmap.so.$version"
+ln -sf "libjitmap.so.$version" "$prefix/lib/libjitmap.so.$major"
+ln -sf "libjitmap.so.$major" "$prefix/lib/libjitmap.so"
 install -m 644 "$JITMAP_LIB_DIR/libjitmap_capi.a" "$prefix/lib/libjitmap.a"
 sed -e "s|@PREFIX@|$prefix|" -e "s|@VERSION@|$version|" "$here/jitmap.pc.in" \
     > "$prefix/lib/pkgconfig/jitmap.pc"

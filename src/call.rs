@@ -91,6 +91,45 @@ fn_ptrs!("C");
 #[cfg(target_arch = "x86_64")]
 fn_ptrs!("sysv64");
 
+/// A code address with no Rust signature: the entry of a [`CallCell`] that
+/// only JIT code calls through ([`CallCell::address`], `jmp [cell]`), such
+/// as the cells behind a compiler's trampolines, whose functions have every
+/// signature. It has no call operator, so holding any address is sound.
+///
+/// ```
+/// use jitmap::{CallCell, CodeAddress};
+///
+/// let cell = CallCell::new(CodeAddress::new(0x1000));
+/// let old = cell.set(CodeAddress::new(0x2000));
+/// assert_eq!((old.get(), cell.get().get()), (0x1000, 0x2000));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CodeAddress(usize);
+
+impl CodeAddress {
+    /// The code at `address`.
+    pub const fn new(address: usize) -> Self {
+        Self(address)
+    }
+
+    /// The address.
+    pub const fn get(self) -> usize {
+        self.0
+    }
+}
+
+// SAFETY: one word; it cannot be called from Rust, so any address it holds
+// is sound (the JIT code that jumps through its cell vouches for the code).
+unsafe impl FnPtr for CodeAddress {
+    unsafe fn from_address(address: usize) -> Self {
+        Self(address)
+    }
+
+    fn address(self) -> usize {
+        self.0
+    }
+}
+
 /// A method's current entry, which callers load and a host swaps: JIT code
 /// calls through [`CallCell::address`] (`call qword ptr [cell]`), Rust code
 /// through [`CallCell::get`]. One word, so JIT code reads it whole.

@@ -146,7 +146,7 @@ mod test_rng;
 pub mod unwind;
 
 #[cfg(not(loom))]
-pub use call::{CallCell, FnPtr};
+pub use call::{CallCell, CodeAddress, FnPtr};
 pub use epoch::{Domain, EpochError, Executor, ForeignGuard, Guard, Reader};
 #[cfg(not(loom))]
 pub use heap::{
@@ -162,3 +162,13 @@ pub use nibble::{MapError, MapVersion, MapWriter, NibbleMap};
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
+
+/// The guide's Rust chapters, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/guide/heap.md")]
+pub struct GuideHeap;
+
+/// The agent's chapter uses the flame graph, pprof and endpoint features.
+#[cfg(all(doctest, feature = "export", feature = "serve"))]
+#[doc = include_str!("../docs/guide/agent.md")]
+pub struct GuideAgent;

@@ -42,6 +42,15 @@
 // `jitmap_live_block.kind` of a stub.
 #define JITMAP_LIVE_BLOCK_STUB 256
 
+// The major version (`JITMAP_VERSION_MAJOR`): the `0` of 0.1.0.
+#define JITMAP_VERSION_MAJOR 0
+
+// The minor version (`JITMAP_VERSION_MINOR`).
+#define JITMAP_VERSION_MINOR 1
+
+// The patch version (`JITMAP_VERSION_PATCH`).
+#define JITMAP_VERSION_PATCH 0
+
 // What a call did. `JITMAP_STATUS_OK` is 0; every failure leaves the state
 // as it was before the call. For the calls that are not async-signal-safe,
 // `jitmap_last_error_message` then says more.
@@ -946,6 +955,12 @@ const char *jitmap_last_error_message(void);
 //
 // Async-signal-safe.
 const char *jitmap_status_name(uint32_t status);
+
+// The version of the library the host runs with, as
+// `major * 10000 + minor * 100 + patch`: a host compares it with the
+// header's macros to find a library older than the header it was built
+// with. Async-signal-safe.
+uint32_t jitmap_version(void);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -46,6 +46,7 @@ mod manager;
 mod status;
 mod table;
 mod types;
+mod version;
 
 pub use agent::*;
 pub use heap::*;
@@ -53,6 +54,7 @@ pub use lookup::*;
 pub use manager::*;
 pub use status::{jitmap_last_error_message, jitmap_status, jitmap_status_name};
 pub use types::*;
+pub use version::*;
 
 use status::Failure;
 

@@ -32,6 +32,24 @@ fn lib_dir() -> PathBuf {
     dir
 }
 
+/// A directory in `out` where the built library has the names a host links
+/// and loads it by: `libjitmap.so` (for `-ljitmap`) and its SONAME,
+/// `libjitmap.so.<major>` (what the loader looks for).
+fn linkable(out: &Path) -> PathBuf {
+    let dir = out.join("lib");
+    if !dir.exists() {
+        std::fs::create_dir_all(&dir).unwrap();
+        let built = lib_dir().join("libjitmap_capi.so");
+        for name in [
+            "libjitmap.so".to_owned(),
+            format!("libjitmap.so.{}", env!("CARGO_PKG_VERSION_MAJOR")),
+        ] {
+            std::os::unix::fs::symlink(&built, dir.join(name)).unwrap();
+        }
+    }
+    dir
+}
+
 /// Which compiler, and with what.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Build {
@@ -45,7 +63,7 @@ enum Build {
 fn compile(name: &str, build: Build, out: &Path) -> PathBuf {
     let source = capi_dir().join("tests/c").join(format!("{name}.c"));
     let exe = out.join(format!("{name}-{build:?}"));
-    let lib = lib_dir();
+    let lib = linkable(out);
     let compiler = match build {
         Build::Plain => "cc",
         Build::Sanitized => "clang",
@@ -66,7 +84,7 @@ fn compile(name: &str, build: Build, out: &Path) -> PathBuf {
     .arg("-L")
     .arg(&lib)
     .arg(format!("-Wl,-rpath,{}", lib.display()))
-    .args(["-ljitmap_capi", "-lpthread", "-o"])
+    .args(["-ljitmap", "-lpthread", "-o"])
     .arg(&exe);
     if build == Build::Sanitized {
         cmd.args([
@@ -344,12 +362,13 @@ fn the_header_compiles_cleanly_as_c11_and_as_cpp17() {
     }
 }
 
-/// The README's C example, built against an install through pkg-config.
+/// The guide's C example (`docs/guide/c.md`), built against an install in a
+/// temporary prefix through pkg-config and an rpath, as the guide shows.
 #[test]
-fn the_readme_example_builds_with_pkg_config_after_install() {
+fn the_guide_example_builds_with_pkg_config_after_install() {
     let _one = one_at_a_time();
-    let readme = std::fs::read_to_string(capi_dir().join("../README.md")).unwrap();
-    let section = &readme[readme.find("## Using jitmap from C").unwrap()..];
+    let readme = std::fs::read_to_string(capi_dir().join("../docs/guide/c.md")).unwrap();
+    let section = &readme[readme.find("# Using jitmap from C").unwrap()..];
     let code = &section[section.find("```c\n").unwrap() + 5..];
     let code = &code[..code.find("```\n").unwrap()];
     let dir = tempfile::tempdir().unwrap();
@@ -395,5 +414,41 @@ fn the_readme_example_builds_with_pkg_config_after_install() {
     assert_eq!(
         pkg_config(&["--modversion"]).trim(),
         env!("CARGO_PKG_VERSION")
+    );
+    // The library as distributions ship it: the versioned file, its SONAME
+    // link, the link-time name, and a host that records the SONAME.
+    let version = env!("CARGO_PKG_VERSION");
+    let major = env!("CARGO_PKG_VERSION_MAJOR");
+    let lib = prefix.join("lib");
+    let link = |name: &str| std::fs::read_link(lib.join(name)).unwrap();
+    assert_eq!(
+        link(&format!("libjitmap.so.{major}")),
+        Path::new(&format!("libjitmap.so.{version}"))
+    );
+    assert_eq!(
+        link("libjitmap.so"),
+        Path::new(&format!("libjitmap.so.{major}"))
+    );
+    let dynamic = |file: &Path| {
+        let out = Command::new("readelf")
+            .arg("-d")
+            .arg(file)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let soname = format!("[libjitmap.so.{major}]");
+    let library = dynamic(&lib.join(format!("libjitmap.so.{version}")));
+    assert!(
+        library
+            .lines()
+            .any(|l| l.contains("(SONAME)") && l.contains(&soname)),
+        "{library}"
+    );
+    let host = dynamic(&exe);
+    assert!(
+        host.lines()
+            .any(|l| l.contains("(NEEDED)") && l.contains(&soname)),
+        "{host}"
     );
 }

@@ -5,11 +5,11 @@
 //!   jitmap host, or of a .NET 8 runtime, through bounded remote reads;
 //! - `ebpf` (feature `ebpf`): a profiler that resolves every frame in the
 //!   kernel; its C program, `src/ebpf/profile.bpf.c`, sits beside its loader;
-//! - [`jitdump`]: a jitdump file checked the way perf reads it, as text;
-//! - [`args`]: the option types and exit codes that `jitmap` and `jitmap-sim`
-//!   share.
+//! - [`jitdump`]: a jitdump file checked the way perf reads it, as text.
+//!
+//! The option types and exit codes it shares with `jitmap-sim` are the
+//! `jitmap-args` crate's.
 
-pub mod args;
 #[cfg(feature = "ebpf")]
 pub mod ebpf;
 pub mod inspect;

@@ -6,7 +6,7 @@ mod commands;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use jitmap_cli::args::finish;
+use jitmap_args::finish;
 
 /// Inspect and profile jitmap hosts (and .NET 8 runtimes) from outside.
 ///

@@ -105,6 +105,11 @@ mod stub;
 mod tiers;
 mod unwind;
 
+/// The guide's Cranelift chapter, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/guide/cranelift.md")]
+pub struct GuideCranelift;
+
 pub use builder::JitmapBuilder;
 pub use error::JitError;
 pub use module::{JitmapModule, TRAMPOLINE};

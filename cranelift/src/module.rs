@@ -6,7 +6,6 @@
 use std::collections::HashMap;
 use std::ffi::CString;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use cranelift_codegen::ir::{self, LibCall};
 use cranelift_codegen::isa::unwind::UnwindInfo;
@@ -18,7 +17,9 @@ use cranelift_module::{
     ModuleReloc, ModuleRelocTarget, ModuleResult,
 };
 use jitmap::heap::{DebugEntry, EhFrame, StubKind};
-use jitmap::{CodeInfo, CodeRef, ExecutionManager, JitKind, OwnedHeap, Reservation};
+use jitmap::{
+    CallCell, CodeAddress, CodeInfo, CodeRef, ExecutionManager, JitKind, OwnedHeap, Reservation,
+};
 
 use crate::builder::{JitmapBuilder, LibcallNames, SymbolLookup};
 use crate::data::DataMemory;
@@ -54,8 +55,9 @@ struct Compiled {
 /// What the module keeps per declared function.
 struct Function {
     /// The current entry: the live version, or `stub::undefined_function`.
-    /// Boxed, so the trampoline's absolute address of it stays valid.
-    cell: Box<AtomicUsize>,
+    /// Boxed, so the trampoline's absolute address of it stays valid. A
+    /// [`CodeAddress`] cell: only the trampoline jumps through it.
+    cell: Box<CallCell<CodeAddress>>,
     /// The trampoline callers reach the function at (definable functions).
     trampoline: Option<CodeRef>,
     /// The version the cell points at.
@@ -339,11 +341,9 @@ impl JitmapModule {
             self.pending_functions.retain(|&p| p != func);
         }
         if let Some(live) = f.live.take() {
-            // Release: callers that load the trap no longer enter the old code.
-            f.cell.store(
-                stub::undefined_function as *const () as usize,
-                Ordering::Release,
-            );
+            // `set` is a Release store: callers that load the trap no longer
+            // enter the old code.
+            f.cell.set(stub::trap());
             self.heap.free(live)?;
         }
         Ok(())
@@ -428,9 +428,9 @@ impl JitmapModule {
         for (func, code) in published {
             let f = &mut self.functions[func.as_u32() as usize];
             f.pending = None;
-            // Release: the version was published (written, relocated, made
+            // `set` is a Release store: the version was published (written, relocated, made
             // executable) before a caller that loads its address jumps to it.
-            f.cell.store(code.start(), Ordering::Release);
+            f.cell.set(CodeAddress::new(code.start()));
             if let Some(old) = f.live.replace(code) {
                 self.heap.free(old)?;
             }
@@ -641,9 +641,7 @@ impl JitmapModule {
         let index = func.as_u32() as usize;
         if index >= self.functions.len() {
             self.functions.push(Function {
-                cell: Box::new(AtomicUsize::new(
-                    stub::undefined_function as *const () as usize,
-                )),
+                cell: Box::new(CallCell::new(stub::trap())),
                 trampoline: None,
                 live: None,
                 pending: None,
@@ -657,8 +655,7 @@ impl JitmapModule {
             .linkage
             .is_definable();
         if definable && self.functions[index].trampoline.is_none() {
-            let cell = std::ptr::from_ref(&*self.functions[index].cell).addr();
-            let code = stub::trampoline(cell);
+            let code = stub::trampoline(self.functions[index].cell.address());
             let allocation = |e: jitmap::HeapError| ModuleError::Allocation {
                 err: std::io::Error::other(e),
             };
@@ -692,7 +689,8 @@ impl Drop for JitmapModule {
     /// code reads are retired to the manager, so a thread still running in
     /// the module when it drops finishes there.
     fn drop(&mut self) {
-        let cells: Vec<Box<AtomicUsize>> = self.functions.drain(..).map(|f| f.cell).collect();
+        let cells: Vec<Box<CallCell<CodeAddress>>> =
+            self.functions.drain(..).map(|f| f.cell).collect();
         let data: Vec<DataMemory> = self.data.drain(..).flatten().map(|d| d.memory).collect();
         self.heap.manager().retire((cells, data));
     }

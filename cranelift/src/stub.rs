@@ -27,6 +27,11 @@ pub(crate) fn trampoline(cell: usize) -> [u8; LEN] {
     code
 }
 
+/// The cell entry of a function with no live version: [`undefined_function`].
+pub(crate) fn trap() -> jitmap::CodeAddress {
+    jitmap::CodeAddress::new(undefined_function as *const () as usize)
+}
+
 /// Where a call cell points while its function is freed or not yet defined:
 /// calling such a function is a documented error, and it ends the process
 /// with a message rather than run bytes that may have been reused. It takes

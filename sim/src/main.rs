@@ -7,7 +7,7 @@ mod commands;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use jitmap_cli::args::finish;
+use jitmap_args::finish;
 
 /// The tiered JIT simulator, stress and replay of the maps, the lookup
 /// benchmark, and the demo hosts.

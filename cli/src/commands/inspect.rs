@@ -1,6 +1,6 @@
 //! `jitmap inspect --pid PID [--dotnet]`.
 
-use jitmap_cli::args::{CliError, CliResult, Outcome, emit};
+use jitmap_args::{CliError, CliResult, Outcome, emit};
 use jitmap_cli::inspect::{self, ByteRange, Report};
 
 /// Resolve addresses in another jitmap host, or list its heaps and live

@@ -1,6 +1,6 @@
 //! `jitmap jitdump-check FILE`.
 
-use jitmap_cli::args::{CliResult, Outcome, emit};
+use jitmap_args::{CliResult, Outcome, emit};
 
 /// Check a jitdump file the way perf reads it: print its header, records and
 /// violations. Exit status 1 if it has a violation.

@@ -1,6 +1,6 @@
 //! `jitmap profile --pid PID` (formerly `ebpf-profile`): the eBPF profiler.
 
-use jitmap_cli::args::{CliResult, Hz, OutDir, Seconds};
+use jitmap_args::{CliResult, Hz, OutDir, Seconds};
 
 /// Profile a jitmap host from outside with eBPF: every frame resolved in the
 /// kernel through its descriptor; writes the agent's outputs. Needs a build
@@ -35,7 +35,7 @@ pub struct Options {
 /// Runs the profile, or the overhead measurement.
 #[cfg(feature = "ebpf")]
 pub fn run(o: Options) -> CliResult {
-    use jitmap_cli::args::{CliError, Outcome, dropped_warning, emit};
+    use jitmap_args::{CliError, Outcome, dropped_warning, emit};
     use jitmap_cli::ebpf;
     let duration = o.seconds.duration();
     if o.overhead {
@@ -115,7 +115,7 @@ fn stop_on_sigint() -> &'static std::sync::atomic::AtomicBool {
 /// `profile` in a build without the `ebpf` feature: says how to get it.
 #[cfg(not(feature = "ebpf"))]
 pub fn run(_: Options) -> CliResult {
-    Err(jitmap_cli::args::CliError::input(
+    Err(jitmap_args::CliError::input(
         "this jitmap was built without the `ebpf` feature; install it with \
          `cargo install --path cli --features ebpf` (needs clang)",
     ))

@@ -1,6 +1,6 @@
 //! `jitmap-sim compare`: every lookup structure timed side by side.
 
-use jitmap_cli::args::{CliError, CliResult, OutFile, Outcome, emit};
+use jitmap_args::{CliError, CliResult, OutFile, Outcome, emit};
 
 /// Measure every lookup structure side by side (floor, v2, v1, heap, manager,
 /// B-tree, sorted vector).

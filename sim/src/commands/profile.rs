@@ -2,7 +2,7 @@
 //! host itself is `jitmap_testkit::profile`).
 
 use jitmap::agent::Clock;
-use jitmap_cli::args::{CliError, CliResult, Hz, OutDir, Outcome, Seconds, dropped_warning, emit};
+use jitmap_args::{CliError, CliResult, Hz, OutDir, Outcome, Seconds, dropped_warning, emit};
 use jitmap_testkit::demo::DemoBackend;
 use jitmap_testkit::profile;
 

@@ -1,7 +1,7 @@
 //! `jitmap-sim replay FILE|-`.
 
 use jitmap::MapVersion;
-use jitmap_cli::args::{CliResult, Outcome, emit, read_input};
+use jitmap_args::{CliResult, Outcome, emit, read_input};
 
 /// Replay a script of nibble-map operations (see README, "Replay scripts").
 /// Exit status 1 if a line failed.

@@ -3,7 +3,7 @@
 use std::io::IsTerminal;
 
 use jitmap::MapVersion;
-use jitmap_cli::args::{
+use jitmap_args::{
     CliError, CliResult, Hz, OutDir, Outcome, Seconds, Threads, dropped_warning, emit,
 };
 use jitmap_sim::tiered::{self, Backend, RunConfig, Scenario};

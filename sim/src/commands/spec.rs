@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use jitmap::MapVersion;
-use jitmap_cli::args::{CliResult, Outcome, emit};
+use jitmap_args::{CliResult, Outcome, emit};
 use jitmap_sim::stress::StressConfig;
 
 /// The spec's worked example: code at 304 (0x130), 1024 bytes long.

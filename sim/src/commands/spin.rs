@@ -3,7 +3,7 @@
 
 use jitmap::MapVersion;
 use jitmap::perf::{PerfConfig, PerfMode};
-use jitmap_cli::args::{CliError, CliResult, Outcome, Seconds, emit};
+use jitmap_args::{CliError, CliResult, Outcome, Seconds, emit};
 use jitmap_testkit::spin::{self, Churn, Layout};
 
 /// The most functions `spin` publishes.

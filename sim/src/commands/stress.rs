@@ -1,7 +1,7 @@
 //! `jitmap-sim stress`: writers against readers on one heap.
 
 use jitmap::MapVersion;
-use jitmap_cli::args::{CliError, CliResult, Outcome, Seconds, Threads, emit};
+use jitmap_args::{CliError, CliResult, Outcome, Seconds, Threads, emit};
 use jitmap_sim::stress::{self, StressConfig};
 
 /// Writers reserve, publish, abort and free code (methods up to 1 MiB) while

@@ -11,7 +11,7 @@
 //!
 //! ```
 //! use clap::Parser;
-//! use jitmap_cli::args::{Hz, Seconds, Threads};
+//! use jitmap_args::{Hz, Seconds, Threads};
 //!
 //! #[derive(Parser)]
 //! struct Options {
@@ -245,6 +245,12 @@ impl OutDir {
     /// Creates the directory (and its parents) and writes and removes a
     /// probe file in it; the error names the path.
     pub fn prepare(&self) -> Result<&Path, CliError> {
+        if self.0.exists() && !self.0.is_dir() {
+            return Err(CliError::Input(format!(
+                "{} is a file, not a directory: --out names the directory the outputs go to",
+                self.0.display()
+            )));
+        }
         fs_err::create_dir_all(&self.0)?;
         let probe = self.0.join(format!(".jitmap-probe-{}", std::process::id()));
         fs_err::write(&probe, b"")?;
@@ -321,7 +327,7 @@ pub const DROPPED_WARNING_SHARE: f64 = 0.01;
 /// samples taken were dropped; `None` otherwise.
 ///
 /// ```
-/// use jitmap_cli::args::dropped_warning;
+/// use jitmap_args::dropped_warning;
 /// assert_eq!(dropped_warning(1000, 10), None);
 /// let w = dropped_warning(46_672, 33_872).unwrap();
 /// assert!(w.starts_with("warning: 33872 of 46672 samples (72.6%) were dropped"));
