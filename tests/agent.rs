@@ -532,3 +532,57 @@ fn a_native_frame_is_its_function_with_its_inlined_helpers() {
     );
     println!("{chains:#?}");
 }
+
+/// This thread's CPU time.
+fn thread_cpu() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is writable.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// The profile says how much CPU time its threads had while attached, which
+/// is what CPU-clock timers sample: bracketed by this thread's own readings.
+#[test]
+fn the_profile_reports_the_cpu_time_of_its_threads() {
+    let _one = one_agent();
+    let manager = manager();
+    let agent = Agent::start(
+        &manager,
+        AgentConfig {
+            hz: 100,
+            ..AgentConfig::default()
+        },
+    )
+    .unwrap();
+    let before_attach = thread_cpu();
+    let attached = agent.attach_current_thread().unwrap();
+    let attached_at = thread_cpu();
+    let mut x = 0u64;
+    while thread_cpu() - attached_at < Duration::from_millis(200) {
+        x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(1));
+    }
+    let worked_until = thread_cpu();
+    drop(attached);
+    let after_detach = thread_cpu();
+    let p = agent.stop();
+    assert!(
+        p.cpu >= worked_until - attached_at && p.cpu <= after_detach - before_attach,
+        "{:?} not within [{:?}, {:?}]",
+        p.cpu,
+        worked_until - attached_at,
+        after_detach - before_attach
+    );
+    let report = p.report(3);
+    let line = report.lines().find(|l| l.starts_with("cpu: ")).unwrap();
+    assert!(
+        line.contains(&format!(
+            "{:.2} s used by the attached threads",
+            p.cpu.as_secs_f64()
+        )),
+        "{line}"
+    );
+}

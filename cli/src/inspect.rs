@@ -33,7 +33,8 @@ pub struct Inspection {
     pub answers: Vec<(u64, Resolution)>,
     /// With `--list`: each section and its live blocks.
     pub listing: Option<Vec<(RemoteSection, Vec<Resolution>)>>,
-    /// Nanoseconds per lookup of the asked addresses (mean), 0 with none.
+    /// Nanoseconds per lookup of the asked addresses (mean), 0 with none
+    /// (and the text report then gives none).
     pub ns_per_lookup: f64,
     /// Milliseconds the listing took.
     pub list_ms: f64,
@@ -81,15 +82,19 @@ impl Report for Inspection {
             }
             let _ = writeln!(out, "listed in {:.2} ms", self.list_ms);
         }
-        let _ = writeln!(
+        let _ = write!(
             out,
-            "lookups={} reads/lookup mean={:.2} max={} retries={} ns/lookup={:.0}",
+            "lookups={} reads/lookup mean={:.2} max={} retries={}",
             self.stats.lookups,
             self.stats.mean_reads(),
             self.stats.max_reads,
             self.stats.retries,
-            self.ns_per_lookup
         );
+        // Timed over the asked addresses only: with none (`--list`), no time.
+        if !self.answers.is_empty() {
+            let _ = write!(out, " ns/lookup={:.0}", self.ns_per_lookup);
+        }
+        out.push('\n');
         out
     }
 
@@ -426,13 +431,16 @@ impl Report for DotnetInspection {
             }
             let _ = writeln!(out, "listed in {:.2} ms", self.list_ms);
         }
-        let _ = writeln!(
+        let _ = write!(
             out,
-            "lookups={} reads/lookup mean={:.2} ns/lookup={:.0}",
+            "lookups={} reads/lookup mean={:.2}",
             self.lookups,
             self.lookup_reads as f64 / self.lookups.max(1) as f64,
-            self.ns_per_lookup
         );
+        if self.lookups > 0 {
+            let _ = write!(out, " ns/lookup={:.0}", self.ns_per_lookup);
+        }
+        out.push('\n');
         out
     }
 

@@ -42,6 +42,18 @@ fn profile_refuses_bad_values_by_name() {
 /// Without the `ebpf` feature the profiler says how to get it; with it, an
 /// output directory that cannot be made is refused by name before the
 /// profile starts.
+/// `--help` says which options have no default: required, or optional.
+#[test]
+fn profile_help_says_what_has_no_default() {
+    let out = jitmap(&["profile", "--help"]);
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(help.contains("Required, unless --overhead"), "{help}");
+    assert!(
+        help.contains("Without it (the default), only the report is printed"),
+        "{help}"
+    );
+}
+
 #[test]
 fn profile_checks_its_output_directory_first() {
     let out = jitmap(&["profile", "--pid", "1", "--out", "/proc/nope"]);

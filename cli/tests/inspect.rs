@@ -180,6 +180,12 @@ fn a_still_host_is_resolved_exactly_and_listed_whole() {
     let mut want = entries.clone();
     want.sort();
     assert_eq!(listed, want);
+    // The text listing times no lookup it was not asked for: no ns/lookup.
+    let (out, _) = inspect(&["--pid".into(), host.pid().to_string(), "--list".into()]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text.lines().find(|l| l.starts_with("lookups=")).unwrap();
+    assert!(!line.contains("ns/lookup"), "{line}");
+    assert!(line.contains("reads/lookup mean="), "{line}");
 }
 
 fn a_churning_host_is_never_misnamed() {

@@ -25,6 +25,8 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     Run(commands::run::Options),
+    /// The contract's worked nibble-map example replayed under both maps,
+    /// then a short concurrent stress of each.
     Spec,
     Replay(commands::replay::Options),
     Compare(commands::compare::Options),

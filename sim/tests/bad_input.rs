@@ -46,6 +46,37 @@ fn output_paths_are_checked_before_the_work_and_named() {
     refused(&["run", "--out", "/proc/nope"], "/proc/nope");
     refused(&["profile", "--out", "/proc/nope"], "/proc/nope");
     refused(&["compare", "--plot", "/proc/nope.svg"], "/proc/nope.svg");
+    // An existing file where a directory is asked for is named as such.
+    let file = std::env::temp_dir().join(format!("jitmap-out-file-{}", std::process::id()));
+    std::fs::write(&file, b"").unwrap();
+    let path = file.to_str().unwrap();
+    refused(
+        &["profile", "--seconds", "1", "--out", path],
+        &format!("{path} is a file, not a directory"),
+    );
+    std::fs::remove_file(&file).unwrap();
+}
+
+/// Every subcommand says what it does in `--help`.
+#[test]
+fn every_subcommand_is_described() {
+    let out = sim(&["--help"]);
+    let help = String::from_utf8_lossy(&out.stdout);
+    let commands: Vec<&str> = help
+        .lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .collect();
+    assert!(commands.len() >= 7, "{help}");
+    for line in commands {
+        let mut words = line.split_whitespace();
+        let name = words.next().unwrap();
+        assert!(
+            words.next().is_some(),
+            "`{name}` has no description:\n{help}"
+        );
+    }
 }
 
 #[test]

@@ -22,6 +22,8 @@ pub(super) struct Attachment {
     pub(super) detached: AtomicBool,
     /// The record's entry in the handler's table; taken by detach.
     pub(super) registration: Mutex<Option<registry::Registration>>,
+    /// The CPU time the thread used while attached, set when it detaches.
+    pub(super) cpu: Mutex<Option<std::time::Duration>>,
 }
 
 impl Agent {
@@ -47,6 +49,10 @@ impl Agent {
             call: "pthread_getattr_np",
             errno: e.raw_os_error().unwrap_or(0),
         })?;
+        let cpu_clock = record::current_cpu_clock().map_err(|e| AgentError::Os {
+            call: "pthread_getcpuclockid",
+            errno: e.raw_os_error().unwrap_or(0),
+        })?;
         let reader = self.shared.manager.register_reader()?;
         let attachment = Arc::new(Attachment {
             record: ThreadRecord {
@@ -56,6 +62,8 @@ impl Agent {
                 reader: HandlerReader(reader),
                 stack_lo,
                 stack_hi,
+                cpu_clock,
+                cpu_at_attach_ns: record::cpu_clock_ns(cpu_clock).unwrap_or(0),
                 samples: Ring::new(config.ring_capacity, config.max_depth),
                 probes: Ring::new(config.probe_capacity, 0),
                 taken: Default::default(),
@@ -67,6 +75,7 @@ impl Agent {
             timer: Mutex::new(None),
             detached: AtomicBool::new(false),
             registration: Mutex::new(None),
+            cpu: Mutex::new(None),
         });
         let registration =
             registry::register(&attachment.record).ok_or(AgentError::TooManyThreads)?;
@@ -225,6 +234,9 @@ impl Drop for AttachedThread {
         }
         // SAFETY: restores the mask saved above.
         unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+        // Read on the thread itself, before its clock can go away with it.
+        let cpu = self.attachment.record.cpu_since_attach();
+        *self.attachment.cpu.lock() = Some(cpu);
         // Release: the thread's last samples and probe records happen before a
         // collector that sees the flag drains its rings for the last time.
         self.attachment.detached.store(true, Ordering::Release);

@@ -155,6 +155,7 @@ struct Totals {
     probe_dropped: u64,
     lookups: u64,
     ends: StackEnds,
+    cpu: Duration,
 }
 
 struct Shared {
@@ -267,6 +268,7 @@ impl Shared {
                 threads.totals.probe_dropped += a.record.probes.dropped();
                 threads.totals.lookups += a.record.lookups();
                 threads.totals.ends += a.record.ends();
+                threads.totals.cpu += a.cpu.lock().unwrap_or_default();
                 threads.list.retain(|x| !Arc::ptr_eq(x, a));
             }
         }
@@ -530,6 +532,7 @@ impl Agent {
             dropped: threads.totals.dropped,
             lookups: threads.totals.lookups,
             stack_ends: threads.totals.ends,
+            cpu: threads.totals.cpu,
             probes: ProbeCounts {
                 dropped: threads.totals.probe_dropped,
                 ..ProbeCounts::default()
@@ -542,6 +545,7 @@ impl Agent {
             base.probes.dropped += a.record.probes.dropped();
             base.lookups += a.record.lookups();
             base.stack_ends += a.record.ends();
+            base.cpu += a.cpu.lock().unwrap_or_else(|| a.record.cpu_since_attach());
         }
         drop(threads);
         // Release: this agent's teardown happens before the next start.

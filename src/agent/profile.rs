@@ -190,6 +190,11 @@ pub struct Profile {
     pub stack_ends: StackEnds,
     /// Threads that were attached.
     pub threads: usize,
+    /// CPU time the attached threads used while attached: what CPU-clock
+    /// timers ([`super::Clock::Cpu`]) sample, so that a profile with fewer
+    /// samples than its duration suggests explains itself (a loaded
+    /// machine gives its threads less CPU).
+    pub cpu: Duration,
     /// Ring memory per attached thread, in bytes (samples and probes).
     pub ring_bytes_per_thread: usize,
     /// Distinct stacks, most samples first.
@@ -283,6 +288,13 @@ impl Profile {
             out,
             "samples: {} in {:.2} s on {} thread(s); taken {}, dropped {}, unattributed {}",
             self.samples, secs, self.threads, self.taken, self.dropped, self.unattributed
+        );
+        let _ = writeln!(
+            out,
+            "cpu: {:.2} s used by the attached threads while attached ({:.0}% of {:.2} s per thread)",
+            self.cpu.as_secs_f64(),
+            100.0 * self.cpu.as_secs_f64() / (secs * self.threads.max(1) as f64).max(1e-9),
+            secs
         );
         let _ = writeln!(
             out,

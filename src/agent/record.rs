@@ -120,6 +120,9 @@ pub(crate) struct ThreadRecord {
     pub(crate) modules: Option<Arc<ModuleSlot>>,
     /// Walks ended, by [`StackEnd`] (in its declaration order).
     pub(crate) ends: [AtomicU64; STACK_ENDS],
+    /// The thread's CPU clock, and its reading when the thread attached.
+    pub(crate) cpu_clock: libc::clockid_t,
+    pub(crate) cpu_at_attach_ns: u64,
 }
 
 impl ThreadRecord {
@@ -127,6 +130,14 @@ impl ThreadRecord {
     /// does the handler run on the thread that owns the record's rings.
     pub(crate) fn owns_stack_of(&self, regs: super::handler::Registers) -> bool {
         (self.stack_lo..=self.stack_hi).contains(&regs.sp)
+    }
+
+    /// CPU time the thread has used since it attached, read from its CPU
+    /// clock (any thread may read it while the thread lives); 0 if the
+    /// clock cannot be read.
+    pub(crate) fn cpu_since_attach(&self) -> std::time::Duration {
+        let now = cpu_clock_ns(self.cpu_clock).unwrap_or(self.cpu_at_attach_ns);
+        std::time::Duration::from_nanos(now.saturating_sub(self.cpu_at_attach_ns))
     }
 
     /// Signals this thread's handler has run for.
@@ -172,6 +183,29 @@ impl ThreadRecord {
             frame_pointer: n(StackEnd::FramePointer),
         }
     }
+}
+
+/// The calling thread's CPU clock.
+pub(crate) fn current_cpu_clock() -> std::io::Result<libc::clockid_t> {
+    let mut clock: libc::clockid_t = 0;
+    // SAFETY: `clock` is writable; pthread_self is this thread.
+    let rc = unsafe { libc::pthread_getcpuclockid(libc::pthread_self(), &mut clock) };
+    if rc == 0 {
+        Ok(clock)
+    } else {
+        Err(std::io::Error::from_raw_os_error(rc))
+    }
+}
+
+/// A CPU clock's reading in nanoseconds.
+pub(crate) fn cpu_clock_ns(clock: libc::clockid_t) -> Option<u64> {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is writable; an invalid clock is an error, not UB.
+    (unsafe { libc::clock_gettime(clock, &mut ts) } == 0)
+        .then(|| ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
 }
 
 /// The calling thread's stack bounds, from the C library.

@@ -9,7 +9,7 @@ use jitmap_args::{CliResult, Hz, OutDir, Seconds};
 #[derive(clap::Args)]
 #[command(visible_alias = "ebpf-profile")]
 pub struct Options {
-    /// The host's process id.
+    /// The host's process id. Required, unless --overhead.
     #[arg(long, required_unless_present = "overhead")]
     pid: Option<i32>,
     /// Samples per second of CPU time, per CPU.
@@ -19,7 +19,8 @@ pub struct Options {
     /// with its outputs).
     #[arg(long, default_value = "5", allow_negative_numbers = true)]
     seconds: Seconds,
-    /// Directory for report.txt, stacks.folded, flamegraph.svg and profile.pb.gz.
+    /// Directory for report.txt, stacks.folded, flamegraph.svg and
+    /// profile.pb.gz. Without it (the default), only the report is printed.
     #[arg(long, conflicts_with = "overhead")]
     out: Option<OutDir>,
     /// Print the report as one JSON object.
