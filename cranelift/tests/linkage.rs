@@ -8,7 +8,6 @@
 
 mod programs;
 
-use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{InstBuilder, MemFlagsData, types::I64};
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{DataDescription, FuncId, Linkage, Module, default_libcall_names};
@@ -192,26 +191,14 @@ fn translate_declare_define<M: Module>(
 /// `recursive_fib(n)`, translated before it is declared: its call to itself
 /// declares its own name as an import first.
 fn recursive_fib<M: Host>(module: &mut M) -> Vec<i64> {
-    let fib = translate_declare_define(module, "recursive_fib", |module, b, args| {
-        let me = callee_of(module, "recursive_fib");
-        let callee = module.declare_func_in_func(me, b.func);
-        let n = args[0];
-        let small = b.create_block();
-        let large = b.create_block();
-        let lt = b.ins().icmp_imm_s(IntCC::SignedLessThan, n, 2);
-        b.ins().brif(lt, small, &[], large, &[]);
-        b.switch_to_block(small);
-        b.ins().return_(&[n]);
-        b.switch_to_block(large);
-        let n1 = b.ins().iadd_imm_s(n, -1);
-        let n2 = b.ins().iadd_imm_s(n, -2);
-        let c1 = b.ins().call(callee, &[n1]);
-        let r1 = b.inst_results(c1)[0];
-        let c2 = b.ins().call(callee, &[n2]);
-        let r2 = b.inst_results(c2)[0];
-        let sum = b.ins().iadd(r1, r2);
-        b.ins().return_(&[sum]);
-    });
+    // Translating the body meets the call first: an import of its own name.
+    let me = callee_of(module, "recursive_fib");
+    let mut ctx = programs::fib_body(module, me);
+    let fib = module
+        .declare_function("recursive_fib", Linkage::Export, &sig(module, 1))
+        .unwrap();
+    assert_eq!(fib, me);
+    module.define_function(fib, &mut ctx).unwrap();
     module.finalize().unwrap();
     // SAFETY: one i64 in, one out.
     let fib = unsafe { f1(module.address(fib)) };
