@@ -45,6 +45,11 @@ pub struct Options {
     /// Print the report as one JSON object.
     #[arg(long)]
     json: bool,
+    /// After --seconds, run on until every event the scenario makes has
+    /// happened (tier-ups, and aborts, unloads and de-optimizations where it
+    /// makes them), for at most 60 s more.
+    #[arg(long)]
+    until_events: bool,
     /// Serve the agent's profiles over HTTP on this loopback address while
     /// the run lasts (`go tool pprof http://ADDR/debug/pprof/profile`).
     #[arg(long, value_name = "ADDR")]
@@ -77,6 +82,7 @@ pub fn run(o: Options) -> CliResult {
         threads: o.threads.get(),
         hz: o.hz.get(),
         serve: loopback(o.serve)?,
+        until_events: o.until_events,
     };
     let bar = (!o.json && std::io::stderr().is_terminal()).then(|| {
         let bar = indicatif::ProgressBar::new(1000);

@@ -43,7 +43,7 @@ use jitmap_testkit::demo::DemoError;
 use jitmap_testkit::rng::Rng;
 pub use report::{Report, TierCompile};
 use scenario::Params;
-pub use scenario::{BACKENDS, Backend, RunConfig, RunError, SCENARIOS, Scenario};
+pub use scenario::{BACKENDS, Backend, EVENT_WAIT, RunConfig, RunError, SCENARIOS, Scenario};
 use shadow::{Shadow, Version};
 use shape::CodeShape;
 
@@ -94,6 +94,8 @@ struct Sim {
     /// Per tier: each published compilation's compile time (ns) and size.
     compiles: [Mutex<Vec<(u64, u64)>>; 2],
     stop: AtomicBool,
+    /// Set once the main group is compiled at tier 0.
+    main_loaded: AtomicBool,
 }
 
 impl Sim {
@@ -104,6 +106,20 @@ impl Sim {
         if d.len() < 10 {
             d.push(what);
         }
+    }
+
+    /// Whether every event the scenario makes has happened at least once
+    /// (see [`RunConfig::until_events`]).
+    fn events_done(&self) -> bool {
+        let p = &self.params;
+        let c = &self.counts;
+        // Relaxed: statistics polled by the run's loop.
+        let n = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        self.main_loaded.load(Ordering::Relaxed)
+            && n(&c.tier_ups) > 0
+            && (p.abort_percent == 0 || n(&c.aborts) > 0)
+            && (!p.unload || n(&c.unloads) > 0)
+            && (!p.churn || n(&c.deopts) > 0)
     }
 
     fn stopping(&self) -> bool {
@@ -541,6 +557,8 @@ impl Sim {
         let mut rng = Rng::new(self.config.seed ^ 0xC0DE);
         let main = Arc::clone(&self.groups.read()[0]);
         self.load(&main, &mut rng)?;
+        // Relaxed: a flag the run's loop polls; it orders nothing.
+        self.main_loaded.store(true, Ordering::Relaxed);
         let mut last_load = Instant::now();
         let mut next_group = 1;
         while !self.stopping() {
@@ -740,6 +758,7 @@ pub fn run(
         latencies: Mutex::new(Vec::new()),
         compiles: [Mutex::new(Vec::new()), Mutex::new(Vec::new())],
         stop: AtomicBool::new(false),
+        main_loaded: AtomicBool::new(false),
     };
     sim.record_stubs(&sim.groups.read()[0], since);
     let agent = Agent::start(
@@ -781,8 +800,14 @@ pub fn run(
             let (sim, record) = (&sim, &record);
             s.spawn(move || record(sim.reader(config.seed + 100 + t)));
         }
-        while started.elapsed() < config.duration && !sim.stopping() {
-            progress(started.elapsed().as_secs_f64() / config.duration.as_secs_f64());
+        let cap = config.duration + scenario::EVENT_WAIT;
+        loop {
+            let elapsed = started.elapsed();
+            let done = elapsed >= config.duration && (!config.until_events || sim.events_done());
+            if done || elapsed >= cap || sim.stopping() {
+                break;
+            }
+            progress((elapsed.as_secs_f64() / config.duration.as_secs_f64()).min(1.0));
             std::thread::sleep(Duration::from_millis(100));
         }
         progress(1.0);

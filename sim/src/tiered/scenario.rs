@@ -168,7 +168,16 @@ pub struct RunConfig {
     /// Serve the agent's profiles over HTTP on this loopback address
     /// (`/debug/pprof/profile`) while the run lasts.
     pub serve: Option<std::net::SocketAddr>,
+    /// After `duration`, go on until every event the scenario makes has
+    /// happened (its whole main group compiled, a tier-up, and an abort, an
+    /// unload and a de-optimization where the scenario makes them), for at
+    /// most [`EVENT_WAIT`] more: what a test asks, so that a loaded machine
+    /// makes it slower, not wrong.
+    pub until_events: bool,
 }
+
+/// The longest a run waits for its events past its duration.
+pub const EVENT_WAIT: Duration = Duration::from_secs(60);
 
 impl RunConfig {
     /// Checks the numbers.
