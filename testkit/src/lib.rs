@@ -11,19 +11,21 @@
 //!   [`signal_alloc`], the counting allocator that proves a signal handler
 //!   allocates nothing.
 //!
-//! It is `publish = false`: an embedding runtime never needs it, and
+//! The 1:2:4 demo, the rng and the profile writers are the published
+//! `jitmap-demo` crate's (the `jitmap` binary runs the demo too), re-exported
+//! here. This crate is `publish = false`: an embedding runtime never needs it, and
 //! `cargo test -p jitmap` builds it without the simulator or the tools.
 
-pub mod demo;
+pub use jitmap_demo::demo;
 #[cfg(feature = "cranelift")]
-pub mod demo_cranelift;
+pub use jitmap_demo::demo_cranelift;
 pub mod e2e;
 pub mod frameless;
 pub mod inlined;
 pub mod jitcode;
 pub mod model;
 pub mod profile;
-pub mod rng;
+pub use jitmap_demo::rng;
 pub mod signal_alloc;
 pub mod spin;
 pub mod workload;

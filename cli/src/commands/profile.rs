@@ -41,8 +41,8 @@ pub fn run(o: Options) -> CliResult {
     let duration = o.seconds.duration();
     if o.overhead {
         let rows = ebpf::overhead(&[1000, 10_000], duration, 5).map_err(CliError::input)?;
-        let list = jitmap_testkit::profile::ratios;
-        let median = jitmap_testkit::profile::median;
+        let list = jitmap_demo::output::ratios;
+        let median = jitmap_demo::output::median;
         for row in rows {
             emit(&format!(
                 "{} Hz (cpu-clock, every CPU), throughput over no program, median of {}: \

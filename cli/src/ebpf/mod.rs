@@ -77,7 +77,7 @@ pub enum EbpfError {
     /// Writing the outputs failed.
     Io(std::io::Error),
     /// The overhead measurement could not build its demo host.
-    Demo(jitmap_testkit::demo::DemoError),
+    Demo(jitmap_demo::demo::DemoError),
 }
 
 impl fmt::Display for EbpfError {
@@ -110,8 +110,8 @@ impl From<DecodeError> for EbpfError {
     }
 }
 
-impl From<jitmap_testkit::demo::DemoError> for EbpfError {
-    fn from(e: jitmap_testkit::demo::DemoError) -> Self {
+impl From<jitmap_demo::demo::DemoError> for EbpfError {
+    fn from(e: jitmap_demo::demo::DemoError) -> Self {
         Self::Demo(e)
     }
 }
@@ -481,7 +481,7 @@ impl EbpfRun {
     pub fn json(&self) -> serde_json::Value {
         let (c, k) = (&self.counts, &self.kernel);
         let (mean, jit_mean) = self.mean_reads();
-        let methods = jitmap_testkit::profile::methods_json(&self.profile);
+        let methods = jitmap_demo::output::methods_json(&self.profile);
         let placements: Vec<_> = self
             .placements
             .iter()
@@ -546,7 +546,7 @@ impl EbpfRun {
     /// Writes `report.txt`, `stacks.folded`, `flamegraph.svg` and
     /// `profile.pb.gz` into `dir` (created if needed).
     pub fn write_outputs(&self, dir: &Path) -> std::io::Result<()> {
-        jitmap_testkit::profile::write_profile(
+        jitmap_demo::output::write_profile(
             &self.profile,
             &self.report(20),
             &format!("jitmap ebpf-profile: process {}", self.pid),
@@ -580,11 +580,11 @@ pub struct Overhead {
 /// ring buffer as `ebpf-profile` would; returns the demo's throughput and the
 /// program's mean ns per sample.
 fn measure(
-    demo: &jitmap_testkit::demo::Demo,
+    demo: &jitmap_demo::demo::Demo,
     config: Config,
     hz: u32,
     slice: Duration,
-    rng: &mut jitmap_testkit::rng::Rng,
+    rng: &mut jitmap_demo::rng::Rng,
 ) -> Result<(f64, f64), EbpfError> {
     let loaded = Loaded::start(config, hz)?;
     let stop = AtomicBool::new(false);
@@ -603,7 +603,7 @@ fn measure(
             }
             loaded
         });
-        let throughput = jitmap_testkit::profile::throughput(demo, slice, rng);
+        let throughput = jitmap_demo::output::throughput(demo, slice, rng);
         // Relaxed: as above.
         stop.store(true, Ordering::Relaxed);
         (throughput, drainer.join())
@@ -619,7 +619,7 @@ fn measure(
 /// only, and profiling this process, side by side.
 pub fn overhead(rates: &[u32], slice: Duration, rounds: usize) -> Result<Vec<Overhead>, EbpfError> {
     let manager = jitmap::ExecutionManager::new(16);
-    let demo = jitmap_testkit::demo::Demo::publish(&manager)?;
+    let demo = jitmap_demo::demo::Demo::publish(&manager)?;
     let options = Options {
         pid: std::process::id() as i32,
         hz: rates.iter().copied().max().unwrap_or(1000),
@@ -629,7 +629,7 @@ pub fn overhead(rates: &[u32], slice: Duration, rounds: usize) -> Result<Vec<Ove
     // No process has the largest id (pid_max is at most 2^22); 0 would be
     // the idle task.
     let nobody = profiled.with_tgid(u32::MAX);
-    let mut rng = jitmap_testkit::rng::Rng::new(11);
+    let mut rng = jitmap_demo::rng::Rng::new(11);
     let mut out: Vec<Overhead> = rates
         .iter()
         .map(|&hz| Overhead {
@@ -642,7 +642,7 @@ pub fn overhead(rates: &[u32], slice: Duration, rounds: usize) -> Result<Vec<Ove
         })
         .collect();
     for _ in 0..rounds {
-        let base = jitmap_testkit::profile::throughput(&demo, slice, &mut rng);
+        let base = jitmap_demo::output::throughput(&demo, slice, &mut rng);
         for row in &mut out {
             let (floor, _) = measure(&demo, nobody, row.hz, slice, &mut rng)?;
             row.floor.push(floor / base);

@@ -29,7 +29,7 @@ pub const MIDDLE: &str = "middle";
 /// The function that loops over `middle`.
 pub const TOP: &str = "top";
 /// The native function that calls `top`: the outermost frame the agent names.
-pub const NATIVE_CALLER: &str = "jitmap_testkit::demo::call_top";
+pub const NATIVE_CALLER: &str = "jitmap_demo::demo::call_top";
 
 /// Why the demo could not be built.
 #[derive(Debug)]
