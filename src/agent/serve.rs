@@ -393,6 +393,32 @@ fn reason_phrase(code: u16) -> &'static str {
     }
 }
 
+/// The status the endpoint answers a request head with (its bytes up to,
+/// not including, the blank line that ends it) before any profile is taken:
+/// 200 for the index or a profile it would take, 400 for a request line that
+/// does not parse or a bad `seconds`, 404 for what it does not serve, 405
+/// for a method other than GET. (A profile asked for while one is being
+/// taken is 409; a head that never ends, 408 or 431.) The fuzz target
+/// `pprof_request` holds every input to these four.
+///
+/// ```
+/// use jitmap::agent::serve::status_of;
+/// assert_eq!(status_of(b"GET /debug/pprof/profile?seconds=3 HTTP/1.1"), 200);
+/// assert_eq!(status_of(b"GET /debug/pprof/profile?seconds=0 HTTP/1.1"), 400);
+/// assert_eq!(status_of(b"GET /debug/pprof/heap HTTP/1.1"), 404);
+/// assert_eq!(status_of(b"DELETE / HTTP/1.1"), 405);
+/// ```
+pub fn status_of(head: &[u8]) -> u16 {
+    match parse_head(head) {
+        Err(status) => status.code(),
+        Ok(request) => match route(&request.target) {
+            Route::Index | Route::Profile(_) => 200,
+            Route::BadRequest(_) => 400,
+            Route::NotFound => 404,
+        },
+    }
+}
+
 /// A request line that parsed.
 #[derive(Debug, PartialEq, Eq)]
 struct Request {
