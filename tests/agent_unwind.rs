@@ -119,6 +119,26 @@ fn stacks(profile: &Profile) -> String {
         .collect()
 }
 
+/// At least 500 samples in `stack`'s leaf, and at least 99 % of them with
+/// exactly `stack` as their innermost frames.
+fn assert_mostly_exact(profile: &Profile, stack: &[&str], what: &str) {
+    let (in_leaf, good) = exact(profile, stack);
+    println!(
+        "{what}: {good} of {in_leaf} leaf samples exact; ends {:?}",
+        profile.stack_ends
+    );
+    assert!(
+        in_leaf >= 500,
+        "{what}: {in_leaf} samples in the leaf\n{}",
+        stacks(profile)
+    );
+    assert!(
+        good * 100 >= in_leaf * 99,
+        "{what}: {good} of {in_leaf} exact\n{}",
+        stacks(profile)
+    );
+}
+
 /// Profiles `run` (one call of the workload) under both walks: the mixed
 /// walk must give `stack` exactly in at least 99% of the samples in its
 /// leaf, with complete stacks; the frame-pointer walk, in none.
@@ -131,21 +151,7 @@ fn check(stack: &[&str], run: impl Fn(&Frameless)) {
         })
     };
     let mixed = on(Unwind::Mixed);
-    let (in_leaf, good) = exact(&mixed, stack);
-    println!(
-        "mixed: {good} of {in_leaf} leaf samples exact; ends {:?}",
-        mixed.stack_ends
-    );
-    assert!(
-        in_leaf >= 500,
-        "{in_leaf} samples in the leaf\n{}",
-        stacks(&mixed)
-    );
-    assert!(
-        good * 100 >= in_leaf * 99,
-        "{good} of {in_leaf} exact\n{}",
-        stacks(&mixed)
-    );
+    assert_mostly_exact(&mixed, stack, "mixed");
     // Complete stacks, down to the thread's start.
     assert!(
         mixed.stack_ends.root * 100 >= mixed.stack_ends.total() * 99,
@@ -233,18 +239,7 @@ fn a_moved_method_without_frame_pointers_keeps_its_unwind_rows() {
             std::hint::black_box(f.jit_without_fp(200_000));
         },
     );
-    let (in_leaf, good) = exact(&mixed, &JIT_STACK);
-    println!("after the move: {good} of {in_leaf} leaf samples exact");
-    assert!(
-        in_leaf >= 500,
-        "{in_leaf} samples in the leaf\n{}",
-        stacks(&mixed)
-    );
-    assert!(
-        good * 100 >= in_leaf * 99,
-        "{good} of {in_leaf} exact after the move\n{}",
-        stacks(&mixed)
-    );
+    assert_mostly_exact(&mixed, &JIT_STACK, "after the move");
     std::fs::remove_dir_all(dir).unwrap();
 }
 
