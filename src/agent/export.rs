@@ -108,9 +108,27 @@ pub mod proto {
 /// The profile's outputs for other tools; they need the `export` feature.
 #[cfg_attr(docsrs, doc(cfg(feature = "export")))]
 impl Profile {
-    /// Draws the folded stacks as a flamegraph SVG (feature `export`).
-    pub fn write_flamegraph(&self, title: &str, out: impl Write) -> io::Result<()> {
+    /// Draws the folded stacks as a flamegraph SVG (feature `export`). A
+    /// profile with no samples gives an SVG that says so, titled alike.
+    pub fn write_flamegraph(&self, title: &str, mut out: impl Write) -> io::Result<()> {
         let folded = self.folded();
+        if folded.trim().is_empty() {
+            let title: String = title
+                .chars()
+                .map(|c| match c {
+                    '<' | '>' | '&' | '"' => '_',
+                    c => c,
+                })
+                .collect();
+            return write!(
+                out,
+                "<?xml version=\"1.0\" standalone=\"no\"?>\n\
+                 <svg version=\"1.1\" width=\"1200\" height=\"60\" xmlns=\"http://www.w3.org/2000/svg\">\n\
+                 <text x=\"600\" y=\"24\" text-anchor=\"middle\" font-size=\"17\">{title}</text>\n\
+                 <text x=\"600\" y=\"48\" text-anchor=\"middle\" font-size=\"12\">no samples</text>\n\
+                 </svg>\n"
+            );
+        }
         let mut options = inferno::flamegraph::Options::default();
         options.title = title.to_owned();
         options.count_name = "samples".to_owned();
@@ -222,6 +240,24 @@ impl Profile {
 mod tests {
     use super::*;
     use crate::agent::Stack;
+
+    /// A profile that took no sample (a host that exited, or was stopped, at
+    /// once; a loaded machine) still has a flame graph, which says so:
+    /// inferno alone refuses empty input, and a tool writing its four
+    /// outputs would fail.
+    #[test]
+    fn a_profile_without_samples_draws_an_empty_flamegraph() {
+        let mut svg = Vec::new();
+        Profile::default()
+            .write_flamegraph("empty", &mut svg)
+            .unwrap();
+        let svg = String::from_utf8(svg).unwrap();
+        assert!(
+            svg.starts_with("<?xml") && svg.trim_end().ends_with("</svg>"),
+            "{svg}"
+        );
+        assert!(svg.contains("empty") && svg.contains("no samples"), "{svg}");
+    }
 
     #[test]
     fn inlined_frames_become_the_lines_of_their_functions_location() {
