@@ -103,6 +103,7 @@ fn sample_now_that_interrupts_a_sample_is_dropped_not_written_into_its_slot() {
         // Release: the handler's Acquire load sees a complete attachment.
         Ordering::Release,
     );
+    // Relaxed: a counter; the scope below orders the threads that touch it.
     HANDLED.store(0, Ordering::Relaxed);
     let cap = Instant::now() + Duration::from_secs(60);
     std::thread::scope(|s| {
@@ -115,16 +116,19 @@ fn sample_now_that_interrupts_a_sample_is_dropped_not_written_into_its_slot() {
         });
         // This thread samples itself without pause, so that most SIGUSR1s
         // (and many SIGPROFs) land inside a sample already under way.
+        // Relaxed: polling a counter.
         while HANDLED.load(Ordering::Relaxed) < WANTED && Instant::now() < cap {
             attached.sample_now();
         }
     });
     set_blocked(libc::SIGUSR1, true);
+    // Release: as the store above (SIGUSR1 is blocked meanwhile anyway).
     ATTACHED.store(std::ptr::null_mut(), Ordering::Release);
     set_blocked(libc::SIGUSR1, false);
     drop(attached);
     let p = agent.stop();
     restore(libc::SIGUSR1, &previous);
+    // Relaxed: read after the scope joined every thread that wrote it.
     assert!(
         HANDLED.load(Ordering::Relaxed) >= WANTED,
         "the signals did not arrive"
@@ -206,6 +210,8 @@ fn a_host_signal_pending_at_detach_reaches_the_host_handler() {
     .unwrap();
     let attached = agent.attach_current_thread().unwrap();
     let tid = attached.tid() as i32;
+    // Relaxed: the counters are written and read on this thread (by its
+    // signal handler), so program order is enough.
     HOST_SIGNALS.store(0, Ordering::Relaxed);
     set_blocked(libc::SIGPROF, true);
     queue_to_thread(tid, libc::SIGPROF, 0x5eed);

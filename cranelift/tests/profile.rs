@@ -336,10 +336,12 @@ fn trampoline_stacks(unwind: jitmap::agent::Unwind, wanted: u64) -> (u64, u64) {
                     }
                 }
             }
+            // Relaxed: a stop flag; the scope's join orders the rest.
             done.store(true, std::sync::atomic::Ordering::Relaxed);
             (exact, total)
         });
         let attached = agent.attach_current_thread().unwrap();
+        // Relaxed: as above.
         while !done.load(std::sync::atomic::Ordering::Relaxed) {
             assert_eq!(call_through(inc, 10_000), 10_000 * 10_001 / 2);
         }
