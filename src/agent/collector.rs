@@ -11,7 +11,8 @@ use crate::events::{CodeEvent, CodeListener};
 use crate::{CodeInfo, ExecutionManager};
 
 use super::profile::{
-    MethodVersion, ProbeCounts, ProbeEvent, Profile, Sample, SampleFrame, Stack, version_labels,
+    Kept, MethodVersion, ProbeCounts, ProbeEvent, Profile, Sample, SampleFrame, Stack,
+    version_labels,
 };
 use super::record::{FrameKind, ProbeKind, RawFrame, ThreadRecord};
 use super::symbols::NativeNames;
@@ -555,6 +556,28 @@ impl Collector {
             kept_samples: self.kept_samples,
             kept_probes: self.kept_probes,
             ..base
+        }
+    }
+}
+
+impl Collector {
+    /// Moves out the samples and probe records kept so far, with the
+    /// versions the samples name.
+    pub(crate) fn take_kept(&mut self) -> Kept {
+        let samples = std::mem::take(&mut self.kept_samples);
+        let probes = std::mem::take(&mut self.kept_probes);
+        let mut methods = std::collections::BTreeMap::new();
+        for frame in samples.iter().flat_map(|s| &s.frames) {
+            if let SampleFrame::Jit { method, .. } = *frame
+                && let Some(m) = self.methods.get(method)
+            {
+                methods.entry(method).or_insert_with(|| m.clone());
+            }
+        }
+        Kept {
+            samples,
+            probes,
+            methods,
         }
     }
 }

@@ -139,8 +139,8 @@ pub use symbols::INLINED;
 pub use counters::{CallCounters, CounterCell, CounterError, jitmap_probe_count};
 pub use probes::{ProbeContext, jitmap_probe_enter, jitmap_probe_value};
 pub use profile::{
-    MethodSummary, MethodVersion, ProbeCounts, ProbeEvent, Profile, Sample, SampleFrame, Stack,
-    version_labels,
+    Kept, MethodSummary, MethodVersion, ProbeCounts, ProbeEvent, Profile, Sample, SampleFrame,
+    Stack, version_labels,
 };
 
 /// Whether an agent is running in this process.
@@ -419,6 +419,36 @@ impl Agent {
     /// ```
     pub fn profile_window(&self, duration: Duration) -> Result<Profile, AgentError> {
         self.shared.window(duration, &|| false)
+    }
+
+    /// Takes the samples and probe records kept so far
+    /// ([`AgentConfig::keep_samples`]) after one more collection pass: the
+    /// agent forgets them, and [`Agent::stop`]'s profile holds only what
+    /// came after the last take. Empty unless samples are kept.
+    ///
+    /// ```
+    /// use jitmap::ExecutionManager;
+    /// use jitmap::agent::{Agent, AgentConfig, Clock};
+    ///
+    /// let manager = ExecutionManager::new(4);
+    /// let config = AgentConfig { clock: Clock::Wall, keep_samples: true, ..AgentConfig::default() };
+    /// let agent = Agent::start(&manager, config)?;
+    /// let attached = agent.attach_current_thread()?;
+    /// let mut taken = 0;
+    /// while taken < 3 {
+    ///     std::hint::black_box((0..10_000u64).sum::<u64>());
+    ///     taken += agent.take_kept()?.samples.len();
+    /// }
+    /// drop(attached);
+    /// let profile = agent.stop();
+    /// // Each sample is kept once: taken, or in the final profile.
+    /// assert!(profile.kept_samples.len() as u64 + taken as u64 <= profile.samples);
+    /// # Ok::<(), jitmap::agent::AgentError>(())
+    /// ```
+    pub fn take_kept(&self) -> Result<Kept, AgentError> {
+        self.shared.collect();
+        let mut collector = self.shared.collector.lock();
+        Ok(collector.as_mut().ok_or(AgentError::Stopped)?.take_kept())
     }
 
     /// Starts the pprof endpoint on `address`, which must be a loopback

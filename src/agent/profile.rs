@@ -117,6 +117,28 @@ pub struct ProbeEvent {
     pub value: Option<u64>,
 }
 
+/// The samples and probe records kept since the last take
+/// ([`super::Agent::take_kept`]), with the method versions their frames
+/// index. A run that keeps samples for hours takes them now and then, so
+/// that the agent holds only what came since.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Kept {
+    /// The samples, in the order they were drained.
+    pub samples: Vec<Sample>,
+    /// The probe records, in the order they were drained.
+    pub probes: Vec<ProbeEvent>,
+    /// The versions [`SampleFrame::Jit`] frames of `samples` name, by index.
+    pub methods: std::collections::BTreeMap<usize, MethodVersion>,
+}
+
+impl Kept {
+    /// The version a [`SampleFrame::Jit`] frame's `method` names. Its
+    /// `label` is its name: labels are given when the profile ends.
+    pub fn method(&self, index: usize) -> Option<&MethodVersion> {
+        self.methods.get(&index)
+    }
+}
+
 /// What the probes recorded.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ProbeCounts {

@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use cranelift_codegen::CodegenError;
 use cranelift_module::{Module, ModuleError};
 use iced_x86::code_asm::CodeAssembler;
-use jitmap::agent::{Agent, AgentConfig, Clock, HANDLER_V1_WORDS, SampleFrame};
+use jitmap::agent::{Agent, AgentConfig, Clock, HANDLER_V1_WORDS, Kept, SampleFrame};
 use jitmap::events::monotonic_ns;
 use jitmap::{CodeInfo, CodeRef, ExecutionManager, JitKind, MapVersion, OwnedHeap};
 use jitmap_cranelift::{JitError, TRAMPOLINE_BYTES};
@@ -41,7 +41,8 @@ use clif::{ClifGroup, Inject};
 use group::{Code, Entry, Group};
 use jitmap_testkit::demo::DemoError;
 use jitmap_testkit::rng::Rng;
-pub use report::{Report, TierCompile};
+use report::{Compiles, Durations};
+pub use report::{Report, TierCompile, TimelinePoint};
 use scenario::Params;
 pub use scenario::{BACKENDS, Backend, EVENT_WAIT, RunConfig, RunError, SCENARIOS, Scenario};
 use shadow::{Shadow, Version};
@@ -49,6 +50,32 @@ use shape::CodeShape;
 
 /// Lookups a reader makes between two visits to the shadow model.
 const READER_BATCH: usize = 64;
+
+/// How often the run takes the agent's kept samples and judges them, so that
+/// neither the agent nor the run holds more than this much of them.
+const JUDGE_EVERY: Duration = Duration::from_secs(1);
+
+/// How long after its free a version stays in the shadow model. Far beyond
+/// the time any lookup or sample that can name it takes to be judged (a
+/// reader judges its answers every [`READER_BATCH`] lookups, the agent's
+/// samples are taken every [`JUDGE_EVERY`]).
+const FORGET_AFTER: Duration = Duration::from_secs(30);
+
+/// How often the report's timeline records the run's memory.
+const TIMELINE_EVERY: Duration = Duration::from_secs(60);
+
+/// This process's resident set, in bytes (0 if `/proc` says nothing).
+fn resident_bytes() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: u64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0);
+    // SAFETY: sysconf reads a constant.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    pages * page.max(0) as u64
+}
 
 /// One lookup a reader made, kept until it is judged.
 struct Answer {
@@ -90,9 +117,10 @@ struct Sim {
     next_version: AtomicU64,
     counts: Counters,
     wrong_details: Mutex<Vec<String>>,
-    latencies: Mutex<Vec<u64>>,
-    /// Per tier: each published compilation's compile time (ns) and size.
-    compiles: [Mutex<Vec<(u64, u64)>>; 2],
+    /// Tier-up latencies.
+    latencies: Mutex<Durations>,
+    /// Per tier: the published compilations' compile times and sizes.
+    compiles: [Mutex<Compiles>; 2],
     stop: AtomicBool,
     /// Set once the main group is compiled at tier 0.
     main_loaded: AtomicBool,
@@ -120,6 +148,71 @@ impl Sim {
             && (p.abort_percent == 0 || n(&c.aborts) > 0)
             && (!p.unload || n(&c.unloads) > 0)
             && (!p.churn || n(&c.deopts) > 0)
+    }
+
+    /// Takes the samples the agent kept since the last take, judges them,
+    /// and forgets the versions freed [`FORGET_AFTER`] ago.
+    fn judge_taken(&self, agent: &Agent, frames_checked: &mut u64) -> Result<(), RunError> {
+        let kept = agent.take_kept()?;
+        *frames_checked += self.judge_samples(&kept);
+        let horizon = monotonic_ns().saturating_sub(FORGET_AFTER.as_nanos() as u64);
+        self.shadow.write().forget_freed_before(horizon);
+        Ok(())
+    }
+
+    /// Judges every JIT, stub and unattributed frame of `kept`'s samples
+    /// against the shadow model; returns how many it judged. A leaf left
+    /// unattributed must be one the handler's capped v1 walk cannot reach.
+    fn judge_samples(&self, kept: &Kept) -> u64 {
+        let shadow = self.shadow.read();
+        let v1_words = (self.config.version == MapVersion::V1).then_some(HANDLER_V1_WORDS);
+        let mut judged_frames = 0;
+        for sample in &kept.samples {
+            for (depth, frame) in sample.frames.iter().enumerate() {
+                let judged = match *frame {
+                    SampleFrame::Jit { addr, method, .. } => {
+                        let at = if depth == 0 { addr } else { addr - 1 };
+                        match kept.method(method) {
+                            Some(m) => shadow.judge_sample(at, sample.end_ns, m.method_id, &m.name),
+                            None => Err(format!("sample frame at {addr:#x} names no method")),
+                        }
+                    }
+                    SampleFrame::Unattributed { addr } if depth == 0 => {
+                        shadow.judge_unattributed(addr, sample.end_ns, v1_words)
+                    }
+                    SampleFrame::Stub { addr, .. } => {
+                        let at = if depth == 0 { addr } else { addr - 1 };
+                        shadow.judge_stub(at, sample.end_ns)
+                    }
+                    _ => continue,
+                };
+                judged_frames += 1;
+                if let Err(what) = judged {
+                    self.wrong(what);
+                }
+            }
+        }
+        judged_frames
+    }
+
+    /// The run's memory and progress now, `elapsed` after its start.
+    fn timeline_point(&self, elapsed: Duration) -> TimelinePoint {
+        let committed = self
+            .groups
+            .read()
+            .iter()
+            .filter_map(|g| g.code.lock().as_ref().map(|c| c.heap().stats().committed))
+            .sum();
+        // Relaxed: statistics.
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        TimelinePoint {
+            seconds: elapsed.as_secs_f64(),
+            rss_bytes: resident_bytes(),
+            code_committed_bytes: committed,
+            shadow_versions: self.shadow.read().len() as u64,
+            lookups: load(&self.counts.lookups),
+            wrong: load(&self.counts.wrong),
+        }
     }
 
     fn stopping(&self) -> bool {
@@ -210,7 +303,7 @@ impl Sim {
         self.published(size);
         self.compiles[usize::from(tier)]
             .lock()
-            .push((compile_ns, size));
+            .record(compile_ns, size);
         // SAFETY: `iced` emits every method with the `Entry` signature.
         group.set_entry(m, unsafe { code.entry() });
         Ok(Some((code, version)))
@@ -337,7 +430,7 @@ impl Sim {
         self.published(code.size());
         self.compiles[usize::from(tier)]
             .lock()
-            .push((compile_ns, code.size()));
+            .record(compile_ns, code.size());
         if !group.is_compiled(m) {
             // SAFETY: the trampoline jumps to the function's live version,
             // and every method has the `Entry` signature.
@@ -442,7 +535,7 @@ impl Sim {
         if self.install(group, m, 1, rng)? {
             // Relaxed: statistics.
             self.counts.tier_ups.fetch_add(1, Ordering::Relaxed);
-            self.latencies.lock().push(monotonic_ns() - seen);
+            self.latencies.lock().record(monotonic_ns() - seen);
         }
         Ok(())
     }
@@ -755,8 +848,11 @@ pub fn run(
         next_version: AtomicU64::new(1),
         counts: Counters::default(),
         wrong_details: Mutex::new(Vec::new()),
-        latencies: Mutex::new(Vec::new()),
-        compiles: [Mutex::new(Vec::new()), Mutex::new(Vec::new())],
+        latencies: Mutex::new(Durations::default()),
+        compiles: [
+            Mutex::new(Compiles::default()),
+            Mutex::new(Compiles::default()),
+        ],
         stop: AtomicBool::new(false),
         main_loaded: AtomicBool::new(false),
     };
@@ -775,6 +871,8 @@ pub fn run(
         eprintln!("jitmap-sim run: serving profiles at http://{bound}/debug/pprof/profile");
     }
     let started = Instant::now();
+    let mut frames_checked = 0;
+    let mut timeline = Vec::new();
     let errors: Mutex<Vec<String>> = Mutex::new(Vec::new());
     let record = |r: Result<(), RunError>| {
         if let Err(e) = r {
@@ -801,6 +899,7 @@ pub fn run(
             s.spawn(move || record(sim.reader(config.seed + 100 + t)));
         }
         let cap = config.duration + scenario::EVENT_WAIT;
+        let mut last_judged = Instant::now();
         loop {
             let elapsed = started.elapsed();
             let done = elapsed >= config.duration && (!config.until_events || sim.events_done());
@@ -809,6 +908,13 @@ pub fn run(
             }
             progress((elapsed.as_secs_f64() / config.duration.as_secs_f64()).min(1.0));
             std::thread::sleep(Duration::from_millis(100));
+            if last_judged.elapsed() >= JUDGE_EVERY {
+                last_judged = Instant::now();
+                record(sim.judge_taken(&agent, &mut frames_checked));
+            }
+            if elapsed.as_secs() >= TIMELINE_EVERY.as_secs() * (timeline.len() as u64 + 1) {
+                timeline.push(sim.timeline_point(elapsed));
+            }
         }
         progress(1.0);
         // Relaxed: a stop flag; the scope's joins order the rest.
@@ -829,36 +935,14 @@ pub fn run(
         };
         jitmap_testkit::profile::write_outputs(&run, dir)?;
     }
-    // Every sample's JIT frames, judged against the shadow model; a leaf left
-    // unattributed must be one the handler's capped v1 walk cannot reach.
-    let mut frames_checked = 0;
-    {
-        let shadow = sim.shadow.read();
-        let v1_words = (config.version == MapVersion::V1).then_some(HANDLER_V1_WORDS);
-        for sample in &profile.kept_samples {
-            for (depth, frame) in sample.frames.iter().enumerate() {
-                let judged = match *frame {
-                    SampleFrame::Jit { addr, method, .. } => {
-                        let m = &profile.methods[method];
-                        let at = if depth == 0 { addr } else { addr - 1 };
-                        shadow.judge_sample(at, sample.end_ns, m.method_id, &m.name)
-                    }
-                    SampleFrame::Unattributed { addr } if depth == 0 => {
-                        shadow.judge_unattributed(addr, sample.end_ns, v1_words)
-                    }
-                    SampleFrame::Stub { addr, .. } => {
-                        let at = if depth == 0 { addr } else { addr - 1 };
-                        shadow.judge_stub(at, sample.end_ns)
-                    }
-                    _ => continue,
-                };
-                frames_checked += 1;
-                if let Err(what) = judged {
-                    sim.wrong(what);
-                }
-            }
-        }
-    }
+    // The samples kept since the last take, judged like the others.
+    let last = Kept {
+        samples: profile.kept_samples.clone(),
+        methods: profile.methods.iter().cloned().enumerate().collect(),
+        ..Kept::default()
+    };
+    frames_checked += sim.judge_samples(&last);
+    timeline.push(sim.timeline_point(started.elapsed()));
     let groups = sim.groups.read();
     let main_stats = groups[0].code.lock().as_ref().map(|c| c.heap().stats());
     let map_resident_bytes = groups
@@ -870,10 +954,9 @@ pub fn run(
                 .and_then(|c| c.heap().map().words().resident_bytes().ok())
         })
         .sum::<usize>() as u64;
-    let mut latencies = sim.latencies.lock().clone();
-    latencies.sort_unstable();
-    let pct = |p| report::percentile_us(&latencies, p);
-    let compile = sim.compiles.each_ref().map(|c| TierCompile::of(&c.lock()));
+    let latencies = sim.latencies.lock().clone();
+    let pct = |q| latencies.quantile_us(q);
+    let compile = sim.compiles.each_ref().map(|c| c.lock().summary());
     let c = &sim.counts;
     // Relaxed (all loads below): the threads are joined.
     let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
@@ -917,5 +1000,6 @@ pub fn run(
             .collect(),
         wrong: load(&c.wrong),
         wrong_details: sim.wrong_details.lock().clone(),
+        timeline,
     })
 }

@@ -15,19 +15,6 @@ pub struct TierCompile {
 }
 
 impl TierCompile {
-    /// The statistics of `(compile ns, code bytes)` pairs.
-    pub fn of(compiles: &[(u64, u64)]) -> Self {
-        let mut times: Vec<u64> = compiles.iter().map(|c| c.0).collect();
-        times.sort_unstable();
-        let bytes: u64 = compiles.iter().map(|c| c.1).sum();
-        Self {
-            compilations: compiles.len() as u64,
-            p50_us: percentile_us(&times, 0.5),
-            p99_us: percentile_us(&times, 0.99),
-            bytes_per_method: bytes as f64 / compiles.len().max(1) as f64,
-        }
-    }
-
     fn json(&self) -> serde_json::Value {
         serde_json::json!({
             "compilations": self.compilations,
@@ -38,12 +25,92 @@ impl TierCompile {
     }
 }
 
-/// The `p` quantile (0 to 1, nearest rank below) of `sorted` nanosecond
-/// samples, in µs; 0 with no sample.
-pub(super) fn percentile_us(sorted: &[u64], p: f64) -> f64 {
-    sorted
-        .get(((sorted.len() as f64 * p) as usize).min(sorted.len().saturating_sub(1)))
-        .map_or(0.0, |&ns| ns as f64 / 1000.0)
+/// Durations in ns, kept as a histogram (3 significant digits): memory stays
+/// bounded however long a run lasts.
+#[derive(Clone, Debug)]
+pub struct Durations(hdrhistogram::Histogram<u64>);
+
+impl Default for Durations {
+    fn default() -> Self {
+        Self(hdrhistogram::Histogram::new(3).expect("3 significant digits are valid"))
+    }
+}
+
+impl Durations {
+    /// Records one duration.
+    pub fn record(&mut self, ns: u64) {
+        self.0.saturating_record(ns);
+    }
+
+    /// Durations recorded.
+    pub fn len(&self) -> u64 {
+        self.0.len()
+    }
+
+    /// The `q` quantile (0 to 1), µs; 0 with none recorded.
+    pub fn quantile_us(&self, q: f64) -> f64 {
+        if self.0.is_empty() {
+            return 0.0;
+        }
+        self.0.value_at_quantile(q) as f64 / 1000.0
+    }
+}
+
+/// One tier's compilations as they happen: their times and code bytes.
+#[derive(Clone, Debug, Default)]
+pub struct Compiles {
+    times: Durations,
+    bytes: u64,
+}
+
+impl Compiles {
+    /// Records a compilation of `ns` that made `bytes` of code.
+    pub fn record(&mut self, ns: u64, bytes: u64) {
+        self.times.record(ns);
+        self.bytes += bytes;
+    }
+
+    /// Their statistics.
+    pub fn summary(&self) -> TierCompile {
+        let n = self.times.len();
+        TierCompile {
+            compilations: n,
+            p50_us: self.times.quantile_us(0.5),
+            p99_us: self.times.quantile_us(0.99),
+            bytes_per_method: self.bytes as f64 / n.max(1) as f64,
+        }
+    }
+}
+
+/// The run's memory and progress at one moment (the report's timeline: one
+/// point a minute and one at the end), to see that a long run stays flat.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct TimelinePoint {
+    /// Seconds since the run started.
+    pub seconds: f64,
+    /// The process's resident set, bytes.
+    pub rss_bytes: u64,
+    /// Code bytes committed in every live heap.
+    pub code_committed_bytes: u64,
+    /// Versions the shadow model holds (live, and freed in the last 30 s).
+    pub shadow_versions: u64,
+    /// Lookups judged so far.
+    pub lookups: u64,
+    /// Wrong answers so far.
+    pub wrong: u64,
+}
+
+impl TimelinePoint {
+    fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "seconds": self.seconds,
+            "rss_bytes": self.rss_bytes,
+            "code_committed_bytes": self.code_committed_bytes,
+            "shadow_versions": self.shadow_versions,
+            "lookups": self.lookups,
+            "wrong": self.wrong,
+        })
+    }
 }
 
 /// What a run did and found.
@@ -105,6 +172,8 @@ pub struct Report {
     pub wrong: u64,
     /// The first wrong answers, described.
     pub wrong_details: Vec<String>,
+    /// Memory and progress once a minute, and at the end.
+    pub timeline: Vec<TimelinePoint>,
 }
 
 impl Report {
@@ -142,6 +211,7 @@ impl Report {
             "map_resident_bytes": self.map_resident_bytes,
             "probe_enters": self.probe_enters,
             "crossings": self.crossings,
+            "timeline": self.timeline.iter().map(TimelinePoint::json).collect::<Vec<_>>(),
             "top": self.top.iter().map(|(n, s, share)| serde_json::json!({"name": n, "self_samples": s, "self_share": share})).collect::<Vec<_>>(),
         })
     }

@@ -3,8 +3,12 @@
 //! every agent sample is judged. Stubs (the Cranelift module's trampolines)
 //! are in it too: lookups never name them, and a sample's frame in one must
 //! say it is a stub.
+//!
+//! A long run forgets versions freed long ago ([`Shadow::forget_freed_before`]),
+//! so that the model stays the size of the code live in the last half
+//! minute, and finds the versions at an address through an index by start.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// One published version of a method.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -38,6 +42,11 @@ impl Version {
 #[derive(Debug, Default)]
 pub struct Shadow {
     versions: HashMap<u64, Version>,
+    /// Version ids by start address.
+    by_start: BTreeMap<usize, Vec<u64>>,
+    /// The largest size ever recorded: no version starts further below an
+    /// address it covers.
+    max_size: u64,
     live: Vec<u64>,
     live_index: HashMap<u64, usize>,
     /// Versions being published whose address is not known yet (a Cranelift
@@ -50,7 +59,58 @@ impl Shadow {
     pub fn publishing(&mut self, id: u64, version: Version) {
         self.live_index.insert(id, self.live.len());
         self.live.push(id);
-        self.versions.insert(id, version);
+        self.insert(id, version);
+    }
+
+    fn insert(&mut self, id: u64, version: Version) {
+        self.max_size = self.max_size.max(version.size);
+        self.by_start.entry(version.start).or_default().push(id);
+        if let Some(old) = self.versions.insert(id, version) {
+            self.unindex(id, old.start);
+        }
+    }
+
+    fn remove(&mut self, id: u64) {
+        if let Some(v) = self.versions.remove(&id) {
+            self.unindex(id, v.start);
+        }
+    }
+
+    fn unindex(&mut self, id: u64, start: usize) {
+        if let Some(ids) = self.by_start.get_mut(&start) {
+            if let Some(i) = ids.iter().position(|&x| x == id) {
+                ids.swap_remove(i);
+            }
+            if ids.is_empty() {
+                self.by_start.remove(&start);
+            }
+        }
+    }
+
+    /// Forgets every version whose free returned before `horizon` (ns).
+    /// Judging a lookup or sample that still needed one would report it
+    /// wrong (an unknown or misplaced version), never hide a wrong answer:
+    /// the caller keeps `horizon` far behind anything still to be judged.
+    pub fn forget_freed_before(&mut self, horizon: u64) {
+        let old: Vec<u64> = self
+            .versions
+            .iter()
+            .filter(|(_, v)| v.free_end < horizon)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in old {
+            self.remove(id);
+        }
+    }
+
+    /// Versions and stubs recorded.
+    pub fn len(&self) -> usize {
+        self.versions.len()
+    }
+
+    /// Whether none is recorded.
+    pub fn is_empty(&self) -> bool {
+        self.versions.is_empty()
     }
 
     /// Records that `id` is being published somewhere not yet known: a
@@ -72,7 +132,7 @@ impl Shadow {
 
     /// Records a stub: judged like a version, never picked for a lookup.
     pub fn stub(&mut self, id: u64, version: Version) {
-        self.versions.insert(
+        self.insert(
             id,
             Version {
                 stub: true,
@@ -85,7 +145,7 @@ impl Shadow {
     pub fn unpublished(&mut self, id: u64) {
         self.placing.remove(&id);
         self.unlist(id);
-        self.versions.remove(&id);
+        self.remove(id);
     }
 
     /// Records that `id`'s publish returned at `now`.
@@ -172,11 +232,13 @@ impl Shadow {
     /// What occupied `addr` when a sample ended at `end_ns`: the version or
     /// stub placed there last before then.
     fn occupant(&self, addr: usize, end_ns: u64) -> Option<(u64, &Version)> {
-        self.versions
-            .iter()
+        let lowest = addr.saturating_sub(self.max_size as usize);
+        self.by_start
+            .range(lowest..=addr)
+            .flat_map(|(_, ids)| ids)
+            .map(|id| (*id, &self.versions[id]))
             .filter(|(_, v)| v.covers(addr) && v.publish_begin <= end_ns)
             .max_by_key(|(_, v)| v.publish_begin)
-            .map(|(id, v)| (*id, v))
     }
 
     /// Judges a frame the agent named a stub at `addr` (sampled at
@@ -330,6 +392,36 @@ mod tests {
         let name = s.get(1).unwrap().name.clone();
         assert_eq!(s.judge_sample(0x104, 20, 1, &name), Ok(()));
         assert!(s.judge_stub(0x200, 31).is_err());
+    }
+
+    #[test]
+    fn versions_freed_before_the_horizon_are_forgotten_and_no_others() {
+        let mut s = Shadow::default();
+        assert!(s.is_empty());
+        s.publishing(1, version(0x100, 10, 20));
+        s.publishing(2, version(0x100, 30, u64::MAX));
+        s.publishing(3, version(0x200, 40, 50));
+        let mut big = version(0x1000, 60, u64::MAX);
+        big.size = 0x1000;
+        s.publishing(4, big);
+        let name1 = s.get(1).unwrap().name.clone();
+        assert_eq!(s.judge_sample(0x104, 25, 1, &name1), Ok(()));
+        // Freed at 21 (free_end): forgotten by a horizon of 22, not of 21.
+        s.forget_freed_before(21);
+        assert_eq!(s.len(), 4);
+        s.forget_freed_before(22);
+        assert_eq!(s.len(), 3);
+        assert_eq!(s.get(1), None);
+        // Its samples are now judged wrong, never right by mistake.
+        assert!(s.judge_sample(0x104, 25, 1, &name1).is_err());
+        let name2 = s.get(2).unwrap().name.clone();
+        assert_eq!(s.judge_sample(0x104, 31, 2, &name2), Ok(()));
+        // The index finds a large version from far inside it.
+        let name4 = s.get(4).unwrap().name.clone();
+        assert_eq!(s.judge_sample(0x1ff0, 61, 4, &name4), Ok(()));
+        s.forget_freed_before(u64::MAX);
+        assert_eq!(s.len(), 2);
+        assert_eq!(s.get(3), None);
     }
 
     #[test]
