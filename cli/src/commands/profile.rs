@@ -19,6 +19,10 @@ pub struct Options {
     /// with its outputs).
     #[arg(long, default_value = "5", allow_negative_numbers = true)]
     seconds: Seconds,
+    /// Stop once this many samples have arrived (--seconds still caps the
+    /// profile): as many samples on a busy machine as on an idle one.
+    #[arg(long, conflicts_with = "overhead")]
+    samples: Option<u64>,
     /// Directory for report.txt, stacks.folded, flamegraph.svg and
     /// profile.pb.gz. Without it (the default), only the report is printed.
     #[arg(long, conflicts_with = "overhead")]
@@ -69,8 +73,11 @@ pub fn run(o: Options) -> CliResult {
         pid,
         hz: o.hz.get(),
         duration,
+        samples: o.samples,
     };
-    let run = ebpf::run(&options, stop_on_sigint()).map_err(CliError::input)?;
+    // On stderr, so that a caller (or a test) knows when sampling began.
+    let mut attached = || eprintln!("jitmap profile: sampling process {pid}");
+    let run = ebpf::run(&options, stop_on_sigint(), &mut attached).map_err(CliError::input)?;
     if let Some(dir) = out {
         run.write_outputs(dir)?;
     }

@@ -14,8 +14,8 @@
 //! use std::time::Duration;
 //! use jitmap_cli::ebpf::{self, Options};
 //!
-//! let options = Options { pid: 1234, hz: 1000, duration: Duration::from_secs(5) };
-//! let run = ebpf::run(&options, &AtomicBool::new(false))?;
+//! let options = Options { pid: 1234, hz: 1000, duration: Duration::from_secs(5), samples: None };
+//! let run = ebpf::run(&options, &AtomicBool::new(false), &mut || {})?;
 //! print!("{}", run.report(10));
 //! # Ok::<(), jitmap_cli::ebpf::EbpfError>(())
 //! ```
@@ -45,6 +45,10 @@ pub struct Options {
     pub hz: u32,
     /// How long to profile (up to an hour); sooner if the host exits.
     pub duration: Duration,
+    /// Stop once this many samples have arrived (within `duration`): a
+    /// profile that needs a number of samples gets them however busy the
+    /// machine is.
+    pub samples: Option<u64>,
 }
 
 /// Why a profile could not be taken. Every one is a bad input or a missing
@@ -208,6 +212,8 @@ pub struct EbpfRun {
     pub host_exited: bool,
     /// Whether the caller stopped the profile before the duration was up.
     pub stopped: bool,
+    /// Whether the profile ended because `Options::samples` had arrived.
+    pub reached_samples: bool,
 }
 
 /// Checks the options, finds the host's descriptor and builds the program's
@@ -235,10 +241,16 @@ fn configure(options: &Options) -> Result<Config, EbpfError> {
 }
 
 /// Profiles the host for `options.duration`, or until it exits, or until
-/// `stop` is set (a SIGINT handler may set it).
-pub fn run(options: &Options, stop: &AtomicBool) -> Result<EbpfRun, EbpfError> {
+/// `stop` is set (a SIGINT handler may set it), or until `options.samples`
+/// have arrived. `attached` is called once the program samples the host.
+pub fn run(
+    options: &Options,
+    stop: &AtomicBool,
+    attached: &mut dyn FnMut(),
+) -> Result<EbpfRun, EbpfError> {
     let config = configure(options)?;
     let mut loaded = Loaded::start(config, options.hz)?;
+    attached();
     let started = Instant::now();
     let deadline = started + options.duration;
     let mut agg = Aggregator::new();
@@ -257,6 +269,7 @@ pub fn run(options: &Options, stop: &AtomicBool) -> Result<EbpfRun, EbpfError> {
     let mut named_at = Instant::now();
     let mut host_exited = false;
     let mut stopped = false;
+    let mut reached_samples = false;
     while Instant::now() < deadline {
         // Relaxed: a flag; nothing else is published through it.
         if stop.load(Ordering::Relaxed) {
@@ -265,6 +278,13 @@ pub fn run(options: &Options, stop: &AtomicBool) -> Result<EbpfRun, EbpfError> {
         }
         loaded.wait(Duration::from_millis(20).min(deadline - Instant::now()));
         decode(&mut agg, &mut loaded)?;
+        if options
+            .samples
+            .is_some_and(|goal| agg.counts().samples >= goal)
+        {
+            reached_samples = true;
+            break;
+        }
         if !alive() {
             host_exited = true;
             break;
@@ -307,6 +327,7 @@ pub fn run(options: &Options, stop: &AtomicBool) -> Result<EbpfRun, EbpfError> {
         run_time,
         host_exited,
         stopped,
+        reached_samples,
     })
 }
 
@@ -439,9 +460,10 @@ impl EbpfRun {
             self.pid,
             self.hz,
             p.duration.as_secs_f64(),
-            match (self.host_exited, self.stopped) {
-                (true, _) => " (the host exited)",
-                (_, true) => " (stopped)",
+            match (self.host_exited, self.stopped, self.reached_samples) {
+                (true, _, _) => " (the host exited)",
+                (_, true, _) => " (stopped)",
+                (_, _, true) => " (the samples asked for arrived)",
                 _ => "",
             },
             c.samples,
@@ -506,6 +528,7 @@ impl EbpfRun {
             "seconds": self.profile.duration.as_secs_f64(),
             "host_exited": self.host_exited,
             "stopped": self.stopped,
+            "reached_samples": self.reached_samples,
             "samples": c.samples,
             "stale_samples": c.stale_samples,
             "empty_samples": c.empty_samples,
@@ -624,6 +647,7 @@ pub fn overhead(rates: &[u32], slice: Duration, rounds: usize) -> Result<Vec<Ove
         pid: std::process::id() as i32,
         hz: rates.iter().copied().max().unwrap_or(1000),
         duration: slice,
+        samples: None,
     };
     let profiled = configure(&options)?;
     // No process has the largest id (pid_max is at most 2^22); 0 would be
