@@ -34,16 +34,46 @@ pub(crate) fn evaluate(frame: &[u8], frame_addr: usize) -> Vec<Row> {
         let Ok(fde) = partial.parse(|s, b, o| s.cie_from_offset(b, o)) else {
             continue;
         };
-        let Ok(mut table) = fde.rows(&section, &bases, &mut context) else {
+        // An FDE of no bytes covers nothing (its start row would outlive it).
+        if fde.len() == 0 {
             continue;
+        }
+        // CFI that gimli cannot evaluate (a state restored that was never
+        // remembered, say) ends the walk from where it fails: guessing by
+        // frame pointers there could name a wrong caller.
+        let unsupported = |addr: u64| Row {
+            addr: addr as usize,
+            rule: Err(StackEnd::Unsupported),
         };
-        while let Ok(Some(row)) = table.next_row() {
-            let rule = Rule::from_row(row);
-            if rows.last().is_none_or(|last: &Row| last.rule != rule) {
-                rows.push(Row {
-                    addr: row.start_address() as usize,
-                    rule,
-                });
+        match fde.rows(&section, &bases, &mut context) {
+            Err(_) => rows.push(unsupported(fde.initial_address())),
+            Ok(mut table) => {
+                let mut next = fde.initial_address();
+                loop {
+                    match table.next_row() {
+                        // A row of no bytes (an instruction at the FDE's
+                        // end) covers nothing.
+                        Ok(Some(row)) if row.start_address() >= row.end_address() => {}
+                        Ok(Some(row)) => {
+                            next = row.end_address();
+                            let rule = Rule::from_row(row);
+                            if rows.last().is_none_or(|last: &Row| last.rule != rule) {
+                                rows.push(Row {
+                                    addr: row.start_address() as usize,
+                                    rule,
+                                });
+                            }
+                        }
+                        Ok(None) => break,
+                        Err(_) => {
+                            // (Past the last row, the failure covers no byte.)
+                            if next < fde.end_address() {
+                                rows.push(unsupported(next));
+                            }
+                            break;
+                        }
+                    }
+                }
             }
         }
         rows.push(Row {

@@ -230,6 +230,11 @@ mod tests {
     /// An `.eh_frame` with one CIE (FDE starts encoded as `pointer`) and one
     /// FDE for 32 bytes at `start`.
     fn frame(start: u64, pointer: gimli::DwEhPe) -> Vec<u8> {
+        frame_of(start, 32, pointer)
+    }
+
+    /// The same with an FDE of `len` bytes.
+    fn frame_of(start: u64, len: u32, pointer: gimli::DwEhPe) -> Vec<u8> {
         use gimli::write::{
             Address, CallFrameInstruction, CommonInformationEntry, EhFrame, EndianVec,
             FrameDescriptionEntry, FrameTable,
@@ -245,12 +250,97 @@ mod tests {
         cie.add_instruction(CallFrameInstruction::Offset(gimli::X86_64::RA, -8));
         let mut table = FrameTable::default();
         let cie = table.add_cie(cie);
-        let mut fde = FrameDescriptionEntry::new(Address::Constant(start), 32);
-        fde.add_instruction(4, CallFrameInstruction::CfaOffset(16));
+        let mut fde = FrameDescriptionEntry::new(Address::Constant(start), len);
+        if len >= 4 {
+            fde.add_instruction(4, CallFrameInstruction::CfaOffset(16));
+        }
         table.add_fde(cie, fde);
         let mut section = EhFrame(EndianVec::new(gimli::RunTimeEndian::Little));
         table.write_eh_frame(&mut section).unwrap();
         section.0.into_vec()
+    }
+
+    /// Found by the `eh_frame_rows` fuzz target: an FDE of no bytes gave a
+    /// row at its start with no end, so its CIE's rule covered the rest of
+    /// the method, where gimli finds no FDE; so did a row of no bytes at an
+    /// FDE's end.
+    #[test]
+    fn an_empty_fde_gives_no_rows() {
+        let frame = frame_of(0x1000, 0, gimli::DW_EH_PE_udata8);
+        assert_eq!(&*rows(&frame, 0x1000, 64), []);
+        // One byte long: its rule, then none.
+        let frame = frame_of(0x1000, 1, gimli::DW_EH_PE_udata8);
+        let kinds: Vec<(u32, u8)> = rows(&frame, 0x1000, 64)
+            .iter()
+            .map(|r| (r.offset, r.kind))
+            .collect();
+        assert_eq!(kinds, [(0, UnwindRow::RULE), (1, UnwindRow::NONE)]);
+        // An instruction at its very end makes a row of no bytes: none.
+        let frame = frame_of(0x1000, 4, gimli::DW_EH_PE_udata8);
+        let kinds: Vec<(u32, u8)> = rows(&frame, 0x1000, 64)
+            .iter()
+            .map(|r| (r.offset, r.kind))
+            .collect();
+        assert_eq!(kinds, [(0, UnwindRow::RULE), (4, UnwindRow::NONE)]);
+    }
+
+    /// Found by the `eh_frame_rows` fuzz target: CFI gimli cannot evaluate
+    /// (a state restored that was never remembered) gave no rows, and the
+    /// walk guessed by frame pointers where it must end.
+    #[test]
+    fn cfi_that_cannot_be_evaluated_ends_the_walk() {
+        use gimli::write::{
+            Address, CallFrameInstruction, CommonInformationEntry, EhFrame, EndianVec,
+            FrameDescriptionEntry, FrameTable,
+        };
+        let encoding = gimli::Encoding {
+            format: gimli::Format::Dwarf32,
+            version: 1,
+            address_size: 8,
+        };
+        let build = |in_cie: bool, at: u32| {
+            let mut cie = CommonInformationEntry::new(encoding, 1, -8, gimli::X86_64::RA);
+            cie.add_instruction(CallFrameInstruction::Cfa(gimli::X86_64::RSP, 8));
+            cie.add_instruction(CallFrameInstruction::Offset(gimli::X86_64::RA, -8));
+            if in_cie {
+                cie.add_instruction(CallFrameInstruction::RestoreState);
+            }
+            let mut table = FrameTable::default();
+            let cie = table.add_cie(cie);
+            let mut fde = FrameDescriptionEntry::new(Address::Constant(0x1000), 32);
+            if !in_cie {
+                fde.add_instruction(at, CallFrameInstruction::RestoreState);
+            }
+            table.add_fde(cie, fde);
+            let mut section = EhFrame(EndianVec::new(gimli::RunTimeEndian::Little));
+            table.write_eh_frame(&mut section).unwrap();
+            section.0.into_vec()
+        };
+        let kinds = |frame: &[u8]| -> Vec<(u32, u8)> {
+            rows(frame, 0x1000, 64)
+                .iter()
+                .map(|r| (r.offset, r.kind))
+                .collect()
+        };
+        // Failing in the CIE: no row of the FDE can be evaluated.
+        assert_eq!(
+            kinds(&build(true, 0)),
+            [(0, UnwindRow::UNSUPPORTED), (32, UnwindRow::NONE)]
+        );
+        // Failing 8 bytes in: the rule before, then the end of the walk.
+        assert_eq!(
+            kinds(&build(false, 8)),
+            [
+                (0, UnwindRow::RULE),
+                (8, UnwindRow::UNSUPPORTED),
+                (32, UnwindRow::NONE)
+            ]
+        );
+        // Failing at its very end: no byte is left to end the walk in.
+        assert_eq!(
+            kinds(&build(false, 32)),
+            [(0, UnwindRow::RULE), (32, UnwindRow::NONE)]
+        );
     }
 
     #[test]

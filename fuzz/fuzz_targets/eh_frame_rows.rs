@@ -1,0 +1,262 @@
+//! A method's `.eh_frame` turned into its unwind rows at publish, on
+//! arbitrary input: raw bytes, or one CIE and one FDE built from arbitrary
+//! call-frame instructions at an arbitrary place in the method. Publish
+//! never panics (it may refuse, with a typed error). The rows are sorted by
+//! offset and inside the method; for a built FDE, the rule at every offset
+//! agrees with gimli's own evaluation of the section at that address.
+#![no_main]
+
+use std::cell::RefCell;
+
+use arbitrary::Arbitrary;
+use gimli::write::{
+    Address, CallFrameInstruction, CommonInformationEntry, EhFrame, EndianVec,
+    FrameDescriptionEntry, FrameTable,
+};
+use gimli::{Encoding, Format, Register, RunTimeEndian, X86_64};
+use jitmap::remote::UnwindRow;
+use jitmap::heap::EhFrame as JitEhFrame;
+use jitmap::{CodeInfo, ExecutionManager, HeapConfig, JitKind, OwnedHeap};
+use libfuzzer_sys::fuzz_target;
+
+#[derive(Arbitrary, Debug)]
+struct Input {
+    /// The method's size, 1 to 4096 bytes.
+    size: u16,
+    frame: Frame,
+}
+
+#[derive(Arbitrary, Debug)]
+enum Frame {
+    /// The bytes as they come.
+    Raw(Vec<u8>),
+    /// One CIE and one FDE of `len` bytes starting `at` bytes into the code.
+    Built {
+        at: u8,
+        len: u16,
+        cie: Vec<Instruction>,
+        fde: Vec<(u16, Instruction)>,
+    },
+}
+
+/// The registers an instruction names: the stack and frame pointers, the
+/// return address, and one the rows ignore.
+#[derive(Arbitrary, Debug, Clone, Copy)]
+enum Reg {
+    Sp,
+    Fp,
+    Ra,
+    Rbx,
+}
+
+impl Reg {
+    fn register(self) -> Register {
+        match self {
+            Self::Sp => X86_64::RSP,
+            Self::Fp => X86_64::RBP,
+            Self::Ra => X86_64::RA,
+            Self::Rbx => X86_64::RBX,
+        }
+    }
+}
+
+#[derive(Arbitrary, Debug, Clone, Copy)]
+enum Instruction {
+    Cfa(Reg, i32),
+    CfaOffset(i32),
+    CfaRegister(Reg),
+    Offset(Reg, i16),
+    Restore(Reg),
+    SameValue(Reg),
+    Undefined(Reg),
+    RegisterIn(Reg, Reg),
+    RememberState,
+    RestoreState,
+}
+
+impl Instruction {
+    fn encode(self) -> CallFrameInstruction {
+        match self {
+            Self::Cfa(r, n) => CallFrameInstruction::Cfa(r.register(), n),
+            Self::CfaOffset(n) => CallFrameInstruction::CfaOffset(n),
+            Self::CfaRegister(r) => CallFrameInstruction::CfaRegister(r.register()),
+            Self::Offset(r, n) => CallFrameInstruction::Offset(r.register(), i32::from(n) * 8),
+            Self::Restore(r) => CallFrameInstruction::Restore(r.register()),
+            Self::SameValue(r) => CallFrameInstruction::SameValue(r.register()),
+            Self::Undefined(r) => CallFrameInstruction::Undefined(r.register()),
+            Self::RegisterIn(r, s) => CallFrameInstruction::Register(r.register(), s.register()),
+            Self::RememberState => CallFrameInstruction::RememberState,
+            Self::RestoreState => CallFrameInstruction::RestoreState,
+        }
+    }
+}
+
+thread_local! {
+    static HEAP: RefCell<Option<(ExecutionManager, OwnedHeap)>> = const { RefCell::new(None) };
+}
+
+/// The section for `cie` and `fde` (instructions at code offsets from the
+/// FDE's start), whose FDE starts at `start`; `None` if gimli cannot write
+/// it (remember/restore out of order, say).
+fn build(start: u64, len: u16, cie: &[Instruction], fde: &[(u16, Instruction)]) -> Option<Vec<u8>> {
+    let encoding = Encoding {
+        format: Format::Dwarf32,
+        version: 1,
+        address_size: 8,
+    };
+    let mut c = CommonInformationEntry::new(encoding, 1, -8, X86_64::RA);
+    for i in cie.iter().take(8) {
+        c.add_instruction(i.encode());
+    }
+    let mut table = FrameTable::default();
+    let c = table.add_cie(c);
+    let mut f = FrameDescriptionEntry::new(Address::Constant(start), u32::from(len));
+    let mut at = 0;
+    for &(delta, i) in fde.iter().take(32) {
+        // Instructions advance through the code in order.
+        at = (at + u32::from(delta % 64)).min(u32::from(len));
+        f.add_instruction(at, i.encode());
+    }
+    table.add_fde(c, f);
+    let mut section = EhFrame(EndianVec::new(RunTimeEndian::Little));
+    table.write_eh_frame(&mut section).ok()?;
+    Some(section.0.into_vec())
+}
+
+/// What gimli says the row at `addr` is, in the rows' terms: `None` where
+/// no FDE covers it.
+fn gimli_row(frame: &[u8], addr: u64) -> Option<UnwindRow> {
+    use gimli::{BaseAddresses, CfaRule, RegisterRule, UnwindContext, UnwindSection};
+    let section = gimli::EhFrame::new(frame, gimli::LittleEndian);
+    let bases = BaseAddresses::default().set_eh_frame(frame.as_ptr() as u64);
+    let mut context = UnwindContext::new();
+    let unsupported = UnwindRow {
+        kind: UnwindRow::UNSUPPORTED,
+        ..UnwindRow::default()
+    };
+    let row = match section.unwind_info_for_address(
+        &bases,
+        &mut context,
+        addr,
+        gimli::EhFrame::cie_from_offset,
+    ) {
+        Ok(row) => row,
+        Err(gimli::Error::NoUnwindInfoForAddress) => return None,
+        // CFI gimli cannot evaluate: the walk must end there.
+        Err(_) => return Some(unsupported),
+    };
+    let (base, cfa) = match *row.cfa() {
+        CfaRule::RegisterAndOffset { register, offset } => {
+            let base = match register {
+                X86_64::RSP => UnwindRow::BASE_SP,
+                X86_64::RBP => UnwindRow::BASE_FP,
+                _ => return Some(unsupported),
+            };
+            match i32::try_from(offset) {
+                Ok(cfa) => (base, cfa),
+                Err(_) => return Some(unsupported),
+            }
+        }
+        CfaRule::Expression(_) => return Some(unsupported),
+    };
+    let (has_ra, ra) = match row.register(X86_64::RA) {
+        RegisterRule::Offset(n) => match i16::try_from(n) {
+            Ok(n) => (1, n),
+            Err(_) => return Some(unsupported),
+        },
+        RegisterRule::Undefined => (0, 0),
+        _ => return Some(unsupported),
+    };
+    let (fp_rule, fp) = match row.register(X86_64::RBP) {
+        RegisterRule::Undefined | RegisterRule::SameValue => (UnwindRow::FP_SAME, 0),
+        RegisterRule::Offset(n) => match i16::try_from(n) {
+            Ok(n) => (UnwindRow::FP_AT, n),
+            Err(_) => return Some(unsupported),
+        },
+        _ => (UnwindRow::FP_LOST, 0),
+    };
+    Some(UnwindRow {
+        offset: 0,
+        cfa,
+        ra,
+        fp,
+        kind: UnwindRow::RULE,
+        base,
+        fp_rule,
+        has_ra,
+    })
+}
+
+fuzz_target!(|input: Input| {
+    let size = usize::from(input.size % 4096) + 1;
+    HEAP.with(|cell| {
+        let mut cell = cell.borrow_mut();
+        let (manager, heap) = cell.get_or_insert_with(|| {
+            let manager = ExecutionManager::new(4);
+            let heap = manager
+                .create_heap(HeapConfig {
+                    span: 1 << 20,
+                    ..HeapConfig::default()
+                })
+                .expect("a 1 MiB heap");
+            (manager, heap)
+        });
+        let mut r = heap.reserve(size as u64).expect("the heap has room");
+        r.code_mut().fill(0xCC);
+        let start = r.address();
+        let (frame, fde) = match &input.frame {
+            Frame::Raw(bytes) => (bytes.clone(), None),
+            Frame::Built { at, len, cie, fde } => {
+                let at = u64::from(*at) % size as u64;
+                match build(start as u64 + at, *len, cie, fde) {
+                    Some(frame) => (frame, Some(at)),
+                    None => {
+                        r.abort();
+                        return;
+                    }
+                }
+            }
+        };
+        let info = CodeInfo {
+            eh_frame: Some(JitEhFrame {
+                frame: frame.into_boxed_slice(),
+                header: Box::new([]),
+            }),
+            ..CodeInfo::new(1, "fuzzed", JitKind::Optimized)
+        };
+        let code = match r.publish(info) {
+            Ok(code) => code,
+            // A refusal is a typed error; the heap is unchanged.
+            Err(_) => return,
+        };
+        {
+            let reader = manager.register_reader().expect("a reader slot");
+            let guard = manager.pin(&reader).expect("a pin");
+            let block = guard.find(code.start()).expect("the method just published");
+            let rows = block.unwind_rows();
+            assert!(
+                rows.windows(2).all(|w| w[0].offset < w[1].offset),
+                "rows out of order: {rows:?}"
+            );
+            assert!(
+                rows.iter().all(|r| (r.offset as usize) < size),
+                "a row outside the method of {size} bytes: {rows:?}"
+            );
+            if let (Some(_), Some(eh)) = (fde, block.eh_frame()) {
+                // The row in force at each offset is gimli's (none before the
+                // FDE's start and after its end).
+                for offset in 0..size {
+                    let ours = rows
+                        .iter()
+                        .rev()
+                        .find(|r| r.offset as usize <= offset)
+                        .filter(|r| r.kind != UnwindRow::NONE)
+                        .map(|r| UnwindRow { offset: 0, ..*r });
+                    let theirs = gimli_row(&eh.frame, (start + offset) as u64);
+                    assert_eq!(ours, theirs, "at offset {offset} of {size}: rows {rows:?}");
+                }
+            }
+        }
+        heap.free(code).expect("the method just published frees");
+    });
+});
