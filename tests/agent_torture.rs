@@ -28,7 +28,11 @@ static GLOBAL: SignalCounting = SignalCounting;
 
 const HZ: u32 = 10_000;
 const THREADS: usize = 2;
-const RUN: Duration = Duration::from_secs(5);
+/// CPU time each worker runs for: what a wall-clock timer can sample, so a
+/// loaded machine takes longer, never fewer samples.
+const WORK_CPU_NS: u64 = 1_500_000_000;
+/// The longest a worker runs, in wall time, however little CPU it gets.
+const CAP: Duration = Duration::from_secs(120);
 
 /// The calling thread's CPU time in nanoseconds.
 fn thread_cpu_ns() -> u64 {
@@ -82,6 +86,7 @@ fn sampling_malloc_panics_and_heap_writers_is_safe() {
     // machine leaves to be sampled.
     let cpu_ns = AtomicU64::new(0);
     let started = Instant::now();
+    let finished = AtomicU64::new(0);
     std::thread::scope(|s| {
         // Watchdog: no progress for 15 s means a deadlock; abort so the test fails.
         s.spawn(|| {
@@ -104,13 +109,14 @@ fn sampling_malloc_panics_and_heap_writers_is_safe() {
         for (t, progress) in progress.iter().enumerate() {
             let (agent, heap, counters, probe_heap_calls, cpu_ns) =
                 (&agent, &heap, &counters, &probe_heap_calls, &cpu_ns);
-            let (dir, object, loads) = (&dir, &object, &loads);
+            let (dir, object, loads, finished) = (&dir, &object, &loads, &finished);
             s.spawn(move || {
                 let attached = agent.attach_current_thread().unwrap();
+                let cpu_start = thread_cpu_ns();
                 let context = attached.probe_context();
                 let cell = counters.cell(t as u32).unwrap();
                 let mut round = 0u64;
-                while started.elapsed() < RUN {
+                while thread_cpu_ns() - cpu_start < WORK_CPU_NS && started.elapsed() < CAP {
                     // One round in 32 (the others take a millisecond or
                     // so): an object loaded, run for 50 ms (so that the
                     // collector's 20 ms passes see it), and unloaded.
@@ -187,10 +193,13 @@ fn sampling_malloc_panics_and_heap_writers_is_safe() {
                 drop(attached);
                 // Relaxed: a sum read after the join.
                 cpu_ns.fetch_add(thread_cpu_ns(), Ordering::Relaxed);
+                // Relaxed: polled by the loop below; the join orders the rest.
+                finished.fetch_add(1, Ordering::Relaxed);
             });
         }
         // Wait for the workers (they are joined by the scope), then stop the watchdog.
-        while started.elapsed() < RUN + Duration::from_millis(200) {
+        // Relaxed: as above.
+        while finished.load(Ordering::Relaxed) < THREADS as u64 {
             std::thread::sleep(Duration::from_millis(50));
         }
         // Relaxed: a stop flag.

@@ -470,3 +470,60 @@ fn a_capped_v1_walk_reads_at_most_its_cap() {
     assert_eq!(find_v1_capped(&words, 0x50, 1), Capped::Nothing);
     assert_eq!(find_v1_capped(&words, span, 1), Capped::Nothing);
 }
+
+/// Records each event as (kind, start, name).
+#[derive(Default)]
+struct EventKinds {
+    events: Mutex<Vec<(char, usize, String)>>,
+}
+
+impl CodeListener for EventKinds {
+    fn on_event(&self, event: &CodeEvent) {
+        let seen = match event {
+            CodeEvent::Load(l) => ('L', l.start, l.info.name.clone()),
+            CodeEvent::Move(m) => ('M', m.new_start, m.info.name.clone()),
+            CodeEvent::Free(f) => ('F', f.start, f.info.name.clone()),
+            _ => ('?', 0, String::new()),
+        };
+        self.events.lock().unwrap().push(seen);
+    }
+}
+
+// Found by the soak (`jitmap-sim run --seconds 3600`): a heap dropped with
+// live code told no listener that its code was gone, so the agent's
+// collector kept every such version for the life of the process (the run's
+// RSS grew by megabytes a minute, one unloaded heap after another).
+#[test]
+fn dropping_a_heap_frees_its_live_code_for_listeners() {
+    let manager = jitmap::ExecutionManager::new(4);
+    let recorder = Arc::new(EventKinds::default());
+    manager.listeners().add(recorder.clone()).unwrap();
+    let heap = manager
+        .create_heap(jitmap::HeapConfig {
+            span: 1 << 16,
+            ..jitmap::HeapConfig::default()
+        })
+        .unwrap();
+    let a = publish(&heap, 1, 64);
+    let b = publish(&heap, 2, 64);
+    let freed = publish(&heap, 3, 64);
+    heap.free(freed).unwrap();
+    drop(heap);
+    manager.listeners().flush();
+    let mut frees: Vec<(char, usize, String)> = recorder
+        .events
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|e| e.0 == 'F')
+        .cloned()
+        .collect();
+    frees.sort();
+    let mut expected = vec![
+        ('F', a.start(), "m1".to_owned()),
+        ('F', b.start(), "m2".to_owned()),
+        ('F', freed.start(), "m3".to_owned()),
+    ];
+    expected.sort();
+    assert_eq!(frees, expected);
+}

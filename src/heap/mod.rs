@@ -1246,8 +1246,25 @@ pub(crate) struct Publish {
 
 impl Drop for CodeHeap {
     fn drop(&mut self) {
+        let base = self.base();
         let w = self.writer.get_mut();
-        for live in w.live.drain().map(|(_, l)| l) {
+        for (offset, live) in w.live.drain() {
+            // Its code goes with the heap: listeners hear of it as of a free
+            // (an agent forgets the version, a perf map need not keep it).
+            if let Some(header) = &live.header
+                && !self.listeners.is_empty()
+            {
+                // SAFETY: the header stays allocated until the `into_box`
+                // below; `&mut self` excludes the writer, and a shared read
+                // of it is what a reader's lookup does too.
+                let info = Arc::clone(unsafe { header.0.as_ref() }.shared_info());
+                self.listeners.emit(CodeEvent::Free(CodeFree {
+                    timestamp: monotonic_ns(),
+                    start: base + offset as usize,
+                    size: live.size,
+                    info,
+                }));
+            }
             drop(live.header.map(HeaderPtr::into_box));
         }
         for r in w.retired.drain(..) {
