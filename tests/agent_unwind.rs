@@ -41,12 +41,7 @@ fn one_agent() -> MutexGuard<'static, ()> {
 
 /// Runs `work` for `duration` under an agent on `manager` walking by
 /// `unwind`; asserts that the handler made no heap call.
-fn profile(
-    manager: &ExecutionManager,
-    unwind: Unwind,
-    duration: Duration,
-    work: impl Fn(),
-) -> Profile {
+fn profile(manager: &ExecutionManager, unwind: Unwind, samples: u64, work: impl Fn()) -> Profile {
     // The detector itself: an allocation with SIGPROF blocked is caught.
     check_mask(true);
     with_sigprof_blocked(|| drop(std::hint::black_box(vec![1u8; 64])));
@@ -62,8 +57,10 @@ fn profile(
     )
     .unwrap();
     let attached = agent.attach_current_thread().unwrap();
-    let until = Instant::now() + duration;
-    while Instant::now() < until {
+    // Until the samples have been taken (a busy machine takes longer), at
+    // most a minute.
+    let cap = Instant::now() + Duration::from_secs(60);
+    while attached.samples_taken() < samples && Instant::now() < cap {
         work();
     }
     drop(attached);
@@ -145,11 +142,7 @@ fn assert_mostly_exact(profile: &Profile, stack: &[&str], what: &str) {
 fn check(stack: &[&str], run: impl Fn(&Frameless)) {
     let _one = one_agent();
     let (heap, f, dir) = workload();
-    let on = |unwind| {
-        profile(heap.manager(), unwind, Duration::from_millis(1500), || {
-            run(&f)
-        })
-    };
+    let on = |unwind| profile(heap.manager(), unwind, 1500, || run(&f));
     let mixed = on(Unwind::Mixed);
     assert_mostly_exact(&mixed, stack, "mixed");
     // Complete stacks, down to the thread's start.
@@ -231,14 +224,9 @@ fn a_moved_method_without_frame_pointers_keeps_its_unwind_rows() {
     assert_eq!(&moved_frame[at..at + 8], &(new as u64).to_le_bytes());
     assert_eq!(&frame[at..at + 8], &(old as u64).to_le_bytes());
     assert_eq!(f.jit_without_fp(1000), first);
-    let mixed = profile(
-        heap.manager(),
-        Unwind::Mixed,
-        Duration::from_millis(1500),
-        || {
-            std::hint::black_box(f.jit_without_fp(200_000));
-        },
-    );
+    let mixed = profile(heap.manager(), Unwind::Mixed, 1500, || {
+        std::hint::black_box(f.jit_without_fp(200_000));
+    });
     assert_mostly_exact(&mixed, &JIT_STACK, "after the move");
     std::fs::remove_dir_all(dir).unwrap();
 }
@@ -411,7 +399,7 @@ fn oracle_child(out: &Path) {
         })
         .unwrap();
     let f = Frameless::build(&heap, out.parent().unwrap(), true).unwrap();
-    let p = profile(&manager, Unwind::Mixed, Duration::from_secs(3), || {
+    let p = profile(&manager, Unwind::Mixed, 3000, || {
         std::hint::black_box(f.native_leaf(200_000));
         std::hint::black_box(f.native_leaf(200_000));
         std::hint::black_box(f.jit_without_fp(200_000));

@@ -110,9 +110,10 @@ fn call_top(top: extern "C" fn(i64, i64) -> i64, n: i64) -> i64 {
     std::hint::black_box(top(1, std::hint::black_box(n)))
 }
 
-/// Runs the demo under the agent (wall clock, `hz`) for `seconds`; returns
+/// Runs the demo under the agent (wall clock, `hz`) until its thread has
+/// taken `samples` samples (at most a minute); returns
 /// the profile and the number of wrong results.
-fn profile_demo(manager: &ExecutionManager, hz: u32, seconds: f64) -> (Profile, u64) {
+fn profile_demo(manager: &ExecutionManager, hz: u32, samples: u64) -> (Profile, u64) {
     let mut module =
         JitmapModule::new(JitmapBuilder::new(manager, default_libcall_names()).unwrap()).unwrap();
     let top = demo(&mut module);
@@ -128,8 +129,10 @@ fn profile_demo(manager: &ExecutionManager, hz: u32, seconds: f64) -> (Profile, 
     let attached = agent.attach_current_thread().unwrap();
     let mut rng = Rng::new(7);
     let mut wrong = 0;
-    let deadline = Instant::now() + Duration::from_secs_f64(seconds);
-    while Instant::now() < deadline {
+    // The samples asked for, however long a busy machine takes, at most a
+    // minute.
+    let cap = Instant::now() + Duration::from_secs(60);
+    while attached.samples_taken() < samples && Instant::now() < cap {
         // A base that changes every call, so the sampler cannot phase-lock.
         let n = 10_000 + rng.below(20_000) as i64;
         wrong += u64::from(call_top(top, n) != expected(n));
@@ -142,7 +145,7 @@ fn profile_demo(manager: &ExecutionManager, hz: u32, seconds: f64) -> (Profile, 
 fn leaves_get_their_share_and_their_exact_stack() {
     let _one = one_run();
     let manager = ExecutionManager::new(16);
-    let (p, wrong) = profile_demo(&manager, 2000, 1.6);
+    let (p, wrong) = profile_demo(&manager, 2000, 3200);
     assert_eq!(wrong, 0);
     assert!(p.samples >= 2000, "only {} samples", p.samples);
     assert_eq!(p.unattributed, 0);
@@ -177,7 +180,7 @@ fn leaves_get_their_share_and_their_exact_stack() {
 fn child_demo_under_perf() {
     let manager = ExecutionManager::new(16);
     let _perf = jitmap::perf::PerfOutput::from_env(&manager).unwrap();
-    let (p, wrong) = profile_demo(&manager, 2000, 3.0);
+    let (p, wrong) = profile_demo(&manager, 2000, 6000);
     assert_eq!(wrong, 0);
     let summary = p.summary();
     let shares = LEAVES.map(|l| {

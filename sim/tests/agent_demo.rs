@@ -2,7 +2,6 @@
 //! leaves' shares, their exact stacks, and agreement with real `perf` on the
 //! same run.
 
-use std::time::Duration;
 
 use jitmap::ExecutionManager;
 use jitmap::agent::Clock;
@@ -36,8 +35,9 @@ fn leaves_get_their_share_and_their_exact_stack(backend: DemoBackend) {
     let _one = one_run();
     let manager = ExecutionManager::new(16);
     // Wall clock: a high-resolution timer (CPU-time timers tick at CONFIG_HZ).
-    let duration = Duration::from_millis(1600);
-    let run = profile::run(&manager, backend, 2000, Clock::Wall, duration).unwrap();
+    // 3,200 samples: 1.6 s at 2 kHz on an idle machine, longer on a busy one.
+    let until = profile::Until::Samples(3200);
+    let run = profile::run(&manager, backend, 2000, Clock::Wall, until).unwrap();
     let p = &run.profile;
     assert_eq!(run.wrong, 0, "the JIT code computed a wrong result");
     assert!(p.samples >= 2000, "only {} samples", p.samples);

@@ -132,6 +132,26 @@ impl AttachedThread {
         self.attachment.record.tid
     }
 
+    /// Samples this thread's handler has taken so far, kept or dropped: a
+    /// host (or a test) that wants a number of samples waits for them, not
+    /// for a time, which a busy machine stretches.
+    ///
+    /// ```
+    /// # use jitmap::{ExecutionManager, agent::{Agent, AgentConfig, Clock}};
+    /// # let manager = ExecutionManager::new(4);
+    /// let agent = Agent::start(&manager, AgentConfig { clock: Clock::Wall, ..AgentConfig::default() })?;
+    /// let attached = agent.attach_current_thread()?;
+    /// while attached.samples_taken() < 10 {
+    ///     std::hint::black_box((0..1000u64).sum::<u64>());
+    /// }
+    /// drop(attached);
+    /// assert!(agent.stop().taken >= 10);
+    /// # Ok::<(), jitmap::agent::AgentError>(())
+    /// ```
+    pub fn samples_taken(&self) -> u64 {
+        self.attachment.record.taken()
+    }
+
     /// Samples and probe records in this thread's rings that the collector
     /// has not taken yet: a backlog near the ring capacities means drops.
     pub fn backlog(&self) -> (usize, usize) {

@@ -34,9 +34,28 @@ pub fn run(
     backend: DemoBackend,
     hz: u32,
     clock: Clock,
-    duration: Duration,
+    until: impl Into<Until>,
 ) -> Result<ProfileRun, Box<dyn std::error::Error>> {
-    run_with(manager, backend, hz, clock, duration, |_| Ok(()))
+    run_with(manager, backend, hz, clock, until, |_| Ok(()))
+}
+
+/// When a demo run ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Until {
+    /// After this much wall time.
+    Elapsed(Duration),
+    /// Once the demo thread's handler has taken this many samples, or after
+    /// [`SAMPLES_CAP`]: a test's floor of samples, however busy the machine.
+    Samples(u64),
+}
+
+/// The longest an [`Until::Samples`] run lasts.
+pub const SAMPLES_CAP: Duration = Duration::from_secs(60);
+
+impl From<Duration> for Until {
+    fn from(d: Duration) -> Self {
+        Self::Elapsed(d)
+    }
 }
 
 /// [`run`], calling `started` with the agent once it runs (to serve its
@@ -46,7 +65,7 @@ pub fn run_with(
     backend: DemoBackend,
     hz: u32,
     clock: Clock,
-    duration: Duration,
+    until: impl Into<Until>,
     started: impl FnOnce(&Agent) -> Result<(), Box<dyn std::error::Error>>,
 ) -> Result<ProfileRun, Box<dyn std::error::Error>> {
     let demo = PublishedDemo::publish(manager, backend)?;
@@ -60,8 +79,13 @@ pub fn run_with(
     let attached = agent.attach_current_thread()?;
     let (mut calls, mut wrong) = (0u64, 0u64);
     let mut rng = Rng::new(0x5eed);
-    let deadline = Instant::now() + duration;
-    while Instant::now() < deadline {
+    let began = Instant::now();
+    let until = until.into();
+    let done = || match until {
+        Until::Elapsed(d) => began.elapsed() >= d,
+        Until::Samples(n) => attached.samples_taken() >= n || began.elapsed() >= SAMPLES_CAP,
+    };
+    while !done() {
         let base = BASE_ITERATIONS / 2 + rng.below(u64::from(BASE_ITERATIONS)) as u32;
         calls += 1;
         wrong += u64::from(demo.run(1, base) != Demo::expected(1, base));
