@@ -139,9 +139,14 @@ fn a_hosts_own_timers_on_the_agents_signal_are_passed_on_never_read() {
         HostTimer::arm(unmapped),
         HostTimer::arm(decoy.as_ptr() as usize),
     ];
-    let deadline = Instant::now() + Duration::from_millis(500);
+    // Until each foreign timer has reached the host's handler 500 times
+    // (half a second at their rate on an idle machine), at most a minute.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    // Relaxed: counters polled; the final reads below follow the timers' deletion.
+    let arrived =
+        || TO_UNMAPPED.load(Ordering::Relaxed) >= 500 && TO_DECOY.load(Ordering::Relaxed) >= 500;
     let mut x = 1u64;
-    while Instant::now() < deadline {
+    while !arrived() && Instant::now() < deadline {
         x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
     }
     drop(foreign);
@@ -156,18 +161,19 @@ fn a_hosts_own_timers_on_the_agents_signal_are_passed_on_never_read() {
         TO_DECOY.load(Ordering::Relaxed),
         TO_OTHER.load(Ordering::Relaxed),
     );
-    // Both kinds of foreign signal reached the host's handler, about 500 each
-    // (timers can coalesce under load; a quarter is plenty to show it).
+    // Both kinds of foreign signal reached the host's handler, 500 each
+    // (and a few more before the timers were deleted).
     assert!(
-        to_unmapped >= 125,
+        to_unmapped >= 500,
         "{to_unmapped} signals to the unmapped value"
     );
-    assert!(to_decoy >= 125, "{to_decoy} signals to the decoy");
+    assert!(to_decoy >= 500, "{to_decoy} signals to the decoy");
     // The agent's own timer signals never did.
     assert_eq!(to_other, 0);
     // The decoy was never written as a record (a sample bumps its counters).
     assert!(decoy.iter().all(|&w| w == MAGIC));
-    // The agent sampled its own timer only: about 500 signals, never the
+    // The agent sampled its own timer only, at the foreign timers' rate:
+    // about 500 signals (fewer if its own coalesced more), never the
     // thousand foreign ones on top.
     assert!(
         (125..=700).contains(&profile.taken),

@@ -2,7 +2,6 @@
 //! leaves' shares, their exact stacks, and agreement with real `perf` on the
 //! same run.
 
-
 use jitmap::ExecutionManager;
 use jitmap::agent::Clock;
 use jitmap_testkit::demo::{DemoBackend, LEAVES, MIDDLE, NATIVE_CALLER, TOP};
