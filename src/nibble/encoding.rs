@@ -126,7 +126,10 @@ mod tests {
             .flat_map(|bucket| (1..=8).map(move |n| n << bucket_shift(bucket)))
             .collect();
         words.push(0);
-        for _ in 0..4000 {
+        // Miri interprets each of the 256 offsets of a word: the 65 fixed
+        // words and 40 random ones there, 4,000 natively.
+        let random = if cfg!(miri) { 40 } else { 4000 };
+        for _ in 0..random {
             let mut word = 0;
             for bucket in 0..BUCKETS_PER_WORD {
                 let state = rng.next_u64();
@@ -159,6 +162,6 @@ mod tests {
                 checked += 1;
             }
         }
-        assert_eq!(checked, 4065 * 256);
+        assert_eq!(checked, (65 + random) * 256);
     }
 }
