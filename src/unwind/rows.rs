@@ -235,6 +235,24 @@ mod tests {
 
     /// The same with an FDE of `len` bytes.
     fn frame_of(start: u64, len: u32, pointer: gimli::DwEhPe) -> Vec<u8> {
+        use gimli::write::CallFrameInstruction;
+        let rows: &[(u32, CallFrameInstruction)] = if len >= 4 {
+            &[(4, CallFrameInstruction::CfaOffset(16))]
+        } else {
+            &[]
+        };
+        frame_with(start, len, pointer, &[], rows)
+    }
+
+    /// A CIE (CFA = rsp+8, return address at CFA-8, then `cie`) and one FDE
+    /// of `len` bytes at `start` with `fde`'s instructions at their offsets.
+    fn frame_with(
+        start: u64,
+        len: u32,
+        pointer: gimli::DwEhPe,
+        cie: &[gimli::write::CallFrameInstruction],
+        fde: &[(u32, gimli::write::CallFrameInstruction)],
+    ) -> Vec<u8> {
         use gimli::write::{
             Address, CallFrameInstruction, CommonInformationEntry, EhFrame, EndianVec,
             FrameDescriptionEntry, FrameTable,
@@ -244,17 +262,20 @@ mod tests {
             version: 1,
             address_size: 8,
         };
-        let mut cie = CommonInformationEntry::new(encoding, 1, -8, gimli::X86_64::RA);
-        cie.fde_address_encoding = pointer;
-        cie.add_instruction(CallFrameInstruction::Cfa(gimli::X86_64::RSP, 8));
-        cie.add_instruction(CallFrameInstruction::Offset(gimli::X86_64::RA, -8));
-        let mut table = FrameTable::default();
-        let cie = table.add_cie(cie);
-        let mut fde = FrameDescriptionEntry::new(Address::Constant(start), len);
-        if len >= 4 {
-            fde.add_instruction(4, CallFrameInstruction::CfaOffset(16));
+        let mut c = CommonInformationEntry::new(encoding, 1, -8, gimli::X86_64::RA);
+        c.fde_address_encoding = pointer;
+        c.add_instruction(CallFrameInstruction::Cfa(gimli::X86_64::RSP, 8));
+        c.add_instruction(CallFrameInstruction::Offset(gimli::X86_64::RA, -8));
+        for i in cie {
+            c.add_instruction(i.clone());
         }
-        table.add_fde(cie, fde);
+        let mut table = FrameTable::default();
+        let c = table.add_cie(c);
+        let mut f = FrameDescriptionEntry::new(Address::Constant(start), len);
+        for (offset, i) in fde {
+            f.add_instruction(*offset, i.clone());
+        }
+        table.add_fde(c, f);
         let mut section = EhFrame(EndianVec::new(gimli::RunTimeEndian::Little));
         table.write_eh_frame(&mut section).unwrap();
         section.0.into_vec()
@@ -289,32 +310,14 @@ mod tests {
     /// walk guessed by frame pointers where it must end.
     #[test]
     fn cfi_that_cannot_be_evaluated_ends_the_walk() {
-        use gimli::write::{
-            Address, CallFrameInstruction, CommonInformationEntry, EhFrame, EndianVec,
-            FrameDescriptionEntry, FrameTable,
-        };
-        let encoding = gimli::Encoding {
-            format: gimli::Format::Dwarf32,
-            version: 1,
-            address_size: 8,
-        };
+        use gimli::write::CallFrameInstruction::RestoreState;
+        let udata8 = gimli::DW_EH_PE_udata8;
         let build = |in_cie: bool, at: u32| {
-            let mut cie = CommonInformationEntry::new(encoding, 1, -8, gimli::X86_64::RA);
-            cie.add_instruction(CallFrameInstruction::Cfa(gimli::X86_64::RSP, 8));
-            cie.add_instruction(CallFrameInstruction::Offset(gimli::X86_64::RA, -8));
             if in_cie {
-                cie.add_instruction(CallFrameInstruction::RestoreState);
+                frame_with(0x1000, 32, udata8, &[RestoreState], &[])
+            } else {
+                frame_with(0x1000, 32, udata8, &[], &[(at, RestoreState)])
             }
-            let mut table = FrameTable::default();
-            let cie = table.add_cie(cie);
-            let mut fde = FrameDescriptionEntry::new(Address::Constant(0x1000), 32);
-            if !in_cie {
-                fde.add_instruction(at, CallFrameInstruction::RestoreState);
-            }
-            table.add_fde(cie, fde);
-            let mut section = EhFrame(EndianVec::new(gimli::RunTimeEndian::Little));
-            table.write_eh_frame(&mut section).unwrap();
-            section.0.into_vec()
         };
         let kinds = |frame: &[u8]| -> Vec<(u32, u8)> {
             rows(frame, 0x1000, 64)
