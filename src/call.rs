@@ -33,9 +33,9 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+use crate::sync::{AtomicUsize, Ordering, defect};
 use std::fmt;
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// A function pointer type that published code can be called as: `extern
 /// "C" fn` (and on x86-64 `extern "sysv64" fn`) of up to six arguments.
@@ -162,9 +162,14 @@ impl<F: FnPtr> CallCell<F> {
     /// already inside the old code finish there: free it only after every
     /// executor has passed a quiescent point (the heap's free does wait).
     pub fn set(&self, entry: F) -> F {
-        // Release: the new code was published (written and made executable)
-        // before a caller that loads its address can jump to it.
-        let old = self.entry.swap(entry.address(), Ordering::Release);
+        let order = if defect!(RelaxedCellSet) {
+            Ordering::Relaxed
+        } else {
+            // Release: the new code was published (written and made
+            // executable) before a caller that loads its address can jump to it.
+            Ordering::Release
+        };
+        let old = self.entry.swap(entry.address(), order);
         // SAFETY: the old value was stored by `new` or `set`, from an `F`.
         unsafe { F::from_address(old) }
     }

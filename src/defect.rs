@@ -30,6 +30,13 @@ pub enum Defect {
     /// An exact v2 lookup takes any block's "runs on" bit in the end word for
     /// its own block's, as if the bit were a plain flag.
     RunsOnAnyBucket,
+    /// Detaching a thread clears its token and reads the handlers' count
+    /// without the fence that pairs with the handler's.
+    UnfencedDetach,
+    /// A [`crate::swap::Swap`] publishes its new value with a Relaxed swap.
+    RelaxedSwap,
+    /// A [`crate::CallCell`] publishes its new entry with a Relaxed swap.
+    RelaxedCellSet,
 }
 
 thread_local! {

@@ -97,7 +97,6 @@ compile_error!("jitmap supports x86-64 and aarch64 only");
 
 #[cfg(not(loom))]
 pub mod agent;
-#[cfg(not(loom))]
 pub mod call;
 /// The agent's call counters alone, for the loom models (see `agent::counters`).
 #[cfg(loom)]
@@ -130,6 +129,9 @@ pub mod nibble;
 #[cfg(not(loom))]
 pub mod perf;
 pub mod range;
+#[cfg(loom)]
+#[path = "agent/registry.rs"]
+pub mod registry;
 #[cfg(not(loom))]
 pub mod remote;
 // The change sequence and the atomics facade: internal, but the loom models
@@ -139,6 +141,10 @@ pub mod change_seq;
 #[cfg(not(loom))]
 mod change_seq;
 pub mod map_words;
+#[cfg(loom)]
+pub mod swap;
+#[cfg(not(loom))]
+mod swap;
 mod sync;
 #[cfg(test)]
 mod test_rng;

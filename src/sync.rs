@@ -11,6 +11,12 @@ pub use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU
 
 pub use std::sync::atomic::Ordering;
 
+#[cfg(loom)]
+pub use loom::thread::yield_now;
+
+#[cfg(not(loom))]
+pub use std::thread::yield_now;
+
 /// `true` when the named defect is seeded; always `false` outside loom builds.
 macro_rules! defect {
     ($name:ident) => {{

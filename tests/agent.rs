@@ -34,6 +34,13 @@ fn every_bad_config_is_its_own_error() {
         (AgentConfig { max_depth: 0, ..ok }, AgentError::ZeroDepth),
         (
             AgentConfig {
+                profile_versions: 1,
+                ..ok
+            },
+            AgentError::ProfileVersionsTooFew { versions: 1 },
+        ),
+        (
+            AgentConfig {
                 max_depth: 257,
                 ..ok
             },

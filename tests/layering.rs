@@ -22,8 +22,9 @@ const LAYERS: &[(&str, u32)] = &[
     ("nibble", 0),
     ("info", 0),
     ("end_words", 0),
-    // Grace periods.
+    // Grace periods, and the values readers borrow under them.
     ("epoch", 1),
+    ("swap", 1),
     // Unwinding: rules, rows and their evaluation.
     ("unwind", 2),
     // Heaps, images, the range map, and what a heap emits.

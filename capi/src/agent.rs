@@ -114,6 +114,8 @@ pub unsafe extern "C" fn jitmap_agent_start(
             collect_every: Duration::from_millis(u64::from(c.collect_every_ms)),
             keep_samples: false,
             unwind,
+            // C hosts get the default cap of the whole-run profile.
+            ..AgentConfig::default()
         };
         let agent = Agent::start(&m.get().manager, config)?;
         let object = AgentObject {

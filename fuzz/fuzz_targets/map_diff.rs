@@ -4,8 +4,8 @@
 #![no_main]
 
 use arbitrary::Arbitrary;
-use jitmap::nibble::words_for_span;
 use jitmap::map_words::VecWords;
+use jitmap::nibble::words_for_span;
 use jitmap::{MapVersion, MapWriter};
 use jitmap_testkit::model::{MapModel, Verdict};
 use libfuzzer_sys::fuzz_target;

@@ -7,6 +7,9 @@ use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|head: &[u8]| {
     let status = status_of(head);
-    assert!(matches!(status, 200 | 400 | 404 | 405), "{status} for {head:?}");
+    assert!(
+        matches!(status, 200 | 400 | 404 | 405),
+        "{status} for {head:?}"
+    );
     assert_eq!(status_of(head), status);
 });

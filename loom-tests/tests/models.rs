@@ -921,3 +921,203 @@ fn the_free_list_hands_each_slot_out_once() {
         drop(table.remove::<Object>(b, KIND).unwrap());
     });
 }
+
+/// Machine code as the models see it: bytes written by the compiler before
+/// publication, read by callers that run it, overwritten when reused.
+struct Code(UnsafeCell<u64>);
+
+// SAFETY: access is ordered by the protocol under test; loom checks it.
+unsafe impl Sync for Code {}
+
+impl Code {
+    fn new(bytes: u64) -> Self {
+        Self(UnsafeCell::new(bytes))
+    }
+
+    fn read(&self) -> u64 {
+        // SAFETY: ordered by the protocol under test; loom checks it.
+        self.0.with(|p| unsafe { *p })
+    }
+
+    fn write(&self, bytes: u64) {
+        // SAFETY: as above.
+        self.0.with_mut(|p| unsafe { *p = bytes });
+    }
+}
+
+impl Drop for Code {
+    /// Freed memory is reused: loom reports a read not ordered before it.
+    /// (Not while a caught model unwinds: a second panic would abort.)
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            self.write(POISON);
+        }
+    }
+}
+
+/// A JIT module's call cell (the library's `CallCell`, as jitmap-cranelift
+/// uses it) switched from an old version to a new one, and the old version
+/// freed, while an executor calls through the cell: the executor runs the
+/// new version's bytes as written, and the old version's bytes are reused
+/// only after the executor's quiescent point.
+fn call_cell_swap(seen: Seen<usize>) {
+    use jitmap::call::{CallCell, CodeAddress};
+    const OLD: usize = 0x1000;
+    const NEW: usize = 0x2000;
+    model(move || {
+        let domain = Domain::new(2);
+        let cell = Arc::new(CallCell::new(CodeAddress::new(OLD)));
+        let old = Arc::new(Code::new(LIVE));
+        let new = Arc::new(Code::new(0));
+        let (d, c, o, n, s) = (
+            Arc::clone(&domain),
+            Arc::clone(&cell),
+            Arc::clone(&old),
+            Arc::clone(&new),
+            seen.clone(),
+        );
+        let executor = thread::spawn(move || {
+            let e = d.register_executor().unwrap();
+            let entry = c.get().get();
+            let bytes = if entry == OLD { o.read() } else { n.read() };
+            assert_eq!(
+                bytes, LIVE,
+                "ran bytes at {entry:#x} that were not live code"
+            );
+            e.quiescent();
+            s.add(entry);
+        });
+        // The compiler writes the new version, then switches the cell.
+        new.write(LIVE);
+        cell.set(CodeAddress::new(NEW));
+        // The old version's free: its bytes are reused once it is safe.
+        let tag = domain.retire_tag();
+        if domain.is_safe(tag) || defect::on(Defect::SkipGracePeriod) {
+            old.write(POISON);
+        }
+        executor.join().unwrap();
+    });
+}
+
+#[test]
+fn a_swapped_call_cell_frees_its_old_code_only_after_the_executor_leaves() {
+    let seen = Seen::new();
+    call_cell_swap(seen.clone());
+    seen.assert_all([0x1000, 0x2000]);
+}
+
+#[test]
+fn seeded_relaxed_call_cell_switch_is_caught() {
+    assert!(caught(Defect::RelaxedCellSet, || call_cell_swap(
+        Seen::new()
+    )));
+    assert!(caught(Defect::SkipGracePeriod, || call_cell_swap(
+        Seen::new()
+    )));
+}
+
+/// What a late signal did: wrote into the record its token named, or found
+/// nothing to write into.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Late {
+    WroteOwn,
+    TookNothing,
+}
+
+/// A thread's timer signal arrives while the thread detaches, and the slot
+/// is reused by another thread: the late handler writes into the record its
+/// token named while that record is still registered, or takes nothing. It
+/// never writes into the next record, and never into one being freed.
+fn late_signal(seen: Seen<Late>) {
+    use jitmap::registry::Registry;
+    const SALT: u64 = 0x5A17 << 20;
+    model(move || {
+        let table = Arc::new(Registry::<Code, 1>::new());
+        let first = Arc::new(Code::new(0));
+        let registration = table.register(&first, SALT).unwrap();
+        let token = registration.token();
+        let (t, s) = (Arc::clone(&table), seen.clone());
+        let handler = thread::spawn(move || {
+            t.enter();
+            // SAFETY: between `enter` and `leave`.
+            let late = match unsafe { t.lookup(token) } {
+                Some(record) => {
+                    record.write(record.read() + 1);
+                    Late::WroteOwn
+                }
+                None => Late::TookNothing,
+            };
+            t.leave();
+            s.add(late);
+        });
+        table.unregister(registration);
+        // The first record is freed, and another thread takes the slot.
+        first.write(POISON);
+        let second = Arc::new(Code::new(0));
+        let next = table.register(&second, SALT).unwrap();
+        assert_ne!(next.token(), token);
+        handler.join().unwrap();
+        assert_eq!(second.read(), 0, "a late signal wrote into the next record");
+        table.unregister(next);
+    });
+}
+
+#[test]
+fn a_late_signal_never_writes_into_another_threads_record() {
+    let seen = Seen::new();
+    late_signal(seen.clone());
+    seen.assert_all([Late::WroteOwn, Late::TookNothing]);
+}
+
+#[test]
+fn seeded_unfenced_detach_is_caught() {
+    assert!(caught(Defect::UnfencedDetach, || late_signal(Seen::new())));
+}
+
+/// The agent's table of native unwind rows replaced while a handler
+/// searches it: the handler sees the old table or the new one whole, and
+/// the old one is freed only after the handler's guard unpins.
+fn table_swap(seen: Seen<u64>) {
+    use jitmap::swap::Swap;
+    model(move || {
+        let domain = Domain::new(2);
+        let swap = Arc::new(Swap::new(Code::new(1), Arc::clone(&domain)));
+        let (d, w, s) = (Arc::clone(&domain), Arc::clone(&swap), seen.clone());
+        let handler = thread::spawn(move || {
+            let reader = d.register().unwrap();
+            let guard = reader.pin().unwrap();
+            let rows = w.get(&guard).unwrap().read();
+            assert!(
+                rows == 1 || rows == 2,
+                "read a table that was not whole: {rows}"
+            );
+            drop(guard);
+            s.add(rows);
+        });
+        let retired = swap
+            .update(|old| {
+                assert_eq!(old.read(), 1);
+                let new = Code::new(0);
+                new.write(2);
+                Some(new)
+            })
+            .unwrap();
+        // Freed now if its grace period has passed (a `Code` poisons itself
+        // when dropped, so a table freed under the handler is caught).
+        drop(retired);
+        handler.join().unwrap();
+    });
+}
+
+#[test]
+fn a_swapped_table_outlives_the_handler_that_reads_it() {
+    let seen = Seen::new();
+    table_swap(seen.clone());
+    seen.assert_all([1, 2]);
+}
+
+#[test]
+fn seeded_relaxed_table_swap_is_caught() {
+    assert!(caught(Defect::RelaxedSwap, || table_swap(Seen::new())));
+    assert!(caught(Defect::SkipGracePeriod, || table_swap(Seen::new())));
+}

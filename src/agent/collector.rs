@@ -2,13 +2,13 @@
 //! heaps' code events, and aggregates the profile. It runs on its own thread
 //! (and once more when the agent stops), never in a handler.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 
 use crate::events::{CodeEvent, CodeListener};
-use crate::{CodeInfo, ExecutionManager};
+use crate::{CodeInfo, ExecutionManager, JitKind};
 
 use super::profile::{
     Kept, MethodVersion, ProbeCounts, ProbeEvent, Profile, Sample, SampleFrame, Stack,
@@ -129,6 +129,9 @@ pub(crate) struct Collector {
     /// The loader's counts after the previous pass's drain, and when.
     loader_seen: Option<((u64, u64), u64)>,
     keep: bool,
+    /// Versions the profile names one by one before it merges retired ones
+    /// ([`super::AgentConfig::profile_versions`]).
+    max_versions: usize,
     known: HashMap<usize, Known>,
     /// Every placement of a known version: start → (placed ns, version key).
     placements: HashMap<usize, Vec<(u64, usize)>>,
@@ -164,6 +167,7 @@ impl Collector {
     /// A collector that knows `live` (the code published before it listened).
     pub(crate) fn new(
         keep: bool,
+        max_versions: usize,
         live: impl IntoIterator<Item = (Arc<CodeInfo>, usize, u64)>,
     ) -> Self {
         let mut placements: HashMap<usize, Vec<(u64, usize)>> = HashMap::new();
@@ -188,6 +192,7 @@ impl Collector {
         Self {
             loader_seen: None,
             keep,
+            max_versions,
             known,
             placements,
             methods: Vec::new(),
@@ -324,6 +329,89 @@ impl Collector {
                     list.retain(|(_, key)| known.contains_key(key));
                     !list.is_empty()
                 });
+            }
+        }
+        if self.methods.len() > self.max_versions {
+            self.merge_retired();
+        }
+    }
+
+    /// Merges versions the collector has forgotten, first sampled first,
+    /// into one entry per tier, until the profile names half its cap of
+    /// versions (or none is left to merge). A forgotten version can name no
+    /// later sample, so only counts change hands. Versions still known, or
+    /// named by a kept sample not yet taken, stay as they are.
+    fn merge_retired(&mut self) {
+        let mut held: HashSet<usize> = self.known.values().filter_map(|k| k.method).collect();
+        for frame in self.kept_samples.iter().flat_map(|s| &s.frames) {
+            if let SampleFrame::Jit { method, .. } = *frame {
+                held.insert(method);
+            }
+        }
+        let mut excess = self.methods.len().saturating_sub(self.max_versions / 2);
+        let mut merge = vec![false; self.methods.len()];
+        for (index, m) in self.methods.iter().enumerate() {
+            if excess == 0 {
+                break;
+            }
+            if m.merged == 0 && !held.contains(&index) {
+                merge[index] = true;
+                excess -= 1;
+            }
+        }
+        let mut remap = vec![usize::MAX; self.methods.len()];
+        let mut entries: Vec<(JitKind, usize)> = Vec::new();
+        let mut methods = Vec::with_capacity(self.methods.len());
+        let mut gone = Vec::new();
+        for (index, m) in std::mem::take(&mut self.methods).into_iter().enumerate() {
+            if merge[index] {
+                gone.push((index, m.kind));
+                continue;
+            }
+            if m.merged > 0 {
+                entries.push((m.kind, methods.len()));
+            }
+            remap[index] = methods.len();
+            methods.push(m);
+        }
+        for (index, kind) in gone {
+            let entry = match entries.iter().find(|(k, _)| *k == kind) {
+                Some(&(_, entry)) => entry,
+                None => {
+                    entries.push((kind, methods.len()));
+                    methods.push(merged_entry(kind));
+                    methods.len() - 1
+                }
+            };
+            methods[entry].merged += 1;
+            remap[index] = entry;
+        }
+        self.methods = methods;
+        let key = |k: FrameKey| match k {
+            FrameKey::Jit(m) => FrameKey::Jit(remap[m]),
+            other => other,
+        };
+        let rekey = |stacks: &mut HashMap<Vec<FrameKey>, u64>| {
+            let mut merged: HashMap<Vec<FrameKey>, u64> = HashMap::with_capacity(stacks.len());
+            for (keys, count) in stacks.drain() {
+                *merged
+                    .entry(keys.into_iter().map(key).collect())
+                    .or_default() += count;
+            }
+            *stacks = merged;
+        };
+        rekey(&mut self.stacks);
+        if let Some(w) = &mut self.window {
+            rekey(&mut w.stacks);
+        }
+        for frame in self.kept_samples.iter_mut().flat_map(|s| &mut s.frames) {
+            if let SampleFrame::Jit { method, .. } = frame {
+                *method = remap[*method];
+            }
+        }
+        for k in self.known.values_mut() {
+            if let Some(m) = &mut k.method {
+                *m = remap[*m];
             }
         }
     }
@@ -483,6 +571,7 @@ impl Collector {
             kind: known.info.kind,
             start: known.start,
             freed: false,
+            merged: 0,
         });
         known.method = Some(index);
         Some(index)
@@ -654,10 +743,179 @@ fn version_key(info: &Arc<CodeInfo>) -> usize {
     Arc::as_ptr(info) as usize
 }
 
+/// The entry into which retired versions of `kind` are merged (none yet).
+fn merged_entry(kind: JitKind) -> MethodVersion {
+    let tier = match kind {
+        JitKind::Baseline => "baseline",
+        JitKind::Optimized => "optimized",
+        JitKind::Instrumented => "instrumented",
+        JitKind::Precompiled => "precompiled",
+    };
+    let name = format!("[retired {tier} versions]");
+    MethodVersion {
+        method_id: 0,
+        label: name.clone(),
+        name,
+        kind,
+        start: 0,
+        freed: true,
+        merged: 0,
+    }
+}
+
 /// Gives versions that share a name distinct labels ([`version_labels`]).
 fn label_versions(methods: &mut [MethodVersion]) {
     let labels = version_labels(methods.iter().map(|m| m.name.as_str()));
     for (m, label) in methods.iter_mut().zip(labels) {
         m.label = label;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Ten versions, each sampled once into a stack of its own with `i + 1`
+    /// samples; the first is optimized, the rest baseline.
+    fn sampled(max_versions: usize) -> (Collector, Vec<usize>) {
+        let infos: Vec<Arc<CodeInfo>> = (0..10u64)
+            .map(|i| {
+                let kind = if i == 0 {
+                    JitKind::Optimized
+                } else {
+                    JitKind::Baseline
+                };
+                Arc::new(CodeInfo::new(i, format!("m{i}"), kind))
+            })
+            .collect();
+        let keys: Vec<usize> = infos.iter().map(version_key).collect();
+        let live = infos
+            .into_iter()
+            .enumerate()
+            .map(|(i, info)| (info, 0x1000 * (i + 1), 64));
+        let mut c = Collector::new(false, max_versions, live);
+        for (i, &key) in keys.iter().enumerate() {
+            let m = c.method_of(key).unwrap();
+            c.stacks
+                .insert(vec![FrameKey::Native(0), FrameKey::Jit(m)], i as u64 + 1);
+        }
+        (c, keys)
+    }
+
+    fn counts(c: &Collector) -> Vec<(String, u64, u64)> {
+        let mut by_stack: Vec<(String, u64, u64)> = c
+            .stacks
+            .iter()
+            .map(|(keys, &n)| {
+                let FrameKey::Jit(m) = keys[1] else {
+                    unreachable!()
+                };
+                (c.methods[m].name.clone(), c.methods[m].merged, n)
+            })
+            .collect();
+        by_stack.sort();
+        by_stack
+    }
+
+    #[test]
+    fn forgotten_versions_merge_by_tier_keeping_their_counts_and_no_others() {
+        let (mut c, keys) = sampled(4);
+        c.known.retain(|key, _| *key == keys[3] || *key == keys[7]);
+        c.merge_retired();
+        let names: Vec<&str> = c.methods.iter().map(|m| m.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "m3",
+                "m7",
+                "[retired optimized versions]",
+                "[retired baseline versions]"
+            ]
+        );
+        assert_eq!(
+            counts(&c),
+            [
+                (
+                    "[retired baseline versions]".to_owned(),
+                    7,
+                    2 + 3 + 5 + 6 + 7 + 9 + 10
+                ),
+                ("[retired optimized versions]".to_owned(), 1, 1),
+                ("m3".to_owned(), 0, 4),
+                ("m7".to_owned(), 0, 8),
+            ]
+        );
+        assert_eq!(c.known[&keys[3]].method, Some(0));
+        assert_eq!(c.known[&keys[7]].method, Some(1));
+    }
+
+    #[test]
+    fn a_second_merge_joins_the_first_entries_and_stops_at_half_the_cap() {
+        let (mut c, keys) = sampled(4);
+        c.known
+            .retain(|key, _| keys[..3].contains(key) || keys[8..].contains(key));
+        // m3..m7 are forgotten; merging stops once 4 / 2 entries would remain
+        // over the cap: 10 - 2 = 8 to go, but only 5 can.
+        c.merge_retired();
+        let names: Vec<&str> = c.methods.iter().map(|m| m.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["m0", "m1", "m2", "m8", "m9", "[retired baseline versions]"]
+        );
+        assert_eq!(c.methods[5].merged, 5);
+        // Then m0 and m1 are forgotten too: m0 starts the optimized entry, m1
+        // joins the baseline one.
+        c.known.retain(|key, _| *key != keys[0] && *key != keys[1]);
+        c.merge_retired();
+        assert_eq!(
+            counts(&c),
+            [
+                (
+                    "[retired baseline versions]".to_owned(),
+                    6,
+                    2 + 4 + 5 + 6 + 7 + 8
+                ),
+                ("[retired optimized versions]".to_owned(), 1, 1),
+                ("m2".to_owned(), 0, 3),
+                ("m8".to_owned(), 0, 9),
+                ("m9".to_owned(), 0, 10),
+            ]
+        );
+    }
+
+    #[test]
+    fn versions_named_by_kept_samples_are_not_merged() {
+        let (mut c, _) = sampled(4);
+        c.known.clear();
+        c.kept_samples.push(Sample {
+            tid: 1,
+            begin_ns: 0,
+            end_ns: 0,
+            frames: vec![SampleFrame::Jit {
+                addr: 0x5010,
+                method: 4,
+                offset: 16,
+            }],
+        });
+        c.merge_retired();
+        let names: Vec<&str> = c.methods.iter().map(|m| m.name.as_str()).collect();
+        // Eight of the nine forgotten go (10 - 4 / 2), the first sampled first.
+        assert_eq!(
+            names,
+            [
+                "m4",
+                "m9",
+                "[retired optimized versions]",
+                "[retired baseline versions]"
+            ]
+        );
+        assert_eq!(
+            c.kept_samples[0].frames,
+            [SampleFrame::Jit {
+                addr: 0x5010,
+                method: 0,
+                offset: 16
+            }]
+        );
     }
 }

@@ -74,6 +74,13 @@ pub struct AgentConfig {
     pub keep_samples: bool,
     /// How the handler walks stacks. Default [`Unwind::Mixed`].
     pub unwind: Unwind,
+    /// Method versions the whole-run profile names one by one, at least 2.
+    /// Default 16,384. Past it, the collector merges the versions it has
+    /// forgotten (freed, and past their grace period), first sampled first,
+    /// into one entry per tier ([`super::MethodVersion::merged`]), until
+    /// half the cap is used. A runtime that churns code keeps a profile of
+    /// bounded size: the live versions, the cap, and their stacks.
+    pub profile_versions: usize,
 }
 
 impl Default for AgentConfig {
@@ -88,6 +95,7 @@ impl Default for AgentConfig {
             collect_every: Duration::from_millis(20),
             keep_samples: false,
             unwind: Unwind::Mixed,
+            profile_versions: 16_384,
         }
     }
 }
@@ -129,6 +137,11 @@ impl AgentConfig {
         }
         if self.collect_every.is_zero() {
             return Err(AgentError::ZeroInterval);
+        }
+        if self.profile_versions < 2 {
+            return Err(AgentError::ProfileVersionsTooFew {
+                versions: self.profile_versions,
+            });
         }
         Ok(())
     }

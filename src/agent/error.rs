@@ -39,6 +39,12 @@ pub enum AgentError {
     },
     /// `collect_every` was zero.
     ZeroInterval,
+    /// `profile_versions` was under 2 (one live version and one folded
+    /// entry).
+    ProfileVersionsTooFew {
+        /// The value given.
+        versions: usize,
+    },
     /// An agent is already running in this process (the signal handler is
     /// process-wide).
     AlreadyRunning,
@@ -104,6 +110,10 @@ impl fmt::Display for AgentError {
             ),
             Self::BadSignal { signal } => write!(f, "signal {signal} cannot carry samples"),
             Self::ZeroInterval => write!(f, "the collection interval must not be zero"),
+            Self::ProfileVersionsTooFew { versions } => write!(
+                f,
+                "a profile of {versions} method versions is under the minimum of 2"
+            ),
             Self::AlreadyRunning => write!(f, "an agent is already running in this process"),
             Self::Stopped => write!(f, "the agent has stopped"),
             Self::WindowBusy => write!(f, "a profile window is being taken already"),

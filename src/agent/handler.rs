@@ -17,9 +17,6 @@ use super::native::ModuleTable;
 use super::record::{FrameKind, RECORD_MAGIC, RawFrame, SampleHeader, ThreadRecord};
 use crate::unwind::{self, Regs, Rule, Stack, StackEnd};
 
-/// Handlers running now, process-wide: `stop` waits for zero.
-pub(crate) static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
-
 /// The interrupted thread's registers.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Registers {
@@ -93,13 +90,13 @@ pub(crate) extern "C" fn on_signal(
     // SAFETY: errno is a thread-local the C library keeps at a fixed address;
     // reading it is async-signal-safe.
     let errno = unsafe { *libc::__errno_location() };
-    // SeqCst: `stop` and `unregister` must see this handler as running before
-    // they go on, or see none of its memory accesses.
-    IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
+    // `stop` and `unregister` see this handler in flight before they go on,
+    // or it sees their changes (the registry's fence handshake).
+    super::registry::enter();
     // SAFETY: an SA_SIGINFO handler receives a valid siginfo_t.
     let (code, value) = unsafe { ((*info).si_code, (*info).si_value().sival_ptr as u64) };
-    // SAFETY: this handler is counted in IN_FLIGHT until after its last use
-    // of the record.
+    // SAFETY: this handler is in flight (`enter` above) until after its last
+    // use of the record.
     let record = (code == libc::SI_TIMER)
         .then(|| unsafe { super::registry::lookup(value) })
         .flatten();
@@ -118,8 +115,8 @@ pub(crate) extern "C" fn on_signal(
         }
         _ => pass_on(signal, info, context),
     }
-    // Release: the sample's writes happen before `stop` sees zero.
-    IN_FLIGHT.fetch_sub(1, Ordering::Release);
+    // The sample's writes happen before `stop` sees no handler in flight.
+    super::registry::leave();
     // SAFETY: as above; restoring the interrupted code's errno.
     unsafe { *libc::__errno_location() = errno };
 }
@@ -142,15 +139,6 @@ fn pass_on(signal: libc::c_int, info: *mut libc::siginfo_t, context: *mut libc::
         // SAFETY: without SA_SIGINFO, `sa_sigaction` is a one-argument handler.
         let f: extern "C" fn(libc::c_int) = unsafe { std::mem::transmute(handler) };
         f(signal);
-    }
-}
-
-/// Spins until no handler is running.
-pub(crate) fn wait_for_handlers() {
-    // Acquire: pairs with the handlers' Release decrement, so their ring writes
-    // are visible to whoever waited.
-    while IN_FLIGHT.load(Ordering::Acquire) != 0 {
-        std::thread::yield_now();
     }
 }
 
@@ -332,7 +320,7 @@ fn frameless_stub(frame: &RawFrame, frameless: u32) -> bool {
 /// The mixed walk: every frame is stepped with a rule, from the JIT method's
 /// unwind rows (its CFI), the native object's `.eh_frame`, or the
 /// frame-pointer convention for JIT code without CFI.
-fn walk_mixed(
+pub(super) fn walk_mixed(
     guard: &ManagerGuard<'_>,
     modules: Option<&ModuleTable>,
     frameless: u32,
@@ -403,7 +391,7 @@ fn walk_mixed(
 }
 
 /// The frame-pointer walk: the leaf, then one frame per saved frame pointer.
-fn walk_frame_pointers(
+pub(super) fn walk_frame_pointers(
     guard: &ManagerGuard<'_>,
     frameless: u32,
     stack: &Stack,

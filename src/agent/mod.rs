@@ -96,6 +96,9 @@ mod error;
 #[cfg(feature = "export")]
 #[cfg_attr(docsrs, doc(cfg(feature = "export")))]
 pub mod export;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 mod handler;
 mod loader;
 mod native;
@@ -336,7 +339,7 @@ impl Agent {
             .live_blocks()
             .into_iter()
             .filter_map(|b| b.info.map(|info| (info, b.code.start(), b.code.size())));
-        let collector = Collector::new(config.keep_samples, live);
+        let collector = Collector::new(config.keep_samples, config.profile_versions, live);
         let shared = Arc::new(Shared {
             manager: manager.clone(),
             config,
@@ -350,7 +353,8 @@ impl Agent {
             stopping: Mutex::new(false),
             wake: Condvar::new(),
             window_busy: AtomicBool::new(false),
-            modules: (config.unwind == Unwind::Mixed).then(|| Arc::new(ModuleSlot::loaded())),
+            modules: (config.unwind == Unwind::Mixed)
+                .then(|| Arc::new(ModuleSlot::loaded(Arc::clone(manager.domain())))),
         });
         let previous = match install_handler(config.signal) {
             Ok(previous) => previous,
@@ -536,7 +540,7 @@ impl Agent {
         // No timer is left to send the signal. Setting it to be ignored drops
         // any instance still pending for any thread, so none reaches the
         // previous disposition.
-        handler::wait_for_handlers();
+        registry::wait_for_handlers();
         let ignore = libc::sigaction {
             sa_sigaction: libc::SIG_IGN,
             // SAFETY: an all-zero sigaction is valid; the fields used are set.
@@ -544,7 +548,7 @@ impl Agent {
         };
         // SAFETY: `ignore` is a valid disposition for a catchable signal.
         unsafe { libc::sigaction(signal, &ignore, std::ptr::null_mut()) };
-        handler::wait_for_handlers();
+        registry::wait_for_handlers();
         restore_handler(signal, &self.previous);
         *self.shared.stopping.lock() = true;
         self.shared.wake.notify_all();

@@ -23,13 +23,13 @@
 //! the sample's time (`Collector::collect`).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicPtr, Ordering};
 
 use gimli::{BaseAddresses, EhFrameHdr, LittleEndian, Pointer};
 
-use crate::ExecutionManager;
 use crate::agent::loader;
 use crate::manager::ManagerGuard;
+use crate::swap::Swap;
+use crate::{Domain, ExecutionManager};
 
 use crate::unwind::eh_frame::{Row, evaluate};
 use crate::unwind::{Rule, StackEnd};
@@ -273,64 +273,34 @@ fn records_len(bytes: &[u8]) -> usize {
     at
 }
 
-/// Where the handlers find the current table. The collector is its only
-/// writer.
-pub(crate) struct ModuleSlot {
-    current: AtomicPtr<ModuleTable>,
-}
+/// Where the handlers find the current table. The collector replaces it.
+pub(crate) struct ModuleSlot(Swap<ModuleTable>);
 
 impl ModuleSlot {
-    /// A slot holding a fresh table.
-    pub(crate) fn loaded() -> Self {
-        Self {
-            current: AtomicPtr::new(Box::into_raw(Box::new(ModuleTable::load(None)))),
-        }
+    /// A slot holding a fresh table, read under guards of `domain` (the
+    /// manager's, which the handlers pin).
+    pub(crate) fn loaded(domain: Arc<Domain>) -> Self {
+        Self(Swap::new(ModuleTable::load(None), domain))
     }
 
-    /// The table, for as long as `guard` is pinned: a table replaced after
-    /// the guard was pinned is retired through the guard's manager, so it
-    /// outlives the guard.
+    /// The table, for as long as `guard` is pinned; `None` under a guard of
+    /// another manager.
     #[inline]
-    pub(crate) fn get<'g>(&self, _guard: &'g ManagerGuard<'_>) -> Option<&'g ModuleTable> {
-        // Acquire: pairs with `refresh`'s swap, so the table's contents are
-        // seen as built.
-        let table = self.current.load(Ordering::Acquire);
-        // SAFETY: non-null pointers in the slot come from `Box::into_raw`, and
-        // are freed only after the grace period of every guard pinned before
-        // they left the slot (`refresh`), or when the slot drops (no guard
-        // borrows it then: the handlers that read it have stopped).
-        unsafe { table.as_ref() }
+    pub(crate) fn get<'g>(&self, guard: &'g ManagerGuard<'_>) -> Option<&'g ModuleTable> {
+        self.0.get(guard.epoch_guard()).ok()
     }
 
     /// Rebuilds the table if the loader's counts (`loader`, from
     /// [`loader::counts`]) say objects were loaded or unloaded since it was
     /// built. The old table is retired through `manager`, whose guards the
-    /// handlers pin. One caller at a time (the collector, under its lock).
+    /// handlers pin.
     pub(crate) fn refresh(&self, manager: &ExecutionManager, loader: (u64, u64)) {
-        // Acquire: as in `get`; this thread only reads the table's counts.
-        let old = self.current.load(Ordering::Acquire);
-        // SAFETY: the slot's writer is this caller, so `old` stays in the slot
-        // (and alive) until the swap below.
-        let old_ref = unsafe { &*old };
-        if old_ref.loader == loader {
-            return;
+        let replaced = self
+            .0
+            .update(|old| (old.loader != loader).then(|| ModuleTable::load(Some(old))));
+        if let Some(old) = replaced {
+            manager.retire(old);
         }
-        let new = Box::into_raw(Box::new(ModuleTable::load(Some(old_ref))));
-        // AcqRel: Release publishes the new table to the handlers' Acquire
-        // loads; Acquire is for the old pointer handed to `retire`.
-        let old = self.current.swap(new, Ordering::AcqRel);
-        // SAFETY: `old` came from `Box::into_raw` and has just left the slot;
-        // the manager frees it after the grace period of every guard pinned now.
-        manager.retire(unsafe { Box::from_raw(old) });
-    }
-}
-
-impl Drop for ModuleSlot {
-    fn drop(&mut self) {
-        let table = *self.current.get_mut();
-        // SAFETY: from `Box::into_raw`; the slot is dropped when no record
-        // (and so no handler) can reach it.
-        drop(unsafe { Box::from_raw(table) });
     }
 }
 

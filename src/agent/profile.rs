@@ -25,6 +25,11 @@ pub struct MethodVersion {
     pub start: usize,
     /// Whether it was freed while the agent ran.
     pub freed: bool,
+    /// How many versions this entry stands for: 0 for one version;
+    /// otherwise it is the entry of its tier into which the collector
+    /// merged retired versions past [`super::AgentConfig::profile_versions`]
+    /// (named `[retired <tier> versions]`, with `method_id` and `start` 0).
+    pub merged: u64,
 }
 
 /// Labels for method versions named `names`, in order: a name's first

@@ -70,6 +70,12 @@ impl<'r> ManagerGuard<'r> {
         }
     }
 
+    /// The epoch guard under this one.
+    #[inline]
+    pub(crate) fn epoch_guard(&self) -> &Guard<'r> {
+        &self.guard
+    }
+
     /// The section containing `ip`.
     #[inline(always)]
     pub fn section(&self, ip: usize) -> Option<&Section<SectionKind>> {
