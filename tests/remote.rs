@@ -10,6 +10,7 @@ use jitmap::remote::{
     SectionKind, Unknown,
 };
 use jitmap::{CodeInfo, CodeRef, ExecutionManager, HeapConfig, JitKind, MapVersion};
+use jitmap_testkit::frameless::{FRAME_POINTER_CFI, eh_frame};
 
 fn me() -> ProcessMemory {
     ProcessMemory::new(std::process::id() as i32)
@@ -40,11 +41,19 @@ fn small_heap(manager: &ExecutionManager) -> jitmap::OwnedHeap {
         .unwrap()
 }
 
+/// Publishes method `id` of `size` bytes; every third one of 18 bytes or
+/// more has an `.eh_frame`, and so unwind rows (descriptor layout 2).
 fn publish(heap: &jitmap::CodeHeap, id: u64, size: u64) -> CodeRef {
     let mut r = heap.reserve(size).unwrap();
     r.code_mut().fill(0xCC);
-    r.publish(CodeInfo::new(id, format!("m{id}"), JitKind::Optimized))
-        .unwrap()
+    let mut info = CodeInfo::new(id, format!("m{id}"), JitKind::Optimized);
+    if id % 3 == 0 && size >= 18 {
+        info.eh_frame = Some(jitmap::heap::EhFrame {
+            frame: eh_frame(r.address(), size as u32, FRAME_POINTER_CFI),
+            header: Box::new([]),
+        });
+    }
+    r.publish(info).unwrap()
 }
 
 /// What the in-process manager says `ip` is, in the remote reader's terms.
@@ -64,6 +73,7 @@ fn expected(manager: &ExecutionManager, ip: usize) -> Resolution {
             size: block.region().hot_size,
             method_id: block.method_id(),
             name: block.name().unwrap().to_string(),
+            rows: block.unwind_rows().to_vec(),
         }),
         Some(block) => panic!("unexpected block {block:?}"),
         None => Resolution::Nothing,
@@ -103,6 +113,7 @@ fn every_byte_class_resolves_as_in_process_in_both_versions() {
     }
     let reader = reader();
     let mut methods = 0;
+    let mut with_rows = 0;
     let mut too_far = 0;
     for &ip in &probes {
         let got = reader.resolve(ip as u64).unwrap();
@@ -122,8 +133,11 @@ fn every_byte_class_resolves_as_in_process_in_both_versions() {
         }
         assert_eq!(got, want, "ip {ip:#x}");
         methods += usize::from(matches!(got, Resolution::Method(_)));
+        with_rows += usize::from(matches!(&got, Resolution::Method(m) if m.rows.len() == 4));
     }
     assert!(methods > 3000, "{methods}");
+    // A third of the methods have four rows each, read as in process.
+    assert!(with_rows > 800, "{with_rows}");
     // Only v1 probes can be too far: at most its 2,000 random ones plus those
     // in its large methods.
     assert!(too_far <= 2000 + 5 * 12, "{too_far}");

@@ -177,6 +177,7 @@ pub fn resolution_json(r: &Resolution) -> serde_json::Value {
         Resolution::Method(m) => serde_json::json!({
             "kind": "method", "method_id": m.method_id, "name": m.name,
             "start": m.start, "offset": m.offset, "size": m.size, "heap": m.heap_id,
+            "unwind_rows": m.rows.len(),
         }),
         Resolution::Stub {
             start,

@@ -85,6 +85,10 @@ pub const MAX_FRAGMENTS: usize = 32;
 pub const V1_MAX_WORDS: usize = 1024;
 /// Bytes of a method name read; longer names are cut.
 pub const MAX_NAME: usize = 1024;
+/// Unwind rows of one method read, in one read of 16 bytes each; a header
+/// that claims more is [`RemoteError::Corrupt`] (rows cut short would
+/// stretch the last one read over the rest of the method).
+pub const MAX_ROWS: usize = 16_384;
 /// Attempts of a lookup that saw the host change under it before it answers
 /// [`Unknown::Changing`].
 pub const RETRIES: usize = 4;

@@ -8,7 +8,7 @@ use std::mem::offset_of;
 use super::checks::{check_ptr, index, read_at, read_u32_at};
 use super::memory::Memory;
 use super::words::{ChunkWords, RemoteWords};
-use super::{MAX_FRAGMENTS, MAX_NAME, RETRIES, RemoteError, V1_MAX_WORDS};
+use super::{MAX_FRAGMENTS, MAX_NAME, MAX_ROWS, RETRIES, RemoteError, UnwindRow, V1_MAX_WORDS};
 use crate::manager::descriptor::{Descriptor, LAYOUT_VERSION, MAGIC, MAX_MANAGERS};
 use std::sync::atomic::AtomicU64;
 
@@ -144,6 +144,9 @@ pub struct RemoteMethod {
     pub method_id: u64,
     /// The name, cut at [`MAX_NAME`] bytes, invalid UTF-8 replaced.
     pub name: String,
+    /// Its unwind rows (descriptor layout 2): sorted by offset, each inside
+    /// the method; empty for a method published without `.eh_frame`.
+    pub rows: Vec<UnwindRow>,
 }
 
 /// What a range section holds, as a listing sees it.
@@ -635,6 +638,8 @@ impl<M: Memory> RemoteReader<M> {
             self.layout.header_code_size,
             self.layout.header_name_ptr,
             self.layout.header_name_len,
+            self.layout.header_rows_ptr,
+            self.layout.header_rows_len,
         ]
         .into_iter()
         .max()
@@ -654,6 +659,12 @@ impl<M: Memory> RemoteReader<M> {
             let name_ptr = check_ptr(read_at(&bytes, self.layout.header_name_ptr), 1, "name")?;
             self.read(name_ptr, &mut name)?;
         }
+        let rows = self.rows(
+            read_at(&bytes, self.layout.header_rows_ptr),
+            read_at(&bytes, self.layout.header_rows_len),
+            size,
+            header,
+        )?;
         Ok(Resolution::Method(RemoteMethod {
             heap_id: heap.id,
             start: start_addr,
@@ -661,7 +672,61 @@ impl<M: Memory> RemoteReader<M> {
             size,
             method_id: read_at(&bytes, self.layout.header_method_id),
             name: String::from_utf8_lossy(&name).into_owned(),
+            rows,
         }))
+    }
+
+    /// The `len` unwind rows at `ptr` of a method of `size` bytes whose
+    /// header is at `header`, in one read, each checked: offsets rising and
+    /// inside the method, every field one the layout defines.
+    fn rows(
+        &self,
+        ptr: u64,
+        len: u64,
+        size: u64,
+        header: u64,
+    ) -> Result<Vec<UnwindRow>, RemoteError> {
+        if len == 0 {
+            return Ok(Vec::new());
+        }
+        let corrupt = || RemoteError::Corrupt {
+            what: "unwind rows",
+            addr: header,
+        };
+        if len > MAX_ROWS as u64 {
+            return Err(corrupt());
+        }
+        // The descriptor's row size was checked to be this one's.
+        let ptr = check_ptr(ptr, align_of::<UnwindRow>() as u64, "unwind rows")?;
+        let mut bytes = vec![0u8; len as usize * size_of::<UnwindRow>()];
+        self.read(ptr, &mut bytes)?;
+        let rows: Vec<UnwindRow> = bytes
+            .chunks_exact(size_of::<UnwindRow>())
+            .map(|b| {
+                let half = |at: usize| i16::from_ne_bytes([b[at], b[at + 1]]);
+                UnwindRow {
+                    offset: u32::from_ne_bytes([b[0], b[1], b[2], b[3]]),
+                    cfa: i32::from_ne_bytes([b[4], b[5], b[6], b[7]]),
+                    ra: half(8),
+                    fp: half(10),
+                    kind: b[12],
+                    base: b[13],
+                    fp_rule: b[14],
+                    has_ra: b[15],
+                }
+            })
+            .collect();
+        let valid = rows.iter().all(|r| {
+            u64::from(r.offset) < size
+                && r.kind <= UnwindRow::UNSUPPORTED
+                && r.base <= UnwindRow::BASE_FP
+                && r.fp_rule <= UnwindRow::FP_LOST
+                && r.has_ra <= 1
+        }) && rows.windows(2).all(|w| w[0].offset < w[1].offset);
+        if !valid {
+            return Err(corrupt());
+        }
+        Ok(rows)
     }
 
     /// `count` end words from word `first`, in one read.
