@@ -47,7 +47,7 @@ fn publish(heap: &jitmap::CodeHeap, id: u64, size: u64) -> CodeRef {
     let mut r = heap.reserve(size).unwrap();
     r.code_mut().fill(0xCC);
     let mut info = CodeInfo::new(id, format!("m{id}"), JitKind::Optimized);
-    if id % 3 == 0 && size >= 18 {
+    if id.is_multiple_of(3) && size >= 18 {
         info.eh_frame = Some(jitmap::heap::EhFrame {
             frame: eh_frame(r.address(), size as u32, FRAME_POINTER_CFI),
             header: Box::new([]),
