@@ -9,6 +9,7 @@
 //! `a_swapped_table_outlives_the_handler_that_reads_it` checks both halves:
 //! a reader sees the new value whole, and never a freed one.
 
+use std::ptr::NonNull;
 use std::sync::{Arc, Mutex};
 
 use crate::epoch::{Domain, ForeignGuard, Guard};
@@ -29,10 +30,16 @@ pub struct Swap<T> {
 /// rather than freed under a reader; hand it to something that keeps it until
 /// then, such as [`ExecutionManager::retire`](crate::ExecutionManager::retire).
 pub struct Retired<T> {
-    value: Option<Box<T>>,
+    /// From `Box::into_raw`. Kept raw, not as a `Box`, until it is freed: a
+    /// `Box` asserts unique access, which readers' borrows still deny.
+    value: NonNull<T>,
     tag: u64,
     domain: Arc<Domain>,
 }
+
+// SAFETY: a `Retired` owns its value as a `Box` would, and gives no access
+// to it: sending it sends the value.
+unsafe impl<T: Send> Send for Retired<T> {}
 
 impl<T> Swap<T> {
     /// A swap holding `value`, read under guards of `domain`.
@@ -79,9 +86,8 @@ impl<T> Swap<T> {
         };
         let old = self.current.swap(new, order);
         Some(Retired {
-            // SAFETY: `old` came from `Box::into_raw` and has just left the
-            // swap; `Retired` frees it only after its grace period.
-            value: Some(unsafe { Box::from_raw(old) }),
+            // `Box::into_raw` gives no null pointer.
+            value: NonNull::new(old)?,
             tag: self.domain.retire_tag(),
             domain: Arc::clone(&self.domain),
         })
@@ -105,13 +111,39 @@ impl<T> Retired<T> {
 }
 
 impl<T> Drop for Retired<T> {
+    /// Frees the value if its grace period has passed; otherwise a reader
+    /// may still hold it, and leaking it is the one sound choice.
     fn drop(&mut self) {
-        let value = self.value.take();
         if defect!(SkipGracePeriod) || self.is_safe() {
-            drop(value);
-        } else {
-            // A reader may still hold it: leaking is the one sound choice.
-            std::mem::forget(value);
+            // SAFETY: from `Box::into_raw`, out of the swap, and no guard
+            // pinned before it left is still pinned: no reader borrows it.
+            drop(unsafe { Box::from_raw(self.value.as_ptr()) });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_replaced_value_is_freed_only_after_the_guards_pinned_before() {
+        let domain = Domain::new(2);
+        let swap = Swap::new(vec![1u8], Arc::clone(&domain));
+        let reader = domain.register().unwrap();
+        let guard = reader.pin().unwrap();
+        let old = swap.get(&guard).unwrap();
+        let retired = swap.update(|v| Some(vec![v[0] + 1])).unwrap();
+        assert!(!retired.is_safe());
+        // The old value is still readable under the guard pinned before.
+        assert_eq!(old, &[1]);
+        assert_eq!(swap.get(&guard).unwrap(), &[2]);
+        drop(guard);
+        assert!(retired.is_safe());
+        drop(retired);
+        assert!(swap.update(|_| None).is_none());
+        let other = Domain::new(1);
+        let stranger = other.register().unwrap();
+        assert!(swap.get(&stranger.pin().unwrap()).is_err());
     }
 }

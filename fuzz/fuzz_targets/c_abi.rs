@@ -129,6 +129,8 @@ enum Kind {
 struct State {
     handles: Vec<(usize, Kind)>,
     codes: Vec<jitmap_code>,
+    /// Boxed: a pinned guard must not move (the header forbids copies).
+    #[allow(clippy::vec_box)]
     guards: Vec<Box<jitmap_guard>>,
 }
 

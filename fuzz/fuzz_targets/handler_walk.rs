@@ -90,7 +90,7 @@ impl Mapping {
         Self { lo }
     }
 
-    fn words(&self) -> &mut [usize] {
+    fn words(&mut self) -> &mut [usize] {
         // SAFETY: `STACK` readable and writable bytes at `lo`, used by this
         // thread only (the mapping is thread-local), and never freed.
         unsafe { std::slice::from_raw_parts_mut(self.lo as *mut usize, STACK / 8) }

@@ -107,11 +107,11 @@ fn linear(info: &ImageInfo, rel: u64) -> Option<(usize, usize, u64, bool)> {
     let first_cold = info.hot_cold.first().map_or(f.len(), |p| p.cold as usize);
     let hot_len = |main: usize| -> u64 {
         let mut total = 0;
-        for i in main..first_cold {
+        for (i, x) in f.iter().enumerate().take(first_cold).skip(main) {
             if i > main && entry_at(i).is_some() {
                 break;
             }
-            total += u64::from(f[i].end - f[i].begin);
+            total += u64::from(x.end - x.begin);
         }
         total
     };
