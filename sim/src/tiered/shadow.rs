@@ -8,7 +8,7 @@
 //! so that the model stays the size of the code live in the last half
 //! minute, and finds the versions at an address through an index by start.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 
 /// One published version of a method.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -52,7 +52,13 @@ pub struct Shadow {
     /// Versions being published whose address is not known yet (a Cranelift
     /// module places them inside `finalize_definitions`).
     placing: HashSet<u64>,
+    /// The versions forgotten last ([`FORGOTTEN_KEPT`] at most), for the
+    /// report of a wrong answer that names one.
+    forgotten: VecDeque<(u64, Version)>,
 }
+
+/// Forgotten versions kept for reports: a few seconds of churn.
+const FORGOTTEN_KEPT: usize = 1 << 16;
 
 impl Shadow {
     /// Records a version about to be published.
@@ -99,7 +105,13 @@ impl Shadow {
             .map(|(id, _)| *id)
             .collect();
         for id in old {
-            self.remove(id);
+            if let Some(v) = self.versions.remove(&id) {
+                self.unindex(id, v.start);
+                if self.forgotten.len() == FORGOTTEN_KEPT {
+                    self.forgotten.pop_front();
+                }
+                self.forgotten.push_back((id, v));
+            }
         }
     }
 
@@ -287,7 +299,11 @@ impl Shadow {
         match self.versions.get(&id) {
             Some(v) if occupant == Some(id) && !v.stub && v.name == name => Ok(()),
             v => Err(format!(
-                "sample at {addr:#x} (ended {end_ns}) named {name} {v:?}, the occupant was {:?}",
+                "sample at {addr:#x} (ended {end_ns}) named {name} (version {id}: {v:?}{}), the occupant was {:?}",
+                match self.forgotten.iter().rev().find(|(f, _)| *f == id) {
+                    Some((_, f)) => format!(", forgotten: {f:?}"),
+                    None => String::new(),
+                },
                 occupant.and_then(|o| self.versions.get(&o))
             )),
         }
