@@ -25,14 +25,23 @@ impl TierCompile {
     }
 }
 
-/// Durations in ns, kept as a histogram (3 significant digits): memory stays
-/// bounded however long a run lasts.
+/// Durations in ns, kept as a histogram (3 significant digits, from 1 ns to
+/// an hour): memory stays bounded however long a run lasts.
 #[derive(Clone, Debug)]
 pub struct Durations(hdrhistogram::Histogram<u64>);
 
+/// The longest duration kept as itself; longer ones count as this.
+const LONGEST_NS: u64 = 3_600_000_000_000;
+
 impl Default for Durations {
     fn default() -> Self {
-        Self(hdrhistogram::Histogram::new(3).expect("3 significant digits are valid"))
+        // Bounds, not an auto-resizing histogram: `saturating_record` clamps
+        // to the histogram's range without growing it, which would count
+        // every duration as 2 ns.
+        Self(
+            hdrhistogram::Histogram::new_with_bounds(1, LONGEST_NS, 3)
+                .expect("1 ns to an hour at 3 significant digits is valid"),
+        )
     }
 }
 
@@ -267,5 +276,24 @@ impl Report {
             out.push_str(&format!("  {d}\n"));
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod durations_tests {
+    use super::Durations;
+
+    #[test]
+    fn quantiles_keep_their_durations_from_a_microsecond_to_minutes() {
+        let mut d = Durations::default();
+        for ns in [1_000, 311_000, 4_400_000, 120_000_000_000] {
+            d.record(ns);
+        }
+        let near = |got: f64, want: f64| (got - want).abs() <= want * 0.001;
+        assert!(near(d.quantile_us(0.25), 1.0), "{}", d.quantile_us(0.25));
+        assert!(near(d.quantile_us(0.5), 311.0), "{}", d.quantile_us(0.5));
+        assert!(near(d.quantile_us(0.75), 4_400.0), "{}", d.quantile_us(0.75));
+        assert!(near(d.quantile_us(1.0), 120_000_000.0), "{}", d.quantile_us(1.0));
+        assert_eq!(d.len(), 4);
     }
 }
