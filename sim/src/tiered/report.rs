@@ -292,8 +292,16 @@ mod durations_tests {
         let near = |got: f64, want: f64| (got - want).abs() <= want * 0.001;
         assert!(near(d.quantile_us(0.25), 1.0), "{}", d.quantile_us(0.25));
         assert!(near(d.quantile_us(0.5), 311.0), "{}", d.quantile_us(0.5));
-        assert!(near(d.quantile_us(0.75), 4_400.0), "{}", d.quantile_us(0.75));
-        assert!(near(d.quantile_us(1.0), 120_000_000.0), "{}", d.quantile_us(1.0));
+        assert!(
+            near(d.quantile_us(0.75), 4_400.0),
+            "{}",
+            d.quantile_us(0.75)
+        );
+        assert!(
+            near(d.quantile_us(1.0), 120_000_000.0),
+            "{}",
+            d.quantile_us(1.0)
+        );
         assert_eq!(d.len(), 4);
     }
 }
