@@ -336,3 +336,66 @@ fn source_locations_become_debug_rows_and_unwind_tables_are_cranelifts() {
     );
     assert_eq!((pc_begin, pc_range), (code.start() as u64, code.size()));
 }
+
+/// A caller finalized while its callee is declared but not defined: refused
+/// (`Undefined`, the caller stays pending) unless the callee is preemptible,
+/// which binds like a weak symbol, to null, as on cranelift-jit. Once the
+/// callee is defined, the next finalize publishes both and the caller reaches
+/// it. (Checked after the `cranelift_module` fuzz target called a caller
+/// bound to a weak callee's null.)
+#[test]
+fn a_caller_waits_for_its_undefined_callee_unless_the_callee_is_weak() {
+    use programs::{body, f1, sig};
+    let manager = ExecutionManager::new(2);
+    let executor = manager.register_executor().unwrap();
+    for linkage in [
+        Linkage::Local,
+        Linkage::Preemptible,
+        Linkage::Hidden,
+        Linkage::Export,
+    ] {
+        let mut m = module(&manager);
+        let f3 = m
+            .declare_function("f3", Linkage::Local, &sig(&m, 1))
+            .unwrap();
+        let f0 = m.declare_function("f0", linkage, &sig(&m, 1)).unwrap();
+        let mut ctx = body(&mut m, 1, |m, b, args| {
+            let callee = m.declare_func_in_func(f0, b.func);
+            let c = b.ins().call(callee, &[args[0]]);
+            let r = b.inst_results(c)[0];
+            let r = b.ins().iadd_imm_s(r, -62);
+            b.ins().return_(&[r]);
+        });
+        m.define_function(f3, &mut ctx).unwrap();
+        let early = m.finalize_definitions().map_err(|e| e.to_string());
+        let weak = linkage == Linkage::Preemptible;
+        assert_eq!(
+            early,
+            if weak {
+                Ok(())
+            } else {
+                Err("function f0 is declared but not defined".to_owned())
+            },
+            "{linkage:?}"
+        );
+        let mut ctx = body(&mut m, 1, |_, b, args| {
+            let r = b.ins().iadd_imm_s(args[0], 31);
+            b.ins().return_(&[r]);
+        });
+        m.define_function(f0, &mut ctx).unwrap();
+        m.finalize_definitions().unwrap();
+        // SAFETY: both take and return one i64 and are live; a weak caller
+        // (bound to null) is not called.
+        let (call_f3, call_f0) = unsafe {
+            (
+                f1(m.get_finalized_function(f3)),
+                f1(m.get_finalized_function(f0)),
+            )
+        };
+        assert_eq!(call_f0(5), 36);
+        if !weak {
+            assert_eq!(call_f3(5), -26, "{linkage:?}");
+        }
+        executor.quiescent();
+    }
+}

@@ -54,8 +54,13 @@ enum Op {
 #[derive(Clone, Default)]
 struct Model {
     id: [Option<FuncId>; FUNCTIONS],
+    /// The merged linkage of each declared function.
+    linkage: [Option<Linkage>; FUNCTIONS],
     pending: [Option<Body>; FUNCTIONS],
     live: [Option<Body>; FUNCTIONS],
+    /// A live body whose callee was preemptible and undefined when it was
+    /// published: the call is bound to null, as a weak symbol's.
+    weak: [bool; FUNCTIONS],
 }
 
 impl Model {
@@ -78,8 +83,26 @@ impl Model {
         })
     }
 
+    /// Publishes the pending bodies (a finalize that succeeded). A call to
+    /// a preemptible callee with no body binds to null.
+    fn publish(&mut self) {
+        let defined: Vec<bool> = (0..FUNCTIONS)
+            .map(|j| self.pending[j].is_some() || self.live[j].is_some())
+            .collect();
+        for f in 0..FUNCTIONS {
+            if let Some(body) = self.pending[f].take() {
+                self.weak[f] = Self::callee(f, body)
+                    .is_some_and(|j| !defined[j] && self.linkage[j] == Some(Linkage::Preemptible));
+                self.live[f] = Some(body);
+            }
+        }
+    }
+
     /// What `f(x)` returns, if `f` and all it calls are live.
     fn eval(&self, f: usize, x: i64) -> Option<i64> {
+        if self.weak[f] {
+            return None;
+        }
         match self.live[f]? {
             Body::Add(k) => Some(x.wrapping_add(i64::from(k))),
             body @ Body::Call(_, k) => {
@@ -180,6 +203,7 @@ fuzz_target!(|ops: Vec<Op>| {
                     let got = ours.declare_function(&name, linkage, &sig(&ours));
                     if let Ok(id) = got {
                         model.id[f] = Some(id);
+                        model.linkage[f] = Some(ours.declarations().get_function_decl(id).linkage);
                     }
                     if let Some(jit) = same.as_deref_mut() {
                         let other = jit.declare_function(&name, linkage, &sig(jit));
@@ -190,6 +214,8 @@ fuzz_target!(|ops: Vec<Op>| {
                         );
                         if let (Ok(a), Ok(b)) = (got, other) {
                             their_model.id[f] = Some(b);
+                            their_model.linkage[f] =
+                                Some(jit.declarations().get_function_decl(b).linkage);
                             assert_eq!(
                                 ours.declarations().get_function_decl(a).linkage,
                                 jit.declarations().get_function_decl(b).linkage
@@ -250,11 +276,7 @@ fuzz_target!(|ops: Vec<Op>| {
                     }
                     let got = ours.finalize_definitions();
                     if got.is_ok() {
-                        for f in 0..FUNCTIONS {
-                            if let Some(body) = model.pending[f].take() {
-                                model.live[f] = Some(body);
-                            }
-                        }
+                        model.publish();
                         check_calls(
                             &model,
                             |id| ours.get_finalized_function(id),
@@ -266,11 +288,7 @@ fuzz_target!(|ops: Vec<Op>| {
                         let other = jit.finalize_definitions();
                         assert_eq!(got.is_ok(), other.is_ok(), "finalize: {got:?} {other:?}");
                         if other.is_ok() {
-                            for f in 0..FUNCTIONS {
-                                if let Some(body) = their_model.pending[f].take() {
-                                    their_model.live[f] = Some(body);
-                                }
-                            }
+                            their_model.publish();
                             check_calls(
                                 &their_model,
                                 |id| jit.get_finalized_function(id),
