@@ -429,7 +429,10 @@ pub(super) fn walk_frame_pointers(
         if fp <= previous || !fp.is_multiple_of(8) {
             return (n, StackEnd::FramePointer);
         }
-        let (Some(next), Some(ra)) = (stack.read(fp), stack.read(fp + 8)) else {
+        // `checked_add`: a frame pointer at the top of the address space is
+        // data, not a frame (found by the `handler_walk` fuzz target).
+        let ra = fp.checked_add(8).and_then(|slot| stack.read(slot));
+        let (Some(next), Some(ra)) = (stack.read(fp), ra) else {
             return (n, StackEnd::FramePointer);
         };
         if ra == 0 {
