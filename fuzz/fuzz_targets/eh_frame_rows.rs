@@ -12,12 +12,15 @@ use arbitrary::Arbitrary;
 use gimli::X86_64;
 use jitmap::heap::EhFrame as JitEhFrame;
 use jitmap::remote::UnwindRow;
-use jitmap::{CodeInfo, ExecutionManager, HeapConfig, JitKind, OwnedHeap};
+use jitmap::{CodeInfo, ExecutionManager, JitKind, OwnedHeap};
 use libfuzzer_sys::fuzz_target;
 
 #[path = "common/cfi.rs"]
 mod cfi;
+#[path = "common/heap.rs"]
+mod heap;
 use cfi::{Instruction, build};
+use heap::small_heap;
 
 #[derive(Arbitrary, Debug)]
 struct Input {
@@ -111,16 +114,7 @@ fuzz_target!(|input: Input| {
     let size = usize::from(input.size % 4096) + 1;
     HEAP.with(|cell| {
         let mut cell = cell.borrow_mut();
-        let (manager, heap) = cell.get_or_insert_with(|| {
-            let manager = ExecutionManager::new(4);
-            let heap = manager
-                .create_heap(HeapConfig {
-                    span: 1 << 20,
-                    ..HeapConfig::default()
-                })
-                .expect("a 1 MiB heap");
-            (manager, heap)
-        });
+        let (manager, heap) = cell.get_or_insert_with(small_heap);
         let mut r = heap.reserve(size as u64).expect("the heap has room");
         r.code_mut().fill(0xCC);
         let start = r.address();

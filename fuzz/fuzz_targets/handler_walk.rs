@@ -16,12 +16,15 @@ use std::collections::HashSet;
 use arbitrary::Arbitrary;
 use jitmap::agent::fuzzing::walk;
 use jitmap::heap::EhFrame;
-use jitmap::{CodeInfo, CodeRef, ExecutionManager, HeapConfig, JitKind, OwnedHeap};
+use jitmap::{CodeInfo, CodeRef, ExecutionManager, JitKind, OwnedHeap};
 use libfuzzer_sys::fuzz_target;
 
 #[path = "common/cfi.rs"]
 mod cfi;
+#[path = "common/heap.rs"]
+mod heap;
 use cfi::{Instruction, build};
+use heap::small_heap;
 
 /// Stack bytes between the guard pages.
 const STACK: usize = 2 * 4096;
@@ -111,13 +114,7 @@ fuzz_target!(|input: Input| {
     WORLD.with(|cell| {
         let mut cell = cell.borrow_mut();
         let world = cell.get_or_insert_with(|| {
-            let manager = ExecutionManager::new(4);
-            let heap = manager
-                .create_heap(HeapConfig {
-                    span: 1 << 20,
-                    ..HeapConfig::default()
-                })
-                .expect("a 1 MiB heap");
+            let (manager, heap) = small_heap();
             World {
                 manager,
                 heap,

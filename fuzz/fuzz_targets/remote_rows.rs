@@ -16,12 +16,15 @@ use jitmap::heap::EhFrame;
 use jitmap::remote::{
     self, Memory, ProcessMemory, RemoteError, RemoteReader, Resolution, UnwindRow,
 };
-use jitmap::{CodeInfo, CodeRef, ExecutionManager, HeapConfig, JitKind, OwnedHeap};
+use jitmap::{CodeInfo, CodeRef, ExecutionManager, JitKind, OwnedHeap};
 use libfuzzer_sys::fuzz_target;
 
 #[path = "common/cfi.rs"]
 mod cfi;
+#[path = "common/heap.rs"]
+mod heap;
 use cfi::{Instruction, build};
+use heap::small_heap;
 
 #[derive(Arbitrary, Debug)]
 struct Input {
@@ -122,16 +125,7 @@ fn rows_are_sane(rows: &[UnwindRow], size: u64) -> bool {
 fuzz_target!(|input: Input| {
     HEAP.with(|cell| {
         let mut cell = cell.borrow_mut();
-        let (manager, heap) = cell.get_or_insert_with(|| {
-            let manager = ExecutionManager::new(4);
-            let heap = manager
-                .create_heap(HeapConfig {
-                    span: 1 << 20,
-                    ..HeapConfig::default()
-                })
-                .expect("a 1 MiB heap");
-            (manager, heap)
-        });
+        let (manager, heap) = cell.get_or_insert_with(small_heap);
         let mut codes = Vec::new();
         for (i, m) in input.methods.iter().take(8).enumerate() {
             let size = u64::from(m.size % 1024) + 1;
