@@ -163,6 +163,7 @@ impl<F: FnPtr> CallCell<F> {
     /// executor has passed a quiescent point (the heap's free does wait).
     pub fn set(&self, entry: F) -> F {
         let order = if defect!(RelaxedCellSet) {
+            // The seeded defect (loom builds only): no publication.
             Ordering::Relaxed
         } else {
             // Release: the new code was published (written and made

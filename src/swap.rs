@@ -78,6 +78,7 @@ impl<T> Swap<T> {
         let new = f(unsafe { &*current })?;
         let new = Box::into_raw(Box::new(new));
         let order = if defect!(RelaxedSwap) {
+            // The seeded defect (loom builds only): no publication.
             Ordering::Relaxed
         } else {
             // AcqRel: Release publishes the new value to the readers' Acquire

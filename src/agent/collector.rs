@@ -132,6 +132,11 @@ pub(crate) struct Collector {
     /// Versions the profile names one by one before it merges retired ones
     /// ([`super::AgentConfig::profile_versions`]).
     max_versions: usize,
+    /// The profile size past which the next merge is tried: the cap, or
+    /// half a cap past a merge that could not reach half the cap (every
+    /// version still held), so that a host whose live versions exceed the
+    /// cap is not scanned on every pass.
+    merge_at: usize,
     known: HashMap<usize, Known>,
     /// Every placement of a known version: start → (placed ns, version key).
     placements: HashMap<usize, Vec<(u64, usize)>>,
@@ -193,6 +198,7 @@ impl Collector {
             loader_seen: None,
             keep,
             max_versions,
+            merge_at: max_versions,
             known,
             placements,
             methods: Vec::new(),
@@ -331,8 +337,11 @@ impl Collector {
                 });
             }
         }
-        if self.methods.len() > self.max_versions {
+        if self.methods.len() > self.merge_at {
             self.merge_retired();
+            self.merge_at = self
+                .max_versions
+                .max(self.methods.len() + self.max_versions / 2);
         }
     }
 
@@ -358,6 +367,9 @@ impl Collector {
                 merge[index] = true;
                 excess -= 1;
             }
+        }
+        if !merge.contains(&true) {
+            return;
         }
         let mut remap = vec![usize::MAX; self.methods.len()];
         let mut entries: Vec<(JitKind, usize)> = Vec::new();
