@@ -19,6 +19,7 @@
 mod clif;
 mod group;
 mod iced;
+mod judge;
 mod report;
 mod scenario;
 pub mod shadow;
@@ -31,7 +32,7 @@ use std::time::{Duration, Instant};
 use cranelift_codegen::CodegenError;
 use cranelift_module::{Module, ModuleError};
 use iced_x86::code_asm::CodeAssembler;
-use jitmap::agent::{Agent, AgentConfig, Clock, HANDLER_V1_WORDS, Kept, SampleFrame};
+use jitmap::agent::{Agent, AgentConfig, Clock, HANDLER_V1_WORDS, Kept};
 use jitmap::events::monotonic_ns;
 use jitmap::{CodeInfo, CodeRef, ExecutionManager, JitKind, MapVersion, OwnedHeap};
 use jitmap_cranelift::{JitError, TRAMPOLINE_BYTES};
@@ -117,6 +118,9 @@ struct Sim {
     next_version: AtomicU64,
     counts: Counters,
     wrong_details: Mutex<Vec<String>>,
+    /// Kept samples that named a version still being placed, for the next
+    /// pass to judge.
+    deferred: Mutex<Vec<Kept>>,
     /// Tier-up latencies.
     latencies: Mutex<Durations>,
     /// Per tier: the published compilations' compile times and sizes.
@@ -154,45 +158,35 @@ impl Sim {
     /// and forgets the versions freed [`FORGET_AFTER`] ago.
     fn judge_taken(&self, agent: &Agent, frames_checked: &mut u64) -> Result<(), RunError> {
         let kept = agent.take_kept()?;
-        *frames_checked += self.judge_samples(&kept);
+        *frames_checked += self.judge_samples(&kept, false);
         let horizon = monotonic_ns().saturating_sub(FORGET_AFTER.as_nanos() as u64);
         self.shadow.write().forget_freed_before(horizon);
         Ok(())
     }
 
-    /// Judges every JIT, stub and unattributed frame of `kept`'s samples
-    /// against the shadow model; returns how many it judged. A leaf left
-    /// unattributed must be one the handler's capped v1 walk cannot reach.
-    fn judge_samples(&self, kept: &Kept) -> u64 {
-        let shadow = self.shadow.read();
+    /// Judges the samples the last passes set aside, then `kept`'s
+    /// ([`judge::judge`]); returns how many frames it judged. Each batch
+    /// is judged with its own versions (the agent renumbers them between
+    /// takes). With `last`, every publish has returned: nothing is set aside.
+    fn judge_samples(&self, kept: &Kept, last: bool) -> u64 {
         let v1_words = (self.config.version == MapVersion::V1).then_some(HANDLER_V1_WORDS);
-        let mut judged_frames = 0;
-        for sample in &kept.samples {
-            for (depth, frame) in sample.frames.iter().enumerate() {
-                let judged = match *frame {
-                    SampleFrame::Jit { addr, method, .. } => {
-                        let at = if depth == 0 { addr } else { addr - 1 };
-                        match kept.method(method) {
-                            Some(m) => shadow.judge_sample(at, sample.end_ns, m.method_id, &m.name),
-                            None => Err(format!("sample frame at {addr:#x} names no method")),
-                        }
-                    }
-                    SampleFrame::Unattributed { addr } if depth == 0 => {
-                        shadow.judge_unattributed(addr, sample.end_ns, v1_words)
-                    }
-                    SampleFrame::Stub { addr, .. } => {
-                        let at = if depth == 0 { addr } else { addr - 1 };
-                        shadow.judge_stub(at, sample.end_ns)
-                    }
-                    _ => continue,
-                };
-                judged_frames += 1;
-                if let Err(what) = judged {
-                    self.wrong(what);
-                }
+        let mut batches = std::mem::take(&mut *self.deferred.lock());
+        batches.push(kept.clone());
+        let shadow = self.shadow.read();
+        let mut frames = 0;
+        let mut deferred = Vec::new();
+        for batch in &batches {
+            let judged = judge::judge(&shadow, batch, v1_words, !last);
+            frames += judged.frames;
+            for what in judged.wrong {
+                self.wrong(what);
+            }
+            if !judged.deferred.samples.is_empty() {
+                deferred.push(judged.deferred);
             }
         }
-        judged_frames
+        *self.deferred.lock() = deferred;
+        frames
     }
 
     /// The run's memory and progress now, `elapsed` after its start.
@@ -848,6 +842,7 @@ pub fn run(
         next_version: AtomicU64::new(1),
         counts: Counters::default(),
         wrong_details: Mutex::new(Vec::new()),
+        deferred: Mutex::new(Vec::new()),
         latencies: Mutex::new(Durations::default()),
         compiles: [
             Mutex::new(Compiles::default()),
@@ -941,7 +936,7 @@ pub fn run(
         methods: profile.methods.iter().cloned().enumerate().collect(),
         ..Kept::default()
     };
-    frames_checked += sim.judge_samples(&last);
+    frames_checked += sim.judge_samples(&last, true);
     timeline.push(sim.timeline_point(started.elapsed()));
     let groups = sim.groups.read();
     let main_stats = groups[0].code.lock().as_ref().map(|c| c.heap().stats());
