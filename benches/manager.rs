@@ -75,6 +75,7 @@ fn manager(c: &mut Criterion) {
             method_id: u64::from(i),
             gc: None,
             debug: vec![],
+            name: String::new(),
         })
         .collect();
     m.load_image(ImageInfo {

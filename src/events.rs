@@ -48,6 +48,7 @@ use std::thread::{JoinHandle, ThreadId};
 
 use parking_lot::{Condvar, Mutex, RwLock};
 
+use crate::image::ImageSection;
 use crate::info::CodeInfo;
 
 /// Events a queue holds before writers wait for the dispatcher.
@@ -104,6 +105,26 @@ pub struct CodeFree {
     pub info: Arc<CodeInfo>,
 }
 
+/// A precompiled image was loaded ([`crate::ExecutionManager::load_image`]):
+/// its methods can be found from now on.
+#[derive(Clone, Debug)]
+pub struct ImageLoad {
+    /// CLOCK_MONOTONIC nanoseconds, taken after the image became visible.
+    pub timestamp: u64,
+    /// The image: its base, size, functions and named methods.
+    pub image: Arc<ImageSection>,
+}
+
+/// A precompiled image was unloaded
+/// ([`crate::ExecutionManager::unload_image`]): lookups no longer find it.
+#[derive(Clone, Debug)]
+pub struct ImageUnload {
+    /// CLOCK_MONOTONIC nanoseconds, taken after it was unlinked.
+    pub timestamp: u64,
+    /// Its base.
+    pub base: usize,
+}
+
 /// One code event.
 #[derive(Clone, Debug)]
 #[non_exhaustive]
@@ -114,6 +135,10 @@ pub enum CodeEvent {
     Move(CodeMove),
     /// Free.
     Free(CodeFree),
+    /// An image's load.
+    ImageLoad(ImageLoad),
+    /// An image's unload.
+    ImageUnload(ImageUnload),
 }
 
 /// Receives code events, on the dispatcher thread of the [`Listeners`] it was

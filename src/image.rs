@@ -31,6 +31,10 @@ pub struct ImageMethod {
     pub gc: Option<GcInfo>,
     /// Native offset → source rows, sorted by offset.
     pub debug: Vec<DebugEntry>,
+    /// The name profiles and debuggers show for it (for a WebAssembly
+    /// guest, `module::function`). Empty: the method has none, and is shown
+    /// as `[image method <method_id>]`.
+    pub name: String,
 }
 
 /// One hot/cold map pair: the first cold function of a method, and the index of
@@ -310,6 +314,17 @@ impl ImageSection {
     /// Method `index`.
     pub fn method(&self, index: usize) -> &ImageMethod {
         &self.info.methods[index]
+    }
+
+    /// Every method with where its hot part starts and how many bytes it
+    /// has, in address order: what a perf map or a profile's symbol table
+    /// lists.
+    pub fn method_extents(&self) -> impl Iterator<Item = (&ImageMethod, usize, u64)> + '_ {
+        self.entry_of.iter().enumerate().filter_map(|(main, m)| {
+            let m = (*m)? as usize;
+            let start = self.base() + self.info.functions[main].begin as usize;
+            Some((&self.info.methods[m], start, self.hot_size(main)))
+        })
     }
 
     /// Function `index`.

@@ -774,3 +774,76 @@ fn a_dump_that_cannot_be_written_ends_at_its_last_whole_record() {
     assert!(warnings[0].contains("File too large"), "{}", warnings[0]);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Records which image events arrive, in order.
+#[derive(Default)]
+struct ImageEvents(parking_lot::Mutex<Vec<(char, usize)>>);
+
+impl CodeListener for ImageEvents {
+    fn on_event(&self, event: &jitmap::events::CodeEvent) {
+        use jitmap::events::CodeEvent;
+        let seen = match event {
+            CodeEvent::ImageLoad(l) => ('L', l.image.base()),
+            CodeEvent::ImageUnload(u) => ('U', u.base),
+            _ => return,
+        };
+        self.0.lock().push(seen);
+    }
+}
+
+#[test]
+fn perf_map_names_an_images_named_methods_and_listeners_see_its_load_and_unload() {
+    use jitmap::ExecutionManager;
+    use jitmap::image::{ImageFunction, ImageInfo, ImageMethod};
+    let dir = temp_dir("perf-map-image");
+    let manager = ExecutionManager::new(4);
+    let map = PerfMap::open(&dir).unwrap();
+    let events = Arc::new(ImageEvents::default());
+    manager
+        .listeners()
+        .add(Arc::clone(&map) as Arc<dyn CodeListener>)
+        .unwrap();
+    manager
+        .listeners()
+        .add(Arc::clone(&events) as Arc<dyn CodeListener>)
+        .unwrap();
+    let f = |begin, end| ImageFunction {
+        begin,
+        end,
+        unwind: Box::new([]),
+    };
+    let m = |entry, method_id, name: &str| ImageMethod {
+        entry,
+        method_id,
+        gc: None,
+        debug: vec![],
+        name: name.to_owned(),
+    };
+    let base = 0x7100_0000_0000;
+    // A main body with a funclet (its hot size counts both), an unnamed
+    // method (no line), and a name with a newline (made a space).
+    let info = ImageInfo {
+        base,
+        size: 0x1000,
+        functions: vec![
+            f(0x100, 0x140),
+            f(0x140, 0x160),
+            f(0x200, 0x210),
+            f(0x300, 0x308),
+        ],
+        methods: vec![m(0x100, 1, "g::a"), m(0x200, 2, ""), m(0x300, 3, "g::b\nc")],
+        ..ImageInfo::default()
+    };
+    assert_eq!(manager.load_image(info.clone()), Ok(base));
+    // A second load at the same place is refused, and announced by no event.
+    assert!(manager.load_image(info).is_err());
+    assert_eq!(manager.images().len(), 1);
+    manager.unload_image(base).unwrap();
+    assert!(manager.images().is_empty());
+    manager.listeners().flush();
+    assert_eq!(
+        std::fs::read_to_string(map.path()).unwrap(),
+        format!("{:x} 60 g::a\n{:x} 8 g::b c\n", base + 0x100, base + 0x300)
+    );
+    assert_eq!(*events.0.lock(), [('L', base), ('U', base)]);
+}

@@ -168,6 +168,7 @@ fn image() -> ImageInfo {
                 method_id: 100,
                 gc: None,
                 debug: vec![row(0, 5)],
+                name: String::new(),
             },
             ImageMethod {
                 entry: 0x1200,
@@ -177,12 +178,14 @@ fn image() -> ImageInfo {
                     bytes: Box::new([9]),
                 }),
                 debug: vec![],
+                name: String::new(),
             },
             ImageMethod {
                 entry: 0x1300,
                 method_id: 300,
                 gc: None,
                 debug: vec![],
+                name: String::new(),
             },
         ],
         hot_cold: vec![HotCold { cold: 4, hot: 0 }, HotCold { cold: 5, hot: 2 }],

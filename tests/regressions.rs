@@ -374,6 +374,7 @@ fn unload_image_refuses_a_code_heap() {
             method_id: 9,
             gc: None,
             debug: vec![],
+            name: String::new(),
         }],
         ..ImageInfo::default()
     };

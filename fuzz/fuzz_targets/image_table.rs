@@ -61,6 +61,7 @@ fuzz_target!(|input: Input| {
                 method_id: i as u64,
                 gc: None,
                 debug: vec![],
+                name: String::new(),
             })
             .collect(),
         functions,

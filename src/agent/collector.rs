@@ -8,6 +8,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use crate::events::{CodeEvent, CodeListener};
+use crate::image::ImageSection;
 use crate::{CodeInfo, ExecutionManager, JitKind};
 
 use super::profile::{
@@ -40,6 +41,11 @@ enum LogEntry {
         info: Arc<CodeInfo>,
         tag: u64,
     },
+    ImageLoaded(Arc<ImageSection>),
+    ImageUnloaded {
+        base: usize,
+        tag: u64,
+    },
 }
 
 /// Listens on the manager's code events for the collector.
@@ -70,6 +76,12 @@ impl CodeListener for EventListener {
                 // tag; once it is safe, their samples are in the rings.
                 tag: self.manager.domain().retire_tag(),
             },
+            CodeEvent::ImageLoad(load) => LogEntry::ImageLoaded(Arc::clone(&load.image)),
+            // As for a free: handlers that found the image are older.
+            CodeEvent::ImageUnload(unload) => LogEntry::ImageUnloaded {
+                base: unload.base,
+                tag: self.manager.domain().retire_tag(),
+            },
         };
         self.log.events.lock().push(entry);
     }
@@ -87,6 +99,23 @@ struct Known {
     method: Option<usize>,
     /// The domain's retire tag, taken after its free.
     freed: Option<u64>,
+}
+
+/// An image the collector can name methods of.
+struct KnownImage {
+    image: Arc<ImageSection>,
+    /// The domain's retire tag, taken after its unload.
+    unloaded: Option<u64>,
+}
+
+impl KnownImage {
+    /// The name of method `id` if this image has it at `addr`.
+    fn name_at(&self, addr: usize, id: u64) -> Option<&str> {
+        let rel = addr.checked_sub(self.image.base())?;
+        let hit = self.image.lookup(rel as u64)?;
+        let method = self.image.method(hit.method);
+        (method.method_id == id).then_some(method.name.as_str())
+    }
 }
 
 /// A frame as aggregated: without offsets, native frames by address.
@@ -138,6 +167,11 @@ pub(crate) struct Collector {
     /// cap is not scanned on every pass.
     merge_at: usize,
     known: HashMap<usize, Known>,
+    /// Loaded images, and unloaded ones a handler may still have found.
+    images: Vec<KnownImage>,
+    /// The names of the image methods samples named, by method id (empty:
+    /// none), kept for the profile after their image is forgotten.
+    image_names: HashMap<u64, String>,
     /// Every placement of a known version: start → (placed ns, version key).
     placements: HashMap<usize, Vec<(u64, usize)>>,
     methods: Vec<MethodVersion>,
@@ -174,6 +208,7 @@ impl Collector {
         keep: bool,
         max_versions: usize,
         live: impl IntoIterator<Item = (Arc<CodeInfo>, usize, u64)>,
+        images: Vec<Arc<ImageSection>>,
     ) -> Self {
         let mut placements: HashMap<usize, Vec<(u64, usize)>> = HashMap::new();
         let known = live
@@ -200,6 +235,14 @@ impl Collector {
             max_versions,
             merge_at: max_versions,
             known,
+            images: images
+                .into_iter()
+                .map(|image| KnownImage {
+                    image,
+                    unloaded: None,
+                })
+                .collect(),
+            image_names: HashMap::new(),
             placements,
             methods: Vec::new(),
             stacks: HashMap::new(),
@@ -312,6 +355,22 @@ impl Collector {
                         k.freed = Some(tag);
                     }
                 }
+                // One image may be both listed at the start and announced.
+                LogEntry::ImageLoaded(image) => {
+                    if !self.images.iter().any(|k| Arc::ptr_eq(&k.image, &image)) {
+                        self.images.push(KnownImage {
+                            image,
+                            unloaded: None,
+                        });
+                    }
+                }
+                LogEntry::ImageUnloaded { base, tag } => {
+                    for k in &mut self.images {
+                        if k.image.base() == base && k.unloaded.is_none() {
+                            k.unloaded = Some(tag);
+                        }
+                    }
+                }
             }
         }
         let mut waiting = std::mem::take(&mut self.pending);
@@ -329,6 +388,8 @@ impl Collector {
             let before = self.known.len();
             self.known
                 .retain(|_, k| k.freed.is_none_or(|tag| tag >= safe));
+            self.images
+                .retain(|k| k.unloaded.is_none_or(|tag| tag >= safe));
             if self.known.len() != before {
                 let known = &self.known;
                 self.placements.retain(|_, list| {
@@ -494,14 +555,24 @@ impl Collector {
                         },
                     )
                 }
-                FrameKind::Image => (
-                    FrameKey::Image(f.key),
-                    SampleFrame::Image {
-                        addr: f.addr,
-                        method_id: f.key,
-                        offset: f.offset,
-                    },
-                ),
+                FrameKind::Image => {
+                    let at = if keys.is_empty() {
+                        f.addr
+                    } else {
+                        f.addr.saturating_sub(1)
+                    };
+                    if !self.name_image_method(at, f.key, sample.attempts) {
+                        return false;
+                    }
+                    (
+                        FrameKey::Image(f.key),
+                        SampleFrame::Image {
+                            addr: f.addr,
+                            method_id: f.key,
+                            offset: f.offset,
+                        },
+                    )
+                }
                 FrameKind::Stub => (
                     FrameKey::Stub(f.key),
                     SampleFrame::Stub {
@@ -567,6 +638,25 @@ impl Collector {
             });
         }
         true
+    }
+
+    /// Learns the name of image method `id`, found at `at`, from the image
+    /// that holds it (the newest first: an unloaded image may share its
+    /// base). False while its image may not be known yet (its load event
+    /// can follow the first samples in it by a pass); after two passes the
+    /// method stays unnamed.
+    fn name_image_method(&mut self, at: usize, id: u64, attempts: u32) -> bool {
+        if self.image_names.contains_key(&id) {
+            return true;
+        }
+        let name = self.images.iter().rev().find_map(|k| k.name_at(at, id));
+        match name {
+            Some(name) => {
+                self.image_names.insert(id, name.to_owned());
+                true
+            }
+            None => attempts >= 2,
+        }
     }
 
     /// The profile index of a known version, assigned on first use.
@@ -644,7 +734,7 @@ impl Collector {
         }
         label_versions(&mut self.methods);
         self.names.resolve_waiting();
-        let stacks = named_stacks(&self.methods, &self.names, &self.stacks);
+        let stacks = named_stacks(&self.methods, &self.image_names, &self.names, &self.stacks);
         Profile {
             samples: self.samples,
             unattributed: self.unattributed,
@@ -711,7 +801,7 @@ impl Collector {
         let mut methods = self.methods.clone();
         label_versions(&mut methods);
         self.names.resolve_waiting();
-        let stacks = named_stacks(&methods, &self.names, &w.stacks);
+        let stacks = named_stacks(&methods, &self.image_names, &self.names, &w.stacks);
         Some(Profile {
             duration,
             samples: w.samples,
@@ -725,10 +815,12 @@ impl Collector {
 }
 
 /// The stacks of `keys` by name, most samples first: JIT frames by their
-/// version's label, native frames by their chain of names (see
+/// version's label, image methods by their name (`[image method <id>]` if
+/// they have none), native frames by their chain of names (see
 /// [`super::symbols`]).
 fn named_stacks(
     methods: &[MethodVersion],
+    image_names: &HashMap<u64, String>,
     names: &NativeNames,
     keys: &HashMap<Vec<FrameKey>, u64>,
 ) -> Vec<Stack> {
@@ -738,7 +830,10 @@ fn named_stacks(
         for key in keys {
             match *key {
                 FrameKey::Jit(m) => frames.push(methods[m].label.clone()),
-                FrameKey::Image(id) => frames.push(format!("[image method {id}]")),
+                FrameKey::Image(id) => frames.push(match image_names.get(&id) {
+                    Some(name) if !name.is_empty() => name.clone(),
+                    _ => format!("[image method {id}]"),
+                }),
                 FrameKey::Stub(kind) => frames.push(format!("[stub {kind}]")),
                 FrameKey::Unattributed => frames.push("[unattributed]".to_owned()),
                 FrameKey::Native(id) => frames.extend(names.chain(id).iter().cloned()),
@@ -805,7 +900,7 @@ mod tests {
             .into_iter()
             .enumerate()
             .map(|(i, info)| (info, 0x1000 * (i + 1), 64));
-        let mut c = Collector::new(false, max_versions, live);
+        let mut c = Collector::new(false, max_versions, live, Vec::new());
         for (i, &key) in keys.iter().enumerate() {
             let m = c.method_of(key).unwrap();
             c.stacks
@@ -827,6 +922,80 @@ mod tests {
             .collect();
         by_stack.sort();
         by_stack
+    }
+
+    fn image(base: usize, id: u64, name: &str) -> Arc<ImageSection> {
+        use crate::image::{ImageFunction, ImageInfo, ImageMethod};
+        Arc::new(
+            ImageSection::new(ImageInfo {
+                base,
+                size: 0x100,
+                functions: vec![ImageFunction {
+                    begin: 0x10,
+                    end: 0x40,
+                    unwind: Box::new([]),
+                }],
+                methods: vec![ImageMethod {
+                    entry: 0x10,
+                    method_id: id,
+                    gc: None,
+                    debug: vec![],
+                    name: name.to_owned(),
+                }],
+                ..ImageInfo::default()
+            })
+            .unwrap(),
+        )
+    }
+
+    /// A sample of image method `id`: its leaf at `leaf`, called from
+    /// `caller` in the same method.
+    fn image_sample(id: u64, leaf: usize, caller: usize) -> Pending {
+        let frame = |addr| RawFrame {
+            addr,
+            key: id,
+            offset: 0,
+            kind: FrameKind::Image,
+        };
+        Pending {
+            attempts: 0,
+            native: None,
+            tid: 1,
+            begin_ns: 1,
+            end_ns: 2,
+            frames: vec![frame(leaf), frame(caller)],
+        }
+    }
+
+    #[test]
+    fn image_methods_are_named_by_the_image_that_holds_them_at_the_address() {
+        let base = 0x7000_0000;
+        // An unloaded image and the one loaded at its base after it: each
+        // names only its own method id. A return address (the caller's
+        // frame) is looked up one byte back: 0x40 is the end of the method.
+        let mut c = Collector::new(false, 16, [], vec![image(base, 1, "a::f")]);
+        c.images[0].unloaded = Some(5);
+        c.images.push(KnownImage {
+            image: image(base, 2, "b::f"),
+            unloaded: None,
+        });
+        assert!(c.add(&image_sample(1, base + 0x10, base + 0x40)));
+        assert!(c.add(&image_sample(2, base + 0x3f, base + 0x11)));
+        // A method id no image has there waits two passes for its image,
+        // then stays unnamed.
+        let mut unknown = image_sample(3, base + 0x20, base + 0x20);
+        assert!(!c.add(&unknown));
+        unknown.attempts = 2;
+        assert!(c.add(&unknown));
+        let stacks = named_stacks(&c.methods, &c.image_names, &c.names, &c.stacks);
+        let mut named: Vec<(Vec<String>, u64)> =
+            stacks.into_iter().map(|s| (s.frames, s.count)).collect();
+        named.sort();
+        let v = |a: &str| vec![a.to_owned(), a.to_owned()];
+        assert_eq!(
+            named,
+            [(v("[image method 3]"), 1), (v("a::f"), 1), (v("b::f"), 1)]
+        );
     }
 
     #[test]

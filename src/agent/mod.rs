@@ -339,7 +339,12 @@ impl Agent {
             .live_blocks()
             .into_iter()
             .filter_map(|b| b.info.map(|info| (info, b.code.start(), b.code.size())));
-        let collector = Collector::new(config.keep_samples, config.profile_versions, live);
+        let collector = Collector::new(
+            config.keep_samples,
+            config.profile_versions,
+            live,
+            manager.images(),
+        );
         let shared = Arc::new(Shared {
             manager: manager.clone(),
             config,

@@ -16,7 +16,7 @@ pub use block::CodeBlock;
 pub use pinned::{Lookup, ManagerGuard};
 
 use crate::epoch::{Domain, EpochError, Executor, Reader};
-use crate::events::Listeners;
+use crate::events::{CodeEvent, ImageLoad, ImageUnload, Listeners, monotonic_ns};
 use crate::heap::{CodeHeap, HeapConfig, HeapError, HeapLookup, LiveBlock, StubKind};
 use crate::hex::hex_struct;
 use crate::image::{ImageError, ImageInfo, ImageSection};
@@ -414,11 +414,60 @@ impl ExecutionManager {
         self.heaps().iter().flat_map(|h| h.live_blocks()).collect()
     }
 
-    /// Validates and registers an image; returns its base.
+    /// The loaded images, in address order (for a profiler that attaches
+    /// late and names image methods).
+    pub fn images(&self) -> Vec<Arc<ImageSection>> {
+        self.inner
+            .ranges
+            .values()
+            .into_iter()
+            .filter_map(|kind| match kind {
+                SectionKind::Image(image) => Some(image),
+                SectionKind::Heap(_) => None,
+            })
+            .collect()
+    }
+
+    /// Validates and registers an image; returns its base. Listeners get a
+    /// [`CodeEvent::ImageLoad`] once lookups can find it.
+    ///
+    /// ```
+    /// use jitmap::image::{ImageFunction, ImageInfo, ImageMethod};
+    /// use jitmap::{ExecutionManager, Lookup};
+    ///
+    /// let manager = ExecutionManager::new(4);
+    /// let base = 0x7000_0000_0000;
+    /// manager.load_image(ImageInfo {
+    ///     base,
+    ///     size: 0x100,
+    ///     functions: vec![ImageFunction { begin: 0, end: 0x40, unwind: Box::new([]) }],
+    ///     methods: vec![ImageMethod {
+    ///         entry: 0,
+    ///         method_id: 7,
+    ///         gc: None,
+    ///         debug: vec![],
+    ///         name: "guest::leaf".into(),
+    ///     }],
+    ///     ..ImageInfo::default()
+    /// })?;
+    /// let reader = manager.register_reader()?;
+    /// let guard = manager.pin(&reader)?;
+    /// let Lookup::Method(block) = guard.classify(base + 0x10) else { panic!() };
+    /// assert_eq!((block.method_id(), block.offset()), (7, 0x10));
+    /// drop(guard);
+    /// manager.unload_image(base)?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn load_image(&self, info: ImageInfo) -> Result<usize, ManagerError> {
+        self.load_image_section(info).map(|image| image.base())
+    }
+
+    /// [`ExecutionManager::load_image`], returning the validated image: for
+    /// a host that answers questions about it without a lookup.
+    pub fn load_image_section(&self, info: ImageInfo) -> Result<Arc<ImageSection>, ManagerError> {
         self.try_reclaim_sections();
         let (base, size) = (info.base, info.size);
-        let image = ImageSection::new(info).map_err(ManagerError::Image)?;
+        let image = Arc::new(ImageSection::new(info).map_err(ManagerError::Image)?);
         let end = base
             .checked_add(size)
             .ok_or(ManagerError::Range(RangeError::OutOfRange {
@@ -427,13 +476,25 @@ impl ExecutionManager {
             }))?;
         self.inner
             .ranges
-            .insert(base, end, SectionKind::Image(Arc::new(image)))
+            .insert(base, end, SectionKind::Image(Arc::clone(&image)))
             .map_err(ManagerError::Range)?;
-        Ok(base)
+        // After the insert: an event is never sent for an image that did
+        // not load. A handler may find the image before its event is
+        // queued; the agent's collector waits a pass for it.
+        let listeners = &self.inner.listeners;
+        if !listeners.is_empty() {
+            listeners.emit(CodeEvent::ImageLoad(ImageLoad {
+                timestamp: monotonic_ns(),
+                image: Arc::clone(&image),
+            }));
+            listeners.throttle();
+        }
+        Ok(image)
     }
 
     /// Unregisters the image loaded at `base`. Anything else there (a code heap)
     /// is refused with [`ManagerError::NotAnImage`] and stays registered.
+    /// Listeners get a [`CodeEvent::ImageUnload`].
     pub fn unload_image(&self, base: usize) -> Result<(), ManagerError> {
         match self
             .inner
@@ -441,7 +502,18 @@ impl ExecutionManager {
             .remove_if(base, |kind| matches!(kind, SectionKind::Image(_)))
         {
             Err(RangeError::WrongKind { .. }) => Err(ManagerError::NotAnImage { base }),
-            other => Ok(other?),
+            Err(e) => Err(ManagerError::Range(e)),
+            Ok(()) => {
+                let listeners = &self.inner.listeners;
+                if !listeners.is_empty() {
+                    listeners.emit(CodeEvent::ImageUnload(ImageUnload {
+                        timestamp: monotonic_ns(),
+                        base,
+                    }));
+                    listeners.throttle();
+                }
+                Ok(())
+            }
         }
     }
 

@@ -402,6 +402,9 @@ impl JitDump {
                 s.index_of.remove(&free.start);
                 Ok(())
             }
+            // An image's code is the host's own mapping, not bytes jitmap
+            // copied: the perf map names its methods instead.
+            _ => Ok(()),
         }
     }
 }

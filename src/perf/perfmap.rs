@@ -93,8 +93,18 @@ impl CodeListener for PerfMap {
         let line = match event {
             CodeEvent::Load(l) => map_line(l.start, l.code.len() as u64, &l.info.name),
             CodeEvent::Move(m) => map_line(m.new_start, m.size, &m.info.name),
-            CodeEvent::Free(_) => return,
+            // An image's named methods, one line each, in one write.
+            CodeEvent::ImageLoad(l) => l
+                .image
+                .method_extents()
+                .filter(|(m, _, size)| !m.name.is_empty() && *size > 0)
+                .map(|(m, start, size)| map_line(start, size, &m.name))
+                .collect(),
+            _ => return,
         };
+        if line.is_empty() {
+            return;
+        }
         // One write per line, so a reader never sees half a line from us.
         if !self
             .file
