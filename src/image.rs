@@ -139,10 +139,34 @@ impl fmt::Display for ImageError {
 
 impl std::error::Error for ImageError {}
 
+/// One function of an image as a reader in another process sees it: an
+/// entry of the table the descriptor (layout 3) points to from an image's
+/// range-map fragment, sorted by `begin`. The table and the names it points
+/// to live as long as the image section.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct RemoteFunction {
+    /// First byte, as an offset from the image base.
+    pub(crate) begin: u32,
+    /// One past the last byte.
+    pub(crate) end: u32,
+    /// The method's offset at `begin` ([`ImageHit::offset`] there): a cold
+    /// part or a funclet continues its method's offsets.
+    pub(crate) delta: u32,
+    /// Bytes of the method's name (0: it has none).
+    pub(crate) name_len: u32,
+    /// The method's id.
+    pub(crate) method_id: u64,
+    /// The method's name (UTF-8, `name_len` bytes).
+    pub(crate) name_ptr: usize,
+}
+
 /// A validated image.
 #[derive(Debug)]
 pub struct ImageSection {
     info: ImageInfo,
+    /// The functions as readers in other processes see them.
+    remote: Box<[RemoteFunction]>,
     /// Function index → method index, for functions that are method entries.
     entry_of: Vec<Option<u32>>,
     /// Entry offset → method index.
@@ -234,12 +258,42 @@ impl ImageSection {
         {
             return Err(ImageError::ThunksOutOfRange);
         }
-        Ok(Self {
+        let mut image = Self {
             info,
+            remote: Box::new([]),
             entry_of,
             by_entry,
             first_cold,
-        })
+        };
+        image.remote = image.remote_table();
+        Ok(image)
+    }
+
+    /// The table [`ImageSection::remote_functions`] returns. Its name
+    /// pointers point into `self.info`'s strings, whose buffers stay where
+    /// they are while the section lives (it is never changed).
+    fn remote_table(&self) -> Box<[RemoteFunction]> {
+        self.info
+            .functions
+            .iter()
+            .filter_map(|f| {
+                let hit = self.lookup(u64::from(f.begin))?;
+                let method = &self.info.methods[hit.method];
+                Some(RemoteFunction {
+                    begin: f.begin,
+                    end: f.end,
+                    delta: hit.offset as u32,
+                    name_len: u32::try_from(method.name.len()).unwrap_or(u32::MAX),
+                    method_id: method.method_id,
+                    name_ptr: method.name.as_ptr() as usize,
+                })
+            })
+            .collect()
+    }
+
+    /// The functions as readers in other processes see them, sorted.
+    pub(crate) fn remote_functions(&self) -> &[RemoteFunction] {
+        &self.remote
     }
 
     /// The registration data.

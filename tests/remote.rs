@@ -473,15 +473,24 @@ fn the_descriptor_layout_is_the_documented_one() {
         offset_of!(D, header_rows_ptr),
         offset_of!(D, header_rows_len),
         offset_of!(D, unwind_row_size),
+        offset_of!(D, image_table),
+        offset_of!(D, image_count),
+        offset_of!(D, image_entry_size),
+        offset_of!(D, entry_begin),
+        offset_of!(D, entry_end),
+        offset_of!(D, entry_delta),
+        offset_of!(D, entry_name_len),
+        offset_of!(D, entry_method_id),
+        offset_of!(D, entry_name_ptr),
         offset_of!(D, max_managers),
         offset_of!(D, managers),
     ];
-    let documented: Vec<usize> = (0..35)
+    let documented: Vec<usize> = (0..44)
         .map(|i| if i == 0 { 0 } else { 4 + 4 * i })
-        .chain([144])
+        .chain([184])
         .collect();
     assert_eq!(offsets.to_vec(), documented);
-    assert_eq!(size_of::<D>(), 208);
+    assert_eq!(size_of::<D>(), 248);
     let d = &remote::jitmap_descriptor;
     assert_eq!(d.magic.to_le_bytes(), *b"JITMAPD\0");
     assert_eq!(
@@ -492,7 +501,7 @@ fn the_descriptor_layout_is_the_documented_one() {
             d.levels,
             d.fanout
         ),
-        (2, 208, 8, 5, 256)
+        (3, 248, 8, 5, 256)
     );
     assert_eq!(
         (
@@ -504,6 +513,19 @@ fn the_descriptor_layout_is_the_documented_one() {
         (17, 57, 16, 15)
     );
     assert_eq!((d.tag_heap, d.tag_image, d.max_managers), (0, 1, 8));
+    // docs/descriptor.md, the image table's entries.
+    assert_eq!(
+        (
+            d.image_entry_size,
+            d.entry_begin,
+            d.entry_end,
+            d.entry_delta,
+            d.entry_name_len,
+            d.entry_method_id,
+            d.entry_name_ptr
+        ),
+        (32, 0, 4, 8, 12, 16, 24)
+    );
     // docs/descriptor.md, the unwind rows.
     use remote::UnwindRow as R;
     assert_eq!(d.unwind_row_size, 16);
@@ -519,5 +541,126 @@ fn the_descriptor_layout_is_the_documented_one() {
             offset_of!(R, has_ra),
         ],
         [0, 4, 8, 10, 12, 13, 14, 15]
+    );
+}
+
+/// An image of `methods` methods at random places: some with a funclet,
+/// every fifth with a cold part at the end, a thunk range, gaps, and every
+/// seventh method unnamed.
+fn random_image(base: usize, methods: u32, rng: &mut Rng) -> jitmap::image::ImageInfo {
+    use jitmap::image::{HotCold, ImageFunction, ImageInfo, ImageMethod};
+    let f = |begin, end| ImageFunction {
+        begin,
+        end,
+        unwind: Box::new([]),
+    };
+    let (mut functions, mut list, mut cold) = (Vec::new(), Vec::new(), Vec::new());
+    let mut at = 0x40u32;
+    for m in 0..methods {
+        at += (rng.next() % 3) as u32 * 16;
+        let size = 1 + (rng.next() % 200) as u32;
+        list.push(ImageMethod {
+            entry: at,
+            method_id: 5000 + u64::from(m),
+            gc: None,
+            debug: vec![],
+            name: if m % 7 == 0 {
+                String::new()
+            } else {
+                format!("image::m{m}")
+            },
+        });
+        let main = functions.len() as u32;
+        functions.push(f(at, at + size));
+        at += size;
+        if rng.next() % 4 == 0 {
+            let funclet = 1 + (rng.next() % 40) as u32;
+            functions.push(f(at, at + funclet));
+            at += funclet;
+        }
+        if m % 5 == 0 {
+            cold.push(main);
+        }
+    }
+    let thunks = at + 16..at + 80;
+    at += 96;
+    let mut hot_cold = Vec::new();
+    for hot in cold {
+        hot_cold.push(HotCold {
+            cold: functions.len() as u32,
+            hot,
+        });
+        let size = 1 + (rng.next() % 64) as u32;
+        functions.push(f(at, at + size));
+        at += size + 8;
+    }
+    ImageInfo {
+        base,
+        size: at as usize + 64,
+        functions,
+        methods: list,
+        hot_cold,
+        thunks: Some(thunks),
+    }
+}
+
+#[test]
+fn every_image_byte_resolves_to_its_named_method_as_in_process() {
+    let manager = ExecutionManager::new(4);
+    let base = 0x7200_0000_0000;
+    let info = random_image(base, 150, &mut Rng(11));
+    let size = info.size;
+    manager.load_image(info).unwrap();
+    let reader = reader();
+    let me = manager.register_reader().unwrap();
+    let (mut named, mut unnamed) = (0, 0);
+    for rel in 0..size {
+        let ip = base + rel;
+        let guard = manager.pin(&me).unwrap();
+        let want = match guard.classify(ip) {
+            jitmap::Lookup::Method(block) => Some((
+                block.method_id(),
+                block.offset(),
+                block.name().unwrap_or("").to_owned(),
+            )),
+            _ => None,
+        };
+        drop(guard);
+        let Resolution::Image {
+            begin,
+            end,
+            offset,
+            method,
+        } = reader.resolve(ip as u64).unwrap()
+        else {
+            panic!("{ip:#x} is not in the image");
+        };
+        assert_eq!(
+            (begin, end, offset),
+            (base as u64, (base + size) as u64, rel as u64)
+        );
+        let got = method.map(|m| {
+            assert!(m.start <= ip as u64 && ip as u64 - m.start < m.size);
+            (m.method_id, m.offset, m.name)
+        });
+        assert_eq!(got, want, "at {ip:#x}");
+        match &got {
+            Some((_, _, name)) if name.is_empty() => unnamed += 1,
+            Some(_) => named += 1,
+            None => {}
+        }
+    }
+    assert!(named > 1000 && unnamed > 100, "{named} {unnamed}");
+    // A binary search: at most 25 entry reads, the name, and the rest of a
+    // lookup (managers, sequence twice, five levels, a fragment).
+    assert!(
+        reader.stats().max_reads <= 9 + 25 + 1,
+        "{:?}",
+        reader.stats()
+    );
+    manager.unload_image(base).unwrap();
+    assert_eq!(
+        reader.resolve(base as u64 + 0x40).unwrap(),
+        Resolution::Nothing
     );
 }

@@ -162,9 +162,21 @@ pub fn describe(r: &Resolution) -> String {
             kind,
             heap_id,
         } => format!("stub kind {kind} start {start:#x} +{offset:#x} size {size} heap {heap_id}"),
-        Resolution::Image { begin, end, offset } => {
-            format!("image {begin:#x}..{end:#x} +{offset:#x}")
-        }
+        Resolution::Image {
+            begin,
+            end,
+            offset,
+            method: Some(m),
+        } => format!(
+            "{} (image method {}) start {:#x} +{:#x} size {} in image {begin:#x}..{end:#x} +{offset:#x}",
+            m.name, m.method_id, m.start, m.offset, m.size
+        ),
+        Resolution::Image {
+            begin,
+            end,
+            offset,
+            method: None,
+        } => format!("image {begin:#x}..{end:#x} +{offset:#x}"),
         Resolution::Nothing => "nothing".to_string(),
         Resolution::Unknown(Unknown::Changing) => "unknown (the host kept changing)".to_string(),
         Resolution::Unknown(Unknown::TooFar) => "unknown (v1 start too far back)".to_string(),
@@ -189,9 +201,24 @@ pub fn resolution_json(r: &Resolution) -> serde_json::Value {
             "kind": "stub", "stub_kind": kind, "start": start, "offset": offset,
             "size": size, "heap": heap_id,
         }),
-        Resolution::Image { begin, end, offset } => serde_json::json!({
-            "kind": "image", "begin": begin, "end": end, "offset": offset,
-        }),
+        Resolution::Image {
+            begin,
+            end,
+            offset,
+            method,
+        } => {
+            let mut answer = serde_json::json!({
+                "kind": "image", "begin": begin, "end": end, "offset": offset,
+            });
+            if let Some(m) = method {
+                answer["method_id"] = m.method_id.into();
+                answer["name"] = m.name.clone().into();
+                answer["start"] = m.start.into();
+                answer["method_offset"] = m.offset.into();
+                answer["size"] = m.size.into();
+            }
+            answer
+        }
         Resolution::Nothing => serde_json::json!({ "kind": "nothing" }),
         Resolution::Unknown(why) => serde_json::json!({
             "kind": "unknown",

@@ -40,7 +40,11 @@ mod tests {
     const JITMAP: &str = env!("CARGO_BIN_EXE_jitmap");
 
     /// The tests, by name.
-    pub const ALL: [(&str, fn()); 12] = [
+    pub const ALL: [(&str, fn()); 13] = [
+        (
+            "a_wasmtime_guest_is_named_alike_by_the_agent_perf_and_ebpf",
+            a_wasmtime_guest_is_named_alike_by_the_agent_perf_and_ebpf,
+        ),
         (
             "jit_code_without_frame_pointers_is_walked_by_its_unwind_rows",
             jit_code_without_frame_pointers_is_walked_by_its_unwind_rows,
@@ -510,6 +514,121 @@ mod tests {
                 three[1],
                 three[2]
             );
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The WebAssembly guest (three leaves doing 1, 2 and 4 units of work)
+    /// in a wasmtime host registered with jitmap-wasmtime, profiled in one
+    /// run by the agent inside it, by perf with wasmtime's own jitdump (the
+    /// runtime's oracle), and by eBPF from outside through the descriptor's
+    /// image table: every guest frame named, and the three agree.
+    fn a_wasmtime_guest_is_named_alike_by_the_agent_perf_and_ebpf() {
+        if !e2e::available("perf") {
+            return;
+        }
+        let _one = one_run();
+        let dir = temp_dir("ebpf-wasm");
+        let data = dir.join("perf.data");
+        let agent_out = dir.join("agent");
+        let ebpf_out = dir.join("ebpf");
+        let exe = host::executable();
+        let mut record = record_demo(&[exe.to_str().unwrap()], &dir, &data, "8", &agent_out);
+        let record = host::as_host(&mut record, "wasm")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let host = child_of(record.id());
+        wait_descriptor(host as u32);
+        let ebpf_dir = ebpf_out.to_str().unwrap();
+        let out = ebpf_profile(
+            host,
+            "60",
+            &["--hz", "2000", "--samples", "4000", "--out", ebpf_dir],
+        );
+        let record_out = record.wait_with_output().unwrap();
+        if !ran(&out) || !e2e::recorded(&record_out) {
+            return;
+        }
+        let agent: serde_json::Value = serde_json::from_slice(&record_out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&record_out.stderr)));
+        let ebpf = json(&out);
+        assert_eq!(agent["wrong"], 0);
+        assert_eq!(agent["unattributed"], 0);
+        // Outside, every frame in the guest's text is named: no image
+        // address without its function, nothing unreadable.
+        let summary = format!(
+            "samples {} frames {} reads {}",
+            ebpf["samples"], ebpf["frames"], ebpf["reads_per_jit_frame"]
+        );
+        assert!(ebpf["samples"].as_u64().unwrap() >= 1000, "{summary}");
+        for kind in ["errors", "too_far", "stale", "nothing"] {
+            assert_eq!(ebpf["frames"][kind], 0, "{kind}: {summary}");
+        }
+        let folded = std::fs::read_to_string(ebpf_out.join("stacks.folded")).unwrap();
+        assert!(!folded.contains("[image "), "{folded}");
+        let leaves = jitmap_wasmtime::demo::LEAVES;
+        let (mut in_leaves, mut exact) = (0u64, 0u64);
+        for line in folded.lines() {
+            let (stack, count) = line.rsplit_once(' ').unwrap();
+            let count: u64 = count.parse().unwrap();
+            let frames: Vec<&str> = stack.split(';').collect();
+            if leaves.contains(frames.last().unwrap()) {
+                in_leaves += count;
+                let n = frames.len();
+                if n >= 4
+                    && frames[n - 4..n - 1]
+                        == ["guest::[trampolines]", "guest::top", "guest::middle"]
+                {
+                    exact += count;
+                }
+            }
+        }
+        // The kernel walks frame pointers: a sample on a leaf's first
+        // instruction (before `push rbp`) misses `middle`.
+        assert!(
+            exact * 100 >= in_leaves * 99,
+            "{exact} of {in_leaves}:\n{folded}"
+        );
+        assert_outputs(&ebpf_out);
+        // perf names the leaves from wasmtime's jitdump.
+        let text = inject_and_report(&dir, &data, "sym");
+        let perf_share = |leaf: &str| {
+            let short = leaf.trim_start_matches("guest::");
+            let line = text
+                .lines()
+                .find(|l| {
+                    l.split_whitespace()
+                        .last()
+                        .is_some_and(|s| s.ends_with(short))
+                })
+                .unwrap_or_else(|| panic!("{short} missing from perf report:\n{text}"));
+            line.split_whitespace()
+                .next()
+                .unwrap()
+                .trim_end_matches('%')
+                .parse::<f64>()
+                .unwrap()
+        };
+        let from_agent = normalized(leaves.map(|l| json_share(&agent, l)));
+        let from_perf = normalized(leaves.map(perf_share));
+        let from_ebpf = normalized(leaves.map(|l| json_share(&ebpf, l)));
+        println!("wasm guest: agent {from_agent:.1?} perf {from_perf:.1?} ebpf {from_ebpf:.1?}");
+        // As in `agree_on_one_run`: four standard errors of the eBPF side's
+        // leaf samples, never under 3 points.
+        let tolerance = (283.0 / (in_leaves.max(1) as f64).sqrt()).max(3.0);
+        let expected = [100.0 / 7.0, 200.0 / 7.0, 400.0 / 7.0];
+        for i in 0..3 {
+            let three = [from_agent[i], from_perf[i], from_ebpf[i]];
+            for (who, share) in ["agent", "perf", "ebpf"].iter().zip(three) {
+                assert!(
+                    (share - expected[i]).abs() <= tolerance,
+                    "{}: {who} {share:.1}% against {:.1}% (tolerance {tolerance:.1})",
+                    leaves[i],
+                    expected[i]
+                );
+            }
         }
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -234,11 +234,14 @@ impl<'g> CodeBlock<'g> {
         matches!(self.source, Source::Jit { .. })
     }
 
-    /// The method's name (JIT code only; images carry no names).
+    /// The method's name; `None` for an image method published without one.
     pub fn name(&self) -> Option<&'g str> {
         match self.source {
             Source::Jit { hit, .. } => Some(jit_header(hit).name()),
-            Source::Image { .. } => None,
+            Source::Image { image, hit } => {
+                let name = image.method(hit.method).name.as_str();
+                (!name.is_empty()).then_some(name)
+            }
         }
     }
 }

@@ -7,16 +7,19 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use super::{HEAP_SECTION_LAYOUT, SectionKind};
+use std::mem::offset_of;
+
+use super::{HEAP_SECTION_LAYOUT, IMAGE_SECTION_LAYOUT, SectionKind};
 use crate::heap::PREFIX;
 use crate::heap::header::HEADER_LAYOUT;
 use crate::heap::lookup::{BlockPrefix, LOOKUP_LAYOUT};
+use crate::image::RemoteFunction;
 use crate::range::{ADDRESS_BITS, CHUNK_BITS, FANOUT, LEVELS, ROOT_SEQ, fragment_layout};
 
 /// The descriptor's magic value: `b"JITMAPD\0"` read as a little-endian u64.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"JITMAPD\0");
 /// The layout version this crate writes and reads.
-pub const LAYOUT_VERSION: u32 = 2;
+pub const LAYOUT_VERSION: u32 = 3;
 /// How many managers the descriptor can list at once.
 pub const MAX_MANAGERS: usize = 8;
 
@@ -98,6 +101,24 @@ pub struct Descriptor {
     pub header_rows_len: u32,
     /// Size of an [`UnwindRow`](crate::unwind::UnwindRow) (16).
     pub unwind_row_size: u32,
+    /// An image's function table (pointer in an image fragment).
+    pub image_table: u32,
+    /// Entries in the table (u64 in an image fragment).
+    pub image_count: u32,
+    /// Size of a table entry (32).
+    pub image_entry_size: u32,
+    /// First byte of the function, from the image base (u32 in an entry).
+    pub entry_begin: u32,
+    /// One past its last byte (u32 in an entry).
+    pub entry_end: u32,
+    /// Its method's offset at its first byte (u32 in an entry).
+    pub entry_delta: u32,
+    /// Bytes of its method's name (u32 in an entry).
+    pub entry_name_len: u32,
+    /// Its method's id (u64 in an entry).
+    pub entry_method_id: u32,
+    /// Its method's name (pointer in an entry).
+    pub entry_name_ptr: u32,
     /// Number of entries in [`Descriptor::managers`].
     pub max_managers: u32,
     /// Root addresses of the registered managers' range maps; 0 is a free entry.
@@ -151,6 +172,15 @@ pub static jitmap_descriptor: Descriptor = Descriptor {
     header_rows_ptr: u32_of(HEADER_LAYOUT.rows_ptr),
     header_rows_len: u32_of(HEADER_LAYOUT.rows_len),
     unwind_row_size: u32_of(size_of::<crate::unwind::UnwindRow>()),
+    image_table: u32_of(FRAGMENT.value + IMAGE_SECTION_LAYOUT.table),
+    image_count: u32_of(FRAGMENT.value + IMAGE_SECTION_LAYOUT.count),
+    image_entry_size: u32_of(size_of::<RemoteFunction>()),
+    entry_begin: u32_of(offset_of!(RemoteFunction, begin)),
+    entry_end: u32_of(offset_of!(RemoteFunction, end)),
+    entry_delta: u32_of(offset_of!(RemoteFunction, delta)),
+    entry_name_len: u32_of(offset_of!(RemoteFunction, name_len)),
+    entry_method_id: u32_of(offset_of!(RemoteFunction, method_id)),
+    entry_name_ptr: u32_of(offset_of!(RemoteFunction, name_ptr)),
     max_managers: MAX_MANAGERS as u32,
     managers: [const { AtomicUsize::new(0) }; MAX_MANAGERS],
 };

@@ -32,8 +32,58 @@ pub enum SectionKind {
     /// JIT code.
     Heap(HeapSection) = 0,
     /// A precompiled image.
-    Image(Arc<ImageSection>) = 1,
+    Image(ImageEntry) = 1,
 }
+
+/// A precompiled image's section: the image, and inline the address and
+/// length of its function table, so that a reader in another process goes
+/// from the range map's fragment to the table (descriptor layout 3).
+#[derive(Clone, Debug)]
+pub struct ImageEntry {
+    table: usize,
+    count: usize,
+    image: Arc<ImageSection>,
+}
+
+impl ImageEntry {
+    fn new(image: Arc<ImageSection>) -> Self {
+        let table = image.remote_functions();
+        Self {
+            table: table.as_ptr() as usize,
+            count: table.len(),
+            image,
+        }
+    }
+
+    /// The image.
+    pub fn image(&self) -> &Arc<ImageSection> {
+        &self.image
+    }
+}
+
+impl Deref for ImageEntry {
+    type Target = ImageSection;
+
+    fn deref(&self) -> &ImageSection {
+        &self.image
+    }
+}
+
+/// Where out-of-process readers find an image section's table, as byte
+/// offsets from the start of a `SectionKind::Image` value.
+pub(crate) struct ImageSectionLayout {
+    pub(crate) table: usize,
+    pub(crate) count: usize,
+}
+
+/// The layout of an image section, for the descriptor.
+pub(crate) const IMAGE_SECTION_LAYOUT: ImageSectionLayout = ImageSectionLayout {
+    table: IMAGE_PAYLOAD + std::mem::offset_of!(ImageEntry, table),
+    count: IMAGE_PAYLOAD + std::mem::offset_of!(ImageEntry, count),
+};
+
+/// [`SECTION_PAYLOAD`] for the image variant.
+const IMAGE_PAYLOAD: usize = size_of::<usize>().next_multiple_of(align_of::<ImageEntry>());
 
 /// A code heap's section: the heap, and its read side inline, so a lookup goes
 /// from the range map's fragment to the map word without visiting the heap.
@@ -422,7 +472,7 @@ impl ExecutionManager {
             .values()
             .into_iter()
             .filter_map(|kind| match kind {
-                SectionKind::Image(image) => Some(image),
+                SectionKind::Image(entry) => Some(entry.image),
                 SectionKind::Heap(_) => None,
             })
             .collect()
@@ -476,7 +526,11 @@ impl ExecutionManager {
             }))?;
         self.inner
             .ranges
-            .insert(base, end, SectionKind::Image(Arc::clone(&image)))
+            .insert(
+                base,
+                end,
+                SectionKind::Image(ImageEntry::new(Arc::clone(&image))),
+            )
             .map_err(ManagerError::Range)?;
         // After the insert: an event is never sent for an image that did
         // not load. A handler may find the image before its event is

@@ -18,6 +18,10 @@ use crate::range::{ADDRESS_BITS, CHUNK_BITS, FANOUT, LEVELS};
 
 /// The largest fragment, prefix and header a reader accepts from a descriptor.
 const MAX_STRUCT: usize = 512;
+/// The largest image-table entry a descriptor may declare.
+const MAX_ENTRY: usize = 64;
+/// Functions an image's table may list: a binary search reads at most 25.
+const MAX_IMAGE_FUNCTIONS: u64 = 1 << 24;
 /// Start-map words in a heap of less than 4 GiB.
 const MAX_WORDS: u64 = 1 << 24;
 /// Range-map levels a listing reads before it calls the map corrupt.
@@ -85,6 +89,24 @@ pub struct Layout {
     pub header_rows_ptr: usize,
     /// Number of unwind rows (u64 in a code header).
     pub header_rows_len: usize,
+    /// An image's function table (pointer in an image fragment; layout 3).
+    pub image_table: usize,
+    /// Entries in the table (u64 in an image fragment).
+    pub image_count: usize,
+    /// Size of a table entry.
+    pub image_entry_size: usize,
+    /// The function's first byte from the image base (u32 in an entry).
+    pub entry_begin: usize,
+    /// One past its last byte (u32 in an entry).
+    pub entry_end: usize,
+    /// Its method's offset at its first byte (u32 in an entry).
+    pub entry_delta: usize,
+    /// Bytes of the method's name (u32 in an entry).
+    pub entry_name_len: usize,
+    /// The method's id (u64 in an entry).
+    pub entry_method_id: usize,
+    /// The method's name (pointer in an entry).
+    pub entry_name_ptr: usize,
 }
 
 /// What a lookup found.
@@ -105,7 +127,8 @@ pub enum Resolution {
         /// The stub's kind (1..=15).
         kind: u8,
     },
-    /// A precompiled image's section (its functions are not resolved remotely).
+    /// A precompiled image's section, and the method whose function holds
+    /// the address (`None` between functions).
     Image {
         /// First address of the image.
         begin: u64,
@@ -113,6 +136,8 @@ pub enum Resolution {
         end: u64,
         /// Offset of the address from `begin`.
         offset: u64,
+        /// The method, from the image's function table.
+        method: Option<ImageMethodFound>,
     },
     /// In no section, or in a heap but in no block.
     Nothing,
@@ -127,6 +152,24 @@ pub enum Unknown {
     Changing,
     /// A v1 lookup read [`V1_MAX_WORDS`] words without finding the start.
     TooFar,
+}
+
+/// An image method found in another process: the function that holds the
+/// address, and its method.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ImageMethodFound {
+    /// The function's first byte.
+    pub start: u64,
+    /// Its size in bytes.
+    pub size: u64,
+    /// Offset of the address in the method (a funclet or cold part
+    /// continues its method's offsets, as in process).
+    pub offset: u64,
+    /// The runtime's method id.
+    pub method_id: u64,
+    /// The name, cut at [`MAX_NAME`] bytes, invalid UTF-8 replaced (empty:
+    /// the method has none).
+    pub name: String,
 }
 
 /// A method found in another process.
@@ -312,6 +355,15 @@ impl<M: Memory> RemoteReader<M> {
             header_name_len: f!(header_name_len),
             header_rows_ptr: f!(header_rows_ptr),
             header_rows_len: f!(header_rows_len),
+            image_table: f!(image_table),
+            image_count: f!(image_count),
+            image_entry_size: f!(image_entry_size),
+            entry_begin: f!(entry_begin),
+            entry_end: f!(entry_end),
+            entry_delta: f!(entry_delta),
+            entry_name_len: f!(entry_name_len),
+            entry_method_id: f!(entry_method_id),
+            entry_name_ptr: f!(entry_name_ptr),
         };
         layout.check()?;
         Ok(Self {
@@ -421,11 +473,15 @@ impl<M: Memory> RemoteReader<M> {
         };
         let answer = match self.value_kind(&fragment) {
             Ok(true) => self.in_heap(&fragment, ip),
-            Ok(false) => Ok(Resolution::Image {
-                begin: fragment.begin,
-                end: fragment.end,
-                offset: ip - fragment.begin,
-            }),
+            Ok(false) => self
+                .image_method(&fragment, ip)
+                .map(|method| Resolution::Image {
+                    begin: fragment.begin,
+                    end: fragment.end,
+                    offset: ip - fragment.begin,
+                    method,
+                })
+                .map_err(Fail::Error),
             Err(e) => Err(Fail::Error(e)),
         };
         match answer {
@@ -504,6 +560,81 @@ impl<M: Memory> RemoteReader<M> {
                 addr: tag,
             }),
         }
+    }
+
+    /// The method of the function holding `ip` in the image of `fragment`:
+    /// a binary search of its table (at most 25 entry reads), then its name.
+    /// Every entry read is checked against the image and its neighbours'
+    /// order; the caller confirms the range map's sequence afterwards.
+    fn image_method(
+        &self,
+        fragment: &Fragment,
+        ip: u64,
+    ) -> Result<Option<ImageMethodFound>, RemoteError> {
+        let l = &self.layout;
+        let count = read_at(&fragment.bytes, l.image_count);
+        if count == 0 {
+            return Ok(None);
+        }
+        let table = check_ptr(read_at(&fragment.bytes, l.image_table), 8, "image table")?;
+        if count > MAX_IMAGE_FUNCTIONS {
+            return Err(RemoteError::Corrupt {
+                what: "image table length",
+                addr: table,
+            });
+        }
+        let size = fragment.end - fragment.begin;
+        let rel = ip - fragment.begin;
+        let mut entry = [0u8; MAX_ENTRY];
+        let mut read_entry = |i: u64| -> Result<(u64, u64), RemoteError> {
+            let addr = table + i * l.image_entry_size as u64;
+            self.read(addr, &mut entry[..l.image_entry_size])?;
+            let begin = u64::from(read_u32_at(&entry, l.entry_begin));
+            let end = u64::from(read_u32_at(&entry, l.entry_end));
+            if begin >= end || end > size {
+                return Err(RemoteError::Corrupt {
+                    what: "image table entry",
+                    addr,
+                });
+            }
+            Ok((begin, end))
+        };
+        // The last entry that begins at or before `rel`.
+        let (mut lo, mut hi) = (0, count);
+        let mut lo_begin = None;
+        while hi - lo > 1 {
+            let mid = lo + (hi - lo) / 2;
+            let (begin, _) = read_entry(mid)?;
+            if begin <= rel {
+                lo = mid;
+                lo_begin = Some(begin);
+            } else {
+                hi = mid;
+            }
+        }
+        let (begin, end) = read_entry(lo)?;
+        if lo_begin.is_some_and(|b| b != begin) {
+            return Err(RemoteError::Corrupt {
+                what: "image table entry",
+                addr: table + lo * l.image_entry_size as u64,
+            });
+        }
+        if rel < begin || rel >= end {
+            return Ok(None);
+        }
+        let name_len = (read_u32_at(&entry, l.entry_name_len) as usize).min(MAX_NAME);
+        let mut name = vec![0u8; name_len];
+        if name_len > 0 {
+            let ptr = check_ptr(read_at(&entry, l.entry_name_ptr), 1, "name")?;
+            self.read(ptr, &mut name)?;
+        }
+        Ok(Some(ImageMethodFound {
+            start: fragment.begin + begin,
+            size: end - begin,
+            offset: u64::from(read_u32_at(&entry, l.entry_delta)) + rel - begin,
+            method_id: read_at(&entry, l.entry_method_id),
+            name: String::from_utf8_lossy(&name).into_owned(),
+        }))
     }
 
     fn heap_view(&self, fragment: &Fragment) -> Result<HeapView, RemoteError> {
@@ -916,6 +1047,8 @@ impl Layout {
             (self.heap_ends, 8),
             (self.heap_word_count, 4),
             (self.heap_version, 1),
+            (self.image_table, 8),
+            (self.image_count, 8),
         ];
         if in_fragment
             .iter()
@@ -939,6 +1072,18 @@ impl Layout {
         ];
         if in_header.iter().any(|&off| off + 8 > MAX_STRUCT) {
             return bad("header offsets");
+        }
+        let size = self.image_entry_size;
+        let in_entry = [
+            (self.entry_begin, 4),
+            (self.entry_end, 4),
+            (self.entry_delta, 4),
+            (self.entry_name_len, 4),
+            (self.entry_method_id, 8),
+            (self.entry_name_ptr, 8),
+        ];
+        if !(8..=MAX_ENTRY).contains(&size) || in_entry.iter().any(|&(off, w)| off + w > size) {
+            return bad("image table offsets");
         }
         Ok(())
     }

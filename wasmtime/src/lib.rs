@@ -33,6 +33,8 @@
 //!
 //! [wasmtime]: https://docs.rs/wasmtime
 
+pub mod demo;
+
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 

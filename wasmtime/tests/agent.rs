@@ -1,45 +1,36 @@
 //! The agent profiling wasmtime guests registered with `jitmap-wasmtime`.
 
-mod common;
-
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::guest::{Guest, LEAVES, ROUNDS};
 use jitmap::ExecutionManager;
-use jitmap::agent::{Agent, AgentConfig, Clock, Profile};
-use wasmtime::Engine;
+use jitmap::agent::{AgentConfig, Clock, Profile};
+use jitmap_wasmtime::demo::{self, LEAVES, Until};
 
 /// The longest a test waits for its samples, however busy the machine.
 const CAP: Duration = Duration::from_secs(120);
 
-/// Runs the guest under the agent (CPU clock, `hz`) until the calling
-/// thread has `samples` samples; returns the profile and the calls made.
-fn profile_guest(samples: u64) -> (Profile, u64) {
+/// Runs the guest under the agent (CPU clock, 1 kHz) until the calling
+/// thread has `samples` samples; returns the profile.
+fn profile_guest(samples: u64) -> Profile {
     let manager = ExecutionManager::new(4);
-    let mut guest = Guest::new(&Engine::default()).unwrap();
-    let registration = jitmap_wasmtime::register(&manager, &guest.module).unwrap();
-    let agent = Agent::start(
+    let config = AgentConfig {
+        hz: 1000,
+        clock: Clock::Cpu,
+        ..AgentConfig::default()
+    };
+    let engine = demo::engine(false).unwrap();
+    let run = demo::run(
         &manager,
-        AgentConfig {
-            hz: 1000,
-            clock: Clock::Cpu,
-            ..AgentConfig::default()
-        },
+        &engine,
+        config,
+        Until::Samples(samples, CAP),
+        |_| Ok(()),
     )
     .unwrap();
-    let attached = agent.attach_current_thread().unwrap();
-    let began = Instant::now();
-    let mut calls = 0;
-    let expected = Guest::expected(ROUNDS);
-    while attached.samples_taken() < samples && began.elapsed() < CAP {
-        assert_eq!(guest.call(ROUNDS).unwrap(), expected);
-        calls += 1;
-    }
-    drop(attached);
-    let profile = agent.stop();
-    drop(registration);
-    (profile, calls)
+    assert_eq!(run.wrong, 0);
+    assert!(run.calls > 0);
+    run.profile
 }
 
 /// Self samples of each frame name at the leaf.
@@ -60,7 +51,7 @@ fn leaf_points(by_name: &HashMap<String, u64>) -> [f64; 3] {
 
 #[test]
 fn the_agent_names_every_guest_frame_and_gives_the_leaves_1_2_4() {
-    let (profile, _) = profile_guest(3000);
+    let profile = profile_guest(3000);
     // Every frame is named: no image method by number, nothing unattributed.
     for s in &profile.stacks {
         for f in &s.frames {

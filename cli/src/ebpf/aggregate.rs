@@ -11,9 +11,14 @@ use super::event::{Frame, FrameKind, Sample};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum Key {
     Method(usize),
-    Native { addr: u64, is_return: bool },
+    Native {
+        addr: u64,
+        is_return: bool,
+    },
     Stub(u64),
     Image(u64),
+    /// An image method, by its method id.
+    ImageMethod(u64),
     Nothing,
     TooFar,
     Error,
@@ -115,6 +120,8 @@ pub struct Aggregator {
     /// Placements by (heap id, method id, start, size); names differ only
     /// when a placement was reused, so the list is almost always one long.
     index: HashMap<(u64, u64, u64, u64), Vec<usize>>,
+    /// Image methods' names, by method id.
+    image_names: HashMap<u64, String>,
     counts: Counts,
 }
 
@@ -226,7 +233,20 @@ impl Aggregator {
                 Key::Method(i)
             }
             FrameKind::Stub { kind, .. } => Key::Stub(*kind),
-            FrameKind::Image { begin } => Key::Image(*begin),
+            FrameKind::Image { begin, method } => match method {
+                Some(m) => {
+                    // The first name the kernel copied for the method.
+                    self.image_names.entry(m.method_id).or_insert_with(|| {
+                        match (m.name.is_empty(), m.truncated) {
+                            (true, _) => format!("[image method {}]", m.method_id),
+                            (false, true) => format!("{}...", m.name),
+                            (false, false) => m.name.clone(),
+                        }
+                    });
+                    Key::ImageMethod(m.method_id)
+                }
+                None => Key::Image(*begin),
+            },
             FrameKind::Nothing => Key::Nothing,
             FrameKind::TooFar => Key::TooFar,
             FrameKind::Stale | FrameKind::Error => Key::Error,
@@ -288,6 +308,7 @@ impl Aggregator {
                     Key::Method(i) => vec![self.placements[i].label.clone()],
                     Key::Stub(kind) => vec![format!("[stub {kind}]")],
                     Key::Image(begin) => vec![format!("[image {begin:#x}]")],
+                    Key::ImageMethod(id) => vec![self.image_names[&id].clone()],
                     Key::Nothing => vec!["[unattributed]".to_owned()],
                     Key::TooFar => vec!["[too far]".to_owned()],
                     Key::Error => vec!["[unreadable]".to_owned()],

@@ -51,6 +51,9 @@ pub enum FrameKind {
     Image {
         /// First address of the image.
         begin: u64,
+        /// The method whose function holds the address (descriptor layout
+        /// 3), if one does.
+        method: Option<ImageMethod>,
     },
     /// Inside a heap but in no block.
     Nothing,
@@ -60,6 +63,17 @@ pub enum FrameKind {
     Stale,
     /// A read failed or a value failed a check.
     Error,
+}
+
+/// An image method a frame named.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ImageMethod {
+    /// The runtime's method id.
+    pub method_id: u64,
+    /// The name (invalid UTF-8 replaced; empty: the method has none).
+    pub name: String,
+    /// Whether the name was cut.
+    pub truncated: bool,
 }
 
 /// One frame: its address and what it is.
@@ -230,7 +244,24 @@ fn decode_frame(b: &[u8], names: &[u8]) -> Result<Frame, DecodeError> {
             }
         }
         2 => FrameKind::Stub { start, kind: id },
-        3 => FrameKind::Image { begin: start },
+        3 => FrameKind::Image {
+            begin: heap_id,
+            method: if b[47] == 1 {
+                let name = names
+                    .get(offset..offset + copied)
+                    .ok_or(DecodeError::Name {
+                        offset,
+                        len: copied,
+                    })?;
+                Some(ImageMethod {
+                    method_id: id,
+                    name: String::from_utf8_lossy(name).into_owned(),
+                    truncated: name_len > copied,
+                })
+            } else {
+                None
+            },
+        },
         4 => FrameKind::Nothing,
         5 => FrameKind::TooFar,
         6 => FrameKind::Stale,

@@ -61,6 +61,11 @@ static long (*bpf_loop)(u32 nr_loops, void *callback_fn, void *callback_ctx, u64
 #define MAX_FRAGMENTS 32
 #define FRAGMENT_CAP 128
 #define HEADER_CAP 64
+// An image's function table entry, as read (user space checks the size).
+#define ENTRY_CAP 32
+// A binary search of an image's table: at most 2^24 functions.
+#define IMAGE_STEPS 25
+#define MAX_IMAGE_FUNCTIONS (1 << 24)
 // v1: the covering word and at most 255 before it (the agent's handler
 // budget, 64 KiB of code), in chunks of 32 words.
 #define V1_CHUNK_WORDS 32
@@ -113,14 +118,14 @@ enum frame_kind {
 
 struct frame {
 	u64 ip;        // as sampled: the pc, then return addresses
-	u64 start;     // the block's first byte, or the image's begin
+	u64 start;     // the block's or image function's first byte, or the image's begin
 	u64 id;        // method id, or stub kind
-	u64 heap_id;   // the heap's id
+	u64 heap_id;   // the heap's id, or the image's begin
 	u64 size;      // code size, or the image's size
 	u32 name_len;  // the name's full length in bytes
 	u16 reads;     // reads this frame's lookup made
 	u8 kind;       // enum frame_kind
-	u8 pad0;
+	u8 found;      // FRAME_IMAGE: 1 if a function of the image holds ip
 	u16 name_off;  // where its name starts in the sample's name area
 	u16 name_copied; // name bytes copied there (at most NAME_CAP)
 	u32 pad1;
@@ -176,8 +181,18 @@ struct config {
 	u32 header_name_len;
 	u32 header_rows_ptr;
 	u32 header_rows_len;
+	u32 image_table;      // layout 3: an image's function table
+	u32 image_count;
+	u32 image_entry_size;
+	u32 entry_begin;
+	u32 entry_end;
+	u32 entry_delta;
+	u32 entry_name_len;
+	u32 entry_method_id;
+	u32 entry_name_ptr;
 	u32 resolve;   // 0: take the stack but resolve nothing and send no frames
 	               // (the overhead measurement's floor)
+	u32 pad;
 };
 
 struct stats {
@@ -214,6 +229,7 @@ struct scratch {
 	u64 hit_begin;             // ... and its bounds (empty: 0, 0)
 	u64 hit_end;
 	u8 header[HEADER_CAP];
+	u8 entry[ENTRY_CAP];
 	struct unwind_row row;  // the row at the frame's pc (walking only)
 	u32 want_row;           // look the row up (walking)
 	u32 pad;
@@ -429,6 +445,84 @@ INLINE int find_row(struct scratch *s, u64 rows, u64 count, u64 off, u16 *reads)
 // the pc), then the heap's sequence again: the row is read inside the
 // bracket too. Returns the frame kind; the root's sequence is checked by the
 // caller.
+// Copies a name of `len` bytes at `name` to the sample's name area, cut at
+// NAME_CAP bytes; once the area has less than NAME_CAP bytes left, names are
+// left out (the frame says so: nothing copied of a non-empty name). Returns
+// 1 when the name cannot be read.
+INLINE int copy_name(struct scratch *s, struct frame *f, u64 name, u64 len, u16 *reads)
+{
+	f->name_len = len > 0xFFFFFFFFULL ? 0xFFFFFFFFu : (u32)len;
+	u64 used = s->names_used;
+	u64 copy = len < NAME_CAP ? len : NAME_CAP;
+	if (used > NAMES_BYTES - NAME_CAP)
+		copy = 0;
+	if (copy > 0) {
+		if (name == 0 || name >= USER_LIMIT)
+			return 1;
+		*reads += 1;
+		if (bpf_probe_read_user(s->names + used, (u32)copy, (const void *)name))
+			return 1;
+	}
+	f->name_off = (u16)used;
+	f->name_copied = (u16)copy;
+	s->names_used = used + copy;
+	return 0;
+}
+
+// The function of an image holding `ip`: a binary search of the image's
+// table (sorted by begin) in at most IMAGE_STEPS reads of an entry's begin,
+// then the entry and its method's name. An image is never changed while it
+// is loaded, and its table is freed only after its fragment is unlinked:
+// the sample's range-map sequences cover these reads.
+INLINE u8 resolve_image(struct scratch *s, struct frame *f, u64 ip, u64 begin, u64 end, u16 *reads)
+{
+	const u8 *frag = s->section;
+	u64 table = field64(frag, CONFIG.image_table, FRAGMENT_CAP);
+	u64 count = field64(frag, CONFIG.image_count, FRAGMENT_CAP);
+	u64 size = CONFIG.image_entry_size;
+	f->start = begin;
+	f->size = end - begin;
+	f->heap_id = begin;  // an image frame's image, found or not
+	if (count == 0)
+		return FRAME_IMAGE;
+	if (bad_ptr(table, 8) || count > MAX_IMAGE_FUNCTIONS || size > ENTRY_CAP)
+		return FRAME_ERROR;
+	u64 rel = ip - begin;
+	u64 lo = 0, hi = count;
+	for (int k = 0; k < IMAGE_STEPS; k++) {
+		if (hi - lo <= 1)
+			break;
+		u64 mid = lo + (hi - lo) / 2;
+		u32 b = 0;
+		*reads += 1;
+		if (bpf_probe_read_user(&b, 4, (const void *)(table + mid * size + CONFIG.entry_begin)))
+			return FRAME_ERROR;
+		if (b <= rel)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	if (hi - lo > 1)
+		return FRAME_ERROR;
+	*reads += 1;
+	if (bpf_probe_read_user(s->entry, ENTRY_CAP, (const void *)(table + lo * size)))
+		return FRAME_ERROR;
+	u64 fb = field32(s->entry, CONFIG.entry_begin, ENTRY_CAP);
+	u64 fe = field32(s->entry, CONFIG.entry_end, ENTRY_CAP);
+	if (fb >= fe || fe > end - begin)
+		return FRAME_ERROR;
+	if (rel < fb || rel >= fe)
+		return FRAME_IMAGE;
+	f->found = 1;
+	f->start = begin + fb;
+	f->size = fe - fb;
+	f->id = field64(s->entry, CONFIG.entry_method_id, ENTRY_CAP);
+	if (copy_name(s, f, field64(s->entry, CONFIG.entry_name_ptr, ENTRY_CAP),
+		      field32(s->entry, CONFIG.entry_name_len, ENTRY_CAP), reads))
+		return FRAME_ERROR;
+	return FRAME_IMAGE;
+}
+
 INLINE u8 resolve_heap(struct scratch *s, struct frame *f, u64 ip, u64 begin, u64 end, u16 *reads)
 {
 	const u8 *frag = s->section;
@@ -496,26 +590,9 @@ INLINE u8 resolve_heap(struct scratch *s, struct frame *f, u64 ip, u64 begin, u6
 				    field64(s->header, CONFIG.header_rows_len, HEADER_CAP),
 				    offset - start, reads))
 		return FRAME_ERROR;
-	u64 name = field64(s->header, CONFIG.header_name_ptr, HEADER_CAP);
-	u64 len = field64(s->header, CONFIG.header_name_len, HEADER_CAP);
-	f->name_len = len > 0xFFFFFFFFULL ? 0xFFFFFFFFu : (u32)len;
-	// The name goes to the sample's name area, cut at NAME_CAP bytes; once
-	// the area has less than NAME_CAP bytes left, names are left out (the
-	// frame says so: nothing copied of a non-empty name).
-	u64 used = s->names_used;
-	u64 copy = len < NAME_CAP ? len : NAME_CAP;
-	if (used > NAMES_BYTES - NAME_CAP)
-		copy = 0;
-	if (copy > 0) {
-		if (name == 0 || name >= USER_LIMIT)
-			return FRAME_ERROR;
-		*reads += 1;
-		if (bpf_probe_read_user(s->names + used, (u32)copy, (const void *)name))
-			return FRAME_ERROR;
-	}
-	f->name_off = (u16)used;
-	f->name_copied = (u16)copy;
-	s->names_used = used + copy;
+	if (copy_name(s, f, field64(s->header, CONFIG.header_name_ptr, HEADER_CAP),
+		      field64(s->header, CONFIG.header_name_len, HEADER_CAP), reads))
+		return FRAME_ERROR;
 	kind = FRAME_METHOD;
 confirm:
 	if (read_u64(&again, trailer + CONFIG.heap_seq, reads))
@@ -600,9 +677,7 @@ INLINE u8 resolve(struct scratch *s, struct frame *f, u64 ip, u16 *reads)
 		return resolve_heap(s, f, ip, begin, end, reads);
 	if (tag != CONFIG.tag_image)
 		return FRAME_ERROR;
-	f->start = begin;
-	f->size = end - begin;
-	return FRAME_IMAGE;
+	return resolve_image(s, f, ip, begin, end, reads);
 }
 
 struct walk {
@@ -713,7 +788,7 @@ static long frame_cb(u32 i, struct walk *w)
 	f->name_len = 0;
 	f->name_off = 0;
 	f->name_copied = 0;
-	f->pad0 = 0;
+	f->found = 0;
 	f->pad1 = 0;
 	u16 reads = 0;
 	s->holes = 0;

@@ -21,6 +21,9 @@ const PROGRAM: &str = "jitmap_profile";
 const FRAGMENT_CAP: usize = 128;
 /// Bytes of a code header the program reads (`HEADER_CAP`).
 const HEADER_CAP: usize = 64;
+/// Bytes of an image table entry the program reads (`ENTRY_CAP`): the
+/// entry's size must be this.
+const ENTRY_CAP: usize = 32;
 
 /// `struct config` of the program: the target and the descriptor's layout.
 #[repr(C)]
@@ -54,14 +57,24 @@ pub struct Config {
     header_name_len: u32,
     header_rows_ptr: u32,
     header_rows_len: u32,
+    image_table: u32,
+    image_count: u32,
+    image_entry_size: u32,
+    entry_begin: u32,
+    entry_end: u32,
+    entry_delta: u32,
+    entry_name_len: u32,
+    entry_method_id: u32,
+    entry_name_ptr: u32,
     /// 0: the program takes the stack but resolves nothing and sends no
     /// frames (a floor for the overhead measurement).
     resolve: u32,
+    pad: u32,
 }
 
 // SAFETY: `Config` is `#[repr(C)]`, `Copy`, made only of integers, with no
-// padding (a u64 then 26 u32), so every bit pattern is valid and its bytes are
-// all initialized.
+// padding (a u64 then 36 u32, the last explicit padding), so every bit
+// pattern is valid and its bytes are all initialized.
 unsafe impl aya::Pod for Config {}
 
 /// Whether `off` leaves room for a `width`-byte value aligned to `width`
@@ -113,6 +126,24 @@ impl Config {
         if !in_header.iter().all(|&off| fits(off, 8, HEADER_CAP)) {
             return bad("header offsets");
         }
+        if !fits(l.image_table, 8, l.fragment_size) || !fits(l.image_count, 8, l.fragment_size) {
+            return bad("image fragment offsets");
+        }
+        let in_entry = [
+            (l.entry_begin, 4),
+            (l.entry_end, 4),
+            (l.entry_delta, 4),
+            (l.entry_name_len, 4),
+            (l.entry_method_id, 8),
+            (l.entry_name_ptr, 8),
+        ];
+        if l.image_entry_size != ENTRY_CAP
+            || !in_entry
+                .iter()
+                .all(|&(off, width)| fits(off, width, ENTRY_CAP))
+        {
+            return bad("image table entry offsets");
+        }
         let u = |v: usize| v as u32; // every value is below 2^20, checked above
         Ok(Self {
             managers,
@@ -141,7 +172,17 @@ impl Config {
             header_name_len: u(l.header_name_len),
             header_rows_ptr: u(l.header_rows_ptr),
             header_rows_len: u(l.header_rows_len),
+            image_table: u(l.image_table),
+            image_count: u(l.image_count),
+            image_entry_size: u(l.image_entry_size),
+            entry_begin: u(l.entry_begin),
+            entry_end: u(l.entry_end),
+            entry_delta: u(l.entry_delta),
+            entry_name_len: u(l.entry_name_len),
+            entry_method_id: u(l.entry_method_id),
+            entry_name_ptr: u(l.entry_name_ptr),
             resolve: 1,
+            pad: 0,
         })
     }
 }

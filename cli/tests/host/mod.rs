@@ -48,6 +48,7 @@ pub fn main(tests: &[(&'static str, fn())]) {
         let code = match kind.as_str() {
             "spin" => run_spin(&args),
             "profile" => run_profile(&args),
+            "wasm" => run_wasm(&args),
             other => Err(format!("no host {other:?}")),
         };
         match code {
@@ -146,6 +147,37 @@ fn run_profile(args: &[String]) -> Result<(), String> {
     let duration = Duration::from_secs_f64(seconds);
     let run = jitmap_testkit::profile::run(&manager, backend, hz, Clock::Wall, duration)
         .map_err(|e| e.to_string())?;
+    jitmap_testkit::profile::write_outputs(&run, &out).map_err(|e| e.to_string())?;
+    println!("{}", jitmap_testkit::profile::json(&run));
+    Ok(())
+}
+
+/// The WebAssembly guest (`jitmap_wasmtime::demo`, the `guest_profile`
+/// example's) profiled by the agent on the wall clock, with wasmtime
+/// writing its own jitdump for `perf inject`; `profile --json`'s options
+/// and output.
+fn run_wasm(args: &[String]) -> Result<(), String> {
+    use jitmap::agent::AgentConfig;
+    use jitmap_wasmtime::demo::{self, Until};
+    let flags = Flags(args);
+    let hz: u32 = flags.value("--hz", 1000)?;
+    let seconds: f64 = flags.value("--seconds", 3.0)?;
+    let out: PathBuf = flags.value("--out", PathBuf::from("jitmap-profile"))?;
+    let manager = ExecutionManager::new(4);
+    let engine = demo::engine(true).map_err(|e| e.to_string())?;
+    let config = AgentConfig {
+        hz,
+        clock: Clock::Wall,
+        ..AgentConfig::default()
+    };
+    let until = Until::Elapsed(Duration::from_secs_f64(seconds));
+    let run = demo::run(&manager, &engine, config, until, |_| Ok(())).map_err(|e| e.to_string())?;
+    let run = jitmap_testkit::profile::ProfileRun {
+        profile: run.profile,
+        calls: run.calls,
+        wrong: run.wrong,
+        period_ns: 1_000_000_000 / u64::from(hz),
+    };
     jitmap_testkit::profile::write_outputs(&run, &out).map_err(|e| e.to_string())?;
     println!("{}", jitmap_testkit::profile::json(&run));
     Ok(())

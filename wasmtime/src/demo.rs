@@ -1,9 +1,22 @@
-//! The 1:2:4 guest: a WebAssembly module whose three leaves do 1, 2 and 4
-//! units of the same work under `middle` and `top`, called in a loop by
-//! its host. A profiler that is right gives the leaves 1:2:4 of their
-//! self samples. Shared by the `guest_profile` example and the tests.
+//! The 1:2:4 guest, for checking a profiler: a WebAssembly module whose
+//! three leaves do 1, 2 and 4 units of the same work under `middle` and
+//! `top`, called in a loop by its host. A profiler that is right gives the
+//! leaves 1:2:4 of their self samples. The `guest_profile` example runs it
+//! under the agent; the tests compare the agent, perf and eBPF on it.
+//!
+//! ```
+//! use jitmap_wasmtime::demo::{Guest, ROUNDS, engine};
+//!
+//! let mut guest = Guest::new(&engine(false)?)?;
+//! assert_eq!(guest.call(ROUNDS)?, Guest::expected(ROUNDS));
+//! # Ok::<(), wasmtime::Error>(())
+//! ```
 
-use wasmtime::{Engine, Instance, Module, Store, TypedFunc};
+use std::time::{Duration, Instant};
+
+use jitmap::ExecutionManager;
+use jitmap::agent::{Agent, AgentConfig, Profile};
+use wasmtime::{Config, Engine, Instance, Module, ProfilingStrategy, Store, TypedFunc};
 
 /// The guest, in the text format. Each leaf runs `n * k` rounds of a
 /// linear congruential step; `middle` mixes their results.
@@ -53,6 +66,73 @@ pub const LEAVES: [&str; 3] = ["guest::leaf_1x", "guest::leaf_2x", "guest::leaf_
 
 /// Rounds of the 1x leaf per call of `top`.
 pub const ROUNDS: i32 = 20_000;
+
+/// An engine for the guest; with `jitdump`, wasmtime writes its own
+/// jitdump (`jit-<pid>.dump` in the working directory) for `perf inject`.
+pub fn engine(jitdump: bool) -> wasmtime::Result<Engine> {
+    let mut config = Config::new();
+    if jitdump {
+        config.profiler(ProfilingStrategy::JitDump);
+    }
+    Engine::new(&config)
+}
+
+/// When a [`run`] ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Until {
+    /// After this much wall time.
+    Elapsed(Duration),
+    /// Once the running thread's handler has taken this many samples, or
+    /// after the given time, whichever comes first.
+    Samples(u64, Duration),
+}
+
+/// A profiled run of the guest.
+#[derive(Debug)]
+pub struct DemoRun {
+    /// The agent's profile.
+    pub profile: Profile,
+    /// Calls of `top` made.
+    pub calls: u64,
+    /// Calls whose result was not [`Guest::expected`].
+    pub wrong: u64,
+}
+
+/// Compiles the guest on `engine`, registers it with `manager`, and calls
+/// `top` on this thread under an agent started with `config` until `until`;
+/// `started` is given the agent once it runs (to serve its profiles).
+pub fn run(
+    manager: &ExecutionManager,
+    engine: &Engine,
+    config: AgentConfig,
+    until: Until,
+    started: impl FnOnce(&Agent) -> Result<(), Box<dyn std::error::Error>>,
+) -> Result<DemoRun, Box<dyn std::error::Error>> {
+    let mut guest = Guest::new(engine)?;
+    let registration = crate::register(manager, &guest.module)?;
+    let agent = Agent::start(manager, config)?;
+    started(&agent)?;
+    let attached = agent.attach_current_thread()?;
+    let expected = Guest::expected(ROUNDS);
+    let (mut calls, mut wrong) = (0, 0);
+    let began = Instant::now();
+    let done = |taken: u64| match until {
+        Until::Elapsed(d) => began.elapsed() >= d,
+        Until::Samples(n, cap) => taken >= n || began.elapsed() >= cap,
+    };
+    while !done(attached.samples_taken()) {
+        calls += 1;
+        wrong += u64::from(guest.call(ROUNDS)? != expected);
+    }
+    drop(attached);
+    let profile = agent.stop();
+    drop(registration);
+    Ok(DemoRun {
+        profile,
+        calls,
+        wrong,
+    })
+}
 
 /// One instance of the guest and its `top`.
 pub struct Guest {

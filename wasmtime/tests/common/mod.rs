@@ -1,2 +1,0 @@
-//! What the tests share.
-pub mod guest;
