@@ -26,6 +26,10 @@ fn main() {
             "bad_input_exits_2_with_a_reason",
             bad_input_exits_2_with_a_reason,
         ),
+        (
+            "a_wasmtime_guest_is_resolved_to_its_functions",
+            a_wasmtime_guest_is_resolved_to_its_functions,
+        ),
     ]);
 }
 
@@ -37,11 +41,17 @@ struct Host {
 
 impl Host {
     fn spawn(name: &str, args: &[&str]) -> Self {
+        Self::spawn_with(name, |_| host::spin(args))
+    }
+
+    /// A host `command` makes, given the host's own directory, with its
+    /// perf map there.
+    fn spawn_with(name: &str, command: impl FnOnce(&Path) -> Command) -> Self {
         let dir =
             std::env::temp_dir().join(format!("jitmap-inspect-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        let child = host::spin(args)
+        let child = command(&dir)
             .env("JITMAP_PERF", "map")
             .env("JITMAP_PERF_DIR", &dir)
             .stdout(Stdio::null())
@@ -56,10 +66,16 @@ impl Host {
 
     /// The perf map's entries, once it has at least `n`: (start, size, name).
     fn perf_map(&self, n: usize) -> Vec<(u64, u64, String)> {
+        self.perf_map_where(n, |name| name.ends_with(|c: char| c.is_ascii_digit()))
+    }
+
+    /// The same, of the entries whose name `keep` keeps.
+    fn perf_map_where(&self, n: usize, keep: impl Fn(&str) -> bool) -> Vec<(u64, u64, String)> {
         let path = self.dir.join(format!("perf-{}.map", self.pid()));
-        let deadline = Instant::now() + Duration::from_secs(20);
+        let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            let entries = read_perf_map(&path);
+            let mut entries = read_perf_map(&path);
+            entries.retain(|(_, _, name)| keep(name));
             if entries.len() >= n {
                 return entries;
             }
@@ -83,7 +99,6 @@ impl Drop for Host {
 fn read_perf_map(path: &Path) -> Vec<(u64, u64, String)> {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     text.lines()
-        .filter(|l| l.ends_with(|c: char| c.is_ascii_digit()))
         .filter_map(|l| {
             let mut f = l.splitn(3, ' ');
             let start = u64::from_str_radix(f.next()?, 16).ok()?;
@@ -278,4 +293,53 @@ fn bad_input_exits_2_with_a_reason() {
     let (out, _) = inspect(&["--pid".into(), "1".into(), "--ip".into(), "0xzz".into()]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("not an address"));
+}
+
+/// A wasmtime host's guest (jitmap_wasmtime::demo), registered as an image:
+/// its perf map lists the guest's functions and wasmtime's trampolines, and
+/// `inspect` names every first and last byte of them from outside.
+fn a_wasmtime_guest_is_resolved_to_its_functions() {
+    let host = Host::spawn_with("wasm", |dir| {
+        let out = dir.join("profile");
+        host::wasm(&["--seconds", "60", "--out", out.to_str().unwrap()])
+    });
+    let entries = host.perf_map_where(6, |name| name.starts_with("guest::"));
+    let mut names: Vec<&str> = entries
+        .iter()
+        .map(|(_, _, n)| n.as_str())
+        .filter(|n| *n != "guest::[trampolines]")
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "guest::leaf_1x",
+            "guest::leaf_2x",
+            "guest::leaf_4x",
+            "guest::middle",
+            "guest::top"
+        ]
+    );
+    let ips: Vec<u64> = entries
+        .iter()
+        .flat_map(|&(s, n, _)| [s, s + n - 1])
+        .collect();
+    let (out, json) = inspect(&ip_args(host.pid(), &ips));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let answers = json["answers"].as_array().unwrap();
+    assert_eq!(answers.len(), ips.len());
+    for (i, (a, ip)) in answers.iter().zip(&ips).enumerate() {
+        let (start, size, name) = &entries[i / 2];
+        assert_eq!(a["kind"], "image", "{a}");
+        assert_eq!(a["name"], name.as_str(), "{a}");
+        assert_eq!(
+            (&a["start"], &a["size"], &a["method_offset"]),
+            (&(*start).into(), &(*size).into(), &(ip - start).into()),
+            "{a}"
+        );
+    }
 }

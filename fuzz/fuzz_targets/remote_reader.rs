@@ -2,7 +2,8 @@
 //! whose first manager root leads into pages built from the fuzz input (with
 //! plausible pointers into those pages). Every lookup and listing must end in
 //! an answer or a typed error, within bounded reads, and any method it names
-//! must contain the address.
+//! must contain the address (a heap's method, or an image's function found
+//! in its table).
 #![no_main]
 
 use arbitrary::Arbitrary;
@@ -57,9 +58,26 @@ fuzz_target!(|input: Input| {
     let reader = RemoteReader::new(&image, DESCRIPTOR).unwrap();
     for &ip in input.ips.iter().take(16) {
         let ip = BASE + u64::from(ip % 0x4_0000);
-        if let Ok(Resolution::Method(m)) = reader.resolve(ip) {
-            assert!(m.start <= ip && ip < m.start + m.size, "{m:?} for {ip:#x}");
-            assert!(m.name.len() <= 3 * MAX_NAME);
+        match reader.resolve(ip) {
+            Ok(Resolution::Method(m)) => {
+                assert!(m.start <= ip && ip < m.start + m.size, "{m:?} for {ip:#x}");
+                assert!(m.name.len() <= 3 * MAX_NAME);
+            }
+            // An image's function, from its table (layout 3), holds the
+            // address too.
+            Ok(Resolution::Image {
+                begin,
+                end,
+                offset,
+                method,
+            }) => {
+                assert!(begin <= ip && ip < end && offset == ip - begin);
+                if let Some(m) = method {
+                    assert!(m.start <= ip && ip < m.start + m.size, "{m:?} for {ip:#x}");
+                    assert!(m.name.len() <= 3 * MAX_NAME);
+                }
+            }
+            _ => {}
         }
     }
     let _ = reader.sections();

@@ -35,6 +35,11 @@
 
 pub mod demo;
 
+/// The guide's wasmtime chapter, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/guide/wasmtime.md")]
+pub struct GuideWasmtime;
+
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 

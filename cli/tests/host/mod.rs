@@ -32,6 +32,15 @@ pub fn spin(args: &[&str]) -> Command {
     command
 }
 
+/// This test binary run as the WebAssembly guest's host with `profile`'s
+/// options (`--hz`, `--seconds`, `--out`); perf output as `JITMAP_PERF`
+/// says.
+pub fn wasm(args: &[&str]) -> Command {
+    let mut command = Command::new(executable());
+    as_host(&mut command, "wasm").args(args);
+    command
+}
+
 /// Makes the processes `command` starts (itself, or what it runs, as
 /// `perf record -- EXECUTABLE` does) the `kind` host when they run
 /// [`executable`].
@@ -164,6 +173,7 @@ fn run_wasm(args: &[String]) -> Result<(), String> {
     let seconds: f64 = flags.value("--seconds", 3.0)?;
     let out: PathBuf = flags.value("--out", PathBuf::from("jitmap-profile"))?;
     let manager = ExecutionManager::new(4);
+    let _perf = jitmap::perf::PerfOutput::from_env(&manager).map_err(|e| e.to_string())?;
     let engine = demo::engine(true).map_err(|e| e.to_string())?;
     let config = AgentConfig {
         hz,
