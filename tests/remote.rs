@@ -564,7 +564,7 @@ fn random_image(base: usize, methods: u32, rng: &mut Rng) -> jitmap::image::Imag
             method_id: 5000 + u64::from(m),
             gc: None,
             debug: vec![],
-            name: if m % 7 == 0 {
+            name: if m.is_multiple_of(7) {
                 String::new()
             } else {
                 format!("image::m{m}")
@@ -573,12 +573,12 @@ fn random_image(base: usize, methods: u32, rng: &mut Rng) -> jitmap::image::Imag
         let main = functions.len() as u32;
         functions.push(f(at, at + size));
         at += size;
-        if rng.next() % 4 == 0 {
+        if rng.next().is_multiple_of(4) {
             let funclet = 1 + (rng.next() % 40) as u32;
             functions.push(f(at, at + funclet));
             at += funclet;
         }
-        if m % 5 == 0 {
+        if m.is_multiple_of(5) {
             cold.push(main);
         }
     }

@@ -301,7 +301,14 @@ fn bad_input_exits_2_with_a_reason() {
 fn a_wasmtime_guest_is_resolved_to_its_functions() {
     let host = Host::spawn_with("wasm", |dir| {
         let out = dir.join("profile");
-        host::wasm(&["--seconds", "60", "--out", out.to_str().unwrap()])
+        let mut command = Command::new(host::executable());
+        host::as_host(&mut command, "wasm").args([
+            "--seconds",
+            "60",
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        command
     });
     let entries = host.perf_map_where(6, |name| name.starts_with("guest::"));
     let mut names: Vec<&str> = entries

@@ -32,15 +32,6 @@ pub fn spin(args: &[&str]) -> Command {
     command
 }
 
-/// This test binary run as the WebAssembly guest's host with `profile`'s
-/// options (`--hz`, `--seconds`, `--out`); perf output as `JITMAP_PERF`
-/// says.
-pub fn wasm(args: &[&str]) -> Command {
-    let mut command = Command::new(executable());
-    as_host(&mut command, "wasm").args(args);
-    command
-}
-
 /// Makes the processes `command` starts (itself, or what it runs, as
 /// `perf record -- EXECUTABLE` does) the `kind` host when they run
 /// [`executable`].
