@@ -423,3 +423,74 @@ impl ImageSection {
 fn len(functions: &[ImageFunction]) -> u64 {
     functions.iter().map(|x| u64::from(x.end - x.begin)).sum()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn f(begin: u32, end: u32) -> ImageFunction {
+        ImageFunction {
+            begin,
+            end,
+            unwind: Box::new([]),
+        }
+    }
+
+    fn m(entry: u32, method_id: u64, name: &str) -> ImageMethod {
+        ImageMethod {
+            entry,
+            method_id,
+            gc: None,
+            debug: vec![],
+            name: name.to_owned(),
+        }
+    }
+
+    #[test]
+    fn the_remote_table_gives_each_function_its_methods_offset_and_name() {
+        // A: main 0x10..0x20 and a funclet 0x20..0x28; B: main 0x30..0x38,
+        // unnamed; A's cold part 0x40..0x44; thunks 0x50..0x60 (no function).
+        let image = ImageSection::new(ImageInfo {
+            base: 0x1000,
+            size: 0x100,
+            functions: vec![f(0x10, 0x20), f(0x20, 0x28), f(0x30, 0x38), f(0x40, 0x44)],
+            methods: vec![m(0x10, 7, "guest::a"), m(0x30, 8, "")],
+            hot_cold: vec![HotCold { cold: 3, hot: 0 }],
+            thunks: Some(0x50..0x60),
+        })
+        .unwrap();
+        let a = image.method(0).name.as_ptr() as usize;
+        let b = image.method(1).name.as_ptr() as usize;
+        let entry = |begin, end, delta, name_len, method_id, name_ptr| RemoteFunction {
+            begin,
+            end,
+            delta,
+            name_len,
+            method_id,
+            name_ptr,
+        };
+        assert_eq!(
+            image.remote_functions(),
+            [
+                entry(0x10, 0x20, 0, 8, 7, a),
+                entry(0x20, 0x28, 0x10, 8, 7, a),
+                entry(0x30, 0x38, 0, 0, 8, b),
+                // The cold part continues after A's 0x18 hot bytes.
+                entry(0x40, 0x44, 0x18, 8, 7, a),
+            ]
+        );
+        // Each entry's offset agrees with the in-process lookup everywhere.
+        for e in image.remote_functions() {
+            for rel in e.begin..e.end {
+                let hit = image.lookup(u64::from(rel)).unwrap();
+                assert_eq!(hit.offset, u64::from(e.delta + rel - e.begin));
+                assert_eq!(image.method(hit.method).method_id, e.method_id);
+            }
+        }
+        let extents: Vec<(u64, usize, u64)> = image
+            .method_extents()
+            .map(|(m, start, size)| (m.method_id, start, size))
+            .collect();
+        assert_eq!(extents, [(7, 0x1010, 0x18), (8, 0x1030, 8)]);
+    }
+}
