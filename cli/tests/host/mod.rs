@@ -164,7 +164,13 @@ fn run_wasm(args: &[String]) -> Result<(), String> {
     let seconds: f64 = flags.value("--seconds", 3.0)?;
     let out: PathBuf = flags.value("--out", PathBuf::from("jitmap-profile"))?;
     let manager = ExecutionManager::new(4);
-    let _perf = jitmap::perf::PerfOutput::from_env(&manager).map_err(|e| e.to_string())?;
+    // wasmtime writes its own `jit-<pid>.dump` into the working directory
+    // (for perf); jitmap's jitdump would take the same name there. So the
+    // host writes jitmap's perf map only, when asked.
+    let _perf = (std::env::var("JITMAP_PERF").as_deref() == Ok("map"))
+        .then(|| jitmap::perf::PerfOutput::from_env(&manager))
+        .transpose()
+        .map_err(|e| e.to_string())?;
     let engine = demo::engine(true).map_err(|e| e.to_string())?;
     let config = AgentConfig {
         hz,
