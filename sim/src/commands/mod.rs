@@ -4,6 +4,7 @@ pub mod compare;
 pub mod profile;
 pub mod replay;
 pub mod run;
+pub mod scale;
 pub mod spec;
 pub mod spin;
 pub mod stress;

@@ -1,0 +1,220 @@
+//! `scale`: what jitmap costs per method as a runtime grows, measured over
+//! the public API. One heap per size, methods of 64 bytes published with
+//! `CodeInfo::new(id, "m", Baseline)` alone, then random exact finds at
+//! addresses inside them. Beside them, in the same run, the same finds in a
+//! `BTreeMap<start, id>` and a sorted `Vec<(start, end)>` (what a runtime
+//! would otherwise keep), and a floor: the same random walk over the same
+//! address table, without a lookup.
+
+use std::collections::BTreeMap;
+use std::hint::black_box;
+use std::time::Instant;
+
+use jitmap::{CodeInfo, ExecutionManager, HeapConfig, JitKind};
+use jitmap_testkit::rng::Rng;
+
+use crate::fixture::BoxError;
+
+/// Methods per run of the full table.
+pub const SIZES: [usize; 3] = [10_000, 100_000, 1_000_000];
+/// Code bytes each method asks for.
+pub const METHOD_BYTES: u64 = 64;
+/// Finds per timed pass.
+pub const FINDS: usize = 2_000_000;
+/// Timed passes per structure, interleaved; the median is reported.
+pub const PASSES: usize = 5;
+
+/// One size's figures.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Row {
+    /// Methods published.
+    pub methods: usize,
+    /// Mean ns per publish (reserve, write one byte, publish).
+    pub publish_ns: f64,
+    /// Heap-allocator bytes in use after the publishes, over before, per
+    /// method (glibc's `mallinfo2`): the metadata jitmap allocates.
+    pub malloc_per_method: f64,
+    /// Resident bytes after over before, per method: metadata, code pages
+    /// and map pages.
+    pub rss_per_method: f64,
+    /// Median ns per step of the floor's walk.
+    pub floor_ns: f64,
+    /// Median ns per exact find through the manager (pinned once a pass).
+    pub find_ns: f64,
+    /// Median ns per find in the `BTreeMap`.
+    pub btree_ns: f64,
+    /// Median ns per find in the sorted `Vec`.
+    pub sorted_vec_ns: f64,
+    /// Finds that answered another start than the method's (must be 0).
+    pub wrong: u64,
+}
+
+fn heap_in_use() -> usize {
+    // SAFETY: mallinfo2 only reads the allocator's statistics.
+    unsafe { libc::mallinfo2() }.uordblks
+}
+
+fn resident() -> usize {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: usize = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0);
+    pages * 4096
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// ns per step of `f` over `addrs`.
+fn timed(addrs: &[usize], mut f: impl FnMut(usize) -> usize) -> f64 {
+    let t = Instant::now();
+    let mut sum = 0usize;
+    for &a in addrs {
+        sum = sum.wrapping_add(f(black_box(a)));
+    }
+    black_box(sum);
+    t.elapsed().as_nanos() as f64 / addrs.len() as f64
+}
+
+/// Measures one size: `methods` published, `finds` random finds per pass.
+pub fn measure(methods: usize, finds: usize) -> Result<Row, BoxError> {
+    let manager = ExecutionManager::new(4);
+    let span = (methods as u64 * 2 * (METHOD_BYTES + 16))
+        .next_power_of_two()
+        .max(1 << 20);
+    let heap = manager.create_heap(HeapConfig {
+        span,
+        ..HeapConfig::default()
+    })?;
+    let mut starts = Vec::with_capacity(methods);
+    let (malloc0, rss0) = (heap_in_use(), resident());
+    let t = Instant::now();
+    for id in 0..methods as u64 {
+        let mut r = heap.reserve(METHOD_BYTES)?;
+        r.code_mut()[0] = 0xC3;
+        let code = r.publish(CodeInfo::new(id, "m", JitKind::Baseline))?;
+        starts.push(code.start());
+    }
+    let publish_ns = t.elapsed().as_nanos() as f64 / methods as f64;
+    let (malloc1, rss1) = (heap_in_use(), resident());
+    let btree: BTreeMap<usize, u64> = starts
+        .iter()
+        .enumerate()
+        .map(|(i, &s)| (s, i as u64))
+        .collect();
+    let mut sorted: Vec<(usize, usize)> = starts
+        .iter()
+        .map(|&s| (s, s + METHOD_BYTES as usize))
+        .collect();
+    sorted.sort_unstable();
+    let mut rng = Rng::new(0x5ca1e + methods as u64);
+    let addrs: Vec<usize> = (0..finds)
+        .map(|_| starts[rng.below(methods as u64) as usize] + rng.below(METHOD_BYTES) as usize)
+        .collect();
+    let reader = manager.register_reader()?;
+    let mut wrong = 0u64;
+    let [mut floor, mut find, mut tree, mut vec] = [(); 4].map(|_| Vec::with_capacity(PASSES));
+    for _ in 0..PASSES {
+        floor.push(timed(&addrs, |a| a));
+        let guard = manager.pin(&reader)?;
+        find.push(timed(&addrs, |a| guard.find(a).map_or(0, |b| b.start())));
+        drop(guard);
+        tree.push(timed(&addrs, |a| {
+            btree
+                .range(..=a)
+                .next_back()
+                .filter(|(s, _)| a < *s + METHOD_BYTES as usize)
+                .map_or(0, |(s, _)| *s)
+        }));
+        vec.push(timed(&addrs, |a| {
+            let i = sorted.partition_point(|&(s, _)| s <= a);
+            match i.checked_sub(1).map(|i| sorted[i]) {
+                Some((s, e)) if a < e => s,
+                _ => 0,
+            }
+        }));
+    }
+    // Exactness, once, outside the timed passes: the manager's answer
+    // against the B-tree's.
+    let guard = manager.pin(&reader)?;
+    for &a in &addrs {
+        let found = guard.find(a).map(|b| b.start());
+        let start = btree.range(..=a).next_back().map(|(s, _)| *s);
+        if found != start {
+            wrong += 1;
+        }
+    }
+    drop(guard);
+    Ok(Row {
+        methods,
+        publish_ns,
+        malloc_per_method: (malloc1 as f64 - malloc0 as f64) / methods as f64,
+        rss_per_method: (rss1 as f64 - rss0 as f64) / methods as f64,
+        floor_ns: median(floor),
+        find_ns: median(find),
+        btree_ns: median(tree),
+        sorted_vec_ns: median(vec),
+        wrong,
+    })
+}
+
+/// The rows as a table, with each find's cost over the floor.
+pub fn table(rows: &[Row]) -> String {
+    let mut out = String::from(
+        "methods    publish ns  malloc B/method  RSS B/method  floor ns  find ns  find-floor  BTreeMap ns  sorted Vec ns  wrong\n",
+    );
+    for r in rows {
+        out += &format!(
+            "{:>9}  {:>10.0}  {:>15.0}  {:>12.0}  {:>8.1}  {:>7.1}  {:>10.1}  {:>11.1}  {:>13.1}  {:>5}\n",
+            r.methods,
+            r.publish_ns,
+            r.malloc_per_method,
+            r.rss_per_method,
+            r.floor_ns,
+            r.find_ns,
+            r.find_ns - r.floor_ns,
+            r.btree_ns,
+            r.sorted_vec_ns,
+            r.wrong
+        );
+    }
+    out
+}
+
+/// The rows as JSON: one object per size, the [`Row`] fields by name.
+pub fn json(rows: &[Row]) -> serde_json::Value {
+    serde_json::Value::Array(
+        rows.iter()
+            .map(|r| {
+                serde_json::json!({
+                    "methods": r.methods,
+                    "publish_ns": r.publish_ns,
+                    "malloc_bytes_per_method": r.malloc_per_method,
+                    "rss_bytes_per_method": r.rss_per_method,
+                    "floor_ns": r.floor_ns,
+                    "find_ns": r.find_ns,
+                    "btree_ns": r.btree_ns,
+                    "sorted_vec_ns": r.sorted_vec_ns,
+                    "wrong": r.wrong,
+                })
+            })
+            .collect(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_find_agrees_with_the_btree_and_the_metadata_is_counted() {
+        let row = measure(2_000, 20_000).unwrap();
+        assert_eq!((row.methods, row.wrong), (2_000, 0));
+        // Each publish allocates its header and info: more than the name.
+        assert!(row.malloc_per_method >= 1.0, "{row:?}");
+    }
+}
