@@ -39,9 +39,10 @@ pub struct Row {
     pub rss_per_method: f64,
     /// Median ns per step of the floor's walk.
     pub floor_ns: f64,
-    /// Median ns per exact find through the manager (pinned once a pass).
+    /// Median ns per exact find through the manager (pinned once a pass),
+    /// reading the method's start and id.
     pub find_ns: f64,
-    /// Median ns per find in the `BTreeMap`.
+    /// Median ns per find in the `BTreeMap<start, id>` (start and id).
     pub btree_ns: f64,
     /// Median ns per find in the sorted `Vec`.
     pub sorted_vec_ns: f64,
@@ -121,14 +122,19 @@ pub fn measure(methods: usize, finds: usize) -> Result<Row, BoxError> {
     for _ in 0..PASSES {
         floor.push(timed(&addrs, |a| a));
         let guard = manager.pin(&reader)?;
-        find.push(timed(&addrs, |a| guard.find(a).map_or(0, |b| b.start())));
+        // The method's start and id: the id is read from its header.
+        find.push(timed(&addrs, |a| {
+            guard
+                .find(a)
+                .map_or(0, |b| b.start() ^ b.method_id() as usize)
+        }));
         drop(guard);
         tree.push(timed(&addrs, |a| {
             btree
                 .range(..=a)
                 .next_back()
                 .filter(|(s, _)| a < *s + METHOD_BYTES as usize)
-                .map_or(0, |(s, _)| *s)
+                .map_or(0, |(s, id)| *s ^ *id as usize)
         }));
         vec.push(timed(&addrs, |a| {
             let i = sorted.partition_point(|&(s, _)| s <= a);
