@@ -594,23 +594,8 @@ mod tests {
         assert_outputs(&ebpf_out);
         // perf names the leaves from wasmtime's jitdump.
         let text = inject_and_report(&dir, &data, "sym");
-        let perf_share = |leaf: &str| {
-            let short = leaf.trim_start_matches("guest::");
-            let line = text
-                .lines()
-                .find(|l| {
-                    l.split_whitespace()
-                        .last()
-                        .is_some_and(|s| s.ends_with(short))
-                })
-                .unwrap_or_else(|| panic!("{short} missing from perf report:\n{text}"));
-            line.split_whitespace()
-                .next()
-                .unwrap()
-                .trim_end_matches('%')
-                .parse::<f64>()
-                .unwrap()
-        };
+        let perf_share =
+            |leaf: &str| e2e::report_share_ending(&text, leaf.trim_start_matches("guest::"));
         let from_agent = normalized(leaves.map(|l| json_share(&agent, l)));
         let from_perf = normalized(leaves.map(perf_share));
         let from_ebpf = normalized(leaves.map(|l| json_share(&ebpf, l)));

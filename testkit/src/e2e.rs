@@ -101,6 +101,26 @@ pub fn report_share<'a>(text: &'a str, name: &str) -> (&'a str, f64) {
     (line, percent)
 }
 
+/// The share, in percent, of the `perf report --stdio` line whose symbol
+/// ends with `suffix`: for names a runtime writes with a prefix of its own
+/// (wasmtime's jitdump names a guest function `wasm[0]::function[1]::leaf`).
+pub fn report_share_ending(text: &str, suffix: &str) -> f64 {
+    let line = text
+        .lines()
+        .find(|l| {
+            l.split_whitespace()
+                .last()
+                .is_some_and(|s| s.ends_with(suffix))
+        })
+        .unwrap_or_else(|| panic!("{suffix} missing from perf report:\n{text}"));
+    line.split_whitespace()
+        .next()
+        .unwrap()
+        .trim_end_matches('%')
+        .parse()
+        .unwrap()
+}
+
 /// `perf ARGS` run to completion in `dir`: its standard output. A failure
 /// fails the test, with perf's message.
 fn perf_ok(dir: &Path, args: &[&str]) -> String {

@@ -225,37 +225,33 @@ fn decode_frame(b: &[u8], names: &[u8]) -> Result<Frame, DecodeError> {
     let reads = u16::from_le_bytes([b[44], b[45]]);
     let offset = usize::from(u16::from_le_bytes([b[48], b[49]]));
     let copied = usize::from(u16::from_le_bytes([b[50], b[51]]));
+    // The frame's name in the sample's name area (invalid UTF-8 replaced).
+    let name = || {
+        names
+            .get(offset..offset + copied)
+            .map(|n| String::from_utf8_lossy(n).into_owned())
+            .ok_or(DecodeError::Name {
+                offset,
+                len: copied,
+            })
+    };
     let kind = match b[46] {
         0 => FrameKind::Native,
-        1 => {
-            let name = names
-                .get(offset..offset + copied)
-                .ok_or(DecodeError::Name {
-                    offset,
-                    len: copied,
-                })?;
-            FrameKind::Method {
-                start,
-                size,
-                method_id: id,
-                heap_id,
-                name: String::from_utf8_lossy(name).into_owned(),
-                truncated: name_len > copied,
-            }
-        }
+        1 => FrameKind::Method {
+            start,
+            size,
+            method_id: id,
+            heap_id,
+            name: name()?,
+            truncated: name_len > copied,
+        },
         2 => FrameKind::Stub { start, kind: id },
         3 => FrameKind::Image {
             begin: heap_id,
             method: if b[47] == 1 {
-                let name = names
-                    .get(offset..offset + copied)
-                    .ok_or(DecodeError::Name {
-                        offset,
-                        len: copied,
-                    })?;
                 Some(ImageMethod {
                     method_id: id,
-                    name: String::from_utf8_lossy(name).into_owned(),
+                    name: name()?,
                     truncated: name_len > copied,
                 })
             } else {
