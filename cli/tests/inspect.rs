@@ -302,6 +302,8 @@ fn a_wasmtime_guest_is_resolved_to_its_functions() {
     let host = Host::spawn_with("wasm", |dir| {
         let out = dir.join("profile");
         let mut command = Command::new(host::executable());
+        // wasmtime writes its jitdump into the working directory.
+        command.current_dir(dir);
         host::as_host(&mut command, "wasm").args([
             "--seconds",
             "60",
