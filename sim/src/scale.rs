@@ -14,6 +14,7 @@ use jitmap::{CodeInfo, ExecutionManager, HeapConfig, JitKind};
 use jitmap_testkit::rng::Rng;
 
 use crate::fixture::BoxError;
+use crate::tiered::resident_bytes;
 
 /// Methods per run of the full table.
 pub const SIZES: [usize; 3] = [10_000, 100_000, 1_000_000];
@@ -55,16 +56,6 @@ fn heap_in_use() -> usize {
     unsafe { libc::mallinfo2() }.uordblks
 }
 
-fn resident() -> usize {
-    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
-    let pages: usize = statm
-        .split_whitespace()
-        .nth(1)
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(0);
-    pages * 4096
-}
-
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
@@ -92,7 +83,7 @@ pub fn measure(methods: usize, finds: usize) -> Result<Row, BoxError> {
         ..HeapConfig::default()
     })?;
     let mut starts = Vec::with_capacity(methods);
-    let (malloc0, rss0) = (heap_in_use(), resident());
+    let (malloc0, rss0) = (heap_in_use(), resident_bytes());
     let t = Instant::now();
     for id in 0..methods as u64 {
         let mut r = heap.reserve(METHOD_BYTES)?;
@@ -101,7 +92,7 @@ pub fn measure(methods: usize, finds: usize) -> Result<Row, BoxError> {
         starts.push(code.start());
     }
     let publish_ns = t.elapsed().as_nanos() as f64 / methods as f64;
-    let (malloc1, rss1) = (heap_in_use(), resident());
+    let (malloc1, rss1) = (heap_in_use(), resident_bytes());
     let btree: BTreeMap<usize, u64> = starts
         .iter()
         .enumerate()

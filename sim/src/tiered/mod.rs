@@ -66,7 +66,7 @@ const FORGET_AFTER: Duration = Duration::from_secs(30);
 const TIMELINE_EVERY: Duration = Duration::from_secs(60);
 
 /// This process's resident set, in bytes (0 if `/proc` says nothing).
-fn resident_bytes() -> u64 {
+pub(crate) fn resident_bytes() -> u64 {
     let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
     let pages: u64 = statm
         .split_whitespace()
