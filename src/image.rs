@@ -365,6 +365,12 @@ impl ImageSection {
             .map(|&m| &self.info.methods[m as usize])
     }
 
+    /// The method whose function holds `rel` (an offset from the base):
+    /// [`ImageSection::lookup`], then its method.
+    pub fn method_at(&self, rel: u64) -> Option<&ImageMethod> {
+        self.lookup(rel).map(|hit| self.method(hit.method))
+    }
+
     /// Method `index`.
     pub fn method(&self, index: usize) -> &ImageMethod {
         &self.info.methods[index]

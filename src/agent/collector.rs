@@ -112,8 +112,7 @@ impl KnownImage {
     /// The name of method `id` if this image has it at `addr`.
     fn name_at(&self, addr: usize, id: u64) -> Option<&str> {
         let rel = addr.checked_sub(self.image.base())?;
-        let hit = self.image.lookup(rel as u64)?;
-        let method = self.image.method(hit.method);
+        let method = self.image.method_at(rel as u64)?;
         (method.method_id == id).then_some(method.name.as_str())
     }
 }

@@ -143,8 +143,7 @@ impl Registration {
     /// show it; `None` outside the registered code.
     pub fn name_at(&self, address: usize) -> Option<&str> {
         let rel = address.checked_sub(self.base)?;
-        let hit = self.image.lookup(rel as u64)?;
-        Some(self.image.method(hit.method).name.as_str())
+        Some(self.image.method_at(rel as u64)?.name.as_str())
     }
 }
 
