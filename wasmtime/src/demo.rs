@@ -19,47 +19,37 @@ use jitmap::agent::{Agent, AgentConfig, Profile};
 use wasmtime::{Config, Engine, Instance, Module, ProfilingStrategy, Store, TypedFunc};
 
 /// The guest, in the text format. Each leaf runs `n * k` rounds of a
-/// linear congruential step; `middle` mixes their results.
-pub const WAT: &str = r#"
-(module $guest
-  (func $leaf_1x (param $n i32) (result i32)
+/// linear congruential step from seed `k` (the same loop in all three);
+/// `middle` mixes their results.
+pub fn wat() -> String {
+    let leaf = |k: u32| {
+        format!(
+            r#"
+  (func $leaf_{k}x (param $n i32) (result i32)
     (local $i i32) (local $seed i32)
-    (local.set $seed (i32.const 1))
+    (local.set $seed (i32.const {k}))
+    (local.set $n (i32.mul (local.get $n) (i32.const {k})))
     (loop $again
       (local.set $seed
         (i32.add (i32.mul (local.get $seed) (i32.const 1664525))
                  (i32.add (i32.const 1013904223) (local.get $i))))
       (local.set $i (i32.add (local.get $i) (i32.const 1)))
       (br_if $again (i32.lt_u (local.get $i) (local.get $n))))
-    (local.get $seed))
-  (func $leaf_2x (param $n i32) (result i32)
-    (local $i i32) (local $seed i32)
-    (local.set $seed (i32.const 2))
-    (local.set $n (i32.mul (local.get $n) (i32.const 2)))
-    (loop $again
-      (local.set $seed
-        (i32.add (i32.mul (local.get $seed) (i32.const 1664525))
-                 (i32.add (i32.const 1013904223) (local.get $i))))
-      (local.set $i (i32.add (local.get $i) (i32.const 1)))
-      (br_if $again (i32.lt_u (local.get $i) (local.get $n))))
-    (local.get $seed))
-  (func $leaf_4x (param $n i32) (result i32)
-    (local $i i32) (local $seed i32)
-    (local.set $seed (i32.const 4))
-    (local.set $n (i32.mul (local.get $n) (i32.const 4)))
-    (loop $again
-      (local.set $seed
-        (i32.add (i32.mul (local.get $seed) (i32.const 1664525))
-                 (i32.add (i32.const 1013904223) (local.get $i))))
-      (local.set $i (i32.add (local.get $i) (i32.const 1)))
-      (br_if $again (i32.lt_u (local.get $i) (local.get $n))))
-    (local.get $seed))
+    (local.get $seed))"#
+        )
+    };
+    format!(
+        r#"(module $guest{}{}{}
   (func $middle (param $n i32) (result i32)
     (i32.xor (call $leaf_1x (local.get $n))
       (i32.xor (call $leaf_2x (local.get $n)) (call $leaf_4x (local.get $n)))))
   (func $top (export "top") (param $n i32) (result i32)
-    (call $middle (local.get $n))))
-"#;
+    (call $middle (local.get $n))))"#,
+        leaf(1),
+        leaf(2),
+        leaf(4)
+    )
+}
 
 /// The leaves' names as the agent gives them, in units of work 1, 2, 4.
 pub const LEAVES: [&str; 3] = ["guest::leaf_1x", "guest::leaf_2x", "guest::leaf_4x"];
@@ -145,7 +135,7 @@ pub struct Guest {
 impl Guest {
     /// Compiles and instantiates the guest on `engine`.
     pub fn new(engine: &Engine) -> wasmtime::Result<Self> {
-        let module = Module::new(engine, WAT)?;
+        let module = Module::new(engine, wat())?;
         let mut store = Store::new(engine, ());
         let instance = Instance::new(&mut store, &module, &[])?;
         let top = instance.get_typed_func::<i32, i32>(&mut store, "top")?;
