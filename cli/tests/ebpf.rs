@@ -619,10 +619,15 @@ mod tests {
     }
 
     /// Profiles a spin host started with `args` (and a minute to run) at
-    /// 4 kHz until `samples` have arrived, then checks every placement the
-    /// kernel named against the host's perf map; returns the report, or
-    /// `None` when the test skips here.
-    fn profile_spin(name: &str, args: &[&str], samples: u64) -> Option<serde_json::Value> {
+    /// 4 kHz until `samples` have arrived, with `extra` options, then checks
+    /// every placement the kernel named against the host's perf map;
+    /// returns the report, or `None` when the test skips here.
+    fn profile_spin(
+        name: &str,
+        args: &[&str],
+        samples: u64,
+        extra: &[&str],
+    ) -> Option<serde_json::Value> {
         if !runs_x86_64() {
             return None;
         }
@@ -633,7 +638,8 @@ mod tests {
         let pid = host.0.id();
         wait_published(&dir, pid, 1);
         let samples = samples.to_string();
-        let out = ebpf_profile(pid, "60", &["--hz", "4000", "--samples", &samples]);
+        let options = ["--hz", "4000", "--samples", &samples];
+        let out = ebpf_profile(pid, "60", &[&options[..], extra].concat());
         drop(host);
         if !ran(&out) {
             return None;
@@ -690,7 +696,7 @@ mod tests {
 
     fn a_churning_v2_host_is_never_misnamed() {
         let args = ["--functions", "32", "--churn", "--unique-names"];
-        let Some(report) = profile_spin("ebpf-churn-v2", &args, 12_000) else {
+        let Some(report) = profile_spin("ebpf-churn-v2", &args, 12_000, &[]) else {
             return;
         };
         let methods = report["frames"]["methods"].as_u64().unwrap();
@@ -709,12 +715,15 @@ mod tests {
     }
 
     /// JIT code calling a native leaf built without frame pointers
-    /// (`spin --frameless`): the kernel's frame-pointer walk skips the leaf's
-    /// JIT caller. The program finds the caller's return address on top of
-    /// the stack, and each such sample is counted as such.
+    /// (`spin --frameless`), profiled with the native walk off: the
+    /// frame-pointer step skips the leaf's JIT caller. The program finds the
+    /// caller's return address on top of the stack, and each such sample is
+    /// counted as such. (With the native walk on, the leaf is stepped by its
+    /// rows: `tests/native_unwind.rs`.)
     fn a_frameless_native_leaf_under_jit_code_is_detected_and_counted() {
         let args = ["--frameless"];
-        let Some(report) = profile_spin("ebpf-frameless", &args, 6000) else {
+        let off = ["--native-unwind", "off"];
+        let Some(report) = profile_spin("ebpf-frameless", &args, 6000, &off) else {
             return;
         };
         let samples = report["samples"].as_u64().unwrap();
@@ -851,7 +860,7 @@ mod tests {
             "--pad",
             "40000",
         ];
-        let Some(report) = profile_spin("ebpf-churn-v1", &args, 12_000) else {
+        let Some(report) = profile_spin("ebpf-churn-v1", &args, 12_000, &[]) else {
             return;
         };
         // Every pc is in reach; only made-up return addresses may be too far.
@@ -866,7 +875,7 @@ mod tests {
     fn a_v1_method_beyond_the_walk_cap_is_too_far_never_wrong() {
         // The hot loop 100,000 bytes in: 390 words back, past the cap.
         let args = ["--functions", "8", "--map", "v1", "--pad", "100000"];
-        let Some(report) = profile_spin("ebpf-too-far", &args, 8000) else {
+        let Some(report) = profile_spin("ebpf-too-far", &args, 8000, &[]) else {
             return;
         };
         let too_far = report["frames"]["too_far"].as_u64().unwrap();

@@ -19,7 +19,7 @@ pub(crate) mod eh_frame;
 pub mod rows;
 pub(crate) mod rule;
 
-pub use rows::UnwindRow;
+pub use rows::{UnwindRow, object_rows};
 pub(crate) use rule::Rule;
 
 /// Why a stack walk ended. The agent counts each reason

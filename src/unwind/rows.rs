@@ -124,6 +124,32 @@ pub(crate) fn rows(frame: &[u8], start: usize, size: u64) -> Box<[UnwindRow]> {
     out.into_boxed_slice()
 }
 
+/// The rows of a loaded object's `.eh_frame`, for an unwinder outside the
+/// process (the eBPF profiler's walk of native frames): `frame` is the
+/// section's bytes and `frame_addr` its address in the object (its
+/// `sh_addr`, before the load bias). Each row's `offset` is the address in
+/// the object where it starts to apply, so a frame's row is found at its pc
+/// minus the object's load bias. Between and after functions the rows say
+/// [`UnwindRow::NONE`] (step by the frame-pointer convention); CFI this
+/// form cannot express says [`UnwindRow::UNSUPPORTED`].
+///
+/// `None` when a row's address is past 4 GiB, which an offset cannot
+/// hold (an object linked that high; position-independent ones start at 0).
+///
+/// ```
+/// use jitmap::unwind::{UnwindRow, object_rows};
+/// // No FDEs: no rows.
+/// assert_eq!(object_rows(&[], 0x1000).as_deref(), Some(&[][..]));
+/// # let _ = UnwindRow::NONE;
+/// ```
+pub fn object_rows(frame: &[u8], frame_addr: u64) -> Option<Box<[UnwindRow]>> {
+    let frame_addr = usize::try_from(frame_addr).ok()?;
+    evaluate(frame, frame_addr)
+        .into_iter()
+        .map(|r| Some(row(u32::try_from(r.addr).ok()?, r.rule)))
+        .collect()
+}
+
 /// `frame`, a method's `.eh_frame` built for its code at `from`, for the
 /// same code moved to `to`: every FDE's start (its only address, for the
 /// simple FDEs a JIT writes) shifted by the move. `None` when an FDE's start
@@ -448,5 +474,39 @@ mod tests {
                 ..UnwindRow::default()
             }
         );
+    }
+
+    /// An object's rows keep its addresses: absolute FDE starts as they
+    /// are, pc-relative ones from where the section is in the object.
+    #[test]
+    fn an_objects_rows_are_at_its_addresses() {
+        let rule = |offset: u32, cfa: i32| UnwindRow {
+            offset,
+            cfa,
+            ra: -8,
+            kind: UnwindRow::RULE,
+            base: UnwindRow::BASE_SP,
+            has_ra: 1,
+            ..UnwindRow::default()
+        };
+        let end = |offset: u32| UnwindRow {
+            offset,
+            kind: UnwindRow::NONE,
+            ..UnwindRow::default()
+        };
+        let absolute = frame(0x1000, gimli::DW_EH_PE_udata8);
+        assert_eq!(
+            object_rows(&absolute, 0x9000).as_deref(),
+            Some(&[rule(0x1000, 8), rule(0x1004, 16), end(0x1020)][..])
+        );
+        // gimli writes a pc-relative start as if the section were at 0.
+        let relative = frame(0x1000, gimli::DW_EH_PE_pcrel | gimli::DW_EH_PE_sdata4);
+        assert_eq!(
+            object_rows(&relative, 0x400).as_deref(),
+            Some(&[rule(0x1400, 8), rule(0x1404, 16), end(0x1420)][..])
+        );
+        // An object linked past 4 GiB has no rows in this form.
+        let high = frame(0x1_0000_0000, gimli::DW_EH_PE_udata8);
+        assert_eq!(object_rows(&high, 0), None);
     }
 }

@@ -207,13 +207,21 @@ pub fn leaf_source() -> &'static str {
 }
 
 /// Compiles `source` with `cc -O2 -fomit-frame-pointer` into
-/// `dir/lib<stem>.so`; returns its path.
+/// `dir/lib<stem>.so`, with a build id (which tells two builds apart);
+/// returns its path.
 pub fn build_shared_object(dir: &Path, stem: &str, source: &str) -> Result<PathBuf, DemoError> {
     let c = dir.join(format!("{stem}.c"));
     let object = dir.join(format!("lib{stem}.so"));
     std::fs::write(&c, source).map_err(|e| DemoError::Setup(format!("{c:?}: {e}")))?;
     let status = std::process::Command::new("cc")
-        .args(["-O2", "-fomit-frame-pointer", "-fPIC", "-shared", "-o"])
+        .args([
+            "-O2",
+            "-fomit-frame-pointer",
+            "-fPIC",
+            "-shared",
+            "-Wl,--build-id",
+            "-o",
+        ])
         .arg(&object)
         .arg(&c)
         .status()

@@ -30,11 +30,30 @@ pub struct Options {
     /// Print the report as one JSON object.
     #[arg(long, conflicts_with = "overhead")]
     json: bool,
+    /// Step native frames by their objects' `.eh_frame` (loaded into the
+    /// kernel for every object the host maps, kept current across dlopen
+    /// and dlclose), so code built without frame pointers is walked; `off`
+    /// steps them by the frame pointer only.
+    #[arg(long, value_enum, default_value = "on", conflicts_with = "overhead")]
+    native_unwind: Switch,
+    /// The most native rows loaded (16 bytes each; the default is 32 MiB).
+    /// An object whose rows do not fit is left out, and the report says so.
+    #[arg(long, default_value_t = 1 << 21, conflicts_with = "overhead")]
+    native_rows: u32,
     /// Instead of profiling a host, measure the program's cost on the demo
     /// host run here: throughput at 1 kHz and 10 kHz over no program, in
     /// rounds of --seconds each, side by side.
     #[arg(long, conflicts_with_all = ["pid", "hz"])]
     overhead: bool,
+}
+
+/// On or off.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Switch {
+    /// On.
+    On,
+    /// Off.
+    Off,
 }
 
 /// Runs the profile, or the overhead measurement.
@@ -51,8 +70,9 @@ pub fn run(o: Options) -> CliResult {
             emit(&format!(
                 "{} Hz (cpu-clock, every CPU), throughput over no program, median of {}: \
                  profiling {:.4} [{}], taking stacks only {:.4} [{}], attached but \
-                 profiling no process (floor) {:.4} [{}]; ns per sample in the kernel: \
-                 {:.0} profiling, {:.0} taking stacks only\n",
+                 profiling no process (floor) {:.4} [{}], profiling without native rows \
+                 {:.4} [{}]; ns per sample in the kernel: {:.0} profiling, {:.0} without \
+                 native rows, {:.0} taking stacks only\n",
                 row.hz,
                 row.ratios.len(),
                 median(&row.ratios),
@@ -61,7 +81,10 @@ pub fn run(o: Options) -> CliResult {
                 list(&row.stack_only),
                 median(&row.floor),
                 list(&row.floor),
+                median(&row.no_native),
+                list(&row.no_native),
                 median(&row.ns_per_sample),
+                median(&row.no_native_ns),
                 median(&row.stack_only_ns),
             ))?;
         }
@@ -74,6 +97,7 @@ pub fn run(o: Options) -> CliResult {
         hz: o.hz.get(),
         duration,
         samples: o.samples,
+        native_rows: (o.native_unwind == Switch::On).then_some(o.native_rows),
     };
     // On stderr, so that a caller (or a test) knows when sampling began.
     let mut attached = || eprintln!("jitmap profile: sampling process {pid}");

@@ -22,6 +22,13 @@ enum Key {
     Nothing,
     TooFar,
     Error,
+    /// Where a walk ended at an object whose rows were stale.
+    StaleRows,
+    /// Where a walk ended at a frame whose rows have no rule it can apply.
+    NoRule,
+    /// A walk that stepped a native frame in no object with rows by the
+    /// frame pointer.
+    UnknownCode,
 }
 
 /// One placement of a JIT method the samples named: where it was, what it
@@ -67,6 +74,18 @@ pub struct Counts {
     /// method that the kernel's frame-pointer walk skipped: their stacks
     /// lack that caller (detected, not repaired; see the BPF program).
     pub frameless_leaf: u64,
+    /// Samples whose walk ended at an object whose native rows were stale
+    /// (another object mapped where the rows were loaded for): their
+    /// stacks end in `[stale unwind rows]`.
+    pub stale_rows: u64,
+    /// Samples whose walk ended at a frame whose unwind rows have no rule
+    /// the kernel can apply (a PLT stub's DWARF expression, or native code
+    /// no FDE covers): their stacks end in `[no unwind rule]`.
+    pub no_rule: u64,
+    /// Samples whose walk stepped a native frame in no object with rows by
+    /// the frame pointer: their stacks end in `[frame pointer through
+    /// unknown code]`.
+    pub unknown_code: u64,
     /// Frames, by what they were.
     pub native: u64,
     /// JIT method frames.
@@ -150,18 +169,36 @@ impl Aggregator {
         if sample.frameless_leaf {
             c.frameless_leaf += 1;
         }
+        if sample.stale_rows {
+            c.stale_rows += 1;
+        }
+        if sample.no_rule {
+            c.no_rule += 1;
+        }
+        if sample.unknown_code {
+            c.unknown_code += 1;
+        }
         if matches!(
             sample.frames[0].kind,
             FrameKind::Nothing | FrameKind::TooFar | FrameKind::Error
         ) {
             c.unattributed += 1;
         }
-        let keys: Vec<Key> = sample
+        let mut keys: Vec<Key> = sample
             .frames
             .iter()
             .enumerate()
             .map(|(depth, f)| self.key(f, depth > 0))
             .collect();
+        if sample.stale_rows {
+            keys.push(Key::StaleRows);
+        }
+        if sample.no_rule {
+            keys.push(Key::NoRule);
+        }
+        if sample.unknown_code {
+            keys.push(Key::UnknownCode);
+        }
         *self.stacks.entry(keys).or_default() += 1;
     }
 
@@ -312,6 +349,9 @@ impl Aggregator {
                     Key::Nothing => vec!["[unattributed]".to_owned()],
                     Key::TooFar => vec!["[too far]".to_owned()],
                     Key::Error => vec!["[unreadable]".to_owned()],
+                    Key::StaleRows => vec!["[stale unwind rows]".to_owned()],
+                    Key::NoRule => vec!["[no unwind rule]".to_owned()],
+                    Key::UnknownCode => vec!["[frame pointer through unknown code]".to_owned()],
                 })
                 .collect();
             *named.entry(frames).or_default() += count;
@@ -370,6 +410,9 @@ mod tests {
             reads: 1,
             stale: false,
             frameless_leaf: false,
+            stale_rows: false,
+            no_rule: false,
+            unknown_code: false,
             frames,
         }
     }
@@ -480,5 +523,46 @@ mod tests {
         let p = profile(stacks, &counts, std::time::Duration::from_secs(1));
         assert_eq!((p.taken, p.samples, p.dropped, p.lookups), (7, 4, 3, 10));
         assert_eq!(p.summary()[0].name, "f");
+    }
+
+    /// A walk that ended at an object whose rows were stale, or at a frame
+    /// without a rule it can apply, says so at the end of its stack, and is
+    /// counted; the same frames without a flag are another stack.
+    #[test]
+    fn a_walk_ended_by_stale_rows_ends_in_a_marker() {
+        let mut agg = Aggregator::new();
+        let cut = Sample {
+            stale_rows: true,
+            ..sample(vec![native(0x700)])
+        };
+        agg.add(&cut);
+        agg.add(&cut);
+        agg.add(&sample(vec![native(0x700)]));
+        agg.add(&Sample {
+            no_rule: true,
+            ..sample(vec![native(0x700)])
+        });
+        let (stacks, _, counts) = agg.finish(|addr, _| vec![format!("n{addr:x}")]);
+        assert_eq!(
+            stacks,
+            [
+                Stack {
+                    frames: vec!["n700".into(), "[stale unwind rows]".into()],
+                    count: 2
+                },
+                Stack {
+                    frames: vec!["n700".into()],
+                    count: 1
+                },
+                Stack {
+                    frames: vec!["n700".into(), "[no unwind rule]".into()],
+                    count: 1
+                },
+            ]
+        );
+        assert_eq!(
+            (counts.samples, counts.stale_rows, counts.no_rule),
+            (4, 2, 1)
+        );
     }
 }

@@ -102,6 +102,17 @@ pub struct Sample {
     /// method, the kernel's frame-pointer walk skipped (the word on top of
     /// the stack returns into that method).
     pub frameless_leaf: bool,
+    /// The walk ended at the last frame because its object's native rows
+    /// are stale: another object is mapped where they were loaded for.
+    pub stale_rows: bool,
+    /// The walk ended at the last frame because its unwind rows have no
+    /// rule the kernel's walk can apply (CFI with a DWARF expression, as a
+    /// PLT stub's), or no FDE of its native object covers it.
+    pub no_rule: bool,
+    /// A native frame in no object with rows (one loaded since the rows
+    /// were last refreshed, or anonymous code) was stepped by the frame
+    /// pointer: the frames past it are only as good as that frame pointer.
+    pub unknown_code: bool,
     /// Frames, innermost first.
     pub frames: Vec<Frame>,
 }
@@ -182,6 +193,9 @@ impl Sample {
         let flags = u32_at(record, 12);
         let stale = flags & 1 != 0;
         let frameless_leaf = flags & 2 != 0;
+        let stale_rows = flags & 8 != 0;
+        let no_rule = flags & 16 != 0;
+        let unknown_code = flags & 32 != 0;
         let names = u32_at(record, 16) as usize;
         let bad_length = Err(DecodeError::Length {
             got: record.len(),
@@ -208,6 +222,9 @@ impl Sample {
             reads,
             stale,
             frameless_leaf,
+            stale_rows,
+            no_rule,
+            unknown_code,
             frames,
         })
     }

@@ -14,7 +14,13 @@
 //! use std::time::Duration;
 //! use jitmap_cli::ebpf::{self, Options};
 //!
-//! let options = Options { pid: 1234, hz: 1000, duration: Duration::from_secs(5), samples: None };
+//! let options = Options {
+//!     pid: 1234,
+//!     hz: 1000,
+//!     duration: Duration::from_secs(5),
+//!     samples: None,
+//!     native_rows: Some(ebpf::native::DEFAULT_ROWS_CAP),
+//! };
 //! let run = ebpf::run(&options, &AtomicBool::new(false), &mut || {})?;
 //! print!("{}", run.report(10));
 //! # Ok::<(), jitmap_cli::ebpf::EbpfError>(())
@@ -22,6 +28,7 @@
 
 pub mod aggregate;
 pub mod event;
+pub mod native;
 pub mod program;
 
 use std::fmt;
@@ -49,6 +56,10 @@ pub struct Options {
     /// profile that needs a number of samples gets them however busy the
     /// machine is.
     pub samples: Option<u64>,
+    /// Step native frames by their objects' `.eh_frame` rows, loaded into
+    /// the kernel for every object the host maps, at most this many rows
+    /// (16 bytes each); `None`: by the frame pointer only.
+    pub native_rows: Option<u32>,
 }
 
 /// Why a profile could not be taken. Every one is a bad input or a missing
@@ -214,6 +225,8 @@ pub struct EbpfRun {
     pub stopped: bool,
     /// Whether the profile ended because `Options::samples` had arrived.
     pub reached_samples: bool,
+    /// The native rows loaded for the kernel's walk, if it used them.
+    pub native: Option<native::NativeStats>,
 }
 
 /// Checks the options, finds the host's descriptor and builds the program's
@@ -248,8 +261,8 @@ pub fn run(
     stop: &AtomicBool,
     attached: &mut dyn FnMut(),
 ) -> Result<EbpfRun, EbpfError> {
-    let config = configure(options)?;
-    let mut loaded = Loaded::start(config, options.hz)?;
+    let config = configure(options)?.with_native(options.native_rows.is_some());
+    let mut loaded = Loaded::start(config, options.hz, options.native_rows.unwrap_or(0))?;
     attached();
     let started = Instant::now();
     let deadline = started + options.duration;
@@ -267,6 +280,10 @@ pub fn run(
     // from /proc), every quarter second, and once more at the end.
     let mut names = NativeNames::new(options.pid);
     let mut named_at = Instant::now();
+    // The native rows follow the host's mappings (dlopen, dlclose) every
+    // tenth of a second; in between, the kernel's check of each object's
+    // bytes keeps stale rows from being used.
+    let mut mapped_at = Instant::now();
     let mut host_exited = false;
     let mut stopped = false;
     let mut reached_samples = false;
@@ -288,6 +305,10 @@ pub fn run(
         if !alive() {
             host_exited = true;
             break;
+        }
+        if mapped_at.elapsed() >= Duration::from_millis(100) {
+            loaded.refresh_native();
+            mapped_at = Instant::now();
         }
         if named_at.elapsed() >= Duration::from_millis(250) {
             names.add(&agg.native_addresses());
@@ -328,6 +349,7 @@ pub fn run(
         host_exited,
         stopped,
         reached_samples,
+        native: loaded.native().cloned(),
     })
 }
 
@@ -450,7 +472,11 @@ impl EbpfRun {
              {} lost (ring full), {} unattributed; {} in a frameless native leaf \
              whose JIT caller the kernel's walk skipped\n\
              walks: {} from the sample's registers, {} frames stepped by their method's \
-             unwind rows\n\
+             unwind rows, {} native frames by their object's rows; {} walks ended at an \
+             object whose rows were stale, {} at a frame without a rule they can apply, \
+             {} stepped by the frame pointer through code in no object with rows, \
+             {} samples dropped as the rows changed\n\
+             {}\
              frames: {} ({} native, {} methods, {} stubs, {} images, {} in no block, \
              {} too far, {} stale, {} unreadable)\n\
              reads per frame: mean {:.2}, max {}; in a JIT section: mean {:.2}, max {}\n\
@@ -474,6 +500,12 @@ impl EbpfRun {
             c.frameless_leaf,
             k.walked,
             k.cfi_frames,
+            k.native_frames,
+            k.native_stale,
+            c.no_rule,
+            c.unknown_code,
+            k.native_busy,
+            self.native_line(),
             c.frames(),
             c.native,
             c.methods,
@@ -497,6 +529,32 @@ impl EbpfRun {
         );
         out.push_str(&p.top_tables(top));
         out
+    }
+
+    /// The report's line on the native rows.
+    fn native_line(&self) -> String {
+        let Some(n) = &self.native else {
+            return "native rows: off (native frames step by the frame pointer)\n".to_owned();
+        };
+        let mut line = format!(
+            "native rows: {} objects, {} ranges, {} rows, {:.1} MiB of a {:.1} MiB cap \
+             (largest: {}), loaded in {:.0} ms, {} refreshes",
+            n.objects,
+            n.ranges,
+            n.rows,
+            n.bytes() as f64 / 1048576.0,
+            f64::from(n.cap) * 16.0 / 1048576.0,
+            n.largest
+                .as_ref()
+                .map_or_else(|| "none".to_owned(), |(p, r)| format!("{p}, {r} rows")),
+            n.load_time.as_secs_f64() * 1000.0,
+            n.refreshes,
+        );
+        for (path, why) in &n.left_out {
+            line.push_str(&format!("; left out {path}: {why:?}"));
+        }
+        line.push('\n');
+        line
     }
 
     /// The run as one JSON object.
@@ -535,6 +593,20 @@ impl EbpfRun {
             "lost": k.lost,
             "unattributed": c.unattributed,
             "frameless_leaf": c.frameless_leaf,
+            "stale_rows": c.stale_rows,
+            "no_rule": c.no_rule,
+            "unknown_code": c.unknown_code,
+            "native": self.native.as_ref().map(|n| serde_json::json!({
+                "objects": n.objects,
+                "ranges": n.ranges,
+                "rows": n.rows,
+                "bytes": n.bytes(),
+                "cap_rows": n.cap,
+                "largest": n.largest.as_ref().map(|(p, r)| serde_json::json!({"path": p, "rows": r})),
+                "left_out": n.left_out.iter().map(|(p, w)| format!("{p}: {w:?}")).collect::<Vec<_>>(),
+                "refreshes": n.refreshes,
+                "load_ms": n.load_time.as_secs_f64() * 1000.0,
+            })),
             "frames": {
                 "all": c.frames(), "native": c.native, "methods": c.methods,
                 "stubs": c.stubs, "images": c.images, "nothing": c.nothing,
@@ -555,6 +627,10 @@ impl EbpfRun {
                 "unreadable_samples": k.unreadable,
                 "walked_samples": k.walked,
                 "cfi_frames": k.cfi_frames,
+                "native_frames": k.native_frames,
+                "native_stale": k.native_stale,
+                "native_busy": k.native_busy,
+                "native_unknown": k.native_unknown,
                 "ns_per_sample": self.ns_per_sample(),
                 "max_ns": k.max_cost_ns,
                 "prog_runs": self.run_time.runs,
@@ -597,6 +673,11 @@ pub struct Overhead {
     pub ns_per_sample: Vec<f64>,
     /// Mean ns in the program per sample when it only takes the stack.
     pub stack_only_ns: Vec<f64>,
+    /// Throughput ratios profiling with native frames stepped by the frame
+    /// pointer only (no native rows), per round.
+    pub no_native: Vec<f64>,
+    /// Mean ns in the program per sample without native rows.
+    pub no_native_ns: Vec<f64>,
 }
 
 /// Runs the demo on this thread for `slice` while a second thread drains the
@@ -609,7 +690,7 @@ fn measure(
     slice: Duration,
     rng: &mut jitmap_demo::rng::Rng,
 ) -> Result<(f64, f64), EbpfError> {
-    let loaded = Loaded::start(config, hz)?;
+    let loaded = Loaded::start(config, hz, native::DEFAULT_ROWS_CAP)?;
     let stop = AtomicBool::new(false);
     let (throughput, loaded) = std::thread::scope(|s| {
         let drainer = s.spawn(|| {
@@ -648,8 +729,9 @@ pub fn overhead(rates: &[u32], slice: Duration, rounds: usize) -> Result<Vec<Ove
         hz: rates.iter().copied().max().unwrap_or(1000),
         duration: slice,
         samples: None,
+        native_rows: Some(native::DEFAULT_ROWS_CAP),
     };
-    let profiled = configure(&options)?;
+    let profiled = configure(&options)?.with_native(true);
     // No process has the largest id (pid_max is at most 2^22); 0 would be
     // the idle task.
     let nobody = profiled.with_tgid(u32::MAX);
@@ -663,6 +745,8 @@ pub fn overhead(rates: &[u32], slice: Duration, rounds: usize) -> Result<Vec<Ove
             floor: Vec::new(),
             ns_per_sample: Vec::new(),
             stack_only_ns: Vec::new(),
+            no_native: Vec::new(),
+            no_native_ns: Vec::new(),
         })
         .collect();
     for _ in 0..rounds {
@@ -676,6 +760,10 @@ pub fn overhead(rates: &[u32], slice: Duration, rounds: usize) -> Result<Vec<Ove
             let (with, ns) = measure(&demo, profiled, row.hz, slice, &mut rng)?;
             row.ratios.push(with / base);
             row.ns_per_sample.push(ns);
+            let no_native = profiled.with_native(false);
+            let (with, ns) = measure(&demo, no_native, row.hz, slice, &mut rng)?;
+            row.no_native.push(with / base);
+            row.no_native_ns.push(ns);
         }
     }
     Ok(out)

@@ -9,9 +9,12 @@
 // A sample taken in user mode is walked here, from its registers: a JIT
 // method with unwind rows (its .eh_frame, evaluated by the host when it was
 // published) steps by the row at its pc, so JIT code that keeps no frame
-// pointer is walked through; every other frame steps by the frame pointer,
-// as the kernel's own walk does. A sample taken in the kernel takes the
-// kernel's walk of the user stack (bpf_get_stack).
+// pointer is walked through. A native frame in an object whose rows user
+// space loaded (each mapped object's .eh_frame, evaluated the same way, in
+// NATIVE_ROWS) steps by its row too, after a check that the object mapped
+// there is still the one the rows are of. Every other frame steps by the
+// frame pointer, as the kernel's own walk does. A sample taken in the
+// kernel takes the kernel's walk of the user stack (bpf_get_stack).
 //
 // Every loop has a constant bound; every pointer read from the target is
 // checked (non-null, aligned, below 2^47) before it is followed, and every read
@@ -42,13 +45,17 @@ static long (*bpf_probe_read_user)(void *dst, u32 size, const void *ptr) = (void
 static long (*bpf_probe_read_kernel)(void *dst, u32 size, const void *ptr) = (void *)113;
 static long (*bpf_ringbuf_output)(void *ringbuf, void *data, u64 size, u64 flags) = (void *)130;
 static u64 (*bpf_ringbuf_query)(void *ringbuf, u64 flags) = (void *)134;
+static void *(*bpf_get_current_task_btf)(void) = (void *)158;
+static void *(*bpf_task_pt_regs)(void *task) = (void *)175;
 static long (*bpf_loop)(u32 nr_loops, void *callback_fn, void *callback_ctx, u64 flags) = (void *)181;
 
 #define BPF_F_USER_STACK (1ULL << 8)
 #define BPF_RB_NO_WAKEUP 1
 #define BPF_RB_FORCE_WAKEUP 2
 #define BPF_RB_AVAIL_DATA 0
+#define BPF_MAP_TYPE_ARRAY 2
 #define BPF_MAP_TYPE_PERCPU_ARRAY 6
+#define BPF_F_MMAPABLE (1U << 10)
 #define BPF_MAP_TYPE_RINGBUF 27
 
 // Shared with user space (sim/src/ebpf/event.rs mirrors these).
@@ -76,6 +83,7 @@ static long (*bpf_loop)(u32 nr_loops, void *callback_fn, void *callback_ctx, u64
 #define RING_BYTES (8 << 20)
 
 // pt_regs (x86-64) as 8-byte words.
+#define REGS_WORDS 21
 #define REG_BP 4
 #define REG_IP 16
 #define REG_CS 17
@@ -102,6 +110,39 @@ struct unwind_row {
 // A method's rows are searched in at most ROW_STEPS reads: 2^16 rows.
 #define MAX_ROWS (1 << 16)
 #define ROW_STEPS 17
+
+// Native objects' rows (user space writes them; cli/src/ebpf/native.rs).
+// The ranges are sorted by start and searched in at most RANGE_STEPS reads;
+// an object's rows in at most OBJECT_ROW_STEPS.
+#define MAX_RANGES 1024
+#define RANGE_STEPS 11
+#define MAX_OBJECT_ROWS (1 << 22)
+#define OBJECT_ROW_STEPS 23
+#define CHECK_BYTES 16
+
+// One executable mapping of an object with rows: [start, end), the object's
+// load bias (a row's offset is pc - bias), its rows at NATIVE_ROWS[first ..
+// first + count), and CHECK_BYTES that the object holds at check_addr (its
+// build id): a frame steps by these rows only if the target's memory there
+// still reads the same, so rows are never applied to an object mapped where
+// an unloaded one was before user space saw the change.
+struct native_range {
+	u64 start;
+	u64 end;
+	u64 bias;
+	u64 check_addr;
+	u32 first;
+	u32 count;
+	u8 check[CHECK_BYTES];
+};
+
+// The tables' state: `seq` is odd while user space rewrites them (a
+// sample that used rows while it changed is dropped as stale); `ranges`
+// entries of NATIVE_RANGES are in use.
+struct native_state {
+	u64 seq;
+	u64 ranges;
+};
 
 enum frame_kind {
 	FRAME_NATIVE = 0,
@@ -146,6 +187,17 @@ struct event_header {
 // The last frame sent is the top-of-stack word's lookup, not a frame of the
 // stack (user space takes it off).
 #define SAMPLE_TOP_PROBE 4
+// The walk ended at the last frame: its pc is in an object whose rows are
+// stale (the check bytes differ: another object is mapped there now).
+#define SAMPLE_STALE_ROWS 8
+// The walk ended at the last frame: its rows say its CFI has no rule this
+// walk can apply (a DWARF expression, as in a PLT stub), or it is in a
+// native object's code that no FDE covers.
+#define SAMPLE_NO_RULE 16
+// A native frame in no object with rows (one loaded since user space last
+// looked, anonymous code) was stepped by the frame pointer: the frames
+// past it are only as good as that frame pointer.
+#define SAMPLE_UNKNOWN_CODE 32
 
 // A sample as sent: the header, `frames` frames, then `names` bytes of names.
 #define HEADER_BYTES 24
@@ -192,7 +244,7 @@ struct config {
 	u32 entry_name_ptr;
 	u32 resolve;   // 0: take the stack but resolve nothing and send no frames
 	               // (the overhead measurement's floor)
-	u32 pad;
+	u32 native;    // 1: step native frames by their objects' rows
 };
 
 struct stats {
@@ -212,6 +264,10 @@ struct stats {
 	u64 max_cost_ns;
 	u64 walked;        // samples whose stack this program walked (user mode)
 	u64 cfi_frames;    // frames stepped by their method's unwind rows
+	u64 native_frames; // native frames stepped by their object's rows
+	u64 native_stale;  // walks ended at an object whose rows are stale
+	u64 native_busy;   // samples dropped: the rows changed while they were used
+	u64 native_unknown; // native frames in no object with rows, stepped by the frame pointer
 };
 
 // Per-CPU working memory: the sample being built and the lookup's buffers
@@ -232,8 +288,14 @@ struct scratch {
 	u8 entry[ENTRY_CAP];
 	struct unwind_row row;  // the row at the frame's pc (walking only)
 	u32 want_row;           // look the row up (walking)
-	u32 pad;
+	u32 row_native;         // s->row is a native object's
+	u64 native_seq;         // NATIVE_STATE's seq at the sample's start
+	u32 native_on;          // the rows may be used in this sample
+	u32 native_used;        // ... and were
+	u64 checked;            // the range last checked in this sample, plus 1
+	u8 check[CHECK_BYTES];
 	u32 words[V1_CHUNK_WORDS];
+	u64 uregs[REGS_WORDS];  // the user registers of a sample taken in the kernel
 	u64 start;
 	u64 holes;   // start-map reads that found no page, this frame
 };
@@ -256,6 +318,32 @@ struct bpf_map_def SEC("maps") SCRATCH = {
 	.key_size = 4,
 	.value_size = sizeof(struct scratch),
 	.max_entries = 1,
+};
+
+// Written by user space through mmap (BPF_F_MMAPABLE); NATIVE_ROWS's size
+// is set at load (the rows' cap).
+struct bpf_map_def SEC("maps") NATIVE_STATE = {
+	.type = BPF_MAP_TYPE_ARRAY,
+	.key_size = 4,
+	.value_size = sizeof(struct native_state),
+	.max_entries = 1,
+	.map_flags = BPF_F_MMAPABLE,
+};
+
+struct bpf_map_def SEC("maps") NATIVE_RANGES = {
+	.type = BPF_MAP_TYPE_ARRAY,
+	.key_size = 4,
+	.value_size = sizeof(struct native_range),
+	.max_entries = MAX_RANGES,
+	.map_flags = BPF_F_MMAPABLE,
+};
+
+struct bpf_map_def SEC("maps") NATIVE_ROWS = {
+	.type = BPF_MAP_TYPE_ARRAY,
+	.key_size = 4,
+	.value_size = sizeof(struct unwind_row),
+	.max_entries = 1,
+	.map_flags = BPF_F_MMAPABLE,
 };
 
 struct bpf_map_def SEC("maps") STATS = {
@@ -680,6 +768,80 @@ INLINE u8 resolve(struct scratch *s, struct frame *f, u64 ip, u16 *reads)
 	return resolve_image(s, f, ip, begin, end, reads);
 }
 
+// The native row at `pc` into s->row (s->row_native set), if `pc` is in an
+// object user space loaded rows for: a binary search of the ranges, the
+// object's check bytes (read once per range per sample), then a binary
+// search of its rows (a pc no FDE covers gets a ROW_NONE row). Returns 0
+// (a row, or no object: step by the frame pointer), or 1 when the object's
+// check failed (the walk ends here).
+INLINE int native_row(struct scratch *s, u64 pc, u16 *reads)
+{
+	u32 zero = 0;
+	struct native_state *state = bpf_map_lookup_elem(&NATIVE_STATE, &zero);
+	if (!state)
+		return 0;
+	u64 n = *(volatile u64 *)&state->ranges;
+	if (n == 0 || n > MAX_RANGES)
+		return 0;
+	// The last range whose start is at most pc.
+	u32 lo = 0, hi = (u32)n;
+#pragma clang loop unroll(disable)
+	for (int k = 0; k < RANGE_STEPS; k++) {
+		if (hi - lo <= 1)
+			break;
+		u32 mid = lo + (hi - lo) / 2;
+		struct native_range *r = bpf_map_lookup_elem(&NATIVE_RANGES, &mid);
+		if (!r)
+			return 0;
+		if (r->start <= pc)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	struct native_range *r = bpf_map_lookup_elem(&NATIVE_RANGES, &lo);
+	if (!r || pc < r->start || pc >= r->end)
+		return 0;
+	u64 rel = pc - r->bias;
+	u64 first = r->first, count = r->count;
+	if (rel >> 32 || count == 0 || count > MAX_OBJECT_ROWS)
+		return 0;
+	if (s->checked != (u64)lo + 1) {
+		*reads += 1;
+		if (bpf_probe_read_user(s->check, CHECK_BYTES, (const void *)r->check_addr) ||
+		    *(u64 *)s->check != *(u64 *)r->check ||
+		    *(u64 *)(s->check + 8) != *(u64 *)(r->check + 8))
+			return 1;
+		s->checked = (u64)lo + 1;
+	}
+	// The last row whose offset is at most rel.
+	u32 a = 0, b = (u32)count;
+#pragma clang loop unroll(disable)
+	for (int k = 0; k < OBJECT_ROW_STEPS; k++) {
+		if (b - a <= 1)
+			break;
+		u32 mid = a + (b - a) / 2;
+		u32 at = (u32)first + mid;
+		struct unwind_row *row = bpf_map_lookup_elem(&NATIVE_ROWS, &at);
+		if (!row)
+			return 0;
+		if (row->offset <= rel)
+			a = mid;
+		else
+			b = mid;
+	}
+	u32 at = (u32)first + a;
+	struct unwind_row *row = bpf_map_lookup_elem(&NATIVE_ROWS, &at);
+	if (!row)
+		return 0;
+	s->row = *row;
+	// Before the object's first row: no rule, as between its functions.
+	if (row->offset > rel)
+		s->row.kind = ROW_NONE;
+	s->row_native = 1;
+	s->native_used = 1;
+	return 0;
+}
+
 struct walk {
 	struct scratch *s;
 	struct stats *st;
@@ -717,10 +879,19 @@ INLINE long step(struct walk *w, struct frame *f, u8 kind, u64 at)
 	u16 reads = 0;
 	struct event_header *h = (struct event_header *)s->ev;
 	struct unwind_row row = s->row;
-	if (kind == FRAME_METHOD && row.kind == ROW_UNSUPPORTED)
+	int native = kind == FRAME_NATIVE && s->row_native;
+	int ruled = kind == FRAME_METHOD || native;
+	// A native object's code that no FDE covers (its .init, say) ends the
+	// walk as CFI no rule expresses does: its frame pointer may be any
+	// value in a build without them, and the agent ends there too.
+	if ((ruled && row.kind == ROW_UNSUPPORTED) || (native && row.kind == ROW_NONE)) {
+		h->flags |= SAMPLE_NO_RULE;
 		return 1;
-	if (kind == FRAME_METHOD && row.kind == ROW_RULE) {
-		if (at == 0 && at_entry_or_ret(f, w->ip, &reads)) {
+	}
+	if (ruled && row.kind == ROW_RULE) {
+		// (A native object's CFI describes every instruction, its epilogues
+		// included.)
+		if (!native && at == 0 && at_entry_or_ret(f, w->ip, &reads)) {
 			row.base = 0;
 			row.cfa = 8;
 			row.ra = -8;
@@ -742,7 +913,10 @@ INLINE long step(struct walk *w, struct frame *f, u8 kind, u64 at)
 		} else if (row.fp_rule == FP_LOST) {
 			next_bp = 0;
 		}
-		w->st->cfi_frames += 1;
+		if (native)
+			w->st->native_frames += 1;
+		else
+			w->st->cfi_frames += 1;
 	} else {
 		if (bad_ptr(bp, 8) || bp < sp)
 			return 1;
@@ -794,9 +968,14 @@ static long frame_cb(u32 i, struct walk *w)
 	s->holes = 0;
 	s->want_row = w->walking;
 	s->row.kind = ROW_NONE;
+	s->row_native = 0;
 	// A return address is looked up one byte back, in its call instruction.
-	u8 kind = resolve(s, f, at == 0 ? ip : ip - 1, &reads);
+	u64 pc = at == 0 ? ip : ip - 1;
+	u8 kind = resolve(s, f, pc, &reads);
 	f->kind = kind;
+	int stale_rows = 0;
+	if (w->walking && kind == FRAME_NATIVE && s->native_on)
+		stale_rows = native_row(s, pc, &reads);
 	f->reads = reads;
 	if (at < w->counted) {
 		st->frames += 1;
@@ -814,6 +993,16 @@ static long frame_cb(u32 i, struct walk *w)
 	if (!w->walking)
 		return 0;
 	w->frames = (u32)at + 1;
+	struct event_header *h = (struct event_header *)s->ev;
+	if (stale_rows) {
+		h->flags |= SAMPLE_STALE_ROWS;
+		st->native_stale += 1;
+		return 1;
+	}
+	if (kind == FRAME_NATIVE && s->native_on && !s->row_native) {
+		h->flags |= SAMPLE_UNKNOWN_CODE;
+		st->native_unknown += 1;
+	}
 	return step(w, f, kind, at);
 }
 
@@ -831,12 +1020,24 @@ int jitmap_profile(void *ctx)
 		return 0;
 	// Counted first: a sample user space receives is always counted here.
 	st->samples += 1;
-	// Only a user-mode sample has the user registers in its context
-	// (pt_regs); one taken in the kernel takes the kernel's frame-pointer
-	// walk of the user stack. So does the overhead floor, which resolves
-	// nothing.
+	// A user-mode sample has the user registers in its context (pt_regs);
+	// one taken in the kernel (a system call, a fault) finds them where the
+	// kernel saved them on entry (bpf_task_pt_regs). A sample without them
+	// takes the kernel's frame-pointer walk of the user stack, and so does
+	// the overhead floor, which resolves nothing.
 	u64 *regs = ctx;
+	u64 rip = regs[REG_IP], rsp = regs[REG_SP], rbp = regs[REG_BP];
 	int user = (regs[REG_CS] & 3) == 3;
+	if (!user && CONFIG.resolve) {
+		void *saved = bpf_task_pt_regs(bpf_get_current_task_btf());
+		if (saved && !bpf_probe_read_kernel(s->uregs, sizeof(s->uregs), saved) &&
+		    (s->uregs[REG_CS] & 3) == 3) {
+			rip = s->uregs[REG_IP];
+			rsp = s->uregs[REG_SP];
+			rbp = s->uregs[REG_BP];
+			user = 1;
+		}
+	}
 	int walk = user && CONFIG.resolve;
 	u32 n = 0;
 	if (!walk) {
@@ -855,6 +1056,18 @@ int jitmap_profile(void *ctx)
 	s->names_used = 0;
 	s->hit_begin = 0;
 	s->hit_end = 0;
+	s->checked = 0;
+	s->native_used = 0;
+	s->native_on = 0;
+	s->native_seq = 0;
+	struct native_state *native = 0;
+	if (CONFIG.native) {
+		native = bpf_map_lookup_elem(&NATIVE_STATE, &zero);
+		if (native) {
+			s->native_seq = *(volatile u64 *)&native->seq;
+			s->native_on = !(s->native_seq & 1);
+		}
+	}
 	if (bpf_probe_read_user(s->roots, sizeof(s->roots), (const void *)CONFIG.managers)) {
 		st->unreadable += 1;
 		return 0;
@@ -881,9 +1094,9 @@ int jitmap_profile(void *ctx)
 		st->walked += 1;
 		w.walking = 1;
 		w.counted = MAX_FRAMES;
-		w.ip = regs[REG_IP];
-		w.sp = regs[REG_SP];
-		w.bp = regs[REG_BP];
+		w.ip = rip;
+		w.sp = rsp;
+		w.bp = rbp;
 		bpf_loop(MAX_FRAMES, frame_cb, &w, 0);
 		n = w.frames;
 	} else if (!stale && n > 0) {
@@ -898,7 +1111,7 @@ int jitmap_profile(void *ctx)
 	// (sent with SAMPLE_TOP_PROBE); if it is a return address into a JIT
 	// method, the sample is flagged, and user space counts it.
 	u32 top = 0;
-	u64 sp = regs[REG_SP];
+	u64 sp = rsp;
 	if (user && !stale && n >= 2 && n < MAX_FRAMES && !bad_ptr(sp, 8)) {
 		u64 word = 0;
 		h->reads += 1;
@@ -917,7 +1130,14 @@ int jitmap_profile(void *ctx)
 	}
 	h->frames = n + top;
 	if (top)
-		h->flags = SAMPLE_TOP_PROBE;
+		h->flags |= SAMPLE_TOP_PROBE;
+	// Rows user space rewrote while this sample used them may have been
+	// torn: the sample is dropped (x86-64 keeps loads in order, so the
+	// seq read last is read after every row).
+	if (s->native_used && native && *(volatile u64 *)&native->seq != s->native_seq) {
+		stale = 1;
+		st->native_busy += 1;
+	}
 	// A manager dropped during the sample clears its entry before freeing
 	// its map (whose sequence it leaves odd): either shows here.
 	if (!stale) {

@@ -11,6 +11,7 @@ use aya::{Ebpf, EbpfLoader};
 use jitmap::remote::Layout;
 
 use super::EbpfError;
+use super::native::{NativeStats, NativeTables, take_maps};
 
 /// The compiled program (`bpf/profile.bpf.c`, built by `build.rs`).
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profile.bpf.o"));
@@ -69,11 +70,12 @@ pub struct Config {
     /// 0: the program takes the stack but resolves nothing and sends no
     /// frames (a floor for the overhead measurement).
     resolve: u32,
-    pad: u32,
+    /// 1: native frames step by their objects' rows (`native.rs`).
+    native: u32,
 }
 
 // SAFETY: `Config` is `#[repr(C)]`, `Copy`, made only of integers, with no
-// padding (a u64 then 36 u32, the last explicit padding), so every bit
+// padding (a u64 then 36 u32), so every bit
 // pattern is valid and its bytes are all initialized.
 unsafe impl aya::Pod for Config {}
 
@@ -182,7 +184,7 @@ impl Config {
             entry_method_id: u(l.entry_method_id),
             entry_name_ptr: u(l.entry_name_ptr),
             resolve: 1,
-            pad: 0,
+            native: 0,
         })
     }
 }
@@ -196,6 +198,15 @@ impl Config {
     /// The same configuration, taking stacks but resolving no frames.
     pub fn stack_only(self) -> Self {
         Self { resolve: 0, ..self }
+    }
+
+    /// The same configuration, stepping native frames by their objects'
+    /// rows or not.
+    pub fn with_native(self, on: bool) -> Self {
+        Self {
+            native: u32::from(on),
+            ..self
+        }
     }
 }
 
@@ -235,9 +246,20 @@ pub struct KernelStats {
     pub walked: u64,
     /// Frames stepped by their method's unwind rows.
     pub cfi_frames: u64,
+    /// Native frames stepped by their object's rows.
+    pub native_frames: u64,
+    /// Walks ended at a frame whose object's rows were stale (another
+    /// object is mapped there now).
+    pub native_stale: u64,
+    /// Samples dropped because the native rows were rewritten while they
+    /// were used.
+    pub native_busy: u64,
+    /// Native frames in no object with rows (loaded since the last
+    /// refresh, or anonymous code), stepped by the frame pointer.
+    pub native_unknown: u64,
 }
 
-// SAFETY: `#[repr(C)]`, `Copy`, fifteen u64 and no padding: any bits are valid.
+// SAFETY: `#[repr(C)]`, `Copy`, nineteen u64 and no padding: any bits are valid.
 unsafe impl aya::Pod for KernelStats {}
 
 /// The kernel's own accounting of the program (`bpf_prog_info`), over every
@@ -257,21 +279,39 @@ pub struct Loaded {
     bpf: Ebpf,
     ring: RingBuf<MapData>,
     links: Vec<PerfEventLinkId>,
+    /// The target's native rows, when the configuration steps by them;
+    /// else the maps they would be in, kept open for the program (which
+    /// is loaded after this is made).
+    native: Result<NativeTables, [MapData; 3]>,
     /// Keeps the kernel's run-time statistics on while the program runs.
     _stats: Option<OwnedFd>,
 }
 
 impl Loaded {
-    /// Loads the program for `config` (the verifier checks it here) and
-    /// attaches it to a cpu-clock event on every online CPU, every `1/hz` s
-    /// of CPU time.
-    pub fn start(config: Config, hz: u32) -> Result<Self, EbpfError> {
+    /// Loads the program for `config` (the verifier checks it here), loads
+    /// the target's native rows (at most `rows_cap`) if the configuration
+    /// steps by them, and attaches it to a cpu-clock event on every online
+    /// CPU, every `1/hz` s of CPU time.
+    pub fn start(config: Config, hz: u32, rows_cap: u32) -> Result<Self, EbpfError> {
         raise_memlock();
         let stats = aya::sys::enable_stats(aya::sys::Stats::RunTime).ok();
+        // A map of no entries cannot be made: without native rows, one.
+        let rows_cap = if config.native == 0 {
+            1
+        } else {
+            rows_cap.max(1)
+        };
         let mut bpf = EbpfLoader::new()
             .set_global("CONFIG", &config, true)
+            .set_max_entries("NATIVE_ROWS", rows_cap)
             .load(OBJECT)
             .map_err(|e| EbpfError::bpf("loading the program's maps", &e))?;
+        let maps = take_maps(&mut bpf)?;
+        let native = if config.native != 0 {
+            Ok(NativeTables::new(config.tgid as i32, maps, rows_cap)?)
+        } else {
+            Err(maps)
+        };
         let ring = bpf
             .take_map("EVENTS")
             .ok_or(EbpfError::Bpf("the object has no EVENTS map".into()))?;
@@ -300,8 +340,20 @@ impl Loaded {
             bpf,
             ring,
             links,
+            native,
             _stats: stats,
         })
+    }
+
+    /// Brings the native rows up to the target's mappings if they changed
+    /// (see `native.rs`); returns whether they were rewritten.
+    pub fn refresh_native(&mut self) -> bool {
+        self.native.as_mut().is_ok_and(NativeTables::refresh)
+    }
+
+    /// What the native rows hold, if the program steps by them.
+    pub fn native(&self) -> Option<&NativeStats> {
+        self.native.as_ref().ok().map(NativeTables::stats)
     }
 
     /// Waits up to `timeout`, or until the program wakes the reader (it does
@@ -369,6 +421,10 @@ impl Loaded {
                 max_cost_ns: a.max_cost_ns.max(c.max_cost_ns),
                 walked: a.walked + c.walked,
                 cfi_frames: a.cfi_frames + c.cfi_frames,
+                native_frames: a.native_frames + c.native_frames,
+                native_stale: a.native_stale + c.native_stale,
+                native_busy: a.native_busy + c.native_busy,
+                native_unknown: a.native_unknown + c.native_unknown,
             }))
     }
 

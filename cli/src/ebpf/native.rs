@@ -1,0 +1,716 @@
+//! Native objects' unwind rows, for the kernel's walk of code built without
+//! frame pointers.
+//!
+//! For every executable mapping of the target (`/proc/PID/maps`), the mapped
+//! file is opened through `/proc/PID/map_files` (the very file mapped, even
+//! if deleted or replaced since; the vDSO is read from the target's memory),
+//! its `.eh_frame` evaluated into rows by [`jitmap::unwind::object_rows`], the
+//! evaluation the agent's collector and the heap use, and the rows written
+//! into the program's maps:
+//!
+//! - `NATIVE_ROWS`: one pool of rows; each object's rows, sorted by address
+//!   in the object, fill one slice of it.
+//! - `NATIVE_RANGES`: the mappings, sorted by start: each with the object's
+//!   load bias, its slice, and 16 bytes the object holds at a known address
+//!   (its build id).
+//! - `NATIVE_STATE`: a sequence, odd while the tables are rewritten, and the
+//!   number of ranges.
+//!
+//! All three are `BPF_F_MMAPABLE` arrays written through a shared mapping, so
+//! loading a large object's rows is a copy, not a system call per row.
+//!
+//! **Staleness.** The tables follow the target's mappings on every
+//! [`NativeTables::refresh`] (the profile loop calls it every 100 ms, when
+//! `/proc/PID/maps` changed). Between a `dlclose` and the next refresh,
+//! another object may be mapped where an unloaded one was. The kernel reads
+//! each range's check bytes from the target before it uses the range's rows
+//! (once per range per sample): if they differ, another object is mapped
+//! there, and the walk ends at that frame, counted (`native_stale`), never
+//! stepped by another object's rows. A sample whose rows were rewritten
+//! while it used them is dropped as stale (`native_busy`).
+//!
+//! **Memory.** Rows take 16 bytes each; the pool has a cap (`--native-rows`),
+//! set at load. An object whose rows do not fit is left out (its frames step
+//! by the frame pointer) and named in the report.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs;
+use std::os::fd::{AsFd, AsRawFd};
+use std::ptr::NonNull;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering, fence};
+use std::time::{Duration, Instant};
+
+use aya::maps::{Map, MapData};
+use jitmap::unwind::{UnwindRow, object_rows};
+use object::read::elf::{ElfFile64, ProgramHeader};
+use object::{Object, ObjectSection};
+
+use super::EbpfError;
+
+/// Ranges the kernel searches at most (`MAX_RANGES`).
+pub const MAX_RANGES: usize = 1024;
+/// Rows of one object the kernel searches at most (`MAX_OBJECT_ROWS`).
+pub const MAX_OBJECT_ROWS: usize = 1 << 22;
+/// The rows' cap when none is given: 2^21 rows, 32 MiB.
+pub const DEFAULT_ROWS_CAP: u32 = 1 << 21;
+/// Bytes of `struct native_range`.
+const RANGE_BYTES: usize = 56;
+/// Bytes of a row.
+const ROW_BYTES: usize = std::mem::size_of::<UnwindRow>();
+/// Bytes an object is checked by (`CHECK_BYTES`).
+const CHECK_BYTES: usize = 16;
+
+/// One executable mapping, as `/proc/PID/maps` lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mapping {
+    /// First address.
+    pub start: u64,
+    /// One past the last.
+    pub end: u64,
+    /// Offset of `start` in the file.
+    pub offset: u64,
+    /// The file's device and inode (0 for the vDSO).
+    pub file: (u64, u64),
+    /// The file's path, or `[vdso]`.
+    pub path: String,
+}
+
+/// The executable mappings of a `/proc/PID/maps` text that an unwinder can
+/// read: files, and the vDSO. Anonymous code (JIT heaps) is not listed.
+pub fn executable_mappings(maps: &str) -> Vec<Mapping> {
+    maps.lines()
+        .filter_map(|line| {
+            let mut f = line.split_ascii_whitespace();
+            let (range, perms, offset, dev, inode) =
+                (f.next()?, f.next()?, f.next()?, f.next()?, f.next()?);
+            let path = f.collect::<Vec<_>>().join(" ");
+            if perms.as_bytes().get(2) != Some(&b'x')
+                || !(path.starts_with('/') || path == "[vdso]")
+            {
+                return None;
+            }
+            let (start, end) = range.split_once('-')?;
+            let hex = |s: &str| u64::from_str_radix(s, 16).ok();
+            let (major, minor) = dev.split_once(':')?;
+            Some(Mapping {
+                start: hex(start)?,
+                end: hex(end)?,
+                offset: hex(offset)?,
+                file: ((hex(major)? << 32) | hex(minor)?, inode.parse().ok()?),
+                path,
+            })
+        })
+        .collect()
+}
+
+/// An object's rows and what identifies it in memory.
+#[derive(Debug)]
+struct Evaluated {
+    rows: Box<[UnwindRow]>,
+    /// Where the check bytes are, in the object's addresses.
+    check_vaddr: u64,
+    check: [u8; CHECK_BYTES],
+    /// The executable segments: (file offset, virtual address, file size).
+    segments: Vec<(u64, u64, u64)>,
+}
+
+/// Why an object has no rows in the tables.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LeftOut {
+    /// It could not be read or parsed as a 64-bit ELF object.
+    Unreadable,
+    /// It has no `.eh_frame`, or no build id or `.eh_frame_hdr` to check it by.
+    NoTable,
+    /// Its rows are past 4 GiB or more than the kernel searches.
+    TooLarge,
+    /// Its rows did not fit under the cap.
+    Cap,
+}
+
+impl Evaluated {
+    /// Evaluates an ELF object's `.eh_frame` and finds its check bytes: the
+    /// build id's first 16 bytes, else its `.eh_frame_hdr`'s first 16.
+    fn of(data: &[u8]) -> Result<Self, LeftOut> {
+        let elf =
+            ElfFile64::<object::LittleEndian>::parse(data).map_err(|_| LeftOut::Unreadable)?;
+        let frame = elf.section_by_name(".eh_frame").ok_or(LeftOut::NoTable)?;
+        let bytes = frame.data().map_err(|_| LeftOut::Unreadable)?;
+        let rows = object_rows(bytes, frame.address()).ok_or(LeftOut::TooLarge)?;
+        if rows.len() > MAX_OBJECT_ROWS {
+            return Err(LeftOut::TooLarge);
+        }
+        let (check_vaddr, check) = check_bytes(&elf).ok_or(LeftOut::NoTable)?;
+        let endian = elf.endian();
+        let segments = elf
+            .elf_program_headers()
+            .iter()
+            .filter(|p| p.p_type(endian) == object::elf::PT_LOAD)
+            .filter(|p| p.p_flags(endian) & object::elf::PF_X != 0)
+            .map(|p| (p.p_offset(endian), p.p_vaddr(endian), p.p_filesz(endian)))
+            .collect();
+        Ok(Self {
+            rows,
+            check_vaddr,
+            check,
+            segments,
+        })
+    }
+
+    /// The load bias of `m`, a mapping of this object: where the object's
+    /// address 0 is. `None` if no executable segment holds the mapping.
+    fn bias(&self, m: &Mapping) -> Option<u64> {
+        let len = m.end - m.start;
+        self.segments
+            .iter()
+            .find(|&&(off, _, size)| off < m.offset + len && m.offset < off + size.max(1))
+            .map(|&(off, vaddr, _)| {
+                // The mapping's first byte is file offset m.offset, which is
+                // at vaddr + (m.offset - off) in the object.
+                m.start
+                    .wrapping_sub(m.offset)
+                    .wrapping_add(off)
+                    .wrapping_sub(vaddr)
+            })
+    }
+}
+
+/// The 16 bytes an object is recognized by in memory, and where.
+fn check_bytes(elf: &ElfFile64<'_, object::LittleEndian>) -> Option<(u64, [u8; CHECK_BYTES])> {
+    // A GNU build-id note: namesz, descsz, type (4 bytes each), "GNU\0",
+    // then the id.
+    if let Some(note) = elf.section_by_name(".note.gnu.build-id") {
+        let data = note.data().ok()?;
+        if data.len() >= 16 + CHECK_BYTES && &data[12..16] == b"GNU\0" {
+            let check = data[16..16 + CHECK_BYTES].try_into().ok()?;
+            return Some((note.address() + 16, check));
+        }
+    }
+    let hdr = elf.section_by_name(".eh_frame_hdr")?;
+    let data = hdr.data().ok()?;
+    Some((hdr.address(), data.get(..CHECK_BYTES)?.try_into().ok()?))
+}
+
+/// `struct native_range`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Range {
+    start: u64,
+    end: u64,
+    bias: u64,
+    check_addr: u64,
+    first: u32,
+    count: u32,
+    check: [u8; CHECK_BYTES],
+}
+
+impl Range {
+    fn bytes(&self) -> [u8; RANGE_BYTES] {
+        let mut out = [0u8; RANGE_BYTES];
+        out[0..8].copy_from_slice(&self.start.to_le_bytes());
+        out[8..16].copy_from_slice(&self.end.to_le_bytes());
+        out[16..24].copy_from_slice(&self.bias.to_le_bytes());
+        out[24..32].copy_from_slice(&self.check_addr.to_le_bytes());
+        out[32..36].copy_from_slice(&self.first.to_le_bytes());
+        out[36..40].copy_from_slice(&self.count.to_le_bytes());
+        out[40..56].copy_from_slice(&self.check);
+        out
+    }
+}
+
+/// Slices of the row pool, first fit.
+#[derive(Debug, Default)]
+struct Pool {
+    cap: u32,
+    /// Slices in use: first row to count.
+    used: BTreeMap<u32, u32>,
+}
+
+impl Pool {
+    /// A free slice of `count` rows, taken; `None` if none is left.
+    fn take(&mut self, count: u32) -> Option<u32> {
+        let mut at = 0u32;
+        for (&first, &n) in &self.used {
+            if first - at >= count {
+                break;
+            }
+            at = first + n;
+        }
+        if self.cap - at < count {
+            return None;
+        }
+        self.used.insert(at, count);
+        Some(at)
+    }
+
+    fn give_back(&mut self, first: u32) {
+        self.used.remove(&first);
+    }
+
+    fn rows(&self) -> u64 {
+        self.used.values().map(|&n| u64::from(n)).sum()
+    }
+}
+
+/// A `BPF_F_MMAPABLE` array map, mapped into this process.
+struct Shared {
+    ptr: NonNull<u8>,
+    len: usize,
+    _map: MapData,
+}
+
+impl Shared {
+    /// Maps the array's `bytes` bytes (its entries times their size).
+    fn map(map: MapData, bytes: usize) -> Result<Self, EbpfError> {
+        let len = bytes.next_multiple_of(4096);
+        // SAFETY: a fresh shared mapping of the map's descriptor, which the
+        // kernel allows for an mmapable array up to its size; the result is
+        // checked before use.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                map.fd().as_fd().as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(EbpfError::Bpf(format!(
+                "mapping a native-rows map: {}",
+                std::io::Error::last_os_error()
+            )));
+        }
+        let ptr = NonNull::new(ptr.cast()).ok_or(EbpfError::Bpf("mmap gave null".into()))?;
+        Ok(Self {
+            ptr,
+            len,
+            _map: map,
+        })
+    }
+
+    /// Copies `bytes` to `offset`, inside the mapping.
+    fn write(&self, offset: usize, bytes: &[u8]) {
+        assert!(
+            offset + bytes.len() <= self.len,
+            "a write past a native map"
+        );
+        // SAFETY: in bounds (checked above) of a live, writable mapping that
+        // no Rust reference covers; the only other reader is the BPF
+        // program, which discards what it read while the tables' sequence
+        // was odd or changed.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                bytes.as_ptr(),
+                self.ptr.as_ptr().add(offset),
+                bytes.len(),
+            )
+        };
+    }
+
+    /// The u64 at `offset` (8-aligned), as an atomic.
+    fn word(&self, offset: usize) -> &AtomicU64 {
+        assert!(offset.is_multiple_of(8) && offset + 8 <= self.len);
+        // SAFETY: aligned (the mapping is page-aligned), in bounds, and
+        // live as long as `self`; only accessed atomically from this side.
+        unsafe { &*self.ptr.as_ptr().add(offset).cast::<AtomicU64>() }
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `map`, unmapped once.
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}
+
+// SAFETY: the mapping is plain memory owned by this value; every write goes
+// through `&self` methods used from one thread at a time (`NativeTables` is
+// not `Sync`).
+unsafe impl Send for Shared {}
+
+/// What the tables hold, for the report.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NativeStats {
+    /// Objects whose rows are loaded.
+    pub objects: usize,
+    /// Ranges (executable mappings) the kernel searches.
+    pub ranges: usize,
+    /// Rows loaded, and their bytes.
+    pub rows: u64,
+    /// The pool's cap, in rows.
+    pub cap: u32,
+    /// The largest object's rows: its path and row count.
+    pub largest: Option<(String, u64)>,
+    /// Objects left out, with why.
+    pub left_out: Vec<(String, LeftOut)>,
+    /// Times the tables were rewritten after the first load.
+    pub refreshes: u64,
+    /// How long the first load took.
+    pub load_time: Duration,
+}
+
+impl NativeStats {
+    /// Bytes of rows loaded.
+    pub fn bytes(&self) -> u64 {
+        self.rows * ROW_BYTES as u64
+    }
+}
+
+/// One loaded object: its rows' slice, shared by its mappings.
+#[derive(Debug)]
+struct Loaded {
+    evaluated: Arc<Evaluated>,
+    first: u32,
+}
+
+/// A mapped file: its (device, inode) and path.
+type FileKey = ((u64, u64), String);
+
+/// A loaded object: its file and load bias.
+type ObjectKey = (FileKey, u64);
+
+/// The program's native tables for one target.
+pub struct NativeTables {
+    pid: i32,
+    state: Shared,
+    ranges: Shared,
+    rows: Shared,
+    pool: Pool,
+    /// The objects loaded, by file and bias.
+    loaded: HashMap<ObjectKey, Loaded>,
+    /// Objects evaluated before, by file, kept to reload without
+    /// evaluating again (a library loaded and unloaded in a loop).
+    evaluated: HashMap<FileKey, Result<Arc<Evaluated>, LeftOut>>,
+    maps: String,
+    stats: NativeStats,
+}
+
+/// The maps a [`NativeTables`] writes: `NATIVE_STATE`, `NATIVE_RANGES`,
+/// `NATIVE_ROWS`, taken from the loaded program.
+pub fn take_maps(bpf: &mut aya::Ebpf) -> Result<[MapData; 3], EbpfError> {
+    let mut take = |name: &str| match bpf.take_map(name) {
+        Some(Map::Array(data)) => Ok(data),
+        _ => Err(EbpfError::Bpf(format!("the object has no array {name}"))),
+    };
+    Ok([
+        take("NATIVE_STATE")?,
+        take("NATIVE_RANGES")?,
+        take("NATIVE_ROWS")?,
+    ])
+}
+
+impl NativeTables {
+    /// Maps the program's tables (`maps` from [`take_maps`]; `cap` rows
+    /// in the pool, as loaded) and loads the rows of every object `pid` maps.
+    pub fn new(pid: i32, maps: [MapData; 3], cap: u32) -> Result<Self, EbpfError> {
+        let [state, ranges, rows] = maps;
+        let started = Instant::now();
+        let mut tables = Self {
+            pid,
+            state: Shared::map(state, 16)?,
+            ranges: Shared::map(ranges, MAX_RANGES * RANGE_BYTES)?,
+            rows: Shared::map(rows, cap as usize * ROW_BYTES)?,
+            pool: Pool {
+                cap,
+                used: BTreeMap::new(),
+            },
+            loaded: HashMap::new(),
+            evaluated: HashMap::new(),
+            maps: String::new(),
+            stats: NativeStats {
+                cap,
+                ..NativeStats::default()
+            },
+        };
+        tables.refresh();
+        tables.stats.refreshes = 0;
+        tables.stats.load_time = started.elapsed();
+        Ok(tables)
+    }
+
+    /// What the tables hold.
+    pub fn stats(&self) -> &NativeStats {
+        &self.stats
+    }
+
+    /// Brings the tables up to the target's mappings, if they changed.
+    /// Returns whether they were rewritten. A target that has exited keeps
+    /// the last tables.
+    pub fn refresh(&mut self) -> bool {
+        let Ok(maps) = fs::read_to_string(format!("/proc/{}/maps", self.pid)) else {
+            return false;
+        };
+        if maps == self.maps {
+            return false;
+        }
+        let mappings = executable_mappings(&maps);
+        self.maps = maps;
+        let mut ranges = Vec::new();
+        let mut keep = HashMap::new();
+        let mut left_out = Vec::new();
+        let mut fresh = Vec::new();
+        for m in &mappings {
+            let evaluated = match self.evaluate(m) {
+                Ok(e) => e,
+                Err(why) => {
+                    left_out.push((m.path.clone(), why));
+                    continue;
+                }
+            };
+            let Some(bias) = evaluated.bias(m) else {
+                left_out.push((m.path.clone(), LeftOut::Unreadable));
+                continue;
+            };
+            let key = ((m.file, m.path.clone()), bias);
+            let loaded = match self.loaded.remove(&key).or_else(|| keep.remove(&key)) {
+                Some(l) => l,
+                None => {
+                    let count = evaluated.rows.len() as u32;
+                    let Some(first) = self.pool.take(count) else {
+                        left_out.push((m.path.clone(), LeftOut::Cap));
+                        continue;
+                    };
+                    fresh.push((first, evaluated.clone()));
+                    Loaded { evaluated, first }
+                }
+            };
+            if ranges.len() < MAX_RANGES {
+                let e = &loaded.evaluated;
+                ranges.push(Range {
+                    start: m.start,
+                    end: m.end,
+                    bias,
+                    check_addr: bias.wrapping_add(e.check_vaddr),
+                    first: loaded.first,
+                    count: e.rows.len() as u32,
+                    check: e.check,
+                });
+            }
+            keep.insert(key, loaded);
+        }
+        // Objects no longer mapped give their slices back; a new object may
+        // reuse one only after the sequence has gone odd (below).
+        let gone: Vec<Loaded> = self.loaded.drain().map(|(_, l)| l).collect();
+        ranges.sort_by_key(|r| r.start);
+        self.publish(&ranges, &fresh, gone);
+        self.loaded = keep;
+        let mut largest: Option<(String, u64)> = None;
+        for (((_, path), _), l) in &self.loaded {
+            let n = l.evaluated.rows.len() as u64;
+            if largest.as_ref().is_none_or(|(_, m)| n > *m) {
+                largest = Some((path.clone(), n));
+            }
+        }
+        self.stats = NativeStats {
+            objects: self.loaded.len(),
+            ranges: ranges.len(),
+            rows: self.pool.rows(),
+            largest,
+            left_out,
+            refreshes: self.stats.refreshes + 1,
+            ..self.stats.clone()
+        };
+        true
+    }
+
+    /// Writes the new objects' rows (into slices no published range
+    /// names: those of objects gone in this refresh are given back only
+    /// now) and the ranges, under the odd sequence.
+    fn publish(&mut self, ranges: &[Range], fresh: &[(u32, Arc<Evaluated>)], gone: Vec<Loaded>) {
+        let seq = self.state.word(0);
+        // Relaxed, then the fence: the odd value is ordered before every
+        // write below for a reader that sees any of them (the kernel reads
+        // the sequence, the rows, then the sequence again; x86-64 keeps
+        // both sides' accesses in order, and the fence keeps the compiler's).
+        let odd = seq.load(Ordering::Relaxed) | 1;
+        seq.store(odd, Ordering::Relaxed);
+        fence(Ordering::Release);
+        for l in gone {
+            self.pool.give_back(l.first);
+        }
+        for (first, e) in fresh {
+            self.rows
+                .write(*first as usize * ROW_BYTES, &rows_bytes(&e.rows));
+        }
+        for (i, r) in ranges.iter().enumerate() {
+            self.ranges.write(i * RANGE_BYTES, &r.bytes());
+        }
+        // Relaxed: published by the even sequence's Release store below.
+        self.state
+            .word(8)
+            .store(ranges.len() as u64, Ordering::Relaxed);
+        // Release: every write above before the even value.
+        seq.store(odd + 1, Ordering::Release);
+    }
+
+    /// The object mapped at `m`, evaluated, or why it has no rows.
+    fn evaluate(&mut self, m: &Mapping) -> Result<Arc<Evaluated>, LeftOut> {
+        let key = (m.file, m.path.clone());
+        if let Some(found) = self.evaluated.get(&key) {
+            return found.clone();
+        }
+        let data = if m.path == "[vdso]" {
+            read_memory(self.pid, m.start, m.end - m.start)
+        } else {
+            fs::read(format!(
+                "/proc/{}/map_files/{:x}-{:x}",
+                self.pid, m.start, m.end
+            ))
+            .ok()
+        };
+        let result = data
+            .ok_or(LeftOut::Unreadable)
+            .and_then(|d| Evaluated::of(&d))
+            .map(Arc::new);
+        self.evaluated.insert(key, result.clone());
+        result
+    }
+}
+
+/// Rows as the kernel reads them (`struct unwind_row`, little-endian).
+fn rows_bytes(rows: &[UnwindRow]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(rows.len() * ROW_BYTES);
+    for r in rows {
+        out.extend_from_slice(&r.offset.to_le_bytes());
+        out.extend_from_slice(&r.cfa.to_le_bytes());
+        out.extend_from_slice(&r.ra.to_le_bytes());
+        out.extend_from_slice(&r.fp.to_le_bytes());
+        out.extend_from_slice(&[r.kind, r.base, r.fp_rule, r.has_ra]);
+    }
+    out
+}
+
+/// `len` bytes of process `pid`'s memory at `addr`.
+fn read_memory(pid: i32, addr: u64, len: u64) -> Option<Vec<u8>> {
+    use std::os::unix::fs::FileExt;
+    let file = fs::File::open(format!("/proc/{pid}/mem")).ok()?;
+    let mut out = vec![0u8; usize::try_from(len).ok()?];
+    file.read_exact_at(&mut out, addr).ok()?;
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_executable_files_and_the_vdso_are_listed() {
+        let maps = "\
+5581a000-5581b000 r--p 00000000 fd:01 123 /usr/bin/host
+5581b000-5581f000 r-xp 00001000 fd:01 123 /usr/bin/host
+7f00000000-7f00001000 rwxp 00000000 00:00 0 
+7f10000000-7f10002000 r-xp 00002000 fd:01 77 /lib/with space.so
+7fff0000-7fff2000 r-xp 00000000 00:00 0 [vdso]
+7fff3000-7fff4000 r-xp 00000000 00:00 0 [vsyscall]
+";
+        assert_eq!(
+            executable_mappings(maps),
+            [
+                Mapping {
+                    start: 0x5581b000,
+                    end: 0x5581f000,
+                    offset: 0x1000,
+                    file: ((0xfd << 32) | 1, 123),
+                    path: "/usr/bin/host".into(),
+                },
+                Mapping {
+                    start: 0x7f10000000,
+                    end: 0x7f10002000,
+                    offset: 0x2000,
+                    file: ((0xfd << 32) | 1, 77),
+                    path: "/lib/with space.so".into(),
+                },
+                Mapping {
+                    start: 0x7fff0000,
+                    end: 0x7fff2000,
+                    offset: 0,
+                    file: (0, 0),
+                    path: "[vdso]".into(),
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn the_pool_fits_slices_first_and_reuses_freed_ones() {
+        let mut pool = Pool {
+            cap: 100,
+            used: BTreeMap::new(),
+        };
+        assert_eq!(pool.take(40), Some(0));
+        assert_eq!(pool.take(40), Some(40));
+        assert_eq!(pool.take(30), None);
+        pool.give_back(0);
+        assert_eq!(pool.take(30), Some(0));
+        assert_eq!(pool.take(10), Some(30));
+        assert_eq!(pool.take(20), Some(80));
+        assert_eq!(pool.take(1), None);
+        assert_eq!(pool.rows(), 100);
+    }
+
+    /// This test binary's own mappings: every executable one of a file
+    /// gets rows, its bias puts this function inside a row's reach, and
+    /// the check bytes are what the process holds at the check address.
+    #[test]
+    fn this_process_objects_evaluate_with_their_bias_and_check() {
+        let pid = std::process::id() as i32;
+        let maps = fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+        let here = this_process_objects_evaluate_with_their_bias_and_check as *const () as u64;
+        let mapping = executable_mappings(&maps)
+            .into_iter()
+            .find(|m| (m.start..m.end).contains(&here))
+            .expect("this function is in an executable mapping");
+        let data = fs::read(format!(
+            "/proc/{pid}/map_files/{:x}-{:x}",
+            mapping.start, mapping.end
+        ))
+        .unwrap();
+        let e = Evaluated::of(&data).unwrap();
+        let bias = e.bias(&mapping).unwrap();
+        // The check bytes, read from this process's memory.
+        let at = bias + e.check_vaddr;
+        let live = read_memory(pid, at, CHECK_BYTES as u64).unwrap();
+        assert_eq!(live, e.check);
+        // A row covers this function with a rule.
+        let rel = (here - bias) as u32;
+        let i = e.rows.partition_point(|r| r.offset <= rel);
+        assert_eq!(e.rows[i - 1].kind, UnwindRow::RULE, "{:?}", e.rows[i - 1]);
+        // The rows are sorted.
+        assert!(e.rows.windows(2).all(|w| w[0].offset < w[1].offset));
+    }
+
+    #[test]
+    fn rows_and_ranges_have_the_programs_layout() {
+        let row = UnwindRow {
+            offset: 0x0403_0201,
+            cfa: -2,
+            ra: -8,
+            fp: -16,
+            kind: UnwindRow::RULE,
+            base: UnwindRow::BASE_FP,
+            fp_rule: UnwindRow::FP_AT,
+            has_ra: 1,
+        };
+        assert_eq!(
+            rows_bytes(&[row]),
+            [
+                1, 2, 3, 4, 0xfe, 0xff, 0xff, 0xff, 0xf8, 0xff, 0xf0, 0xff, 1, 1, 1, 1
+            ]
+        );
+        let range = Range {
+            start: 1,
+            end: 2,
+            bias: 3,
+            check_addr: 4,
+            first: 5,
+            count: 6,
+            check: [7; 16],
+        };
+        let b = range.bytes();
+        assert_eq!(
+            (b[0], b[8], b[16], b[24], b[32], b[36], b[40], b[55]),
+            (1, 2, 3, 4, 5, 6, 7, 7)
+        );
+    }
+}
