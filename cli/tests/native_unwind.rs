@@ -306,7 +306,31 @@ fn a_frameless_leaf_keeps_its_jit_caller_without_frame_pointers() {
     let Some((report, stacks)) = finished(profile(host.pid(), 6000, &out, &[]), &out) else {
         return;
     };
+    // Again with a cap of 20,000 rows, which the host's own rows (36,000
+    // and more) exceed: it is left out, said so, and the rows stay under
+    // the cap.
+    let capped_out = dir.join("capped");
+    let cap = ["--native-rows", "20000"];
+    let capped = finished(profile(host.pid(), 500, &capped_out, &cap), &capped_out);
     drop(host);
+    let (capped, _) = capped.unwrap();
+    let native = &capped["native"];
+    let rows = native["rows"].as_u64().unwrap();
+    let listed: u64 = native["per_object"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["rows"].as_u64().unwrap())
+        .sum();
+    let left_out = native["left_out"].as_array().unwrap();
+    println!("capped at 20,000 rows: {native}");
+    assert!(rows <= 20_000 && rows == listed, "{native}");
+    assert!(
+        left_out
+            .iter()
+            .any(|o| o.as_str().unwrap().ends_with("jitmap-host: Cap")),
+        "{native}"
+    );
     let count = |stack: &[&str]| -> (u64, u64) {
         let (mut all, mut exact) = (0, 0);
         for (frames, n) in &stacks {

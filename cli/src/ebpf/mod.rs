@@ -538,15 +538,18 @@ impl EbpfRun {
         };
         let mut line = format!(
             "native rows: {} objects, {} ranges, {} rows, {:.1} MiB of a {:.1} MiB cap \
-             (largest: {}), loaded in {:.0} ms, {} refreshes",
+             (most: {}), loaded in {:.0} ms, {} refreshes",
             n.objects,
             n.ranges,
             n.rows,
             n.bytes() as f64 / 1048576.0,
             f64::from(n.cap) * 16.0 / 1048576.0,
-            n.largest
-                .as_ref()
-                .map_or_else(|| "none".to_owned(), |(p, r)| format!("{p}, {r} rows")),
+            n.per_object
+                .iter()
+                .take(3)
+                .map(|(p, r)| format!("{p} {r}"))
+                .collect::<Vec<_>>()
+                .join(", "),
             n.load_time.as_secs_f64() * 1000.0,
             n.refreshes,
         );
@@ -602,7 +605,7 @@ impl EbpfRun {
                 "rows": n.rows,
                 "bytes": n.bytes(),
                 "cap_rows": n.cap,
-                "largest": n.largest.as_ref().map(|(p, r)| serde_json::json!({"path": p, "rows": r})),
+                "per_object": n.per_object.iter().map(|(p, r)| serde_json::json!({"path": p, "rows": r, "bytes": r * 16})).collect::<Vec<_>>(),
                 "left_out": n.left_out.iter().map(|(p, w)| format!("{p}: {w:?}")).collect::<Vec<_>>(),
                 "refreshes": n.refreshes,
                 "load_ms": n.load_time.as_secs_f64() * 1000.0,

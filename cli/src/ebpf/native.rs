@@ -340,8 +340,8 @@ pub struct NativeStats {
     pub rows: u64,
     /// The pool's cap, in rows.
     pub cap: u32,
-    /// The largest object's rows: its path and row count.
-    pub largest: Option<(String, u64)>,
+    /// Each loaded object's path and rows (16 bytes each), most first.
+    pub per_object: Vec<(String, u64)>,
     /// Objects left out, with why.
     pub left_out: Vec<(String, LeftOut)>,
     /// Times the tables were rewritten after the first load.
@@ -495,18 +495,17 @@ impl NativeTables {
         ranges.sort_by_key(|r| r.start);
         self.publish(&ranges, &fresh, gone);
         self.loaded = keep;
-        let mut largest: Option<(String, u64)> = None;
-        for (((_, path), _), l) in &self.loaded {
-            let n = l.evaluated.rows.len() as u64;
-            if largest.as_ref().is_none_or(|(_, m)| n > *m) {
-                largest = Some((path.clone(), n));
-            }
-        }
+        let mut per_object: Vec<(String, u64)> = self
+            .loaded
+            .iter()
+            .map(|(((_, path), _), l)| (path.clone(), l.evaluated.rows.len() as u64))
+            .collect();
+        per_object.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
         self.stats = NativeStats {
             objects: self.loaded.len(),
             ranges: ranges.len(),
             rows: self.pool.rows(),
-            largest,
+            per_object,
             left_out,
             refreshes: self.stats.refreshes + 1,
             ..self.stats.clone()
