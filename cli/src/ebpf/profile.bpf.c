@@ -14,7 +14,9 @@
 // NATIVE_ROWS) steps by its row too, after a check that the object mapped
 // there is still the one the rows are of. Every other frame steps by the
 // frame pointer, as the kernel's own walk does. A sample taken in the
-// kernel takes the kernel's walk of the user stack (bpf_get_stack).
+// kernel is walked the same way from the user registers the kernel saved
+// when the thread entered it; only without them (or for the overhead
+// floor) does it take the kernel's walk of the user stack (bpf_get_stack).
 //
 // Every loop has a constant bound; every pointer read from the target is
 // checked (non-null, aligned, below 2^47) before it is followed, and every read
@@ -262,7 +264,7 @@ struct stats {
 	u64 cost_ns;       // total time in the program for target samples (from the
 	                   // tgid check to after the output)
 	u64 max_cost_ns;
-	u64 walked;        // samples whose stack this program walked (user mode)
+	u64 walked;        // samples whose stack this program walked from user registers
 	u64 cfi_frames;    // frames stepped by their method's unwind rows
 	u64 native_frames; // native frames stepped by their object's rows
 	u64 native_stale;  // walks ended at an object whose rows are stale

@@ -241,8 +241,10 @@ pub struct KernelStats {
     pub cost_ns: u64,
     /// The longest of them, in ns.
     pub max_cost_ns: u64,
-    /// Samples whose stack the program walked from their registers (taken in
-    /// user mode); the others take the kernel's frame-pointer walk.
+    /// Samples whose stack the program walked from their user registers
+    /// (the sample's own, or for one taken in the kernel, those saved when
+    /// the thread entered it); the others take the kernel's frame-pointer
+    /// walk.
     pub walked: u64,
     /// Frames stepped by their method's unwind rows.
     pub cfi_frames: u64,
