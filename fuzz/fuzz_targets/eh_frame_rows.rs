@@ -3,7 +3,10 @@
 //! call-frame instructions at an arbitrary place in the method. Publish
 //! never panics (it may refuse, with a typed error). The rows are sorted by
 //! offset and inside the method; for a built FDE, the rule at every offset
-//! agrees with gimli's own evaluation of the section at that address.
+//! agrees with gimli's own evaluation of the section at that address. The
+//! same holds for the section evaluated as a loaded object's
+//! (`jitmap::unwind::object_rows`, the eBPF walk's native rows), at an
+//! address below 4 GiB.
 #![no_main]
 
 use std::cell::RefCell;
@@ -12,6 +15,7 @@ use arbitrary::Arbitrary;
 use gimli::X86_64;
 use jitmap::heap::EhFrame as JitEhFrame;
 use jitmap::remote::UnwindRow;
+use jitmap::unwind::object_rows;
 use jitmap::{CodeInfo, ExecutionManager, JitKind, OwnedHeap};
 use libfuzzer_sys::fuzz_target;
 
@@ -110,8 +114,50 @@ fn gimli_row(frame: &[u8], addr: u64) -> Option<UnwindRow> {
     })
 }
 
+/// The row in force at `addr` among `rows` (sorted by offset), in
+/// [`gimli_row`]'s terms: `None` where none gives a rule.
+fn row_at(rows: &[UnwindRow], addr: u64) -> Option<UnwindRow> {
+    rows.iter()
+        .rev()
+        .find(|r| u64::from(r.offset) <= addr)
+        .filter(|r| r.kind != UnwindRow::NONE)
+        .map(|r| UnwindRow { offset: 0, ..*r })
+}
+
+/// `frame` as a loaded object's rows: sorted, and for a built FDE (`fde`
+/// bytes from `base`), gimli's rule at every byte of `size`.
+fn check_object_rows(frame: &[u8], checked: Option<(u64, usize)>) {
+    let Some(rows) = object_rows(frame, frame.as_ptr() as u64) else {
+        assert!(checked.is_none(), "a built FDE below 4 GiB has rows");
+        return;
+    };
+    assert!(
+        rows.windows(2).all(|w| w[0].offset < w[1].offset),
+        "object rows out of order: {rows:?}"
+    );
+    if let Some((base, size)) = checked {
+        for addr in base..base + size as u64 {
+            assert_eq!(
+                row_at(&rows, addr),
+                gimli_row(frame, addr),
+                "at {addr:#x}: rows {rows:?}"
+            );
+        }
+    }
+}
+
 fuzz_target!(|input: Input| {
     let size = usize::from(input.size % 4096) + 1;
+    match &input.frame {
+        Frame::Raw(bytes) => check_object_rows(bytes, None),
+        Frame::Built { at, len, cie, fde } => {
+            // An object's code at 64 KiB, the FDE `at` bytes in.
+            let base = 0x1_0000;
+            if let Some(frame) = build(base + u64::from(*at) % size as u64, *len, cie, fde) {
+                check_object_rows(&frame, Some((base, size)));
+            }
+        }
+    }
     HEAP.with(|cell| {
         let mut cell = cell.borrow_mut();
         let (manager, heap) = cell.get_or_insert_with(small_heap);

@@ -20,7 +20,13 @@ pub struct Mapping {
     pub end: u64,
     /// Offset in the file of `start`.
     pub offset: u64,
-    /// The file's path.
+    /// Whether its code may run (`x` in its permissions).
+    pub executable: bool,
+    /// The file's device (major in the high 32 bits, minor in the low) and
+    /// inode: which file it is, whatever path it was opened by.
+    pub file: (u64, u64),
+    /// The file's path (`[vdso]` for the vDSO, from
+    /// [`parse_executable_maps`]).
     pub path: String,
 }
 
@@ -35,27 +41,61 @@ pub fn mappings(pid: i32) -> Result<Vec<Mapping>, RemoteError> {
 }
 
 /// Parses the text of `/proc/PID/maps`, keeping mappings of absolute paths.
+///
+/// ```
+/// use jitmap::remote::process::parse_maps;
+/// let maps = "7f00-7f10 r-xp 00001000 fd:01 77 /lib/libx.so\n7f20-7f30 rw-p 00000000 00:00 0 \n";
+/// let m = &parse_maps(maps)[..];
+/// assert_eq!((m.len(), m[0].start, m[0].offset, m[0].executable), (1, 0x7f00, 0x1000, true));
+/// assert_eq!(m[0].file, ((0xfd << 32) | 1, 77));
+/// ```
 pub fn parse_maps(text: &str) -> Vec<Mapping> {
     text.lines()
-        .filter_map(|line| {
-            let mut fields = line.split_ascii_whitespace();
-            let (start, end) = fields.next()?.split_once('-')?;
-            let _perms = fields.next()?;
-            let offset = fields.next()?;
-            let _dev = fields.next()?;
-            let _inode = fields.next()?;
-            let path = fields.collect::<Vec<_>>().join(" ");
-            if !path.starts_with('/') {
-                return None;
-            }
-            Some(Mapping {
-                start: u64::from_str_radix(start, 16).ok()?,
-                end: u64::from_str_radix(end, 16).ok()?,
-                offset: u64::from_str_radix(offset, 16).ok()?,
-                path,
-            })
-        })
+        .filter_map(parse_line)
+        .filter(|m| m.path.starts_with('/'))
         .collect()
+}
+
+/// The executable mappings an unwinder can read the code of: those of files,
+/// and the vDSO (path `[vdso]`, read from the process's memory).
+/// Anonymous code (a JIT's) is not listed.
+///
+/// ```
+/// use jitmap::remote::process::parse_executable_maps;
+/// let maps = "\
+/// 1000-2000 r--p 00000000 fd:01 9 /bin/host
+/// 2000-3000 r-xp 00001000 fd:01 9 /bin/host
+/// 4000-5000 rwxp 00000000 00:00 0
+/// 6000-8000 r-xp 00000000 00:00 0 [vdso]
+/// ";
+/// let paths: Vec<_> = parse_executable_maps(maps).into_iter().map(|m| (m.start, m.path)).collect();
+/// assert_eq!(paths, [(0x2000, "/bin/host".to_owned()), (0x6000, "[vdso]".to_owned())]);
+/// ```
+pub fn parse_executable_maps(text: &str) -> Vec<Mapping> {
+    text.lines()
+        .filter_map(parse_line)
+        .filter(|m| m.executable && (m.path.starts_with('/') || m.path == "[vdso]"))
+        .collect()
+}
+
+/// One line of `/proc/PID/maps`: `start-end perms offset major:minor inode
+/// [path]`.
+fn parse_line(line: &str) -> Option<Mapping> {
+    let mut fields = line.split_ascii_whitespace();
+    let (start, end) = fields.next()?.split_once('-')?;
+    let perms = fields.next()?;
+    let offset = fields.next()?;
+    let (major, minor) = fields.next()?.split_once(':')?;
+    let inode = fields.next()?.parse().ok()?;
+    let hex = |s: &str| u64::from_str_radix(s, 16).ok();
+    Some(Mapping {
+        start: hex(start)?,
+        end: hex(end)?,
+        offset: hex(offset)?,
+        executable: perms.as_bytes().get(2) == Some(&b'x'),
+        file: ((hex(major)? << 32) | hex(minor)?, inode),
+        path: fields.collect::<Vec<_>>().join(" "),
+    })
 }
 
 /// The address of `symbol` in process `pid`: the first mapped ELF file that

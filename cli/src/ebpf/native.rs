@@ -42,6 +42,7 @@ use std::sync::atomic::{AtomicU64, Ordering, fence};
 use std::time::{Duration, Instant};
 
 use aya::maps::{Map, MapData};
+use jitmap::remote::process::{Mapping, parse_executable_maps};
 use jitmap::unwind::{UnwindRow, object_rows};
 use object::read::elf::{ElfFile64, ProgramHeader};
 use object::{Object, ObjectSection};
@@ -60,49 +61,6 @@ const RANGE_BYTES: usize = 56;
 const ROW_BYTES: usize = std::mem::size_of::<UnwindRow>();
 /// Bytes an object is checked by (`CHECK_BYTES`).
 const CHECK_BYTES: usize = 16;
-
-/// One executable mapping, as `/proc/PID/maps` lists it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Mapping {
-    /// First address.
-    pub start: u64,
-    /// One past the last.
-    pub end: u64,
-    /// Offset of `start` in the file.
-    pub offset: u64,
-    /// The file's device and inode (0 for the vDSO).
-    pub file: (u64, u64),
-    /// The file's path, or `[vdso]`.
-    pub path: String,
-}
-
-/// The executable mappings of a `/proc/PID/maps` text that an unwinder can
-/// read: files, and the vDSO. Anonymous code (JIT heaps) is not listed.
-pub fn executable_mappings(maps: &str) -> Vec<Mapping> {
-    maps.lines()
-        .filter_map(|line| {
-            let mut f = line.split_ascii_whitespace();
-            let (range, perms, offset, dev, inode) =
-                (f.next()?, f.next()?, f.next()?, f.next()?, f.next()?);
-            let path = f.collect::<Vec<_>>().join(" ");
-            if perms.as_bytes().get(2) != Some(&b'x')
-                || !(path.starts_with('/') || path == "[vdso]")
-            {
-                return None;
-            }
-            let (start, end) = range.split_once('-')?;
-            let hex = |s: &str| u64::from_str_radix(s, 16).ok();
-            let (major, minor) = dev.split_once(':')?;
-            Some(Mapping {
-                start: hex(start)?,
-                end: hex(end)?,
-                offset: hex(offset)?,
-                file: ((hex(major)? << 32) | hex(minor)?, inode.parse().ok()?),
-                path,
-            })
-        })
-        .collect()
-}
 
 /// An object's rows and what identifies it in memory.
 #[derive(Debug)]
@@ -444,7 +402,7 @@ impl NativeTables {
         if maps == self.maps {
             return false;
         }
-        let mappings = executable_mappings(&maps);
+        let mappings = parse_executable_maps(&maps);
         self.maps = maps;
         let mut ranges = Vec::new();
         let mut keep = HashMap::new();
@@ -594,44 +552,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_executable_files_and_the_vdso_are_listed() {
-        let maps = "\
-5581a000-5581b000 r--p 00000000 fd:01 123 /usr/bin/host
-5581b000-5581f000 r-xp 00001000 fd:01 123 /usr/bin/host
-7f00000000-7f00001000 rwxp 00000000 00:00 0 
-7f10000000-7f10002000 r-xp 00002000 fd:01 77 /lib/with space.so
-7fff0000-7fff2000 r-xp 00000000 00:00 0 [vdso]
-7fff3000-7fff4000 r-xp 00000000 00:00 0 [vsyscall]
-";
-        assert_eq!(
-            executable_mappings(maps),
-            [
-                Mapping {
-                    start: 0x5581b000,
-                    end: 0x5581f000,
-                    offset: 0x1000,
-                    file: ((0xfd << 32) | 1, 123),
-                    path: "/usr/bin/host".into(),
-                },
-                Mapping {
-                    start: 0x7f10000000,
-                    end: 0x7f10002000,
-                    offset: 0x2000,
-                    file: ((0xfd << 32) | 1, 77),
-                    path: "/lib/with space.so".into(),
-                },
-                Mapping {
-                    start: 0x7fff0000,
-                    end: 0x7fff2000,
-                    offset: 0,
-                    file: (0, 0),
-                    path: "[vdso]".into(),
-                },
-            ]
-        );
-    }
-
-    #[test]
     fn the_pool_fits_slices_first_and_reuses_freed_ones() {
         let mut pool = Pool {
             cap: 100,
@@ -656,7 +576,7 @@ mod tests {
         let pid = std::process::id() as i32;
         let maps = fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
         let here = this_process_objects_evaluate_with_their_bias_and_check as *const () as u64;
-        let mapping = executable_mappings(&maps)
+        let mapping = parse_executable_maps(&maps)
             .into_iter()
             .find(|m| (m.start..m.end).contains(&here))
             .expect("this function is in an executable mapping");
@@ -677,6 +597,27 @@ mod tests {
         assert_eq!(e.rows[i - 1].kind, UnwindRow::RULE, "{:?}", e.rows[i - 1]);
         // The rows are sorted.
         assert!(e.rows.windows(2).all(|w| w[0].offset < w[1].offset));
+    }
+
+    /// An object cut short or with bytes flipped (a file rewritten while
+    /// it was read, say) is refused or read, never a panic: this test
+    /// binary's own file, cut at 200 lengths and flipped at 200 places.
+    #[test]
+    fn a_damaged_object_is_refused_not_a_panic() {
+        let data = fs::read(std::env::current_exe().unwrap()).unwrap();
+        let whole = Evaluated::of(&data).unwrap();
+        let step = (data.len() / 200).max(1);
+        for cut in (0..data.len()).step_by(step) {
+            if let Ok(e) = Evaluated::of(&data[..cut]) {
+                assert!(e.rows.len() <= whole.rows.len());
+            }
+        }
+        let mut flipped = data.clone();
+        for at in (0..data.len()).step_by(step) {
+            flipped[at] ^= 0xFF;
+            let _ = Evaluated::of(&flipped);
+            flipped[at] ^= 0xFF;
+        }
     }
 
     #[test]
