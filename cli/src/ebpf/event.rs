@@ -111,7 +111,8 @@ pub struct Sample {
     pub no_rule: bool,
     /// A native frame in no object with rows (one loaded since the rows
     /// were last refreshed, or anonymous code) was stepped by the frame
-    /// pointer: the frames past it are only as good as that frame pointer.
+    /// pointer, or the whole stack is the kernel's frame-pointer walk: the
+    /// frames past it are only as good as the frame pointer.
     pub unknown_code: bool,
     /// Frames, innermost first.
     pub frames: Vec<Frame>,

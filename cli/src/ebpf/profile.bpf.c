@@ -197,8 +197,10 @@ struct event_header {
 // native object's code that no FDE covers.
 #define SAMPLE_NO_RULE 16
 // A native frame in no object with rows (one loaded since user space last
-// looked, anonymous code) was stepped by the frame pointer: the frames
-// past it are only as good as that frame pointer.
+// looked, anonymous code) was stepped by the frame pointer, or the whole
+// stack is the kernel's frame-pointer walk (a sample in the kernel without
+// saved user registers): the frames past it are only as good as the frame
+// pointer. Set only when native rows are on.
 #define SAMPLE_UNKNOWN_CODE 32
 
 // A sample as sent: the header, `frames` frames, then `names` bytes of names.
@@ -268,7 +270,7 @@ struct stats {
 	u64 cfi_frames;    // frames stepped by their method's unwind rows
 	u64 native_frames; // native frames stepped by their object's rows
 	u64 native_stale;  // walks ended at an object whose rows are stale
-	u64 native_busy;   // samples dropped: the rows changed while they were used
+	u64 native_busy;   // samples dropped: the rows were rewritten while they were used
 	u64 native_unknown; // native frames in no object with rows, stepped by the frame pointer
 };
 
@@ -1062,12 +1064,17 @@ int jitmap_profile(void *ctx)
 	s->native_used = 0;
 	s->native_on = 0;
 	s->native_seq = 0;
+	// A sample that begins while user space rewrites the native rows is
+	// dropped as stale (counted in native_busy): walked without them, its
+	// native frames would step by the frame pointer with nothing to say so.
 	struct native_state *native = 0;
+	u32 busy = 0;
 	if (CONFIG.native) {
 		native = bpf_map_lookup_elem(&NATIVE_STATE, &zero);
 		if (native) {
 			s->native_seq = *(volatile u64 *)&native->seq;
 			s->native_on = !(s->native_seq & 1);
+			busy = s->native_seq & 1;
 		}
 	}
 	if (bpf_probe_read_user(s->roots, sizeof(s->roots), (const void *)CONFIG.managers)) {
@@ -1076,7 +1083,9 @@ int jitmap_profile(void *ctx)
 	}
 	// Each range map's sequence before the first lookup; the sample counts
 	// only if all read the same even value after the last.
-	u32 stale = 0;
+	u32 stale = busy;
+	if (busy)
+		st->native_busy += 1;
 	for (int m = 0; m < MAX_MANAGERS; m++) {
 		u64 root = s->roots[m];
 		s->seqs[m] = 0;
@@ -1104,6 +1113,8 @@ int jitmap_profile(void *ctx)
 	} else if (!stale && n > 0) {
 		w.counted = n;
 		bpf_loop(n, frame_cb, &w, 0);
+		if (CONFIG.native)
+			h->flags |= SAMPLE_UNKNOWN_CODE;
 	}
 	// A native leaf without a frame pointer, called from JIT code, leaves
 	// rbp pointing at its caller's frame: the frame-pointer step then skips
