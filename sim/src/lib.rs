@@ -10,6 +10,7 @@
 //! The demo hosts (`spin`, the 1:2:4 profile demo) live in `jitmap-testkit`,
 //! which the `jitmap` tool's tests use too.
 
+pub mod churn;
 pub mod compare;
 pub mod fixture;
 pub mod replay;

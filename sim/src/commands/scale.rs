@@ -1,7 +1,9 @@
 //! `jitmap-sim scale`: jitmap's cost per method at 10,000, 100,000 and
-//! 1,000,000 methods, beside a B-tree and a sorted vector.
+//! 1,000,000 methods, beside a B-tree and a sorted vector; with `--churn N`,
+//! the agent's memory while N method versions come and go.
 
 use jitmap_args::{CliError, CliResult, Outcome, emit};
+use jitmap_sim::churn;
 use jitmap_sim::scale::{self, FINDS, SIZES};
 
 /// Measure jitmap's cost per method as a runtime grows (publish ns, heap
@@ -16,9 +18,24 @@ pub struct Options {
     /// Print one JSON array instead of the table.
     #[arg(long)]
     json: bool,
+    /// Instead, measure the agent's memory while one thread publishes,
+    /// runs and frees this many method versions, sampled at 10 kHz on the
+    /// wall clock (the profile's default cap of versions named one by one).
+    #[arg(long, conflicts_with = "quick")]
+    churn: Option<usize>,
 }
 
 pub fn run(o: Options) -> CliResult {
+    if let Some(versions) = o.churn {
+        let cap = jitmap::agent::AgentConfig::default().profile_versions;
+        let c = churn::churn(versions, 10, 10_000, cap).map_err(CliError::failed)?;
+        if o.json {
+            emit(&format!("{}\n", churn::json(&c)))?;
+        } else {
+            emit(&churn::table(&c))?;
+        }
+        return Ok(Outcome::Passed);
+    }
     let (sizes, finds) = if o.quick {
         (&SIZES[..2], 200_000)
     } else {
