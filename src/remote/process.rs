@@ -67,6 +67,7 @@ pub fn parse_maps(text: &str) -> Vec<Mapping> {
 /// 2000-3000 r-xp 00001000 fd:01 9 /bin/host
 /// 4000-5000 rwxp 00000000 00:00 0
 /// 6000-8000 r-xp 00000000 00:00 0 [vdso]
+/// 9000-8000 r-xp 00000000 fd:01 9 /bin/reversed
 /// ";
 /// let paths: Vec<_> = parse_executable_maps(maps).into_iter().map(|m| (m.start, m.path)).collect();
 /// assert_eq!(paths, [(0x2000, "/bin/host".to_owned()), (0x6000, "[vdso]".to_owned())]);
@@ -79,7 +80,8 @@ pub fn parse_executable_maps(text: &str) -> Vec<Mapping> {
 }
 
 /// One line of `/proc/PID/maps`: `start-end perms offset major:minor inode
-/// [path]`.
+/// [path]`; `None` for a line that is not one, or whose range is empty or
+/// reversed.
 fn parse_line(line: &str) -> Option<Mapping> {
     let mut fields = line.split_ascii_whitespace();
     let (start, end) = fields.next()?.split_once('-')?;
@@ -88,9 +90,13 @@ fn parse_line(line: &str) -> Option<Mapping> {
     let (major, minor) = fields.next()?.split_once(':')?;
     let inode = fields.next()?.parse().ok()?;
     let hex = |s: &str| u64::from_str_radix(s, 16).ok();
+    let (start, end) = (hex(start)?, hex(end)?);
+    if end <= start {
+        return None;
+    }
     Some(Mapping {
-        start: hex(start)?,
-        end: hex(end)?,
+        start,
+        end,
         offset: hex(offset)?,
         executable: perms.as_bytes().get(2) == Some(&b'x'),
         file: ((hex(major)? << 32) | hex(minor)?, inode),

@@ -539,9 +539,9 @@ impl EbpfRun {
         let mut line = format!(
             "native rows: {} objects, {} ranges, {} rows, {:.1} MiB of a {:.1} MiB cap \
              (most: {}), loaded in {:.0} ms, {} refreshes",
-            n.objects,
+            n.objects(),
             n.ranges,
-            n.rows,
+            n.rows(),
             n.bytes() as f64 / 1048576.0,
             f64::from(n.cap) * 16.0 / 1048576.0,
             n.per_object
@@ -600,9 +600,9 @@ impl EbpfRun {
             "no_rule": c.no_rule,
             "unknown_code": c.unknown_code,
             "native": self.native.as_ref().map(|n| serde_json::json!({
-                "objects": n.objects,
+                "objects": n.objects(),
                 "ranges": n.ranges,
-                "rows": n.rows,
+                "rows": n.rows(),
                 "bytes": n.bytes(),
                 "cap_rows": n.cap,
                 "per_object": n.per_object.iter().map(|(p, r)| serde_json::json!({"path": p, "rows": r, "bytes": r * 16})).collect::<Vec<_>>(),

@@ -118,10 +118,12 @@ impl Evaluated {
     /// The load bias of `m`, a mapping of this object: where the object's
     /// address 0 is. `None` if no executable segment holds the mapping.
     fn bias(&self, m: &Mapping) -> Option<u64> {
-        let len = m.end - m.start;
+        let len = m.end.saturating_sub(m.start);
         self.segments
             .iter()
-            .find(|&&(off, _, size)| off < m.offset + len && m.offset < off + size.max(1))
+            .find(|&&(off, _, size)| {
+                off < m.offset.saturating_add(len) && m.offset < off.saturating_add(size.max(1))
+            })
             .map(|&(off, vaddr, _)| {
                 // The mapping's first byte is file offset m.offset, which is
                 // at vaddr + (m.offset - off) in the object.
@@ -290,12 +292,8 @@ unsafe impl Send for Shared {}
 /// What the tables hold, for the report.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct NativeStats {
-    /// Objects whose rows are loaded.
-    pub objects: usize,
     /// Ranges (executable mappings) the kernel searches.
     pub ranges: usize,
-    /// Rows loaded, and their bytes.
-    pub rows: u64,
     /// The pool's cap, in rows.
     pub cap: u32,
     /// Each loaded object's path and rows (16 bytes each), most first.
@@ -309,9 +307,19 @@ pub struct NativeStats {
 }
 
 impl NativeStats {
+    /// Objects whose rows are loaded.
+    pub fn objects(&self) -> usize {
+        self.per_object.len()
+    }
+
+    /// Rows loaded.
+    pub fn rows(&self) -> u64 {
+        self.per_object.iter().map(|(_, n)| n).sum()
+    }
+
     /// Bytes of rows loaded.
     pub fn bytes(&self) -> u64 {
-        self.rows * ROW_BYTES as u64
+        self.rows() * ROW_BYTES as u64
     }
 }
 
@@ -459,10 +467,12 @@ impl NativeTables {
             .map(|(((_, path), _), l)| (path.clone(), l.evaluated.rows.len() as u64))
             .collect();
         per_object.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        debug_assert_eq!(
+            per_object.iter().map(|(_, n)| n).sum::<u64>(),
+            self.pool.rows()
+        );
         self.stats = NativeStats {
-            objects: self.loaded.len(),
             ranges: ranges.len(),
-            rows: self.pool.rows(),
             per_object,
             left_out,
             refreshes: self.stats.refreshes + 1,
@@ -480,6 +490,7 @@ impl NativeTables {
         // write below for a reader that sees any of them (the kernel reads
         // the sequence, the rows, then the sequence again; x86-64 keeps
         // both sides' accesses in order, and the fence keeps the compiler's).
+        // Relaxed load: only this thread writes the sequence.
         let odd = seq.load(Ordering::Relaxed) | 1;
         seq.store(odd, Ordering::Relaxed);
         fence(Ordering::Release);
