@@ -14,6 +14,7 @@ use jitmap::agent::{Agent, AgentConfig, Clock};
 use jitmap::{CodeInfo, ExecutionManager, HeapConfig, JitKind};
 
 use crate::fixture::BoxError;
+use crate::scale::heap_in_use;
 use crate::tiered::resident_bytes;
 
 /// Each version's code: `mov ecx, 20000; L: dec ecx; jnz L; ret`, a few
@@ -26,8 +27,7 @@ const CODE: [u8; 10] = [0xB9, 0x20, 0x4E, 0x00, 0x00, 0xFF, 0xC9, 0x75, 0xFC, 0x
 pub struct Point {
     /// Versions published, run and freed so far.
     pub versions: usize,
-    /// The allocator's bytes in use (glibc's `mallinfo2`, every arena,
-    /// mapped chunks included).
+    /// The allocator's bytes in use ([`heap_in_use`]).
     pub malloc: usize,
     /// The resident set.
     pub rss: u64,
@@ -60,12 +60,6 @@ fn is_version(name: &str) -> bool {
     name.strip_prefix('v')
         .is_some_and(|n| n.parse::<u64>().is_ok())
         || name.starts_with("[retired ")
-}
-
-fn heap_in_use() -> usize {
-    // SAFETY: mallinfo2 only reads the allocator's statistics.
-    let m = unsafe { libc::mallinfo2() };
-    m.uordblks + m.hblkhd
 }
 
 /// Churns `versions` versions under an agent sampling at `hz` that names

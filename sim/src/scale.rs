@@ -33,7 +33,7 @@ pub struct Row {
     /// Mean ns per publish (reserve, write one byte, publish).
     pub publish_ns: f64,
     /// Heap-allocator bytes in use after the publishes, over before, per
-    /// method (glibc's `mallinfo2`): the metadata jitmap allocates.
+    /// method ([`heap_in_use`]): the metadata jitmap allocates.
     pub malloc_per_method: f64,
     /// Resident bytes after over before, per method: metadata, code pages
     /// and map pages.
@@ -51,9 +51,12 @@ pub struct Row {
     pub wrong: u64,
 }
 
-fn heap_in_use() -> usize {
+/// Bytes the allocator has handed out and not had back: glibc's
+/// `mallinfo2`, over every arena, chunks it mapped on their own included.
+pub fn heap_in_use() -> usize {
     // SAFETY: mallinfo2 only reads the allocator's statistics.
-    unsafe { libc::mallinfo2() }.uordblks
+    let m = unsafe { libc::mallinfo2() };
+    m.uordblks + m.hblkhd
 }
 
 fn median(mut v: Vec<f64>) -> f64 {

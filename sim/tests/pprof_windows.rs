@@ -15,6 +15,7 @@ use flate2::read::GzDecoder;
 use jitmap::agent::export::proto;
 use jitmap::agent::{Agent, AgentConfig, Clock};
 use jitmap::{CodeInfo, ExecutionManager, HeapConfig, JitKind};
+use jitmap_sim::scale::heap_in_use;
 use jitmap_testkit::demo::Demo;
 use jitmap_testkit::spin;
 use prost::Message;
@@ -202,11 +203,3 @@ fn settled_threads(expected: Option<u64>) -> u64 {
 
 /// Profiles taken one after the other for the leak check.
 const WINDOWS: usize = 16;
-
-/// Bytes the allocator has handed out and not had back (glibc's
-/// `mallinfo2`, over every arena, mapped chunks included).
-fn heap_in_use() -> usize {
-    // SAFETY: mallinfo2 only reads the allocator's statistics.
-    let m = unsafe { libc::mallinfo2() };
-    m.uordblks + m.hblkhd
-}
