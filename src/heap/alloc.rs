@@ -83,6 +83,12 @@ impl FreeSpace {
         Some(placement)
     }
 
+    /// The extent [`FreeSpace::allocate`] gave the block of `size` bytes it
+    /// placed at `start`.
+    pub(crate) fn extent_of(&self, start: u64, size: u64) -> Range<u64> {
+        extent_of(start, size, self.granule).expect("a placed block's extent fits")
+    }
+
     /// Returns an extent, merging it with free neighbours.
     pub(crate) fn release(&mut self, extent: Range<u64>) {
         let (mut at, mut end) = (extent.start, extent.end);
@@ -116,15 +122,23 @@ impl FreeSpace {
 /// extent whose bounds are multiples of `granule`.
 fn place(at: u64, end: u64, size: u64, align: u64, granule: u64) -> Option<Placement> {
     let start = (at + PREFIX).next_multiple_of(align);
+    let extent = extent_of(start, size, granule)?;
+    (extent.end <= end).then_some(Placement { extent, start })
+}
+
+/// The extent of `size` bytes of code at `start` with extents on multiples of
+/// `granule` (`None` if it would pass the end of the address space). A
+/// block's extent follows from its start and size alone, so the heap need
+/// not store it.
+fn extent_of(start: u64, size: u64, granule: u64) -> Option<Range<u64>> {
     let code_end = start.checked_add(size)?;
     let last = code_end.max(start + 1) - 1;
     let bucket_floor = last - last % BUCKET_BYTES + PREFIX;
     let extent_start = (start - PREFIX) / granule * granule;
-    let extent_end = code_end.max(bucket_floor).next_multiple_of(granule);
-    (extent_end <= end).then_some(Placement {
-        extent: extent_start..extent_end,
-        start,
-    })
+    let extent_end = code_end
+        .max(bucket_floor)
+        .checked_next_multiple_of(granule)?;
+    Some(extent_start..extent_end)
 }
 
 #[cfg(test)]
@@ -221,6 +235,7 @@ mod tests {
                     continue;
                 };
                 assert!(p.start >= p.extent.start + PREFIX, "{p:?}");
+                assert_eq!(free.extent_of(p.start, size), p.extent);
                 assert_eq!(p.start % align, 0, "{p:?}");
                 assert!(
                     p.start + size <= p.extent.end && p.extent.end <= span,

@@ -14,8 +14,10 @@ mod frame_registration;
 pub(crate) mod header;
 pub(crate) mod lookup;
 mod memory;
+mod names;
 mod patch;
 mod reservation;
+mod slab;
 
 use std::collections::{HashMap, VecDeque};
 use std::mem::ManuallyDrop;
@@ -30,7 +32,9 @@ pub use alloc::PREFIX;
 pub use error::HeapError;
 use frame_registration::FrameRegistration;
 pub use header::CodeHeader;
-use header::Registrations;
+use header::{HostInfo, NewHeader, Registrations};
+use names::NameArena;
+use slab::HeaderSlab;
 
 pub use crate::info::{CodeInfo, DebugEntry, EhFrame, GcInfo, InfoError, JitKind, UnwindEntry};
 pub use memory::MemoryMode;
@@ -331,28 +335,44 @@ pub struct HeapStats {
     pub reclaimed_bytes: u64,
 }
 
-/// An owned header pointer in the writer's tables.
+/// A header stored in the heap's slab, owned by the block it describes.
+#[derive(Clone, Copy)]
 struct HeaderPtr(NonNull<CodeHeader>);
 
-// SAFETY: the writer's tables own the header; it is only dropped under the heap lock.
+// SAFETY: the writer's state owns the header; it is only taken out of the slab
+// under the heap lock.
 unsafe impl Send for HeaderPtr {}
 
 impl HeaderPtr {
-    fn into_box(self) -> Box<CodeHeader> {
-        // SAFETY: the pointer came from `Box::into_raw` in `publish` and is owned by
-        // exactly one table entry, which is being consumed.
-        unsafe { Box::from_raw(self.0.as_ptr()) }
+    /// The header.
+    ///
+    /// # Safety
+    /// The header is still in the slab: its block is live, or retired and not
+    /// yet reclaimed (which needs the heap lock the caller holds or excludes).
+    unsafe fn get<'a>(self) -> &'a CodeHeader {
+        // SAFETY: the caller's contract.
+        unsafe { self.0.as_ref() }
     }
 }
 
+/// A live block, as the writer knows it: read from the maps, the block's
+/// prefix and its header (a stub's generation and alignment from the stub
+/// table).
+#[derive(Clone, Copy)]
 struct Live {
     generation: u64,
     /// Code size in bytes.
     size: u64,
-    extent: Range<u64>,
-    /// The alignment the block was reserved with (kept by moves).
+    /// The alignment it was reserved with (kept by moves).
     align: u64,
     header: Option<HeaderPtr>,
+}
+
+/// What the writer keeps of a live stub (a method keeps it in its header).
+#[derive(Clone, Copy)]
+struct StubRecord {
+    generation: u64,
+    align: u64,
 }
 
 struct Retired {
@@ -366,16 +386,22 @@ struct Retired {
 
 /// What a publish puts in the slot.
 pub(crate) enum Payload {
-    Method(Arc<CodeInfo>),
+    Method(HostInfo),
     Stub(StubKind),
 }
 
-/// Writer state, serialized by the heap lock.
+/// Writer state, serialized by the heap lock. Live methods are not listed:
+/// the maps name their starts, and each one's prefix its header.
 struct Writer {
     map: MapWriter<MmapWords>,
     free: FreeSpace,
     committed: u64,
-    live: HashMap<u64, Live>,
+    headers: HeaderSlab,
+    names: NameArena,
+    /// Live stubs by code start (offset).
+    stubs: HashMap<u64, StubRecord>,
+    /// Live methods.
+    methods: usize,
     retired: Vec<Retired>,
     /// Extent bytes in `retired`.
     retired_bytes: u64,
@@ -385,6 +411,22 @@ struct Writer {
     move_order: VecDeque<u64>,
     next_generation: u64,
     reclaimed_bytes: u64,
+}
+
+impl Writer {
+    /// Takes a reclaimed (or never published) header out of the slab and
+    /// gives its name back.
+    ///
+    /// # Safety
+    /// `header` is in this writer's slab and no reader can reach it any more.
+    unsafe fn drop_header(&mut self, header: HeaderPtr) {
+        // SAFETY: the caller's contract.
+        let header = unsafe { self.headers.remove(header.0) };
+        if let Some(name) = header.arena_name() {
+            // SAFETY: the name was inserted for this header, which is gone.
+            unsafe { self.names.free(name) };
+        }
+    }
 }
 
 /// An executable code heap with a nibble map and lock-free lookups.
@@ -499,8 +541,11 @@ impl CodeHeap {
                     },
                 ),
                 committed: 0,
-                live: HashMap::new(),
-                retired: Vec::new(),
+                headers: HeaderSlab::default(),
+                names: NameArena::default(),
+                stubs: HashMap::new(),
+                methods: 0,
+                retired: Vec::with_capacity(RECLAIM_BATCH),
                 retired_bytes: 0,
                 moved: HashMap::new(),
                 move_order: VecDeque::new(),
@@ -684,9 +729,8 @@ impl CodeHeap {
     pub fn free(&self, code: CodeRef) -> Result<(), HeapError> {
         let offset = self.offset_of(code)?;
         let mut w = self.writer.lock();
-        self.check_live(&w, code, offset)?;
-        let info = self.unpublish(&mut w, offset)?;
-        if let Some(info) = info.filter(|_| !self.listeners.is_empty()) {
+        let live = self.check_live(&w, code, offset)?;
+        if let Some(info) = self.unpublish(&mut w, offset, live)? {
             self.listeners.emit(CodeEvent::Free(CodeFree {
                 timestamp: monotonic_ns(),
                 start: code.start,
@@ -710,29 +754,23 @@ impl CodeHeap {
     /// new address ([`HeapError::PositionDependent`] if it cannot be).
     pub fn move_block(&self, code: CodeRef) -> Result<CodeRef, HeapError> {
         let offset = self.offset_of(code)?;
-        let align = {
-            let w = self.writer.lock();
-            self.check_live(&w, code, offset)?;
-            w.live.get(&offset).map_or(self.align, |l| l.align)
-        };
+        let align = self.check_live(&self.writer.lock(), code, offset)?.align;
         let mut target = ManuallyDrop::new(self.reserve_aligned(code.size, align)?);
         let mut w = self.writer.lock();
         // Checked again: the block may have been freed while the lock was free.
-        let info = match self.check_live(&w, code, offset) {
-            Ok(header) => header.map(|h| {
-                // SAFETY: the block is live and we hold the lock, so its header
-                // cannot be retired or reclaimed meanwhile.
-                let header = unsafe { h.0.as_ref() };
-                (
-                    Arc::clone(header.shared_info()),
-                    Box::<[_]>::from(header.unwind_rows()),
-                )
-            }),
+        let live = match self.check_live(&w, code, offset) {
+            Ok(live) => live,
             Err(e) => {
                 w.free.release(target.extent.clone());
                 return Err(e);
             }
         };
+        let info = live.header.map(|h| {
+            // SAFETY: the block is live and we hold the lock, so its header
+            // cannot be retired or reclaimed meanwhile.
+            let header = unsafe { h.get() };
+            (header.to_info(), Box::<[_]>::from(header.unwind_rows()))
+        });
         let Some((info, rows)) = info else {
             w.free.release(target.extent.clone());
             return Err(HeapError::NotAMethod { start: code.start });
@@ -745,9 +783,9 @@ impl CodeHeap {
         // or the move is refused. (The rows are by code offset: they stay.)
         let new_start = self.base() + target.start as usize;
         let info = match &info.eh_frame {
-            None => info,
+            None => HostInfo::Shared(info),
             Some(eh) => match header::relocated_eh_frame(&eh.frame, code.start, new_start) {
-                Some(frame) => Arc::new(CodeInfo {
+                Some(frame) => HostInfo::Owned(CodeInfo {
                     eh_frame: Some(EhFrame {
                         frame,
                         header: eh.header.clone(),
@@ -782,7 +820,7 @@ impl CodeHeap {
             },
             Some(code.start),
         )?;
-        self.unpublish(&mut w, offset)?;
+        self.unpublish(&mut w, offset, live)?;
         if w.move_order.len() == MOVES_REMEMBERED
             && let Some(oldest) = w.move_order.pop_front()
         {
@@ -909,25 +947,23 @@ impl CodeHeap {
     /// attaches after code was published.
     pub fn live_blocks(&self) -> Vec<LiveBlock> {
         let w = self.writer.lock();
-        let mut blocks: Vec<LiveBlock> = w
-            .live
-            .iter()
-            .map(|(&offset, live)| LiveBlock {
-                code: CodeRef {
-                    heap: self.id,
-                    start: self.base() + offset as usize,
-                    size: live.size,
-                    generation: live.generation,
-                },
-                info: live.header.as_ref().map(|h| {
-                    // SAFETY: the block is live and we hold the lock that retiring
-                    // and reclaiming it need.
-                    Arc::clone(unsafe { h.0.as_ref() }.shared_info())
-                }),
+        self.map
+            .starts()
+            .filter_map(|offset| {
+                let live = self.live_at(&w, offset)?;
+                Some(LiveBlock {
+                    code: CodeRef {
+                        heap: self.id,
+                        start: self.base() + offset as usize,
+                        size: live.size,
+                        generation: live.generation,
+                    },
+                    // SAFETY: the block is live and we hold the lock that
+                    // retiring and reclaiming it need.
+                    info: live.header.map(|h| unsafe { h.get() }.to_info()),
+                })
             })
-            .collect();
-        blocks.sort_by_key(|b| b.code.start);
-        blocks
+            .collect()
     }
 
     /// Current usage.
@@ -939,7 +975,7 @@ impl CodeHeap {
             used: self.span - w.free.free_bytes(),
             free: w.free.free_bytes(),
             largest_free: w.free.largest(),
-            live_blocks: w.live.len(),
+            live_blocks: w.methods + w.stubs.len(),
             retired_blocks: w.retired.len(),
             reclaimed_bytes: w.reclaimed_bytes,
         }
@@ -951,18 +987,22 @@ impl CodeHeap {
         }
         let safe_before = self.domain.safe_before();
         let mut bytes = 0;
-        let mut kept = Vec::with_capacity(w.retired.len());
-        for r in std::mem::take(&mut w.retired) {
-            if r.tag < safe_before {
-                bytes += r.extent.end - r.extent.start;
-                self.ends.writer().clear(r.start, r.size);
-                w.free.release(r.extent);
-                drop(r.header.map(HeaderPtr::into_box));
-            } else {
-                kept.push(r);
+        let mut i = 0;
+        while i < w.retired.len() {
+            if w.retired[i].tag >= safe_before {
+                i += 1;
+                continue;
+            }
+            let r = w.retired.swap_remove(i);
+            bytes += r.extent.end - r.extent.start;
+            self.ends.writer().clear(r.start, r.size);
+            w.free.release(r.extent);
+            if let Some(header) = r.header {
+                // SAFETY: retired before every guard now pinned began, so no
+                // reader can reach it; we hold the lock.
+                unsafe { w.drop_header(header) };
             }
         }
-        w.retired = kept;
         w.retired_bytes -= bytes;
         w.reclaimed_bytes += bytes;
         bytes
@@ -989,8 +1029,11 @@ impl CodeHeap {
             publish.code = Some(code.into());
         }
         if let Payload::Method(info) = &publish.payload {
-            publish.rows =
-                header::unwind_rows(info, self.base() + publish.start as usize, publish.size);
+            publish.rows = header::unwind_rows(
+                info.get(),
+                self.base() + publish.start as usize,
+                publish.size,
+            );
         }
         let mut w = self.writer.lock();
         let result = self.publish_locked(&mut w, publish, None);
@@ -1019,7 +1062,7 @@ impl CodeHeap {
         } = publish;
         let checked = match &payload {
             Payload::Stub(_) => Ok(()),
-            Payload::Method(info) => info.validate(size).map_err(HeapError::Info),
+            Payload::Method(info) => info.get().validate(size).map_err(HeapError::Info),
         };
         if let Err(e) = checked {
             w.free.release(extent);
@@ -1032,7 +1075,7 @@ impl CodeHeap {
             monotonic_ns()
         };
         let registrations = match &payload {
-            Payload::Method(info) => match self.registrations(info, start, size) {
+            Payload::Method(info) => match self.registrations(info.get(), start, size) {
                 Ok(r) => r,
                 Err(e) => {
                     w.free.release(extent);
@@ -1041,16 +1084,25 @@ impl CodeHeap {
             },
             Payload::Stub(_) => Registrations::default(),
         };
+        let generation = w.next_generation;
+        debug_assert!(generation < header::GENERATION_LIMIT);
         let (header, slot, info) = match payload {
             Payload::Method(info) => {
-                let header = Box::new(CodeHeader::new(
-                    Arc::clone(&info),
+                let new = NewHeader {
+                    info,
+                    shared: !self.listeners.is_empty(),
                     rows,
-                    size,
+                    code_size: size,
                     registrations,
-                ));
-                let ptr = NonNull::from(Box::leak(header));
-                (Some(HeaderPtr(ptr)), ptr.as_ptr() as usize, Some(info))
+                    generation,
+                    align,
+                };
+                let name = new
+                    .name_in_arena()
+                    .then(|| w.names.insert(&new.info.get().name));
+                let (header, shared) = new.build(name);
+                let header = HeaderPtr(w.headers.insert(header));
+                (Some(header), header.0.as_ptr() as usize, shared)
             }
             Payload::Stub(kind) => {
                 // Relaxed: published by the map's Release store below; readers load
@@ -1059,7 +1111,6 @@ impl CodeHeap {
                 (None, usize::from(kind.get()), None)
             }
         };
-        let generation = w.next_generation;
         // SAFETY: `start` was placed by the allocator in this heap's committed
         // memory, and the write view lives as long as `self`.
         let prefix = unsafe { prefix_at(self.memory.write_base() as usize, start) };
@@ -1072,15 +1123,18 @@ impl CodeHeap {
             .memory
             .flip(extent.start as usize, extent.end as usize, true)
         {
-            drop(header.map(HeaderPtr::into_box));
+            if let Some(header) = header {
+                // SAFETY: never published: no map names the block.
+                unsafe { w.drop_header(header) };
+            }
             w.free.release(extent);
             return Err(e.into());
         }
         let new_start = self.base() + start as usize;
-        let is_stub = info.is_none();
+        let is_stub = header.is_none();
         // The event goes out before the code is visible: a profiler that finds
         // the block and then waits for the events delivered so far knows it.
-        let announced = info.filter(|_| !self.listeners.is_empty()).inspect(|info| {
+        let announced = info.inspect(|info| {
             self.listeners.emit(match moved_from {
                 None => CodeEvent::Load(CodeLoad {
                     timestamp,
@@ -1117,21 +1171,20 @@ impl CodeHeap {
                     info,
                 }));
             }
-            drop(header.map(HeaderPtr::into_box));
+            if let Some(header) = header {
+                // SAFETY: never published: the map store failed.
+                unsafe { w.drop_header(header) };
+            }
             w.free.release(extent);
             return Err(HeapError::Map(e));
         }
         w.next_generation += 1;
-        w.live.insert(
-            start,
-            Live {
-                generation,
-                size,
-                extent,
-                align,
-                header,
-            },
-        );
+        match header {
+            Some(_) => w.methods += 1,
+            None => {
+                w.stubs.insert(start, StubRecord { generation, align });
+            }
+        }
         Ok(CodeRef {
             heap: self.id,
             start: new_start,
@@ -1159,9 +1212,9 @@ impl CodeHeap {
         #[cfg(not(feature = "gdb-jit"))]
         let _ = (self.gdb_jit, start, size);
         Ok(Registrations {
-            _frame: frame,
+            frame,
             #[cfg(feature = "gdb-jit")]
-            _gdb: gdb,
+            gdb,
         })
     }
 
@@ -1173,19 +1226,45 @@ impl CodeHeap {
         Ok(code.start.wrapping_sub(self.base()) as u64)
     }
 
-    /// Checks that `code` is live; returns its header (None for a stub).
-    fn check_live<'w>(
-        &self,
-        w: &'w Writer,
-        code: CodeRef,
-        offset: u64,
-    ) -> Result<Option<&'w HeaderPtr>, HeapError> {
-        match w.live.get(&offset) {
+    /// The live block starting at `offset`, if any: the maps name the start,
+    /// its prefix the size and header (a stub's record is in the stub table).
+    fn live_at(&self, w: &Writer, offset: u64) -> Option<Live> {
+        if offset < PREFIX || offset >= self.span || !offset.is_multiple_of(8) {
+            return None;
+        }
+        let start = self.base() + offset as usize;
+        // SAFETY: the caller holds the heap lock (`w`), so no block is
+        // published, unpublished or reclaimed while the hit is used: the lock
+        // keeps what a guard would.
+        let hit = unsafe { self.lookup.find(self.base, start) }.filter(|h| h.start == start)?;
+        let size = hit.size();
+        if hit.is_stub() {
+            let stub = w.stubs.get(&offset)?;
+            return Some(Live {
+                generation: stub.generation,
+                size,
+                align: stub.align,
+                header: None,
+            });
+        }
+        // SAFETY: not a stub, so the slot holds the header's pointer.
+        let header = unsafe { hit.header() };
+        Some(Live {
+            generation: header.generation(),
+            size,
+            align: header.align(),
+            header: Some(HeaderPtr(NonNull::from(header))),
+        })
+    }
+
+    /// Checks that `code` is live, and returns what the writer knows of it.
+    fn check_live(&self, w: &Writer, code: CodeRef, offset: u64) -> Result<Live, HeapError> {
+        match self.live_at(w, offset) {
             // The size too: a reference rebuilt from raw parts
             // ([`CodeRef::from_raw`]) must match the block in every field.
             Some(live) if live.generation == code.generation => {
                 if live.size == code.size {
-                    Ok(live.header.as_ref())
+                    Ok(live)
                 } else {
                     Err(HeapError::UnknownRef { start: code.start })
                 }
@@ -1202,27 +1281,36 @@ impl CodeHeap {
     }
 
     /// Unpublishes the live block at `offset` and retires it; returns the
-    /// method's info (None for a stub).
-    fn unpublish(&self, w: &mut Writer, offset: u64) -> Result<Option<Arc<CodeInfo>>, HeapError> {
+    /// method's info for listeners (None for a stub, or without listeners).
+    fn unpublish(
+        &self,
+        w: &mut Writer,
+        offset: u64,
+        live: Live,
+    ) -> Result<Option<Arc<CodeInfo>>, HeapError> {
         self.seq().begin();
         let deleted = w.map.delete(offset);
         self.seq().end();
         deleted.map_err(HeapError::Map)?;
-        let Some(live) = w.live.remove(&offset) else {
-            return Ok(None);
-        };
+        match live.header {
+            Some(_) => w.methods -= 1,
+            None => {
+                w.stubs.remove(&offset);
+            }
+        }
         let tag = self.domain.retire_tag();
-        let info = live.header.as_ref().map(|h| {
+        let info = live.header.filter(|_| !self.listeners.is_empty()).map(|h| {
             // SAFETY: the header was just retired, not reclaimed, and we hold the
             // lock that reclamation needs.
-            Arc::clone(unsafe { h.0.as_ref() }.shared_info())
+            unsafe { h.get() }.to_info()
         });
-        w.retired_bytes += live.extent.end - live.extent.start;
+        let extent = w.free.extent_of(offset, live.size + self.unwind_room);
+        w.retired_bytes += extent.end - extent.start;
         w.retired.push(Retired {
             tag,
             start: offset,
             size: live.size,
-            extent: live.extent,
+            extent,
             header: live.header,
         });
         Ok(info)
@@ -1247,28 +1335,38 @@ pub(crate) struct Publish {
 impl Drop for CodeHeap {
     fn drop(&mut self) {
         let base = self.base();
-        let w = self.writer.get_mut();
-        for (offset, live) in w.live.drain() {
+        let mut w = self.writer.lock();
+        let starts: Vec<u64> = self.map.starts().collect();
+        for offset in starts {
+            let Some(Live {
+                size,
+                header: Some(header),
+                ..
+            }) = self.live_at(&w, offset)
+            else {
+                continue;
+            };
             // Its code goes with the heap: listeners hear of it as of a free
             // (an agent forgets the version, a perf map need not keep it).
-            if let Some(header) = &live.header
-                && !self.listeners.is_empty()
-            {
-                // SAFETY: the header stays allocated until the `into_box`
-                // below; `&mut self` excludes the writer, and a shared read
-                // of it is what a reader's lookup does too.
-                let info = Arc::clone(unsafe { header.0.as_ref() }.shared_info());
+            if !self.listeners.is_empty() {
                 self.listeners.emit(CodeEvent::Free(CodeFree {
                     timestamp: monotonic_ns(),
                     start: base + offset as usize,
-                    size: live.size,
-                    info,
+                    size,
+                    // SAFETY: the header is in the slab until `drop_header`
+                    // below; `&mut self` excludes the writer.
+                    info: unsafe { header.get() }.to_info(),
                 }));
             }
-            drop(live.header.map(HeaderPtr::into_box));
+            // SAFETY: the heap is going: `&mut self` means no reader holds a
+            // guard on it (guards borrow it), and the header is dropped once.
+            unsafe { w.drop_header(header) };
         }
-        for r in w.retired.drain(..) {
-            drop(r.header.map(HeaderPtr::into_box));
+        for r in std::mem::take(&mut w.retired) {
+            if let Some(header) = r.header {
+                // SAFETY: as above; retired headers are listed once.
+                unsafe { w.drop_header(header) };
+            }
         }
     }
 }

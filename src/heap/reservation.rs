@@ -2,7 +2,6 @@
 
 use std::mem::ManuallyDrop;
 use std::ops::Range;
-use std::sync::Arc;
 
 use super::{CodeHeap, CodeRef, HeapError, Payload, Publish, StubKind};
 use crate::info::CodeInfo;
@@ -49,7 +48,7 @@ impl Reservation<'_> {
     /// Publishes the code as a method. Only now can readers find it. On error the
     /// space is given back, as by `abort`.
     pub fn publish(self, info: CodeInfo) -> Result<CodeRef, HeapError> {
-        self.publish_payload(Payload::Method(Arc::new(info)))
+        self.publish_payload(Payload::Method(super::HostInfo::Owned(info)))
     }
 
     /// Publishes the code as a stub of `kind`. Stubs are found as stubs, never

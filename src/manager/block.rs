@@ -110,7 +110,7 @@ impl<'g> CodeBlock<'g> {
         match self.source {
             Source::Jit { hit, .. } => {
                 let header = jit_header(hit);
-                match header.info().cold_offset {
+                match header.cold_offset() {
                     Some(hot) => RegionInfo {
                         hot_size: u64::from(hot),
                         cold_start: Some(self.start + hot as usize),
@@ -159,7 +159,7 @@ impl<'g> CodeBlock<'g> {
     /// ```
     pub fn eh_frame(&self) -> Option<&'g EhFrame> {
         match self.source {
-            Source::Jit { hit, .. } => jit_header(hit).info().eh_frame.as_ref(),
+            Source::Jit { hit, .. } => jit_header(hit).eh_frame(),
             Source::Image { .. } => None,
         }
     }
@@ -198,7 +198,7 @@ impl<'g> CodeBlock<'g> {
     /// The method's native-offset → source rows.
     pub fn debug_info(&self) -> &'g [DebugEntry] {
         match self.source {
-            Source::Jit { hit, .. } => &jit_header(hit).info().debug,
+            Source::Jit { hit, .. } => jit_header(hit).debug(),
             Source::Image { image, hit } => &image.method(hit.method).debug,
         }
     }
@@ -213,7 +213,7 @@ impl<'g> CodeBlock<'g> {
     /// GC info and its version.
     pub fn gc_info(&self) -> Option<&'g GcInfo> {
         match self.source {
-            Source::Jit { hit, .. } => jit_header(hit).info().gc.as_ref(),
+            Source::Jit { hit, .. } => jit_header(hit).gc(),
             Source::Image { image, hit } => image.method(hit.method).gc.as_ref(),
         }
     }
@@ -221,7 +221,7 @@ impl<'g> CodeBlock<'g> {
     /// The tier that produced the code.
     pub fn jit_kind(&self) -> JitKind {
         match self.source {
-            Source::Jit { hit, .. } => jit_header(hit).info().kind,
+            Source::Jit { hit, .. } => jit_header(hit).kind(),
             Source::Image { .. } => JitKind::Precompiled,
         }
     }
