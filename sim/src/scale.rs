@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::time::Instant;
 
-use jitmap::{CodeInfo, ExecutionManager, HeapConfig, JitKind};
+use jitmap::{CodeHeap, CodeInfo, ExecutionManager, HeapConfig, JitKind};
 use jitmap_testkit::rng::Rng;
 
 use crate::fixture::BoxError;
@@ -24,16 +24,20 @@ pub const METHOD_BYTES: u64 = 64;
 pub const FINDS: usize = 2_000_000;
 /// Timed passes per structure, interleaved; the median is reported.
 pub const PASSES: usize = 5;
+/// Heaps the publishes are timed into; the median is reported.
+pub const PUBLISH_ROUNDS: usize = 3;
 
 /// One size's figures.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Row {
     /// Methods published.
     pub methods: usize,
-    /// Mean ns per publish (reserve, write one byte, publish).
+    /// Mean ns per publish (reserve, write one byte, publish), the median
+    /// of [`PUBLISH_ROUNDS`] heaps.
     pub publish_ns: f64,
     /// Heap-allocator bytes in use after the publishes, over before, per
-    /// method ([`heap_in_use`]): the metadata jitmap allocates.
+    /// method ([`heap_in_use`]), with the header chunks the heap mapped
+    /// itself: the metadata jitmap allocates.
     pub malloc_per_method: f64,
     /// Resident bytes after over before, per method: metadata, code pages
     /// and map pages.
@@ -79,18 +83,9 @@ fn timed(addrs: &[usize], mut f: impl FnMut(usize) -> usize) -> f64 {
     t.elapsed().as_nanos() as f64 / addrs.len() as f64
 }
 
-/// Measures one size: `methods` published, `finds` random finds per pass.
-pub fn measure(methods: usize, finds: usize) -> Result<Row, BoxError> {
-    let manager = ExecutionManager::new(4);
-    let span = (methods as u64 * 2 * (METHOD_BYTES + 16))
-        .next_power_of_two()
-        .max(1 << 20);
-    let heap = manager.create_heap(HeapConfig {
-        span,
-        ..HeapConfig::default()
-    })?;
-    let mut starts = Vec::with_capacity(methods);
-    let (malloc0, rss0) = (heap_in_use(), resident_bytes());
+/// Publishes `methods` methods of [`METHOD_BYTES`] into `heap`; their
+/// starts go into `starts`. Returns the mean ns per publish.
+fn publish_all(heap: &CodeHeap, methods: usize, starts: &mut Vec<usize>) -> Result<f64, BoxError> {
     let t = Instant::now();
     for id in 0..methods as u64 {
         let mut r = heap.reserve(METHOD_BYTES)?;
@@ -98,8 +93,39 @@ pub fn measure(methods: usize, finds: usize) -> Result<Row, BoxError> {
         let code = r.publish(CodeInfo::new(id, "m", JitKind::Baseline))?;
         starts.push(code.start());
     }
-    let publish_ns = t.elapsed().as_nanos() as f64 / methods as f64;
-    let (malloc1, rss1) = (heap_in_use(), resident_bytes());
+    Ok(t.elapsed().as_nanos() as f64 / methods as f64)
+}
+
+/// Measures one size: `methods` published, `finds` random finds per pass.
+/// The publishes are timed into [`PUBLISH_ROUNDS`] fresh heaps, the median
+/// reported (a round of 10,000 takes a few milliseconds, which one
+/// preemption on a shared machine doubles); the bytes are counted around
+/// the first.
+/// With `huge_pages` off, the heap is made with [`HeapConfig::huge_pages`]
+/// false: no 2 MiB page faults in the publishes, page walks in the finds.
+pub fn measure(methods: usize, finds: usize, huge_pages: bool) -> Result<Row, BoxError> {
+    let manager = ExecutionManager::new(4);
+    let config = HeapConfig {
+        span: (methods as u64 * 2 * (METHOD_BYTES + 16))
+            .next_power_of_two()
+            .max(1 << 20),
+        huge_pages,
+        ..HeapConfig::default()
+    };
+    let heap = manager.create_heap(config)?;
+    let mut starts = Vec::with_capacity(methods);
+    let (malloc0, rss0) = (heap_in_use(), resident_bytes());
+    let mut publish = vec![publish_all(&heap, methods, &mut starts)?];
+    // The heap's huge-page chunks of headers are mapped, not allocated.
+    let (malloc1, rss1) = (heap_in_use() + heap.header_mapped_bytes(), resident_bytes());
+    let mut scratch = Vec::with_capacity(methods);
+    for _ in 1..PUBLISH_ROUNDS {
+        let round = manager.create_heap(config)?;
+        scratch.clear();
+        publish.push(publish_all(&round, methods, &mut scratch)?);
+    }
+    drop(scratch);
+    let publish_ns = median(publish);
     let before_btree = heap_in_use();
     let t = Instant::now();
     let mut btree: BTreeMap<usize, u64> = BTreeMap::new();
@@ -225,7 +251,7 @@ mod tests {
 
     #[test]
     fn every_find_agrees_with_the_btree_and_the_metadata_is_counted() {
-        let row = measure(2_000, 20_000).unwrap();
+        let row = measure(2_000, 20_000, true).unwrap();
         assert_eq!((row.methods, row.wrong), (2_000, 0));
         // Each publish takes a header and its name's bytes. (The allocator's
         // count is the process's: other tests run beside this one, so the

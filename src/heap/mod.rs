@@ -541,7 +541,7 @@ impl CodeHeap {
                     },
                 ),
                 committed: 0,
-                headers: HeaderSlab::default(),
+                headers: HeaderSlab::new(config.huge_pages),
                 names: NameArena::default(),
                 stubs: HashMap::new(),
                 methods: 0,
@@ -678,6 +678,25 @@ impl CodeHeap {
     /// map's words and the end map's (pages never touched cost nothing).
     pub fn map_resident_bytes(&self) -> std::io::Result<usize> {
         Ok(self.map.words().resident_bytes()? + self.ends.resident_bytes()?)
+    }
+
+    /// Bytes of method headers the heap mapped itself rather than
+    /// allocated: a large heap's 2 MiB huge-page chunks of headers
+    /// ([`HeapConfig::huge_pages`]). A count of the allocator's bytes (such
+    /// as `mallinfo2`) does not see them; add these.
+    ///
+    /// ```
+    /// # use jitmap::{CodeHeap, CodeInfo, Domain, HeapConfig, JitKind};
+    /// let heap = CodeHeap::new(HeapConfig { span: 1 << 20, ..HeapConfig::default() }, &Domain::new(1))?;
+    /// let mut r = heap.reserve(1)?;
+    /// r.code_mut()[0] = 0xC3;
+    /// r.publish(CodeInfo::new(1, "f", JitKind::Optimized))?;
+    /// // A small heap's headers come from the allocator.
+    /// assert_eq!(heap.header_mapped_bytes(), 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn header_mapped_bytes(&self) -> usize {
+        self.writer.lock().headers.mapped_bytes()
     }
 
     /// Bytes the lookup structures reserve: span / 64 for the nibble map plus
