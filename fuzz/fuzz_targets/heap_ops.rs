@@ -1,5 +1,7 @@
 //! Reserve, publish, abort, free, move and find on a real `CodeHeap` (v1 or v2,
-//! RWX, W^X or flip) against a model: every lookup is exact.
+//! RWX, W^X or flip) against a model: every lookup is exact, names every
+//! method by its own name (names of 0 to 300 bytes share the heap's arena and
+//! reuse freed slots), and a forged reference is refused without a change.
 #![no_main]
 
 use arbitrary::Arbitrary;
@@ -10,16 +12,44 @@ use libfuzzer_sys::fuzz_target;
 
 #[derive(Arbitrary, Debug)]
 enum Op {
-    Reserve { size: u16, align_log: u8 },
-    Publish { index: u8 },
-    PublishStub { index: u8, kind: u8 },
-    Abort { index: u8 },
-    Free { index: u8 },
-    DoubleFree { index: u8 },
-    Move { index: u8 },
-    Find { offset: u32 },
-    FindInside { index: u8, offset: u16 },
+    Reserve {
+        size: u16,
+        align_log: u8,
+    },
+    Publish {
+        index: u8,
+        name_len: u16,
+    },
+    PublishStub {
+        index: u8,
+        kind: u8,
+    },
+    Abort {
+        index: u8,
+    },
+    Free {
+        index: u8,
+    },
+    DoubleFree {
+        index: u8,
+    },
+    Move {
+        index: u8,
+    },
+    Find {
+        offset: u32,
+    },
+    FindInside {
+        index: u8,
+        offset: u16,
+    },
     Reclaim,
+    Forge {
+        index: u8,
+        start: i8,
+        size: i8,
+        generation: i8,
+    },
 }
 
 #[derive(Arbitrary, Debug)]
@@ -59,6 +89,8 @@ fuzz_target!(|input: Input| {
     let mut pending = Vec::new();
     // (ref, method id or stub kind, is_stub)
     let mut live: Vec<(CodeRef, u64, bool)> = Vec::new();
+    // Method id → its name.
+    let mut names = std::collections::HashMap::new();
     // Freed references, with the new start of the moved ones.
     let mut freed: Vec<(CodeRef, Option<usize>)> = Vec::new();
     let mut next_id = 1u64;
@@ -78,15 +110,13 @@ fuzz_target!(|input: Input| {
                     Err(e) => panic!("unexpected {e:?}"),
                 }
             }
-            Op::Publish { index } if !pending.is_empty() => {
+            Op::Publish { index, name_len } if !pending.is_empty() => {
                 let r = pending.swap_remove(usize::from(index) % pending.len());
+                let name = name_of(next_id, usize::from(name_len) % 301);
                 let code = r
-                    .publish(CodeInfo::new(
-                        next_id,
-                        format!("m{next_id}"),
-                        JitKind::Baseline,
-                    ))
+                    .publish(CodeInfo::new(next_id, name.clone(), JitKind::Baseline))
                     .unwrap();
+                names.insert(next_id, name);
                 live.push((code, next_id, false));
                 next_id += 1;
             }
@@ -141,6 +171,7 @@ fuzz_target!(|input: Input| {
                 &heap,
                 &reader,
                 &live,
+                &names,
                 heap.base().wrapping_add(offset as usize),
             ),
             Op::FindInside { index, offset } if !live.is_empty() => {
@@ -149,11 +180,41 @@ fuzz_target!(|input: Input| {
                     &heap,
                     &reader,
                     &live,
+                    &names,
                     code.start() + usize::from(offset) % (code.size() as usize + 32),
                 );
             }
             Op::Reclaim => {
                 heap.try_reclaim();
+            }
+            Op::Forge {
+                index,
+                start,
+                size,
+                generation,
+            } if !live.is_empty() && (start, size, generation) != (0, 0, 0) => {
+                let (code, ..) = live[usize::from(index) % live.len()];
+                let [heap_id, at, len, generation_now] = code.to_raw();
+                let forged = CodeRef::from_raw([
+                    heap_id,
+                    at.wrapping_add_signed(i64::from(start)),
+                    len.wrapping_add_signed(i64::from(size)),
+                    generation_now.wrapping_add_signed(i64::from(generation)),
+                ]);
+                // Another live block's very reference is no forgery.
+                if live.iter().any(|(c, ..)| *c == forged) {
+                    continue;
+                }
+                let before = heap.stats();
+                match heap.free(forged) {
+                    Err(
+                        HeapError::UnknownRef { .. }
+                        | HeapError::DoubleFree { .. }
+                        | HeapError::Moved { .. },
+                    ) => {}
+                    other => panic!("{forged:?} from {code:?}: {other:?}"),
+                }
+                assert_eq!(heap.stats(), before);
             }
             _ => {}
         }
@@ -178,17 +239,45 @@ fuzz_target!(|input: Input| {
         .filter(|&(_, w)| w != 0)
         .collect();
     assert_eq!(heap.map().nonzero_words().collect::<Vec<_>>(), expected);
+    // The listing: every live block with its reference and, for a method,
+    // its id and name.
+    let mut listed: Vec<(CodeRef, Option<(u64, String)>)> = heap
+        .live_blocks()
+        .into_iter()
+        .map(|b| (b.code, b.info.map(|i| (i.method_id, i.name.clone()))))
+        .collect();
+    let mut modelled: Vec<(CodeRef, Option<(u64, String)>)> = live
+        .iter()
+        .map(|&(code, id, stub)| (code, (!stub).then(|| (id, names[&id].clone()))))
+        .collect();
+    listed.sort_by_key(|(c, _)| c.start());
+    modelled.sort_by_key(|(c, _)| c.start());
+    assert_eq!(listed, modelled);
     drop(held);
 });
 
-fn check(heap: &CodeHeap, reader: &jitmap::Reader, live: &[(CodeRef, u64, bool)], ip: usize) {
+/// A name of `len` bytes that differs from method to method.
+fn name_of(id: u64, len: usize) -> String {
+    format!("{id}:").chars().cycle().take(len).collect()
+}
+
+fn check(
+    heap: &CodeHeap,
+    reader: &jitmap::Reader,
+    live: &[(CodeRef, u64, bool)],
+    names: &std::collections::HashMap<u64, String>,
+    ip: usize,
+) {
     let guard = reader.pin().unwrap();
     let expected = live
         .iter()
         .find(|(c, ..)| ip >= c.start() && ip < c.start() + c.size() as usize)
         .map(|&(c, id, stub)| (c.start(), (ip - c.start()) as u64, id, stub));
     let found = heap.find(&guard, ip).unwrap().map(|b| match b.kind() {
-        BlockKind::Method(h) => (b.start(), b.offset(), h.method_id(), false),
+        BlockKind::Method(h) => {
+            assert_eq!(h.name(), names[&h.method_id()], "ip {ip:#x}");
+            (b.start(), b.offset(), h.method_id(), false)
+        }
         BlockKind::Stub(k) => (b.start(), b.offset(), u64::from(k.get()), true),
     });
     assert_eq!(found, expected, "ip {ip:#x}");

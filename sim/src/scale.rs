@@ -25,7 +25,7 @@ pub const FINDS: usize = 2_000_000;
 /// Timed passes per structure, interleaved; the median is reported.
 pub const PASSES: usize = 5;
 /// Heaps the publishes are timed into; the median is reported.
-pub const PUBLISH_ROUNDS: usize = 3;
+pub const PUBLISH_ROUNDS: usize = 5;
 
 /// One size's figures.
 #[derive(Clone, Debug, PartialEq)]
@@ -49,9 +49,11 @@ pub struct Row {
     pub find_ns: f64,
     /// Mean ns per insert into the `BTreeMap<start, id>`, in publish order.
     pub btree_insert_ns: f64,
-    /// Heap-allocator bytes of the `BTreeMap`, per method.
+    /// Heap-allocator bytes of the `BTreeMap` grown by those inserts, per
+    /// method.
     pub btree_malloc_per_method: f64,
-    /// Median ns per find in the `BTreeMap<start, id>` (start and id).
+    /// Median ns per find in the `BTreeMap<start, id>` (start and id),
+    /// built from the sorted starts at once (full nodes).
     pub btree_ns: f64,
     /// Median ns per find in the sorted `Vec`.
     pub sorted_vec_ns: f64,
@@ -81,6 +83,41 @@ fn timed(addrs: &[usize], mut f: impl FnMut(usize) -> usize) -> f64 {
     }
     black_box(sum);
     t.elapsed().as_nanos() as f64 / addrs.len() as f64
+}
+
+/// Touches `mib` MiB of fresh memory, advised for huge pages, and gives it
+/// back. In a virtual machine the first touch of guest memory the host has
+/// not backed yet costs the host's page faults (here about 4 ms per 2 MiB);
+/// the kernel then hands the same, backed, pages to the heaps measured
+/// next, so that their publishes time jitmap rather than the host.
+pub fn warm(mib: usize) -> Result<(), BoxError> {
+    if mib == 0 {
+        return Ok(());
+    }
+    let len = mib << 20;
+    // SAFETY: a fresh private anonymous mapping; nothing else refers to it.
+    let at = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if at == libc::MAP_FAILED {
+        return Err(std::io::Error::last_os_error().into());
+    }
+    // SAFETY: the range is our mapping; advice does not change its contents.
+    unsafe { libc::madvise(at, len, libc::MADV_HUGEPAGE) };
+    for page in (0..len).step_by(4096) {
+        // SAFETY: inside the writable mapping made above.
+        unsafe { at.cast::<u8>().add(page).write_volatile(1) };
+    }
+    // SAFETY: unmaps exactly the mapping made above, no longer used.
+    unsafe { libc::munmap(at, len) };
+    Ok(())
 }
 
 /// Publishes `methods` methods of [`METHOD_BYTES`] into `heap`; their
@@ -126,14 +163,23 @@ pub fn measure(methods: usize, finds: usize, huge_pages: bool) -> Result<Row, Bo
     }
     drop(scratch);
     let publish_ns = median(publish);
+    // A B-tree grown one insert at a time, as a runtime would grow it, for
+    // its insert time and bytes; the finds use one built from the sorted
+    // starts at once, with full nodes: the faster of the two to search.
     let before_btree = heap_in_use();
     let t = Instant::now();
-    let mut btree: BTreeMap<usize, u64> = BTreeMap::new();
+    let mut grown: BTreeMap<usize, u64> = BTreeMap::new();
     for (i, &s) in starts.iter().enumerate() {
-        btree.insert(black_box(s), i as u64);
+        grown.insert(black_box(s), i as u64);
     }
     let btree_insert_ns = t.elapsed().as_nanos() as f64 / methods as f64;
     let btree_malloc = heap_in_use() as f64 - before_btree as f64;
+    drop(grown);
+    let btree: BTreeMap<usize, u64> = starts
+        .iter()
+        .enumerate()
+        .map(|(i, &s)| (s, i as u64))
+        .collect();
     let mut sorted: Vec<(usize, usize)> = starts
         .iter()
         .map(|&s| (s, s + METHOD_BYTES as usize))

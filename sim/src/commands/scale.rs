@@ -28,6 +28,11 @@ pub struct Options {
     /// finds (page walks).
     #[arg(long, conflicts_with = "churn")]
     no_huge_pages: bool,
+    /// First touch this many MiB of fresh memory and give it back: in a
+    /// virtual machine, the host's first backing of guest memory otherwise
+    /// lands in the publishes timed (BENCHMARKS.md, "A million methods").
+    #[arg(long, default_value_t = 0, conflicts_with = "churn")]
+    warm_mib: usize,
 }
 
 pub fn run(o: Options) -> CliResult {
@@ -46,6 +51,7 @@ pub fn run(o: Options) -> CliResult {
     } else {
         (&SIZES[..], FINDS)
     };
+    scale::warm(o.warm_mib).map_err(CliError::failed)?;
     let rows = sizes
         .iter()
         .map(|&n| scale::measure(n, finds, !o.no_huge_pages))
