@@ -70,7 +70,7 @@
 //! # Layers
 //!
 //! - [`nibble`]: the maps alone, [`NibbleMap`] and its single writer
-//!   [`MapWriter`], over any word storage ([`words`]).
+//!   [`MapWriter`], over any word storage ([`map_words`]).
 //! - [`heap`]: [`CodeHeap`], one heap without the manager.
 //! - [`epoch`]: [`Domain`], [`Reader`] and [`Guard`], the grace periods.
 //! - [`range`] and [`image`]: the range-section map and precompiled images.

@@ -121,8 +121,8 @@ impl fmt::Debug for AttachedThread {
 }
 
 impl AttachedThread {
-    /// The context this thread's JIT code passes to [`jitmap_probe_enter`] and
-    /// [`jitmap_probe_value`]; valid until this handle drops.
+    /// The context this thread's JIT code passes to `jitmap_probe_enter` and
+    /// `jitmap_probe_value`; valid until this handle drops.
     pub fn probe_context(&self) -> *const ProbeContext {
         (&self.attachment.record as *const ThreadRecord).cast()
     }

@@ -52,7 +52,7 @@ pub enum AgentError {
     Stopped,
     /// [`MAX_ATTACHED`] threads are attached already, process-wide.
     TooManyThreads,
-    /// A window is being profiled already ([`Agent::profile_window`]).
+    /// A window is being profiled already (`Agent::profile_window`).
     WindowBusy,
     /// The pprof endpoint could not start (feature `serve`).
     Serve {

@@ -8,7 +8,7 @@ pub struct StackEnds {
     /// The outermost frame was reached (`_start`, a thread's start routine,
     /// or a zero return address).
     pub root: u64,
-    /// [`AgentConfig::max_depth`] frames were recorded.
+    /// `AgentConfig::max_depth` frames were recorded.
     pub depth_limit: u64,
     /// A native address outside every loaded object's unwind tables (an
     /// object loaded since the collector's last pass, or code with no
@@ -21,7 +21,7 @@ pub struct StackEnds {
     /// A step would have read off the thread's stack or misaligned, or did
     /// not move towards the stack's base.
     pub bad_stack: u64,
-    /// [`Unwind::FramePointer`]: the chain reached a frame pointer it could
+    /// `Unwind::FramePointer`: the chain reached a frame pointer it could
     /// not follow (which is also how a complete chain ends).
     pub frame_pointer: u64,
 }

@@ -4,10 +4,10 @@
 //! rows and native frames by their objects' rows) and the out-of-process
 //! readers (which read the rows through the descriptor).
 //!
-//! Every step is one [`Rule`] applied to three registers (pc, stack pointer,
+//! Every step is one `Rule` applied to three registers (pc, stack pointer,
 //! frame pointer), reading at most two words, each checked to lie on the
 //! thread's stack and be aligned; the new stack pointer must rise. A frame
-//! that cannot be stepped ends the stack with a [`StackEnd`] reason, which
+//! that cannot be stepped ends the stack with a `StackEnd` reason, which
 //! the agent counts: it never guesses.
 //!
 //! A native frame costs the handler a binary search in its object's rows,
