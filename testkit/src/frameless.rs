@@ -143,7 +143,9 @@ impl Frameless {
 pub const PERF_UNWIND_ROOM: u64 = 256;
 
 /// Runs both stacks on a heap of `manager` for `duration`, two native-leaf
-/// calls to one frameless JIT call; returns the calls made. Every JIT
+/// calls to one frameless JIT call; returns the calls made. `ready` is
+/// called once the JIT code is published and the C leaf loaded, before the
+/// first call (a host tells a profiler outside then). Every JIT
 /// function carries an `.eh_frame` (for outside unwinders, through the
 /// jitdump's records). The C leaf is built in [`object_dir`] and left there:
 /// profilers read its symbols and unwind tables from the file after the
@@ -152,6 +154,7 @@ pub const PERF_UNWIND_ROOM: u64 = 256;
 pub fn run(
     manager: &jitmap::ExecutionManager,
     duration: std::time::Duration,
+    ready: impl FnOnce(),
 ) -> Result<u64, DemoError> {
     let heap = manager.create_heap(jitmap::HeapConfig {
         span: 1 << 16,
@@ -162,6 +165,7 @@ pub fn run(
     let dir = object_dir(std::process::id());
     std::fs::create_dir_all(&dir).map_err(|e| DemoError::Setup(format!("{dir:?}: {e}")))?;
     let frameless = Frameless::build(&heap, &dir, true)?;
+    ready();
     let deadline = std::time::Instant::now() + duration;
     let mut calls = 0;
     while std::time::Instant::now() < deadline {

@@ -124,7 +124,7 @@ fn run_spin(args: &[String]) -> Result<(), String> {
     }
     if flags.has("--frameless") {
         let calls =
-            jitmap_testkit::frameless::run(&manager, duration).map_err(|e| e.to_string())?;
+            jitmap_testkit::frameless::run(&manager, duration, || {}).map_err(|e| e.to_string())?;
         println!("spin frameless calls={calls}");
         return Ok(());
     }

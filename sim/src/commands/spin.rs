@@ -93,7 +93,7 @@ pub fn run(o: Options) -> CliResult {
         .install(manager.listeners())
         .map_err(|e| CliError::Io(std::io::Error::other(e)))?;
     let (mut text, wrong) = if o.frameless {
-        let calls = jitmap_testkit::frameless::run(&manager, o.seconds.duration())
+        let calls = jitmap_testkit::frameless::run(&manager, o.seconds.duration(), || {})
             .map_err(CliError::failed)?;
         (format!("spin frameless calls={calls}\n"), 0)
     } else {

@@ -54,8 +54,10 @@ fn run(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
         }
         Some("frameless") => {
             let manager = ExecutionManager::new(4);
-            println!("ready");
-            let calls = jitmap_testkit::frameless::run(&manager, seconds(1)?)?;
+            // Ready once the leaf is loaded: a profiler that attaches then
+            // finds its unwind rows in its first read of the maps.
+            let calls =
+                jitmap_testkit::frameless::run(&manager, seconds(1)?, || println!("ready"))?;
             println!("calls={calls}");
         }
         Some("dlopen-churn") => {
