@@ -54,6 +54,19 @@ use crate::info::CodeInfo;
 /// Events a queue holds before writers wait for the dispatcher.
 pub const QUEUE_CAPACITY: usize = 1024;
 
+/// Which published block an event is about: its heap and the generation of
+/// the reference its publish handed out ([`crate::CodeRef`]). Unique in the
+/// process for the block's life; a move publishes a new block, so
+/// [`CodeMove`] names both. Listeners key what they keep of a method
+/// version by it: the info's `Arc` is shared only while the heap keeps one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BlockId {
+    /// The heap's id ([`crate::CodeHeap::id`]).
+    pub heap: u64,
+    /// The generation of the block's reference.
+    pub generation: u64,
+}
+
 /// A method became visible.
 #[derive(Clone, Debug)]
 pub struct CodeLoad {
@@ -61,6 +74,8 @@ pub struct CodeLoad {
     pub timestamp: u64,
     /// Kernel thread id of the thread that published the code.
     pub tid: u32,
+    /// The block published.
+    pub block: BlockId,
     /// Address of the first code byte.
     pub start: usize,
     /// A copy of the code bytes as published (the block may be freed and its
@@ -82,6 +97,10 @@ pub struct CodeMove {
     pub timestamp: u64,
     /// Kernel thread id of the thread that moved the code.
     pub tid: u32,
+    /// The block moved from (freed by the move).
+    pub old_block: BlockId,
+    /// The block moved to.
+    pub new_block: BlockId,
     /// Old address of the first code byte.
     pub old_start: usize,
     /// New address of the first code byte.
@@ -97,6 +116,8 @@ pub struct CodeMove {
 pub struct CodeFree {
     /// CLOCK_MONOTONIC nanoseconds.
     pub timestamp: u64,
+    /// The block freed.
+    pub block: BlockId,
     /// Address of the first code byte.
     pub start: usize,
     /// Code size in bytes.

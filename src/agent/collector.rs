@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use crate::events::{CodeEvent, CodeListener};
+use crate::events::{BlockId, CodeEvent, CodeListener};
 use crate::image::ImageSection;
 use crate::{CodeInfo, ExecutionManager, JitKind};
 
@@ -27,18 +27,20 @@ pub(crate) struct EventLog {
 
 enum LogEntry {
     Loaded {
+        block: BlockId,
         info: Arc<CodeInfo>,
         start: usize,
         size: u64,
         at_ns: u64,
     },
     Moved {
-        info: Arc<CodeInfo>,
+        from: BlockId,
+        to: BlockId,
         start: usize,
         at_ns: u64,
     },
     Freed {
-        info: Arc<CodeInfo>,
+        block: BlockId,
         tag: u64,
     },
     ImageLoaded(Arc<ImageSection>),
@@ -58,19 +60,21 @@ impl CodeListener for EventListener {
     fn on_event(&self, event: &CodeEvent) {
         let entry = match event {
             CodeEvent::Load(load) => LogEntry::Loaded {
+                block: load.block,
                 info: Arc::clone(&load.info),
                 start: load.start,
                 size: load.code.len() as u64,
                 at_ns: load.timestamp,
             },
-            // A move keeps the info, and so the version.
+            // A move keeps the version, in a new block.
             CodeEvent::Move(moved) => LogEntry::Moved {
-                info: Arc::clone(&moved.info),
+                from: moved.old_block,
+                to: moved.new_block,
                 start: moved.new_start,
                 at_ns: moved.timestamp,
             },
             CodeEvent::Free(free) => LogEntry::Freed {
-                info: Arc::clone(&free.info),
+                block: free.block,
                 // Every handler that could still find the freed block, and every
                 // executor that could still run it, holds a slot older than this
                 // tag; once it is safe, their samples are in the rings.
@@ -165,14 +169,17 @@ pub(crate) struct Collector {
     /// version still held), so that a host whose live versions exceed the
     /// cap is not scanned on every pass.
     merge_at: usize,
-    known: HashMap<usize, Known>,
+    /// Versions by the block each was first known in.
+    known: HashMap<BlockId, Known>,
+    /// A moved version's current block → the block it is known by.
+    aliases: HashMap<BlockId, BlockId>,
     /// Loaded images, and unloaded ones a handler may still have found.
     images: Vec<KnownImage>,
     /// The names of the image methods samples named, by method id (empty:
     /// none), kept for the profile after their image is forgotten.
     image_names: HashMap<u64, String>,
     /// Every placement of a known version: start → (placed ns, version key).
-    placements: HashMap<usize, Vec<(u64, usize)>>,
+    placements: HashMap<usize, Vec<(u64, BlockId)>>,
     methods: Vec<MethodVersion>,
     stacks: HashMap<Vec<FrameKey>, u64>,
     pending: Vec<Pending>,
@@ -206,14 +213,13 @@ impl Collector {
     pub(crate) fn new(
         keep: bool,
         max_versions: usize,
-        live: impl IntoIterator<Item = (Arc<CodeInfo>, usize, u64)>,
+        live: impl IntoIterator<Item = (Arc<CodeInfo>, BlockId, usize, u64)>,
         images: Vec<Arc<ImageSection>>,
     ) -> Self {
-        let mut placements: HashMap<usize, Vec<(u64, usize)>> = HashMap::new();
+        let mut placements: HashMap<usize, Vec<(u64, BlockId)>> = HashMap::new();
         let known = live
             .into_iter()
-            .map(|(info, start, size)| {
-                let key = version_key(&info);
+            .map(|(info, key, start, size)| {
                 placements.entry(start).or_default().push((0, key));
                 (
                     key,
@@ -234,6 +240,7 @@ impl Collector {
             max_versions,
             merge_at: max_versions,
             known,
+            aliases: HashMap::new(),
             images: images
                 .into_iter()
                 .map(|image| KnownImage {
@@ -320,57 +327,7 @@ impl Collector {
         // drained above.
         manager.listeners().flush();
         for entry in std::mem::take(&mut *log.events.lock()) {
-            match entry {
-                LogEntry::Loaded {
-                    info,
-                    start,
-                    size,
-                    at_ns,
-                } => {
-                    let key = version_key(&info);
-                    self.placements.entry(start).or_default().push((at_ns, key));
-                    self.known.insert(
-                        key,
-                        Known {
-                            info,
-                            start,
-                            size,
-                            placed_ns: at_ns,
-                            method: None,
-                            freed: None,
-                        },
-                    );
-                }
-                LogEntry::Moved { info, start, at_ns } => {
-                    let key = version_key(&info);
-                    if let Some(k) = self.known.get_mut(&key) {
-                        k.start = start;
-                        k.placed_ns = at_ns;
-                        self.placements.entry(start).or_default().push((at_ns, key));
-                    }
-                }
-                LogEntry::Freed { info, tag } => {
-                    if let Some(k) = self.known.get_mut(&version_key(&info)) {
-                        k.freed = Some(tag);
-                    }
-                }
-                // One image may be both listed at the start and announced.
-                LogEntry::ImageLoaded(image) => {
-                    if !self.images.iter().any(|k| Arc::ptr_eq(&k.image, &image)) {
-                        self.images.push(KnownImage {
-                            image,
-                            unloaded: None,
-                        });
-                    }
-                }
-                LogEntry::ImageUnloaded { base, tag } => {
-                    for k in &mut self.images {
-                        if k.image.base() == base && k.unloaded.is_none() {
-                            k.unloaded = Some(tag);
-                        }
-                    }
-                }
-            }
+            self.apply(entry);
         }
         let mut waiting = std::mem::take(&mut self.pending);
         waiting.append(&mut drained);
@@ -395,6 +352,7 @@ impl Collector {
                     list.retain(|(_, key)| known.contains_key(key));
                     !list.is_empty()
                 });
+                self.aliases.retain(|_, key| known.contains_key(key));
             }
         }
         if self.methods.len() > self.merge_at {
@@ -503,9 +461,73 @@ impl Collector {
         (n0 as f64 + delta).max(0.0) as u64
     }
 
+    /// Applies one code event to the known versions. A version keeps the
+    /// block it was first known in as its key; a move files its new block
+    /// as an alias of that key, dropped when the version is freed.
+    fn apply(&mut self, entry: LogEntry) {
+        match entry {
+            LogEntry::Loaded {
+                block: key,
+                info,
+                start,
+                size,
+                at_ns,
+            } => {
+                self.placements.entry(start).or_default().push((at_ns, key));
+                self.known.insert(
+                    key,
+                    Known {
+                        info,
+                        start,
+                        size,
+                        placed_ns: at_ns,
+                        method: None,
+                        freed: None,
+                    },
+                );
+            }
+            LogEntry::Moved {
+                from,
+                to,
+                start,
+                at_ns,
+            } => {
+                let key = self.aliases.remove(&from).unwrap_or(from);
+                if let Some(k) = self.known.get_mut(&key) {
+                    k.start = start;
+                    k.placed_ns = at_ns;
+                    self.placements.entry(start).or_default().push((at_ns, key));
+                    self.aliases.insert(to, key);
+                }
+            }
+            LogEntry::Freed { block, tag } => {
+                let key = self.aliases.remove(&block).unwrap_or(block);
+                if let Some(k) = self.known.get_mut(&key) {
+                    k.freed = Some(tag);
+                }
+            }
+            // One image may be both listed at the start and announced.
+            LogEntry::ImageLoaded(image) => {
+                if !self.images.iter().any(|k| Arc::ptr_eq(&k.image, &image)) {
+                    self.images.push(KnownImage {
+                        image,
+                        unloaded: None,
+                    });
+                }
+            }
+            LogEntry::ImageUnloaded { base, tag } => {
+                for k in &mut self.images {
+                    if k.image.base() == base && k.unloaded.is_none() {
+                        k.unloaded = Some(tag);
+                    }
+                }
+            }
+        }
+    }
+
     /// The version a handler found at `start` in a sample that ended at
     /// `end_ns`: the one placed there last before then.
-    fn placed_at(&self, start: usize, end_ns: u64) -> Option<usize> {
+    fn placed_at(&self, start: usize, end_ns: u64) -> Option<BlockId> {
         self.placements
             .get(&start)?
             .iter()
@@ -520,7 +542,7 @@ impl Collector {
     /// but the maps no longer know it. The occupant is the version placed there
     /// last before the sample; `None` if none is known or if that one's free
     /// has not been seen yet.
-    fn freed_at(&self, addr: usize, end_ns: u64) -> Option<usize> {
+    fn freed_at(&self, addr: usize, end_ns: u64) -> Option<BlockId> {
         let (_, key, freed) = self
             .known
             .iter()
@@ -659,7 +681,7 @@ impl Collector {
     }
 
     /// The profile index of a known version, assigned on first use.
-    fn method_of(&mut self, key: usize) -> Option<usize> {
+    fn method_of(&mut self, key: BlockId) -> Option<usize> {
         let known = self.known.get_mut(&key)?;
         if let Some(m) = known.method {
             return Some(m);
@@ -843,12 +865,6 @@ fn named_stacks(
     Stack::ranked(named)
 }
 
-/// The key of a version in the collector's table: the address of its info,
-/// which cannot be reused while the table holds the `Arc`.
-fn version_key(info: &Arc<CodeInfo>) -> usize {
-    Arc::as_ptr(info) as usize
-}
-
 /// The entry into which retired versions of `kind` are merged (none yet).
 fn merged_entry(kind: JitKind) -> MethodVersion {
     let tier = match kind {
@@ -883,7 +899,7 @@ mod tests {
 
     /// Ten versions, each sampled once into a stack of its own with `i + 1`
     /// samples; the first is optimized, the rest baseline.
-    fn sampled(max_versions: usize) -> (Collector, Vec<usize>) {
+    fn sampled(max_versions: usize) -> (Collector, Vec<BlockId>) {
         let infos: Vec<Arc<CodeInfo>> = (0..10u64)
             .map(|i| {
                 let kind = if i == 0 {
@@ -894,11 +910,17 @@ mod tests {
                 Arc::new(CodeInfo::new(i, format!("m{i}"), kind))
             })
             .collect();
-        let keys: Vec<usize> = infos.iter().map(version_key).collect();
+        let keys: Vec<BlockId> = (1..=10)
+            .map(|generation| BlockId {
+                heap: 1,
+                generation,
+            })
+            .collect();
         let live = infos
             .into_iter()
+            .zip(&keys)
             .enumerate()
-            .map(|(i, info)| (info, 0x1000 * (i + 1), 64));
+            .map(|(i, (info, &key))| (info, key, 0x1000 * (i + 1), 64));
         let mut c = Collector::new(false, max_versions, live, Vec::new());
         for (i, &key) in keys.iter().enumerate() {
             let m = c.method_of(key).unwrap();
@@ -906,6 +928,56 @@ mod tests {
                 .insert(vec![FrameKey::Native(0), FrameKey::Jit(m)], i as u64 + 1);
         }
         (c, keys)
+    }
+
+    /// A version is known by the block it was first known in: one listed
+    /// before the agent listened, moved twice, then freed through its third
+    /// block, is marked freed under its first, every placement names it,
+    /// and no alias outlives the free. (Its info's `Arc` is no identity: a
+    /// heap makes a fresh one for each event of a plain method.)
+    #[test]
+    fn moves_and_frees_reach_the_version_through_its_blocks() {
+        let block = |generation| BlockId {
+            heap: 7,
+            generation,
+        };
+        let info = Arc::new(CodeInfo::new(42, "m", JitKind::Baseline));
+        let mut c = Collector::new(false, 16, [(info, block(1), 0x1000, 64)], Vec::new());
+        for (from, to, start, at_ns) in [(1, 2, 0x2000, 10), (2, 3, 0x3000, 20)] {
+            c.apply(LogEntry::Moved {
+                from: block(from),
+                to: block(to),
+                start,
+                at_ns,
+            });
+        }
+        assert_eq!(c.aliases.get(&block(3)), Some(&block(1)));
+        assert_eq!(c.aliases.len(), 1);
+        c.apply(LogEntry::Freed {
+            block: block(3),
+            tag: 99,
+        });
+        let known = &c.known[&block(1)];
+        assert_eq!(
+            (known.start, known.placed_ns, known.freed),
+            (0x3000, 20, Some(99))
+        );
+        assert!(c.aliases.is_empty());
+        for (start, at_ns) in [(0x1000, 5), (0x2000, 15), (0x3000, 25)] {
+            assert_eq!(c.placed_at(start, at_ns), Some(block(1)), "{start:#x}");
+        }
+        assert_eq!(c.freed_at(0x3000 + 8, 25), Some(block(1)));
+        let m = c.method_of(block(1)).unwrap();
+        assert_eq!(
+            (c.methods[m].method_id, c.methods[m].name.as_str()),
+            (42, "m")
+        );
+        // A free of a block never known changes nothing.
+        c.apply(LogEntry::Freed {
+            block: block(8),
+            tag: 100,
+        });
+        assert_eq!((c.known.len(), c.known[&block(1)].freed), (1, Some(99)));
     }
 
     fn counts(c: &Collector) -> Vec<(String, u64, u64)> {

@@ -335,10 +335,10 @@ impl Agent {
                 errno: e.raw_os_error().unwrap_or(0),
             })?;
         // Code published before the listener was added: known from the start.
-        let live = manager
-            .live_blocks()
-            .into_iter()
-            .filter_map(|b| b.info.map(|info| (info, b.code.start(), b.code.size())));
+        let live = manager.live_blocks().into_iter().filter_map(|b| {
+            b.info
+                .map(|info| (info, b.code.block_id(), b.code.start(), b.code.size()))
+        });
         let collector = Collector::new(
             config.keep_samples,
             config.profile_versions,

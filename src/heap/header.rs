@@ -119,7 +119,7 @@ pub(crate) fn relocated_eh_frame(frame: &[u8], from: usize, to: usize) -> Option
 }
 
 /// A method's info as a publish gets it: from the host, or shared with the
-/// version a move copies (whose listeners know it by that `Arc`).
+/// block a move copies (no clone of its unwind and debug data).
 pub(crate) enum HostInfo {
     Owned(CodeInfo),
     Shared(Arc<CodeInfo>),
@@ -164,10 +164,9 @@ fn kind_bits(kind: JitKind) -> u64 {
 /// Everything about a method the heap keeps, before it has a slot.
 pub(crate) struct NewHeader {
     pub(crate) info: HostInfo,
-    /// Whether listeners hear of the method: they know a version by its
-    /// info's `Arc`, so the header keeps that `Arc` (in its extras) for the
-    /// move and free events.
-    pub(crate) shared: bool,
+    /// Whether listeners hear of the method: the load event then shares the
+    /// info's `Arc` with them.
+    pub(crate) share: bool,
     pub(crate) rows: Box<[UnwindRow]>,
     pub(crate) code_size: u64,
     pub(crate) registrations: Registrations,
@@ -181,7 +180,7 @@ impl NewHeader {
     /// Whether the header keeps its name in the heap's arena (true for a
     /// method with nothing else: one with extras reads it from their info).
     pub(crate) fn name_in_arena(&self) -> bool {
-        !(self.shared || has_extras(self.info.get(), &self.rows, &self.registrations))
+        !has_extras(self.info.get(), &self.rows, &self.registrations)
     }
 
     /// The header; `arena_name` is the name's copy in the heap's arena when
@@ -190,7 +189,7 @@ impl NewHeader {
     pub(crate) fn build(self, arena_name: Option<Name>) -> (CodeHeader, Option<Arc<CodeInfo>>) {
         let Self {
             info,
-            shared,
+            share,
             rows,
             code_size,
             registrations,
@@ -202,7 +201,12 @@ impl NewHeader {
             generation << 8 | kind_bits(info.get().kind) << 6 | u64::from(align.trailing_zeros());
         let method_id = info.get().method_id;
         let (name_ptr, name_len, extras, shared) = match arena_name {
-            Some(name) => (name.ptr.as_ptr().cast_const(), name.len, None, None),
+            Some(name) => (
+                name.ptr.as_ptr().cast_const(),
+                name.len,
+                None,
+                share.then(|| info.into_shared()),
+            ),
             None => {
                 let info = info.into_shared();
                 let extras = Box::new(Extras {
@@ -211,7 +215,7 @@ impl NewHeader {
                     _registrations: registrations,
                 });
                 let name = (extras.info.name.as_ptr(), extras.info.name.len());
-                (name.0, name.1, Some(extras), shared.then_some(info))
+                (name.0, name.1, Some(extras), share.then_some(info))
             }
         };
         let (rows_ptr, rows_len) = extras
@@ -320,7 +324,8 @@ impl CodeHeader {
 
     /// The info the host published, for code events and listings: shared
     /// when the method has more than an id, a name and a tier (the header
-    /// keeps it), made afresh (one allocation) otherwise.
+    /// keeps it), made afresh (one allocation) otherwise. Listeners tell
+    /// versions apart by [`crate::events::BlockId`], not by this `Arc`.
     pub fn to_info(&self) -> Arc<CodeInfo> {
         match &self.extras {
             Some(e) => Arc::clone(&e.info),
@@ -378,7 +383,7 @@ mod tests {
                 info.cold_offset = (i % 2 == 1).then_some(3);
                 let new = NewHeader {
                     info: HostInfo::Owned(info),
-                    shared: false,
+                    share: false,
                     rows: Box::default(),
                     code_size: 7,
                     registrations: Registrations::default(),

@@ -43,7 +43,7 @@ pub use reservation::Reservation;
 use crate::change_seq::ChangeSeq;
 use crate::epoch::{Domain, ForeignGuard, Guard};
 use crate::events::{
-    CodeEvent, CodeFree, CodeLoad, CodeMove, Listeners, current_tid, monotonic_ns,
+    BlockId, CodeEvent, CodeFree, CodeLoad, CodeMove, Listeners, current_tid, monotonic_ns,
 };
 #[cfg(feature = "gdb-jit")]
 use crate::gdb::GdbRegistration;
@@ -203,6 +203,25 @@ impl CodeRef {
     /// Code size in bytes.
     pub fn size(&self) -> u64 {
         self.size
+    }
+
+    /// The block's identity in code events ([`BlockId`]): its heap and
+    /// generation.
+    ///
+    /// ```
+    /// # use jitmap::{CodeHeap, CodeInfo, Domain, HeapConfig, JitKind};
+    /// let heap = CodeHeap::new(HeapConfig { span: 1 << 20, ..HeapConfig::default() }, &Domain::new(1))?;
+    /// let mut r = heap.reserve(1)?;
+    /// r.code_mut()[0] = 0xC3;
+    /// let code = r.publish(CodeInfo::new(1, "f", JitKind::Optimized))?;
+    /// assert_eq!(code.block_id().heap, heap.id());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn block_id(&self) -> BlockId {
+        BlockId {
+            heap: self.heap,
+            generation: self.generation,
+        }
     }
 
     /// The reference as four numbers (heap id, start, size, generation), for
@@ -752,6 +771,7 @@ impl CodeHeap {
         if let Some(info) = self.unpublish(&mut w, offset, live)? {
             self.listeners.emit(CodeEvent::Free(CodeFree {
                 timestamp: monotonic_ns(),
+                block: code.block_id(),
                 start: code.start,
                 size: code.size,
                 info,
@@ -837,7 +857,7 @@ impl CodeHeap {
                 code: None,
                 rows,
             },
-            Some(code.start),
+            Some(code),
         )?;
         self.unpublish(&mut w, offset, live)?;
         if w.move_order.len() == MOVES_REMEMBERED
@@ -1068,7 +1088,7 @@ impl CodeHeap {
         &self,
         w: &mut Writer,
         publish: Publish,
-        moved_from: Option<usize>,
+        moved_from: Option<CodeRef>,
     ) -> Result<CodeRef, HeapError> {
         let Publish {
             start,
@@ -1109,7 +1129,7 @@ impl CodeHeap {
             Payload::Method(info) => {
                 let new = NewHeader {
                     info,
-                    shared: !self.listeners.is_empty(),
+                    share: !self.listeners.is_empty(),
                     rows,
                     code_size: size,
                     registrations,
@@ -1150,6 +1170,10 @@ impl CodeHeap {
             return Err(e.into());
         }
         let new_start = self.base() + start as usize;
+        let block = BlockId {
+            heap: self.id,
+            generation,
+        };
         let is_stub = header.is_none();
         // The event goes out before the code is visible: a profiler that finds
         // the block and then waits for the events delivered so far knows it.
@@ -1158,15 +1182,18 @@ impl CodeHeap {
                 None => CodeEvent::Load(CodeLoad {
                     timestamp,
                     tid: current_tid(),
+                    block,
                     start: new_start,
                     code: code.unwrap_or_default(),
                     info: Arc::clone(info),
                     room: self.room_after(start + size, extent.end),
                 }),
-                Some(old_start) => CodeEvent::Move(CodeMove {
+                Some(old) => CodeEvent::Move(CodeMove {
                     timestamp,
                     tid: current_tid(),
-                    old_start,
+                    old_block: old.block_id(),
+                    new_block: block,
+                    old_start: old.start,
                     new_start,
                     size,
                     info: Arc::clone(info),
@@ -1185,6 +1212,7 @@ impl CodeHeap {
                 // Never visible: listeners see it go at once.
                 self.listeners.emit(CodeEvent::Free(CodeFree {
                     timestamp: monotonic_ns(),
+                    block,
                     start: new_start,
                     size,
                     info,
@@ -1358,6 +1386,7 @@ impl Drop for CodeHeap {
         let starts: Vec<u64> = self.map.starts().collect();
         for offset in starts {
             let Some(Live {
+                generation,
                 size,
                 header: Some(header),
                 ..
@@ -1370,6 +1399,10 @@ impl Drop for CodeHeap {
             if !self.listeners.is_empty() {
                 self.listeners.emit(CodeEvent::Free(CodeFree {
                     timestamp: monotonic_ns(),
+                    block: BlockId {
+                        heap: self.id,
+                        generation,
+                    },
                     start: base + offset as usize,
                     size,
                     // SAFETY: the header is in the slab until `drop_header`

@@ -161,7 +161,7 @@ mod tests {
     fn header(id: u64) -> CodeHeader {
         let new = NewHeader {
             info: HostInfo::Owned(CodeInfo::new(id, "", JitKind::Optimized)),
-            shared: false,
+            share: false,
             rows: Box::default(),
             code_size: id * 2,
             registrations: Default::default(),
