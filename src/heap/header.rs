@@ -218,9 +218,11 @@ impl NewHeader {
                 (name.0, name.1, Some(extras), share.then_some(info))
             }
         };
-        let (rows_ptr, rows_len) = extras
-            .as_ref()
-            .map_or((std::ptr::null(), 0), |e| (e.rows.as_ptr(), e.rows.len()));
+        // Null without rows, as the descriptor documents.
+        let (rows_ptr, rows_len) = match &extras {
+            Some(e) if !e.rows.is_empty() => (e.rows.as_ptr(), e.rows.len()),
+            _ => (std::ptr::null(), 0),
+        };
         let header = CodeHeader {
             method_id,
             code_size,
@@ -259,8 +261,17 @@ impl CodeHeader {
     /// The method's unwind rules: its `.eh_frame` evaluated at publish into
     /// rows sorted by code offset (empty without one), as readers in other
     /// processes find them.
+    ///
+    /// Read from the header's own line (`rows_ptr`, `rows_len`), not
+    /// through the extras: the signal handler steps every JIT frame with
+    /// them.
     pub fn unwind_rows(&self) -> &[UnwindRow] {
-        self.extras.as_ref().map_or(&[], |e| &e.rows)
+        if self.rows_len == 0 {
+            return &[];
+        }
+        // SAFETY: a non-zero `rows_len` comes with `rows_ptr` into the
+        // extras' rows, which the header owns and never changes.
+        unsafe { std::slice::from_raw_parts(self.rows_ptr, self.rows_len) }
     }
 
     /// The runtime's method id.
@@ -364,6 +375,33 @@ impl fmt::Debug for CodeHeader {
 mod tests {
     use super::*;
     use crate::heap::names::NameArena;
+
+    /// Rows given at publish read back from the header's own fields, and a
+    /// method given none has none (and a null `rows_ptr`, as documented).
+    #[test]
+    fn unwind_rows_read_back_from_the_header_line() {
+        let rows: Box<[UnwindRow]> = (0..3)
+            .map(|i| UnwindRow {
+                offset: 4 * i,
+                cfa: 8 + i as i32,
+                ..UnwindRow::default()
+            })
+            .collect();
+        for given in [rows.clone(), Box::default()] {
+            let new = NewHeader {
+                info: HostInfo::Owned(CodeInfo::new(1, "f", JitKind::Optimized)),
+                share: false,
+                rows: given.clone(),
+                code_size: 16,
+                registrations: Registrations::default(),
+                generation: 1,
+                align: 16,
+            };
+            let (header, _) = new.build(None);
+            assert_eq!(header.unwind_rows(), &*given);
+            assert_eq!(header.rows_ptr.is_null(), given.is_empty());
+        }
+    }
 
     /// The writer's word keeps the generation, tier and alignment apart,
     /// at their extremes; a method with nothing but an id, a name and a tier
