@@ -84,6 +84,8 @@ pub struct Domain {
     slots: Box<[CachePadded<Slot>]>,
     /// Registered [`Executor`]s, online or offline.
     executors: AtomicUsize,
+    /// [`Executor`]s ever registered.
+    executors_ever: AtomicU64,
 }
 
 impl fmt::Debug for Domain {
@@ -111,6 +113,7 @@ impl Domain {
                 })
                 .collect(),
             executors: AtomicUsize::new(0),
+            executors_ever: AtomicU64::new(0),
         })
     }
 
@@ -155,6 +158,8 @@ impl Domain {
         // Relaxed: a count that callers consult to refuse a free no thread
         // could be protected from; it orders nothing (the slot does).
         self.executors.fetch_add(1, Ordering::Relaxed);
+        // Relaxed: as above, advisory.
+        self.executors_ever.fetch_add(1, Ordering::Relaxed);
         executor.online();
         Ok(executor)
     }
@@ -177,6 +182,25 @@ impl Domain {
     pub fn executors(&self) -> usize {
         // Relaxed: advisory, as in `register_executor`.
         self.executors.load(Ordering::Relaxed)
+    }
+
+    /// How many [`Executor`]s were ever registered, the dropped included. A
+    /// host whose executor threads have all finished has registered some
+    /// and has none now: no registered thread can run its code any more. A
+    /// host that never registered one may still be running code on threads
+    /// it never declared; `jitmap-cranelift` refuses to free code for that
+    /// host only.
+    ///
+    /// ```
+    /// let domain = jitmap::Domain::new(2);
+    /// assert_eq!(domain.executors_ever(), 0);
+    /// drop(domain.register_executor()?);
+    /// assert_eq!((domain.executors(), domain.executors_ever()), (0, 1));
+    /// # Ok::<(), jitmap::EpochError>(())
+    /// ```
+    pub fn executors_ever(&self) -> u64 {
+        // Relaxed: advisory, as in `register_executor`.
+        self.executors_ever.load(Ordering::Relaxed)
     }
 
     fn claim_slot(&self) -> Result<usize, EpochError> {

@@ -2,7 +2,7 @@
 //! restores, the probes, and sampling while methods are freed and re-jitted.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -403,6 +403,7 @@ fn samples_name_the_right_version_while_methods_are_rejitted() {
     )
     .unwrap();
     let stop = AtomicBool::new(false);
+    let rejitted = AtomicU64::new(0);
     let (calls, wrong, rejits) = std::thread::scope(|s| {
         let churn = s.spawn(|| {
             let mut rejits = 0u32;
@@ -420,6 +421,8 @@ fn samples_name_the_right_version_while_methods_are_rejitted() {
                 heap.try_reclaim();
                 generation += 1;
                 rejits += 1;
+                // Relaxed: a progress counter the caller polls.
+                rejitted.fetch_add(1, Ordering::Relaxed);
                 std::thread::sleep(Duration::from_micros(200));
             }
             rejits
@@ -427,8 +430,14 @@ fn samples_name_the_right_version_while_methods_are_rejitted() {
         let executor = manager.register_executor().unwrap();
         let attached = agent.attach_current_thread().unwrap();
         let (mut calls, mut wrong) = (0u64, 0u64);
+        // Two seconds, and on until the churn has re-JITted 100 versions and
+        // this thread has made 1,000 calls (a loaded machine runs either
+        // late), within a generous cap.
         let until = Instant::now() + Duration::from_secs(2);
-        while Instant::now() < until {
+        let cap = Instant::now() + Duration::from_secs(120);
+        // Relaxed: as above.
+        let enough = |calls: u64| calls > 1000 && rejitted.load(Ordering::Relaxed) > 100;
+        while (Instant::now() < until || !enough(calls)) && Instant::now() < cap {
             for cell in &cells {
                 // Acquire: the code behind the address is published.
                 let start = cell.load(Ordering::Acquire);

@@ -55,7 +55,10 @@ fn a_call_cell_swapped_under_callers_always_calls_a_live_version() {
     assert_eq!(via_jit(), 1);
 
     let stop = Arc::new(AtomicBool::new(false));
-    let calls = Arc::new(AtomicU64::new(0));
+    // Each caller's calls: the swaps wait for both to be calling, and go on
+    // until both have called through swaps, so a loaded machine that runs
+    // the callers late still tests them.
+    let calls: Arc<[AtomicU64; 2]> = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
     let callers: Vec<_> = (0..2)
         .map(|i| {
             let (cell, stop, calls) = (Arc::clone(&cell), Arc::clone(&stop), Arc::clone(&calls));
@@ -66,15 +69,27 @@ fn a_call_cell_swapped_under_callers_always_calls_a_live_version() {
                     let got = if i == 0 { (cell.get())() } else { via_jit() };
                     assert!(got == 1 || got == 2, "called freed or torn code: {got}");
                     // Relaxed: a progress counter.
-                    calls.fetch_add(1, Ordering::Relaxed);
+                    calls[i].fetch_add(1, Ordering::Relaxed);
                     // Between top-level calls into JIT code.
                     executor.quiescent();
                 }
             })
         })
         .collect();
+    // Relaxed: progress counters, polled.
+    let called =
+        |at_least: [u64; 2]| (0..2).all(|i| calls[i].load(Ordering::Relaxed) >= at_least[i]);
+    let cap = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while !called([1, 1]) && std::time::Instant::now() < cap {
+        std::thread::yield_now();
+    }
+    assert!(called([1, 1]), "the callers never ran");
+    // Relaxed: as above.
+    let before = [0, 1].map(|i| calls[i].load(Ordering::Relaxed));
     let mut live = first;
-    for round in 0..2_000u32 {
+    let mut round = 0u32;
+    // 2,000 swaps, and more until each caller has made 100 calls among them.
+    while round < 2_000 || (!called(before.map(|c| c + 100)) && std::time::Instant::now() < cap) {
         let next = returns(&heap, 1 + (round + 1) % 2);
         // SAFETY: as above.
         let old = cell.set(unsafe { next.entry() });
@@ -83,16 +98,21 @@ fn a_call_cell_swapped_under_callers_always_calls_a_live_version() {
         // point, so a caller still inside it finishes there.
         heap.free(live).unwrap();
         live = next;
+        round += 1;
     }
+    assert!(
+        called(before.map(|c| c + 100)),
+        "the callers did not call through the swaps"
+    );
     // Relaxed: a stop flag.
     stop.store(true, Ordering::Relaxed);
     for c in callers {
         c.join().unwrap();
     }
-    // Relaxed: the callers have finished.
-    assert!(calls.load(Ordering::Relaxed) > 0);
-    assert_eq!((cell.get())(), 1);
-    assert_eq!(via_jit(), 1);
+    // The last version returns what the round count says.
+    let last = 1 + round % 2;
+    assert_eq!((cell.get())(), last);
+    assert_eq!(via_jit(), last);
     // Two thousand versions freed, two live (the last and the trampoline):
     // the heap did not grow with the swaps.
     heap.try_reclaim();

@@ -3,7 +3,7 @@
 //! stay unreclaimed until the outer guard drops.
 
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 mod common;
 mod signals;
@@ -90,13 +90,27 @@ fn sigprof_handler_nests_without_ending_outer_protection() {
     // SAFETY: pthread_self has no preconditions.
     let target = unsafe { libc::pthread_self() };
     let done = AtomicBool::new(false);
-    let mut cycles = 0u64;
+    let cycles = AtomicUsize::new(0);
     std::thread::scope(|s| {
         s.spawn(|| {
-            for _ in 0..3000 {
+            // Each signal waits for the one before it to be handled (a
+            // pending one would absorb it), and the sender goes on until the
+            // test thread has also run its own lookups 100 times: events,
+            // not time, so a loaded machine only makes it slower.
+            let cap = Instant::now() + Duration::from_secs(120);
+            // Relaxed: counters polled; the scope's join orders the rest.
+            let handled = || HANDLED.load(Ordering::Relaxed);
+            for _ in 0..300 {
+                let before = handled();
                 // SAFETY: `target` is the test thread, alive until this scope ends.
                 unsafe { libc::pthread_kill(target, libc::SIGPROF) };
-                std::thread::sleep(Duration::from_micros(30));
+                while handled() == before && Instant::now() < cap {
+                    std::thread::yield_now();
+                }
+            }
+            // Relaxed: as above.
+            while cycles.load(Ordering::Relaxed) < 100 && Instant::now() < cap {
+                std::thread::yield_now();
             }
             done.store(true, Ordering::Release);
         });
@@ -112,7 +126,8 @@ fn sigprof_handler_nests_without_ending_outer_protection() {
                 method_at(&heap, &outer, live.start()),
                 Some((2, live.start()))
             );
-            cycles += 1;
+            // Relaxed: a progress counter.
+            cycles.fetch_add(1, Ordering::Relaxed);
         }
     });
 
@@ -122,11 +137,11 @@ fn sigprof_handler_nests_without_ending_outer_protection() {
     READER.store(std::ptr::null_mut(), Ordering::Release);
 
     assert!(
-        HANDLED.load(Ordering::Relaxed) >= 100,
+        HANDLED.load(Ordering::Relaxed) >= 300,
         "handled {}",
         HANDLED.load(Ordering::Relaxed)
     );
-    assert!(cycles > 0);
+    assert!(cycles.into_inner() >= 100);
     assert_eq!(BAD.load(Ordering::Relaxed), 0);
     assert_eq!(
         heap.try_reclaim(),

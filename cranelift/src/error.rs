@@ -1,6 +1,9 @@
 //! What the module's own calls can refuse. The `Module` trait's methods keep
-//! Cranelift's `ModuleError`; `finalize_definitions`, `redefine_function` and
-//! `free_function` answer this type, which converts from both layers with `?`.
+//! Cranelift's `ModuleError`, and so does `finalize_definitions`, as on
+//! cranelift-jit; `finalize_jit`, `redefine_function` and `free_function` answer
+//! this type, which converts from both layers with `?`. The two convert
+//! into each other without loss: a `JitError` that is not Cranelift's own
+//! travels as `ModuleError::Backend`, and comes back out whole.
 
 use std::fmt;
 
@@ -29,13 +32,14 @@ pub enum JitError {
     /// definition (never defined, or freed already), or `cancel_data` of a
     /// data object with no definition since the last finalize.
     NotDefined(String),
-    /// `redefine_function`, `free_function`, or a `finalize_definitions`
-    /// that would free a replaced version, while no thread is registered
-    /// as an executor with the module's manager: nothing would keep the
-    /// freed bytes from reuse while a thread still runs them. Register
-    /// every thread that runs the module's code
+    /// `redefine_function`, `free_function`, or a finalize that would free
+    /// a replaced version, while no thread was ever registered as an
+    /// executor with the module's manager: nothing would keep the freed
+    /// bytes from reuse while a thread still runs them. Register every
+    /// thread that runs the module's code
     /// (`module.manager().register_executor()`) and declare its quiescent
-    /// points; the module is unchanged.
+    /// points; the module is unchanged. (A host whose executors have all
+    /// been dropped may free: no registered thread runs its code.)
     NoExecutor(String),
     /// A relocation this module does not apply (or one whose target is out
     /// of its reach).
@@ -93,8 +97,35 @@ impl std::error::Error for JitError {
 }
 
 impl From<ModuleError> for JitError {
+    /// Cranelift's error, or a `JitError` that travelled inside one.
     fn from(e: ModuleError) -> Self {
-        Self::Module(Box::new(e))
+        match e {
+            ModuleError::Backend(inner) => match inner.downcast::<JitError>() {
+                Ok(jit) => jit,
+                Err(other) => Self::Module(Box::new(ModuleError::Backend(other))),
+            },
+            e => Self::Module(Box::new(e)),
+        }
+    }
+}
+
+impl From<JitError> for ModuleError {
+    /// Cranelift's own error as it was; any other as `ModuleError::Backend`,
+    /// from which `JitError::from` takes it back out.
+    ///
+    /// ```
+    /// use cranelift_module::ModuleError;
+    /// use jitmap_cranelift::JitError;
+    ///
+    /// let e = ModuleError::from(JitError::NotDefined("f".into()));
+    /// assert_eq!(e.to_string(), "Backend error: f has no definition to drop or replace");
+    /// assert!(matches!(JitError::from(e), JitError::NotDefined(n) if n == "f"));
+    /// ```
+    fn from(e: JitError) -> Self {
+        match e {
+            JitError::Module(e) => *e,
+            e => ModuleError::Backend(anyhow::Error::new(e)),
+        }
     }
 }
 

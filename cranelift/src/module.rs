@@ -68,6 +68,10 @@ struct Function {
     source_file: Option<Arc<str>>,
     /// The method id its versions are published with (default: the FuncId).
     method_id: u64,
+    /// The signature of its first definition, which a redefinition keeps
+    /// (callers reach every version through the same trampoline). Set by a
+    /// definition, cleared when the function is freed.
+    signature: Option<ir::Signature>,
 }
 
 /// A data object: its memory (ordinary memory, never the code heap) and the
@@ -175,6 +179,48 @@ impl JitmapModule {
         }
     }
 
+    /// The address a relocation target resolves to, as cranelift-jit's
+    /// `get_address` answers it: a function of this module, its trampoline
+    /// (a function offset, its live version's start plus the offset); a
+    /// data object, its memory; anything else, its symbol. Where
+    /// cranelift-jit panics (a name no symbol resolves), this is null.
+    pub fn get_address(&self, name: &ModuleRelocTarget) -> *const u8 {
+        let address = match *name {
+            ModuleRelocTarget::FunctionOffset(func, offset) => self
+                .function_code(func)
+                .map(|code| code.start() + offset as usize),
+            _ => self.resolve(name, None).ok(),
+        };
+        std::ptr::without_provenance(address.unwrap_or(0))
+    }
+
+    /// Frees the module's code and data, as cranelift-jit's `free_memory`
+    /// does, by dropping the module: its heap and every function and data
+    /// object go, and their memory is reused once every reader has unpinned
+    /// and every executor has passed a quiescent point.
+    ///
+    /// # Safety
+    /// cranelift-jit's contract, kept so that a port's call compiles as it
+    /// is: no function pointer from this module is called afterwards (a
+    /// call then reaches unmapped or reused memory). Threads still inside
+    /// the module's code when it is freed are safe here, where they are not
+    /// on cranelift-jit, provided they are registered executors.
+    ///
+    /// ```
+    /// use cranelift_module::default_libcall_names;
+    /// use jitmap_cranelift::{JitmapBuilder, JitmapModule};
+    ///
+    /// let manager = jitmap::ExecutionManager::new(2);
+    /// let module = JitmapModule::new(JitmapBuilder::new(&manager, default_libcall_names())?)?;
+    /// // SAFETY: nothing from the module is called afterwards.
+    /// unsafe { module.free_memory() };
+    /// assert_eq!(manager.heaps().len(), 0);
+    /// # Ok::<(), jitmap_cranelift::JitError>(())
+    /// ```
+    pub unsafe fn free_memory(self) {
+        drop(self);
+    }
+
     /// A defined data object's address and size, or null and 0.
     pub fn get_finalized_data(&self, data: DataId) -> (*const u8, usize) {
         match self.data.get(data.as_u32() as usize) {
@@ -235,12 +281,13 @@ impl JitmapModule {
     /// pending definition it is [`JitError::NotDefined`] and changes nothing.
     pub fn cancel_definition(&mut self, func: FuncId) -> Result<(), JitError> {
         self.check_definable(func)?;
-        if self.functions[func.as_u32() as usize]
-            .pending
-            .take()
-            .is_none()
-        {
+        let f = &mut self.functions[func.as_u32() as usize];
+        if f.pending.take().is_none() {
             return Err(JitError::NotDefined(self.name_of(func)));
+        }
+        if f.live.is_none() {
+            // Undefined again: a new first definition sets the signature.
+            f.signature = None;
         }
         self.pending_functions.retain(|&p| p != func);
         Ok(())
@@ -285,18 +332,21 @@ impl JitmapModule {
         Ok(())
     }
 
-    /// Refuses to free a version of `func` while no thread is registered as
-    /// an executor: nothing would then keep its bytes from reuse while some
-    /// thread still runs them.
+    /// Refuses to free a version of `func` for a host that never registered
+    /// an executor: nothing would keep its bytes from reuse while a thread
+    /// it never declared still runs them. A host that registered executors
+    /// and has dropped them all may free: every thread it declared as
+    /// running the module's code has finished.
     fn check_executors(&self, func: FuncId) -> Result<(), JitError> {
-        if self.manager().domain().executors() == 0 {
+        if self.manager().domain().executors_ever() == 0 {
             return Err(JitError::NoExecutor(self.name_of(func)));
         }
         Ok(())
     }
 
     /// Compiles a new body for `func`, which has a definition (finalized or
-    /// pending) of the same signature. `finalize_definitions` publishes it,
+    /// pending) of the same signature as this body (that definition's body's,
+    /// not necessarily the declaration's). `finalize_definitions` publishes it,
     /// switches the function's call cell to it with one Release store, and
     /// frees the old version: its bytes are reused once every executor has
     /// passed a quiescent point, so a thread still running it finishes there.
@@ -337,6 +387,7 @@ impl JitmapModule {
             self.check_executors(func)?;
         }
         let f = &mut self.functions[func.as_u32() as usize];
+        f.signature = None;
         if f.pending.take().is_some() {
             self.pending_functions.retain(|&p| p != func);
         }
@@ -357,7 +408,42 @@ impl JitmapModule {
     /// error (an unknown symbol, a full heap) nothing is published and every
     /// definition stays pending, so the host may fix the cause (for example
     /// with [`JitmapModule::symbol`]) and call it again.
-    pub fn finalize_definitions(&mut self) -> Result<(), JitError> {
+    ///
+    /// Answers Cranelift's `ModuleResult`, as cranelift-jit's does, so that a
+    /// front end's `?` converts it as before; a refusal that is not
+    /// Cranelift's own is `ModuleError::Backend`, from which
+    /// `JitError::from` takes the [`JitError`] back out.
+    /// [`JitmapModule::finalize_jit`] answers the `JitError` directly.
+    #[expect(clippy::result_large_err, reason = "cranelift-jit's own signature")]
+    pub fn finalize_definitions(&mut self) -> ModuleResult<()> {
+        Ok(self.finalize_jit()?)
+    }
+
+    /// [`JitmapModule::finalize_definitions`], answering a [`JitError`].
+    ///
+    /// ```
+    /// use cranelift_module::{Linkage, Module, default_libcall_names};
+    /// use jitmap_cranelift::{JitError, JitmapBuilder, JitmapModule};
+    ///
+    /// let manager = jitmap::ExecutionManager::new(2);
+    /// let mut module = JitmapModule::new(JitmapBuilder::new(&manager, default_libcall_names())?)?;
+    /// let missing = module.declare_function("jitmap_doc_missing", Linkage::Import, &module.make_signature())?;
+    /// let f = module.declare_function("f", Linkage::Local, &module.make_signature())?;
+    /// let mut ctx = module.make_context();
+    /// let mut fctx = cranelift_frontend::FunctionBuilderContext::new();
+    /// let mut b = cranelift_frontend::FunctionBuilder::new(&mut ctx.func, &mut fctx);
+    /// let block = b.create_block();
+    /// b.switch_to_block(block);
+    /// let callee = module.declare_func_in_func(missing, b.func);
+    /// cranelift_codegen::ir::InstBuilder::call(b.ins(), callee, &[]);
+    /// cranelift_codegen::ir::InstBuilder::return_(b.ins(), &[]);
+    /// b.seal_all_blocks();
+    /// b.finalize(module.target_config());
+    /// module.define_function(f, &mut ctx)?;
+    /// assert!(matches!(module.finalize_jit(), Err(JitError::UnknownSymbol(n)) if n == "jitmap_doc_missing"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn finalize_jit(&mut self) -> Result<(), JitError> {
         // A redefinition frees the version it replaces.
         for &func in &self.pending_functions {
             if self.functions[func.as_u32() as usize].live.is_some() {
@@ -467,14 +553,19 @@ impl JitmapModule {
         Ok(())
     }
 
-    /// Refuses a body whose signature is not the declared one.
+    /// Refuses a redefinition whose signature is not its first definition's.
+    /// (A first definition may differ from the declaration, as cranelift-jit
+    /// allows: a front end may declare a function before it has inferred its
+    /// return type.)
     #[expect(clippy::result_large_err, reason = "the Module trait's own error type")]
     fn check_signature(&self, func: FuncId, signature: &ir::Signature) -> ModuleResult<()> {
-        let declared = &self.declarations.get_function_decl(func).signature;
-        if declared != signature {
+        let defined = self.functions[func.as_u32() as usize].signature.as_ref();
+        if let Some(defined) = defined
+            && defined != signature
+        {
             return Err(ModuleError::IncompatibleSignature(
                 self.name_of(func),
-                declared.clone(),
+                defined.clone(),
                 signature.clone(),
             ));
         }
@@ -647,6 +738,7 @@ impl JitmapModule {
                 pending: None,
                 source_file: None,
                 method_id: u64::from(func.as_u32()),
+                signature: None,
             });
         }
         let definable = self
@@ -782,9 +874,10 @@ impl Module for JitmapModule {
         if f.live.is_some() || f.pending.is_some() {
             return Err(ModuleError::DuplicateDefinition(self.name_of(func)));
         }
-        self.check_signature(func, &ctx.func.signature)?;
         let compiled = self.compile(func, ctx, ctrl_plane)?;
-        self.functions[func.as_u32() as usize].pending = Some(compiled);
+        let f = &mut self.functions[func.as_u32() as usize];
+        f.pending = Some(compiled);
+        f.signature = Some(ctx.func.signature.clone());
         self.pending_functions.push(func);
         Ok(())
     }
@@ -802,12 +895,16 @@ impl Module for JitmapModule {
         if f.live.is_some() || f.pending.is_some() {
             return Err(ModuleError::DuplicateDefinition(self.name_of(func)));
         }
-        self.functions[func.as_u32() as usize].pending = Some(Compiled {
+        let declared = self.declarations.get_function_decl(func).signature.clone();
+        let kind = kind_of(&*self.isa);
+        let f = &mut self.functions[func.as_u32() as usize];
+        f.signature = Some(declared);
+        f.pending = Some(Compiled {
             bytes: bytes.to_vec(),
             relocs: relocs.to_vec(),
             unwind: None,
             rows: Vec::new(),
-            kind: kind_of(&*self.isa),
+            kind,
             align: alignment,
         });
         self.pending_functions.push(func);

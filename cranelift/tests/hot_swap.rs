@@ -139,6 +139,13 @@ fn hot_swap(mode: MemoryMode) {
     // One live version, the trampoline; retired versions wait only for
     // the (now stopped) executors.
     assert_eq!(stats.live_blocks, 2);
+    // Every caller has finished, and its executor with it: no registered
+    // thread can run `f`, so it is freed. (The old rule, "no executor
+    // registered now", refused this with `NoExecutor`; a host that never
+    // registered one is still refused, `finalize.rs`.)
+    assert_eq!(manager.domain().executors(), 0);
+    module.free_function(f).unwrap();
+    assert!(module.function_code(f).is_none());
 }
 
 #[test]

@@ -253,7 +253,7 @@ fn misuse_is_a_typed_error_and_the_module_stays_usable() {
     module.define_function(caller, &mut ctx).unwrap();
     let live_before = module.heap().stats().live_blocks;
     assert!(matches!(
-        module.finalize_definitions(),
+        module.finalize_jit(),
         Err(JitError::UnknownSymbol(name)) if name == "jitmap_no_such_symbol"
     ));
     assert_eq!(module.heap().stats().live_blocks, live_before);
@@ -367,7 +367,7 @@ fn a_caller_waits_for_its_undefined_callee_unless_the_callee_is_weak() {
             b.ins().return_(&[r]);
         });
         m.define_function(f3, &mut ctx).unwrap();
-        let early = m.finalize_definitions().map_err(|e| e.to_string());
+        let early = m.finalize_jit().map_err(|e| e.to_string());
         let weak = linkage == Linkage::Preemptible;
         assert_eq!(
             early,

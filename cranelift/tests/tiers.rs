@@ -181,7 +181,7 @@ fn a_refused_finalize_is_given_up_and_the_live_version_stays() {
     });
     module.redefine_function(f, &mut ctx).unwrap();
     assert!(matches!(
-        module.finalize_definitions(),
+        module.finalize_jit(),
         Err(JitError::UnknownSymbol(name)) if name == "jitmap_test_no_such_symbol"
     ));
     module.cancel_definition(f).unwrap();

@@ -90,7 +90,7 @@ impl CraneliftDemo {
         for (i, (_, id)) in functions.iter().enumerate() {
             module.set_method_id(*id, 1 + i as u64)?;
         }
-        module.finalize_definitions()?;
+        module.finalize_jit()?;
         // SAFETY: `top`'s trampoline jumps to a function of the signature
         // `fn(i64) -> i64`, published by the finalize above.
         let top = unsafe {

@@ -89,12 +89,13 @@ fn real_perf_names_jit_functions() {
 #[test]
 fn outputs_cut_short_by_a_full_disk_are_reported_and_stay_valid() {
     let dir = temp_dir("full-disk-spin");
-    // 64 KiB files; SIGXFSZ ignored, so a write past the limit fails with
-    // EFBIG as a write to a full disk fails with ENOSPC.
+    // 64 KiB files. SIGXFSZ keeps its default action (end the process): the
+    // writers fail a write past the limit with EFBIG, as a write to a full
+    // disk fails with ENOSPC, and take the signal it raised.
     let out = Command::new("bash")
         .args([
             "-c",
-            "trap '' XFSZ; ulimit -f 64; exec \"$0\" spin --functions 4 --churn --seconds 1 --perf both",
+            "trap - XFSZ; ulimit -f 64; exec \"$0\" spin --functions 4 --churn --seconds 1 --perf both",
             SIM,
         ])
         .env("JITMAP_PERF_DIR", &dir)

@@ -112,11 +112,19 @@ pub(crate) extern "C" fn on_signal(
                 // that stack, so the sample is counted and dropped.
                 record.samples.count_drop();
             }
+            // The sample's writes happen before `stop` sees no handler in
+            // flight.
+            super::registry::leave();
         }
-        _ => pass_on(signal, info, context),
+        _ => {
+            // Not ours: done with the registry before the host's handler
+            // runs, since that one may never come back here (it may
+            // `siglongjmp` out, call `pthread_exit` or block), and a count
+            // left raised would hang every later detach and `stop`.
+            super::registry::leave();
+            pass_on(signal, info, context);
+        }
     }
-    // The sample's writes happen before `stop` sees no handler in flight.
-    super::registry::leave();
     // SAFETY: as above; restoring the interrupted code's errno.
     unsafe { *libc::__errno_location() = errno };
 }

@@ -509,6 +509,26 @@ impl Agent {
         Ok(bound)
     }
 
+    /// Connections the pprof endpoint answered 503 and closed unserved:
+    /// pushed out of a full waiting list, or accepted only to be closed when
+    /// the process had no file descriptor left. 0 when not serving.
+    ///
+    /// ```
+    /// use jitmap::ExecutionManager;
+    /// use jitmap::agent::{Agent, AgentConfig};
+    ///
+    /// let manager = ExecutionManager::new(4);
+    /// let agent = Agent::start(&manager, AgentConfig::default())?;
+    /// agent.serve("127.0.0.1:0".parse().unwrap())?;
+    /// assert_eq!(agent.connections_shed(), 0);
+    /// # Ok::<(), jitmap::agent::AgentError>(())
+    /// ```
+    #[cfg(feature = "serve")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "serve")))]
+    pub fn connections_shed(&self) -> u64 {
+        self.server.lock().as_ref().map_or(0, serve::Server::shed)
+    }
+
     /// The configuration the agent runs with.
     pub fn config(&self) -> &AgentConfig {
         &self.shared.config

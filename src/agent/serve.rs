@@ -22,16 +22,21 @@
 //! connections waiting for their head (a new one pushes out the oldest,
 //! which is answered 503, so an idle flood cannot keep a real client out),
 //! [`HEAD_TIMEOUT`] to send a head (408 after it) of at most [`MAX_HEAD`]
-//! bytes (431 beyond). It never touches the signal path; stopping the agent
-//! stops it and closes its port.
+//! bytes (431 beyond), and [`ANSWER_DEADLINE`] to take a whole answer, however
+//! it reads. With no file descriptor left in the process, a connection is
+//! still accepted, through a descriptor kept in reserve, answered 503 and
+//! closed, so that it neither waits in the backlog nor wakes the thread
+//! again and again. It never touches the signal path; stopping the agent
+//! ends an answer being written, stops it and closes its port.
 
 use std::collections::VecDeque;
+use std::fs::File;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -48,8 +53,14 @@ pub const HEAD_TIMEOUT: Duration = Duration::from_secs(5);
 pub const MAX_WAITING: usize = 64;
 /// The largest request head read.
 pub const MAX_HEAD: usize = 8 * 1024;
-/// How long writing one answer may block (a client that does not read).
-const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long writing one whole answer may take. A client that reads a little
+/// at a time still loses the rest of its answer here.
+pub const ANSWER_DEADLINE: Duration = Duration::from_secs(30);
+/// How long the reading thread rests after an error it cannot clear at once
+/// (no descriptor to accept with, a failed `poll`), so that it never spins.
+const BACKOFF: Duration = Duration::from_millis(100);
+/// How often a blocked write looks at the stop flag.
+const STOP_CHECK: Duration = Duration::from_millis(50);
 
 /// The running endpoint; [`super::Agent::stop`] (or dropping the agent)
 /// stops it.
@@ -58,6 +69,8 @@ pub(super) struct Server {
     stopping: Arc<AtomicBool>,
     /// Written to wake the reading thread's `poll` when stopping.
     wake: UnixStream,
+    /// Connections answered 503 and closed without being served.
+    shed: Arc<AtomicU64>,
     threads: Vec<JoinHandle<()>>,
 }
 
@@ -76,6 +89,10 @@ impl Server {
             .map_err(|e| serve(e.to_string()))?;
         let (wake, woken) = UnixStream::pair().map_err(|e| serve(e.to_string()))?;
         let stopping = Arc::new(AtomicBool::new(false));
+        let shed = Arc::new(AtomicU64::new(0));
+        // The descriptor given up to accept a connection to shed when the
+        // process has none left.
+        let spare = File::open("/dev/null").map_err(|e| serve(format!("/dev/null: {e}")))?;
         // One profile at a time: `profiling` is set when one is handed over
         // and cleared when its window closes, so the channel holds at most one.
         let (jobs, work) = std::sync::mpsc::sync_channel::<Job>(1);
@@ -104,6 +121,9 @@ impl Server {
                 profiling,
                 shared,
                 stopping,
+                spare: Some(spare),
+                accepts_paused_until: None,
+                shed: Arc::clone(&shed),
             };
             spawn("jitmap-pprof", Box::new(move || connections.run()))
         };
@@ -119,6 +139,7 @@ impl Server {
             address,
             stopping,
             wake,
+            shed,
             threads: vec![reader, worker],
         })
     }
@@ -126,6 +147,13 @@ impl Server {
     /// The address it listens on.
     pub(super) fn address(&self) -> SocketAddr {
         self.address
+    }
+
+    /// Connections answered 503 and closed unserved: pushed out of a full
+    /// waiting list, or accepted through the spare descriptor.
+    pub(super) fn shed(&self) -> u64 {
+        // Relaxed: a count read on its own; nothing is published with it.
+        self.shed.load(Ordering::Relaxed)
     }
 
     /// Stops reading, ends a window in progress early, closes the port and
@@ -172,6 +200,13 @@ struct Connections {
     profiling: Arc<AtomicBool>,
     shared: Arc<Shared>,
     stopping: Arc<AtomicBool>,
+    /// A descriptor held in reserve (`/dev/null`): closed to make room to
+    /// accept one connection when the process has none left.
+    spare: Option<File>,
+    /// Set when no connection could be accepted or shed: the listener is
+    /// left out of `poll` until then, since its backlog would wake it at once.
+    accepts_paused_until: Option<Instant>,
+    shed: Arc<AtomicU64>,
 }
 
 impl Connections {
@@ -179,13 +214,23 @@ impl Connections {
     fn run(mut self) {
         loop {
             let now = Instant::now();
+            if self.accepts_paused_until.is_some_and(|t| t <= now) {
+                self.accepts_paused_until = None;
+            }
             let timeout = self
                 .waiting
                 .iter()
-                .map(|w| w.deadline.saturating_duration_since(now))
+                .map(|w| w.deadline)
+                .chain(self.accepts_paused_until)
+                .map(|t| t.saturating_duration_since(now))
                 .min()
                 .map_or(-1, |d| d.as_millis().min(60_000) as i32 + 1);
-            let mut fds: Vec<libc::pollfd> = [self.woken.as_raw_fd(), self.listener.as_raw_fd()]
+            // A negative descriptor is skipped by `poll`.
+            let listener = match self.accepts_paused_until {
+                Some(_) => -1,
+                None => self.listener.as_raw_fd(),
+            };
+            let mut fds: Vec<libc::pollfd> = [self.woken.as_raw_fd(), listener]
                 .into_iter()
                 .chain(self.waiting.iter().map(|w| w.stream.as_raw_fd()))
                 .map(|fd| libc::pollfd {
@@ -201,7 +246,16 @@ impl Connections {
                 return;
             }
             if ready < 0 {
-                continue; // EINTR
+                if io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+                    // EINVAL (more descriptors than RLIMIT_NOFILE, lowered
+                    // since) or ENOMEM: fewer descriptors may help, and
+                    // trying again at once would spin.
+                    if let Some(oldest) = self.waiting.pop_front() {
+                        self.turn_away(oldest.stream, b"the server is short of resources\n");
+                    }
+                    std::thread::sleep(BACKOFF);
+                }
+                continue;
             }
             // Heads first (their indices are the current ones), then new
             // connections, then deadlines.
@@ -221,7 +275,7 @@ impl Connections {
             while let Some(pos) = self.waiting.iter().position(|w| w.deadline <= now) {
                 if let Some(w) = self.waiting.remove(pos) {
                     let reason = format!("no request head within {} s\n", HEAD_TIMEOUT.as_secs());
-                    respond(w.stream, 408, TEXT, reason.as_bytes());
+                    respond(w.stream, 408, TEXT, reason.as_bytes(), &self.stopping);
                 }
             }
         }
@@ -234,9 +288,19 @@ impl Connections {
             let stream = match self.listener.accept() {
                 Ok((stream, _)) => stream,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                // A connection reset before it was accepted, or no file
-                // descriptor left: try again on the next wake.
-                Err(_) => return,
+                // Reset before it was accepted: the next one may be fine.
+                Err(e) if matches!(e.raw_os_error(), Some(libc::ECONNABORTED | libc::EINTR)) => {
+                    continue;
+                }
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
+                    return self.shed_without_descriptor();
+                }
+                // ENOBUFS, ENOMEM and the like: rest, rather than wake on
+                // the same backlog at once.
+                Err(_) => {
+                    self.accepts_paused_until = Some(Instant::now() + BACKOFF);
+                    return;
+                }
             };
             if stream.set_nonblocking(true).is_err() {
                 continue;
@@ -244,7 +308,7 @@ impl Connections {
             if self.waiting.len() == MAX_WAITING
                 && let Some(oldest) = self.waiting.pop_front()
             {
-                respond(oldest.stream, 503, TEXT, b"too many connections waiting\n");
+                self.turn_away(oldest.stream, b"too many connections waiting\n");
             }
             self.waiting.push_back(Waiting {
                 stream,
@@ -252,6 +316,33 @@ impl Connections {
                 deadline: Instant::now() + HEAD_TIMEOUT,
             });
         }
+    }
+
+    /// The process has no descriptor left: gives up the spare one to accept
+    /// the connection at the head of the backlog, answers it 503 and closes
+    /// it, then takes the spare back. Without a spare, or if another thread
+    /// took the freed descriptor first, accepts pause for [`BACKOFF`].
+    fn shed_without_descriptor(&mut self) {
+        let accepted = self.spare.take().and_then(|spare| {
+            drop(spare);
+            self.listener.accept().ok()
+        });
+        let shed = accepted.is_some();
+        if let Some((stream, _)) = accepted {
+            self.turn_away(stream, b"the server has no file descriptor left\n");
+        }
+        self.spare = File::open("/dev/null").ok();
+        if !shed || self.spare.is_none() {
+            self.accepts_paused_until = Some(Instant::now() + BACKOFF);
+        }
+    }
+
+    /// Answers a connection 503 and closes it, counted.
+    fn turn_away(&self, stream: TcpStream, reason: &[u8]) {
+        // Counted first: a client that has its answer finds it counted.
+        // Relaxed: a count read on its own.
+        self.shed.fetch_add(1, Ordering::Relaxed);
+        respond(stream, 503, TEXT, reason, &self.stopping);
     }
 
     /// Reads what connection `i` sent. Returns it, taken out of the waiting
@@ -287,7 +378,9 @@ impl Connections {
             Err(Status::Closed) => return,
             Err(status) => (status.code(), status.reason()),
             Ok(request) => match route(&request.target) {
-                Route::Index => return respond(stream, 200, HTML, INDEX.as_bytes()),
+                Route::Index => {
+                    return respond(stream, 200, HTML, INDEX.as_bytes(), &self.stopping);
+                }
                 Route::BadRequest(reason) => (400, format!("{reason}\n")),
                 Route::NotFound => (404, "not served: see /debug/pprof/\n".into()),
                 Route::Profile(seconds) => {
@@ -303,19 +396,26 @@ impl Connections {
                             Err(TrySendError::Full(job) | TrySendError::Disconnected(job)) => {
                                 // Release: as in `profiles`.
                                 self.profiling.store(false, Ordering::Release);
-                                return respond(job.stream, 409, TEXT, BUSY.as_bytes());
+                                return respond(
+                                    job.stream,
+                                    409,
+                                    TEXT,
+                                    BUSY.as_bytes(),
+                                    &self.stopping,
+                                );
                             }
                         }
                     }
                 }
             },
         };
-        respond(stream, code, TEXT, body.as_bytes());
+        respond(stream, code, TEXT, body.as_bytes(), &self.stopping);
     }
 }
 
 const TEXT: &str = "text/plain; charset=utf-8";
 const HTML: &str = "text/html";
+const PPROF: &str = "application/octet-stream";
 const BUSY: &str = "a profile is being taken already\n";
 
 /// The worker: takes each profile handed over and answers it.
@@ -338,45 +438,94 @@ fn profiles(
             Ok(profile) => {
                 let mut body = Vec::new();
                 match profile.write_pprof(period_ns, &mut body) {
-                    Ok(()) => respond(stream, 200, "application/octet-stream", &body),
+                    Ok(()) => respond(stream, 200, PPROF, &body, stopping),
                     Err(e) => respond(
                         stream,
                         500,
                         TEXT,
                         format!("encoding the profile: {e}\n").as_bytes(),
+                        stopping,
                     ),
                 }
             }
-            Err(AgentError::WindowBusy) => respond(stream, 409, TEXT, BUSY.as_bytes()),
-            Err(e) => respond(stream, 503, TEXT, format!("{e}\n").as_bytes()),
+            Err(AgentError::WindowBusy) => respond(stream, 409, TEXT, BUSY.as_bytes(), stopping),
+            Err(e) => respond(stream, 503, TEXT, format!("{e}\n").as_bytes(), stopping),
         }
     }
 }
 
 /// Writes one whole answer and closes the connection. A client that went
-/// away, or that does not read for [`WRITE_TIMEOUT`], only loses it.
-fn respond(mut stream: TcpStream, code: u16, content_type: &str, body: &[u8]) {
-    let mut out = format!(
+/// away, or that has not taken it all within [`ANSWER_DEADLINE`], only loses
+/// it; so does every client once the server is stopping.
+fn respond(stream: TcpStream, code: u16, content_type: &str, body: &[u8], stop: &AtomicBool) {
+    let deadline = Instant::now() + ANSWER_DEADLINE;
+    respond_by(stream, code, content_type, body, deadline, stop);
+}
+
+/// [`respond`], by `deadline`; whether the whole answer was written.
+fn respond_by(
+    mut stream: TcpStream,
+    code: u16,
+    content_type: &str,
+    body: &[u8],
+    deadline: Instant,
+    stop: &AtomicBool,
+) -> bool {
+    let mut head = format!(
         "HTTP/1.1 {code} {}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n",
         reason_phrase(code),
         body.len()
     );
-    if code == 200 && content_type == "application/octet-stream" {
-        out.push_str("Content-Disposition: attachment; filename=\"profile\"\r\n");
+    if code == 200 && content_type == PPROF {
+        head.push_str("Content-Disposition: attachment; filename=\"profile\"\r\n");
     }
-    out.push_str("\r\n");
-    let _ = stream
-        .set_nonblocking(false)
-        .and_then(|()| stream.set_write_timeout(Some(WRITE_TIMEOUT)))
-        .and_then(|()| stream.write_all(out.as_bytes()))
-        .and_then(|()| stream.write_all(body))
-        .and_then(|()| stream.shutdown(std::net::Shutdown::Write));
+    head.push_str("\r\n");
+    let sent = stream.set_nonblocking(true).is_ok()
+        && write_by(&mut stream, head.as_bytes(), deadline, stop)
+        && write_by(&mut stream, body, deadline, stop);
+    if sent {
+        let _ = stream.shutdown(std::net::Shutdown::Write);
+    }
     // Bytes the client sent that were never read would make the close a
     // reset, which can reach the client before the answer: read them off.
     let mut rest = [0u8; 2048];
-    if stream.set_nonblocking(true).is_ok() {
-        while matches!(stream.read(&mut rest), Ok(n) if n > 0) {}
+    while matches!(stream.read(&mut rest), Ok(n) if n > 0) {}
+    sent
+}
+
+/// Writes all of `bytes` to a non-blocking `stream`, waiting in `poll` while
+/// its buffer is full, until `deadline` or `stop`; whether all went out.
+fn write_by(
+    stream: &mut TcpStream,
+    mut bytes: &[u8],
+    deadline: Instant,
+    stop: &AtomicBool,
+) -> bool {
+    while !bytes.is_empty() {
+        match stream.write(bytes) {
+            Ok(0) => return false,
+            Ok(n) => bytes = &bytes[n..],
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                // Acquire: pairs with `Server::stop`'s Release.
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() || stop.load(Ordering::Acquire) {
+                    return false;
+                }
+                let mut fd = libc::pollfd {
+                    fd: stream.as_raw_fd(),
+                    events: libc::POLLOUT,
+                    revents: 0,
+                };
+                let wait = left.min(STOP_CHECK).as_millis() as i32 + 1;
+                // SAFETY: one valid pollfd. Its result is not needed: the
+                // next write says whether there is room.
+                unsafe { libc::poll(&mut fd, 1, wait) };
+            }
+            Err(_) => return false,
+        }
     }
+    true
 }
 
 fn reason_phrase(code: u16) -> &'static str {
@@ -522,7 +671,106 @@ const INDEX: &str = "<html><head><title>/debug/pprof/</title></head><body>\n\
 
 #[cfg(test)]
 mod tests {
-    use super::{Request, Route, Status, parse_head, route};
+    use std::io::Read;
+    use std::net::{TcpListener, TcpStream};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::{Duration, Instant};
+
+    use super::{Request, Route, Status, parse_head, respond_by, route};
+
+    /// A connected pair: the server's end and the client's.
+    fn pair() -> (TcpStream, TcpStream) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server, _) = listener.accept().unwrap();
+        (server, client)
+    }
+
+    /// Bytes the client takes until the server closes, reading `chunk`
+    /// bytes and then resting `rest` each time.
+    fn drain(mut client: TcpStream, chunk: usize, rest: Duration) -> usize {
+        let mut buf = vec![0u8; chunk];
+        let mut total = 0;
+        loop {
+            match client.read(&mut buf) {
+                Ok(0) | Err(_) => return total,
+                Ok(n) => total += n,
+            }
+            std::thread::sleep(rest);
+        }
+    }
+
+    #[test]
+    fn an_answer_read_to_its_end_is_whole() {
+        let (server, client) = pair();
+        let reader = std::thread::spawn(move || {
+            let mut out = Vec::new();
+            (&client).read_to_end(&mut out).unwrap();
+            out
+        });
+        let deadline = Instant::now() + Duration::from_secs(600);
+        let body = vec![7u8; 3 << 20];
+        assert!(respond_by(
+            server,
+            200,
+            "x",
+            &body,
+            deadline,
+            &AtomicBool::new(false)
+        ));
+        let got = reader.join().unwrap();
+        let head = b"HTTP/1.1 200 OK\r\nContent-Type: x\r\nContent-Length: 3145728\r\n";
+        assert_eq!(&got[..head.len()], head);
+        assert_eq!(
+            got.len() - got.windows(4).position(|w| w == b"\r\n\r\n").unwrap() - 4,
+            3 << 20
+        );
+    }
+
+    /// A client that takes a little before each send would time out: the
+    /// answer still ends at its deadline, cut short. (On the old code each
+    /// partial send restarted a 10 s timeout, so this answer of 256 MiB at
+    /// 64 KiB per 50 ms would have taken over three minutes.)
+    #[test]
+    fn a_client_that_reads_a_little_at_a_time_loses_its_answer_at_the_deadline() {
+        let (server, client) = pair();
+        let reader = std::thread::spawn(move || drain(client, 64 << 10, Duration::from_millis(50)));
+        let deadline = Instant::now() + Duration::from_secs(1);
+        let body = vec![0u8; 256 << 20];
+        assert!(!respond_by(
+            server,
+            200,
+            "x",
+            &body,
+            deadline,
+            &AtomicBool::new(false)
+        ));
+        let taken = reader.join().unwrap();
+        assert!(taken > 0 && taken < body.len(), "{taken}");
+    }
+
+    /// Stopping ends an answer being written to a client that does not
+    /// read, long before its deadline.
+    #[test]
+    fn stopping_ends_an_answer_in_progress() {
+        let (server, client) = pair();
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let writer = {
+            let stop = std::sync::Arc::clone(&stop);
+            std::thread::spawn(move || {
+                let deadline = Instant::now() + Duration::from_secs(3600);
+                respond_by(server, 200, "x", &vec![0u8; 256 << 20], deadline, &stop)
+            })
+        };
+        stop.store(true, Ordering::Release);
+        let (done, finished) = std::sync::mpsc::channel();
+        std::thread::spawn(move || done.send(writer.join().unwrap()).unwrap());
+        let sent = finished
+            .recv_timeout(Duration::from_secs(120))
+            .expect("the answer went on after the stop");
+        assert!(!sent);
+        drop(client);
+    }
 
     #[test]
     fn request_lines_parse_or_get_their_status() {

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
-use super::records::{RecordFile, WriteFailure};
+use super::records::{RecordFile, WriteFailure, without_sigxfsz};
 use super::{PerfError, Singleton};
 pub use crate::events::current_tid;
 use crate::events::{CodeEvent, CodeListener, monotonic_ns};
@@ -262,7 +262,7 @@ impl JitDump {
             .create(true)
             .truncate(true)
             .open(&path)?;
-        file.write_all(&encode_header(pid, monotonic_ns()))?;
+        without_sigxfsz(|| file.write_all(&encode_header(pid, monotonic_ns())))?;
         // SAFETY: the mapping is never read or written by this process; it exists
         // only so that perf sees an executable mmap of the dump.
         let marker = unsafe {
@@ -422,9 +422,11 @@ impl Drop for JitDump {
     fn drop(&mut self) {
         let record = encode_close(monotonic_ns());
         // A close record is optional (the end of the file means the same), and a
-        // destructor has no one to report a failure to.
-        if let Some(file) = self.state.get_mut().file.file_mut() {
-            let _ = file.write_all(&record);
-        }
+        // destructor has no one to report a failure to; a failed one is cut
+        // back like any record.
+        self.state
+            .get_mut()
+            .file
+            .append(&mut [IoSlice::new(&record)]);
     }
 }

@@ -3,6 +3,12 @@
 //! fails (a full disk, a file-size limit) stops the output, which then ends
 //! at its last whole record. What could not be written from then on is
 //! counted, with the error, for the host to read and report.
+//!
+//! A write past `RLIMIT_FSIZE` also raises SIGXFSZ at the writing thread,
+//! and that signal's default action ends the process. Every write here
+//! runs with SIGXFSZ blocked on its thread, and a write that fails with
+//! EFBIG takes the signal it raised, so a host that never touched SIGXFSZ
+//! sees a stopped output, not a killed process.
 
 use std::fs::File;
 use std::io::{self, IoSlice, Seek, SeekFrom, Write};
@@ -64,7 +70,7 @@ impl RecordFile {
             return false;
         }
         let size: u64 = bufs.iter().map(|b| b.len() as u64).sum();
-        match write_all_vectored(&mut self.file, bufs) {
+        match without_sigxfsz(|| write_all_vectored(&mut self.file, bufs)) {
             Ok(()) => {
                 self.len += size;
                 true
@@ -92,11 +98,40 @@ impl RecordFile {
     pub(crate) fn failure(&self) -> Option<&WriteFailure> {
         self.failure.as_ref()
     }
+}
 
-    /// The file, for a last write that may fail quietly (a closing record).
-    pub(crate) fn file_mut(&mut self) -> Option<&mut File> {
-        self.failure.is_none().then_some(&mut self.file)
+/// Runs `write` with SIGXFSZ blocked on this thread, and takes the SIGXFSZ
+/// that a write past the file-size limit raised (it fails with EFBIG), so
+/// that the limit stops an output instead of ending the process. A host that
+/// blocks SIGXFSZ itself keeps its own pending signal: nothing is taken then.
+pub(crate) fn without_sigxfsz<T>(write: impl FnOnce() -> io::Result<T>) -> io::Result<T> {
+    // SAFETY: sigset_t is plain data; sigemptyset and sigaddset initialise it.
+    let mut xfsz: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: valid set pointers; these calls only change this thread's mask.
+    let blocked = unsafe {
+        libc::sigemptyset(&mut xfsz);
+        libc::sigaddset(&mut xfsz, libc::SIGXFSZ);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &xfsz, &mut old) == 0
+    };
+    let result = write();
+    if blocked {
+        // SAFETY: `old` was filled by pthread_sigmask above.
+        let host_blocks = unsafe { libc::sigismember(&old, libc::SIGXFSZ) } == 1;
+        if !host_blocks && matches!(&result, Err(e) if e.raw_os_error() == Some(libc::EFBIG)) {
+            let now = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            // SAFETY: valid set and timeout; polls for the pending signal
+            // the failed write raised at this thread, and takes it.
+            unsafe { libc::sigtimedwait(&xfsz, std::ptr::null_mut(), &now) };
+        }
+        // SAFETY: restores the mask read above.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
     }
+    result
 }
 
 /// Writes all of `bufs` with as few `writev` calls as the kernel allows (one

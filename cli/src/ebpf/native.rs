@@ -30,8 +30,15 @@
 //! while it used them is dropped as stale (`native_busy`).
 //!
 //! **Memory.** Rows take 16 bytes each; the pool has a cap (`--native-rows`),
-//! set at load. An object whose rows do not fit is left out (its frames step
-//! by the frame pointer) and named in the report.
+//! set at load. An object whose rows do not fit, or whose mapping comes past
+//! the kernel's [`MAX_RANGES`] ranges, is left out (its frames step by the
+//! frame pointer) and named in the report, with why. Objects are evaluated
+//! once per content, keyed by the mapped file's identity, size and change
+//! times (a library rewritten in place at the same path and inode is
+//! evaluated afresh); the evaluations of objects no longer mapped are kept
+//! for the [`KEPT_UNMAPPED`] most recently unmapped, so that a library loaded
+//! and unloaded in a loop is not read again each time, and a target that
+//! loads a stream of new objects does not grow the profiler.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs;
@@ -61,6 +68,9 @@ const RANGE_BYTES: usize = 56;
 const ROW_BYTES: usize = std::mem::size_of::<UnwindRow>();
 /// Bytes an object is checked by (`CHECK_BYTES`).
 const CHECK_BYTES: usize = 16;
+/// Evaluated objects kept after they are unmapped, most recently unmapped
+/// first.
+pub const KEPT_UNMAPPED: usize = 64;
 
 /// An object's rows and what identifies it in memory.
 #[derive(Debug)]
@@ -78,12 +88,15 @@ struct Evaluated {
 pub enum LeftOut {
     /// It could not be read or parsed as a 64-bit ELF object.
     Unreadable,
-    /// It has no `.eh_frame`, or no build id or `.eh_frame_hdr` to check it by.
+    /// It has no `.eh_frame`, an `.eh_frame` without a single FDE (no row),
+    /// or no build id or `.eh_frame_hdr` to check it by.
     NoTable,
     /// Its rows are past 4 GiB or more than the kernel searches.
     TooLarge,
     /// Its rows did not fit under the cap.
     Cap,
+    /// Its mapping came past the [`MAX_RANGES`] ranges the kernel searches.
+    RangeCap,
 }
 
 impl Evaluated {
@@ -95,6 +108,11 @@ impl Evaluated {
         let frame = elf.section_by_name(".eh_frame").ok_or(LeftOut::NoTable)?;
         let bytes = frame.data().map_err(|_| LeftOut::Unreadable)?;
         let rows = object_rows(bytes, frame.address()).ok_or(LeftOut::TooLarge)?;
+        if rows.is_empty() {
+            // A CIE and no FDE: nothing to walk by, and an empty slice
+            // would share its first row with another object's.
+            return Err(LeftOut::NoTable);
+        }
         if rows.len() > MAX_OBJECT_ROWS {
             return Err(LeftOut::TooLarge);
         }
@@ -186,8 +204,12 @@ struct Pool {
 }
 
 impl Pool {
-    /// A free slice of `count` rows, taken; `None` if none is left.
+    /// A free slice of `count` rows, taken; `None` if none is left, or for
+    /// an empty slice, which would start where another does.
     fn take(&mut self, count: u32) -> Option<u32> {
+        if count == 0 {
+            return None;
+        }
         let mut at = 0u32;
         for (&first, &n) in &self.used {
             if first - at >= count {
@@ -211,27 +233,41 @@ impl Pool {
     }
 }
 
-/// A `BPF_F_MMAPABLE` array map, mapped into this process.
+/// A `BPF_F_MMAPABLE` array map, mapped into this process (or, in the unit
+/// tests, anonymous memory of the same size).
 struct Shared {
     ptr: NonNull<u8>,
     len: usize,
-    _map: MapData,
+    _map: Option<MapData>,
 }
 
 impl Shared {
     /// Maps the array's `bytes` bytes (its entries times their size).
     fn map(map: MapData, bytes: usize) -> Result<Self, EbpfError> {
+        let fd = map.fd().as_fd().as_raw_fd();
+        Self::mapped(Some(map), fd, bytes)
+    }
+
+    /// `bytes` of anonymous shared memory, standing in for a map.
+    #[cfg(test)]
+    fn anonymous(bytes: usize) -> Result<Self, EbpfError> {
+        Self::mapped(None, -1, bytes)
+    }
+
+    /// A shared mapping of `fd` (-1: anonymous), kept with its map.
+    fn mapped(map: Option<MapData>, fd: i32, bytes: usize) -> Result<Self, EbpfError> {
         let len = bytes.next_multiple_of(4096);
-        // SAFETY: a fresh shared mapping of the map's descriptor, which the
-        // kernel allows for an mmapable array up to its size; the result is
-        // checked before use.
+        let anonymous = if fd < 0 { libc::MAP_ANONYMOUS } else { 0 };
+        // SAFETY: a fresh shared mapping, of the map's descriptor (which the
+        // kernel allows for an mmapable array up to its size) or anonymous;
+        // the result is checked before use.
         let ptr = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
                 len,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                map.fd().as_fd().as_raw_fd(),
+                libc::MAP_SHARED | anonymous,
+                fd,
                 0,
             )
         };
@@ -266,6 +302,15 @@ impl Shared {
                 bytes.len(),
             )
         };
+    }
+
+    /// `len` bytes at `offset`, copied out (the tests read the tables back).
+    #[cfg(test)]
+    fn read(&self, offset: usize, len: usize) -> Vec<u8> {
+        assert!(offset + len <= self.len, "a read past a native map");
+        // SAFETY: in bounds (checked above) of a live mapping; in the tests
+        // nothing else writes it meanwhile.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().add(offset), len) }.to_vec()
     }
 
     /// The u64 at `offset` (8-aligned), as an atomic.
@@ -330,11 +375,18 @@ struct Loaded {
     first: u32,
 }
 
-/// A mapped file: its (device, inode) and path.
-type FileKey = ((u64, u64), String);
+/// A mapped file: its (device, inode), path, and what tells two contents
+/// of one inode apart (size, modification and change times in ns).
+type FileKey = ((u64, u64), String, (u64, i128, i128));
 
 /// A loaded object: its file and load bias.
 type ObjectKey = (FileKey, u64);
+
+/// An evaluation kept for reuse, with the refresh that last saw it mapped.
+struct Cached {
+    evaluated: Result<Arc<Evaluated>, LeftOut>,
+    seen: u64,
+}
 
 /// The program's native tables for one target.
 pub struct NativeTables {
@@ -346,8 +398,11 @@ pub struct NativeTables {
     /// The objects loaded, by file and bias.
     loaded: HashMap<ObjectKey, Loaded>,
     /// Objects evaluated before, by file, kept to reload without
-    /// evaluating again (a library loaded and unloaded in a loop).
-    evaluated: HashMap<FileKey, Result<Arc<Evaluated>, LeftOut>>,
+    /// evaluating again (a library loaded and unloaded in a loop): those
+    /// mapped now, and the [`KEPT_UNMAPPED`] most recently unmapped.
+    evaluated: HashMap<FileKey, Cached>,
+    /// Ranges the kernel searches ([`MAX_RANGES`]; fewer in unit tests).
+    max_ranges: usize,
     maps: String,
     stats: NativeStats,
 }
@@ -371,18 +426,34 @@ impl NativeTables {
     /// in the pool, as loaded) and loads the rows of every object `pid` maps.
     pub fn new(pid: i32, maps: [MapData; 3], cap: u32) -> Result<Self, EbpfError> {
         let [state, ranges, rows] = maps;
+        Self::over(
+            pid,
+            [
+                Shared::map(state, 16)?,
+                Shared::map(ranges, MAX_RANGES * RANGE_BYTES)?,
+                Shared::map(rows, cap as usize * ROW_BYTES)?,
+            ],
+            cap,
+            MAX_RANGES,
+        )
+    }
+
+    /// The tables over `shared` (state, ranges, rows), loaded.
+    fn over(pid: i32, shared: [Shared; 3], cap: u32, max_ranges: usize) -> Result<Self, EbpfError> {
+        let [state, ranges, rows] = shared;
         let started = Instant::now();
         let mut tables = Self {
             pid,
-            state: Shared::map(state, 16)?,
-            ranges: Shared::map(ranges, MAX_RANGES * RANGE_BYTES)?,
-            rows: Shared::map(rows, cap as usize * ROW_BYTES)?,
+            state,
+            ranges,
+            rows,
             pool: Pool {
                 cap,
                 used: BTreeMap::new(),
             },
             loaded: HashMap::new(),
             evaluated: HashMap::new(),
+            max_ranges,
             maps: String::new(),
             stats: NativeStats {
                 cap,
@@ -412,12 +483,14 @@ impl NativeTables {
         }
         let mappings = parse_executable_maps(&maps);
         self.maps = maps;
+        let refresh = self.stats.refreshes + 1;
         let mut ranges = Vec::new();
         let mut keep = HashMap::new();
         let mut left_out = Vec::new();
         let mut fresh = Vec::new();
         for m in &mappings {
-            let evaluated = match self.evaluate(m) {
+            let (file, evaluated) = self.evaluate(m, refresh);
+            let evaluated = match evaluated {
                 Ok(e) => e,
                 Err(why) => {
                     left_out.push((m.path.clone(), why));
@@ -428,7 +501,13 @@ impl NativeTables {
                 left_out.push((m.path.clone(), LeftOut::Unreadable));
                 continue;
             };
-            let key = ((m.file, m.path.clone()), bias);
+            // Past the ranges the kernel searches, rows would be loaded
+            // that no range names: left out, and said so.
+            if ranges.len() == self.max_ranges {
+                left_out.push((m.path.clone(), LeftOut::RangeCap));
+                continue;
+            }
+            let key = (file, bias);
             let loaded = match self.loaded.remove(&key).or_else(|| keep.remove(&key)) {
                 Some(l) => l,
                 None => {
@@ -441,20 +520,19 @@ impl NativeTables {
                     Loaded { evaluated, first }
                 }
             };
-            if ranges.len() < MAX_RANGES {
-                let e = &loaded.evaluated;
-                ranges.push(Range {
-                    start: m.start,
-                    end: m.end,
-                    bias,
-                    check_addr: bias.wrapping_add(e.check_vaddr),
-                    first: loaded.first,
-                    count: e.rows.len() as u32,
-                    check: e.check,
-                });
-            }
+            let e = &loaded.evaluated;
+            ranges.push(Range {
+                start: m.start,
+                end: m.end,
+                bias,
+                check_addr: bias.wrapping_add(e.check_vaddr),
+                first: loaded.first,
+                count: e.rows.len() as u32,
+                check: e.check,
+            });
             keep.insert(key, loaded);
         }
+        self.forget_unmapped(refresh);
         // Objects no longer mapped give their slices back; a new object may
         // reuse one only after the sequence has gone odd (below).
         let gone: Vec<Loaded> = self.loaded.drain().map(|(_, l)| l).collect();
@@ -464,7 +542,7 @@ impl NativeTables {
         let mut per_object: Vec<(String, u64)> = self
             .loaded
             .iter()
-            .map(|(((_, path), _), l)| (path.clone(), l.evaluated.rows.len() as u64))
+            .map(|(((_, path, _), _), l)| (path.clone(), l.evaluated.rows.len() as u64))
             .collect();
         per_object.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
         debug_assert_eq!(
@@ -475,7 +553,7 @@ impl NativeTables {
             ranges: ranges.len(),
             per_object,
             left_out,
-            refreshes: self.stats.refreshes + 1,
+            refreshes: refresh,
             ..self.stats.clone()
         };
         true
@@ -512,27 +590,74 @@ impl NativeTables {
         seq.store(odd + 1, Ordering::Release);
     }
 
-    /// The object mapped at `m`, evaluated, or why it has no rows.
-    fn evaluate(&mut self, m: &Mapping) -> Result<Arc<Evaluated>, LeftOut> {
-        let key = (m.file, m.path.clone());
-        if let Some(found) = self.evaluated.get(&key) {
-            return found.clone();
+    /// The file mapped at `m` and its object, evaluated (once per content),
+    /// or why it has no rows; marked as seen by `refresh`.
+    fn evaluate(
+        &mut self,
+        m: &Mapping,
+        refresh: u64,
+    ) -> (FileKey, Result<Arc<Evaluated>, LeftOut>) {
+        let mapped = format!("/proc/{}/map_files/{:x}-{:x}", self.pid, m.start, m.end);
+        // The mapped file's own size and times (the link is followed to the
+        // very file mapped): a rewrite in place changes them.
+        let content = fs::metadata(&mapped).map_or((0, 0, 0), |meta| {
+            use std::os::unix::fs::MetadataExt;
+            let ns = |s: i64, n: i64| i128::from(s) * 1_000_000_000 + i128::from(n);
+            (
+                meta.size(),
+                ns(meta.mtime(), meta.mtime_nsec()),
+                ns(meta.ctime(), meta.ctime_nsec()),
+            )
+        });
+        let key = (m.file, m.path.clone(), content);
+        if let Some(found) = self.evaluated.get_mut(&key) {
+            found.seen = refresh;
+            return (key, found.evaluated.clone());
         }
         let data = if m.path == "[vdso]" {
             read_memory(self.pid, m.start, m.end - m.start)
         } else {
-            fs::read(format!(
-                "/proc/{}/map_files/{:x}-{:x}",
-                self.pid, m.start, m.end
-            ))
-            .ok()
+            fs::read(&mapped).ok()
         };
-        let result = data
+        let evaluated = data
             .ok_or(LeftOut::Unreadable)
             .and_then(|d| Evaluated::of(&d))
             .map(Arc::new);
-        self.evaluated.insert(key, result.clone());
-        result
+        self.evaluated.insert(
+            key.clone(),
+            Cached {
+                evaluated: evaluated.clone(),
+                seen: refresh,
+            },
+        );
+        (key, evaluated)
+    }
+
+    /// Keeps the evaluations of what `refresh` saw mapped, and of the
+    /// [`KEPT_UNMAPPED`] objects unmapped most recently; forgets the rest.
+    fn forget_unmapped(&mut self, refresh: u64) {
+        let mut unmapped: Vec<u64> = self
+            .evaluated
+            .values()
+            .map(|c| c.seen)
+            .filter(|&seen| seen != refresh)
+            .collect();
+        if unmapped.len() <= KEPT_UNMAPPED {
+            return;
+        }
+        // The newest KEPT_UNMAPPED last-seen marks stay: every entry seen at
+        // or after the cut-off.
+        unmapped.sort_unstable_by(|a, b| b.cmp(a));
+        let cutoff = unmapped[KEPT_UNMAPPED - 1];
+        let mut kept = 0;
+        self.evaluated.retain(|_, c| {
+            if c.seen == refresh {
+                return true;
+            }
+            let keep = c.seen >= cutoff && kept < KEPT_UNMAPPED;
+            kept += usize::from(keep);
+            keep
+        });
     }
 }
 
@@ -560,7 +685,263 @@ fn read_memory(pid: i32, addr: u64, len: u64) -> Option<Vec<u8>> {
 
 #[cfg(test)]
 mod tests {
+    use std::path::{Path, PathBuf};
+
+    use jitmap_testkit::e2e::temp_dir;
+    use jitmap_testkit::frameless::{build_shared_object, load};
+
     use super::*;
+
+    /// Tables for this process over anonymous memory: `cap` rows and at
+    /// most `max_ranges` ranges.
+    fn own_tables(cap: u32, max_ranges: usize) -> NativeTables {
+        let shared = [
+            Shared::anonymous(16).unwrap(),
+            Shared::anonymous(MAX_RANGES * RANGE_BYTES).unwrap(),
+            Shared::anonymous(cap as usize * ROW_BYTES).unwrap(),
+        ];
+        NativeTables::over(std::process::id() as i32, shared, cap, max_ranges).unwrap()
+    }
+
+    /// The ranges the tables hold, read back as the kernel reads them.
+    fn ranges_of(tables: &NativeTables) -> Vec<Range> {
+        let n = tables.state.word(8).load(Ordering::Acquire) as usize;
+        (0..n)
+            .map(|i| {
+                let b = tables.ranges.read(i * RANGE_BYTES, RANGE_BYTES);
+                let u64_at = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap());
+                let u32_at = |at: usize| u32::from_le_bytes(b[at..at + 4].try_into().unwrap());
+                Range {
+                    start: u64_at(0),
+                    end: u64_at(8),
+                    bias: u64_at(16),
+                    check_addr: u64_at(24),
+                    first: u32_at(32),
+                    count: u32_at(36),
+                    check: b[40..56].try_into().unwrap(),
+                }
+            })
+            .collect()
+    }
+
+    /// The rows a range names, read back from the pool.
+    fn rows_of(tables: &NativeTables, r: &Range) -> Vec<u8> {
+        tables
+            .rows
+            .read(r.first as usize * ROW_BYTES, r.count as usize * ROW_BYTES)
+    }
+
+    /// The range whose mapping is of `path`.
+    fn range_of(tables: &NativeTables, path: &Path) -> Range {
+        let maps = fs::read_to_string("/proc/self/maps").unwrap();
+        let m = parse_executable_maps(&maps)
+            .into_iter()
+            .find(|m| Path::new(&m.path) == path)
+            .unwrap_or_else(|| panic!("{path:?} is not mapped"));
+        ranges_of(tables)
+            .into_iter()
+            .find(|r| r.start == m.start)
+            .unwrap_or_else(|| panic!("no range for {path:?}"))
+    }
+
+    /// A library whose `.eh_frame` holds one CIE and no FDE: built as any
+    /// (the linker drops a CIE that no FDE uses), then its first FDE's
+    /// length set to 0, the table's end mark, so that the CIE is all that
+    /// is left.
+    fn build_cie_only(dir: &Path) -> PathBuf {
+        let built =
+            build_shared_object(dir, "built", "int cie_only(int x) { return x + 1; }").unwrap();
+        let mut data = fs::read(&built).unwrap();
+        let at = {
+            let elf = ElfFile64::<object::LittleEndian>::parse(&*data).unwrap();
+            let (offset, _) = elf
+                .section_by_name(".eh_frame")
+                .unwrap()
+                .file_range()
+                .unwrap();
+            offset as usize
+        };
+        let cie = u32::from_le_bytes(data[at..at + 4].try_into().unwrap()) as usize;
+        // The CIE's id is 0; the record after it is an FDE.
+        assert_eq!(&data[at + 4..at + 8], &[0; 4]);
+        data[at + 4 + cie..at + 8 + cie].fill(0);
+        let object = dir.join("libcie_only.so");
+        fs::write(&object, data).unwrap();
+        object
+    }
+
+    /// An object with a CIE and no FDE has no rows: it is left out, never
+    /// given an empty slice. (On the old code it evaluated to 0 rows, and
+    /// `Pool::take(0)` handed out the slice of the object loaded at row 0.)
+    #[test]
+    fn an_object_with_a_cie_and_no_fde_is_left_out() {
+        let dir = temp_dir("native-cie-only");
+        let object = build_cie_only(&dir);
+        let data = fs::read(&object).unwrap();
+        let elf = ElfFile64::<object::LittleEndian>::parse(&*data).unwrap();
+        let frame = elf.section_by_name(".eh_frame").unwrap();
+        let rows = object_rows(frame.data().unwrap(), frame.address());
+        assert_eq!(rows.as_deref(), Some(&[][..]), "one CIE and no FDE: no row");
+        assert_eq!(Evaluated::of(&data).unwrap_err(), LeftOut::NoTable);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// An empty object taken after another, or before: no slice is shared
+    /// or freed by it. (On the old code `take(0)` returned 0 and overwrote
+    /// the entry of the slice that starts there.)
+    #[test]
+    fn an_empty_slice_is_never_taken_in_either_order() {
+        let mut pool = Pool {
+            cap: 300,
+            used: BTreeMap::new(),
+        };
+        assert_eq!(pool.take(100), Some(0));
+        assert_eq!(pool.take(0), None);
+        assert_eq!(pool.take(100), Some(100));
+        assert_eq!(pool.used, BTreeMap::from([(0, 100), (100, 100)]));
+        let mut pool = Pool {
+            cap: 300,
+            used: BTreeMap::new(),
+        };
+        assert_eq!(pool.take(0), None);
+        assert_eq!(pool.take(100), Some(0));
+        pool.give_back(0);
+        assert_eq!(pool.rows(), 0);
+        assert_eq!(pool.take(50), Some(0));
+        assert_eq!(pool.take(50), Some(50));
+        assert_eq!(pool.rows(), 100);
+    }
+
+    /// This process's objects, with a CIE-only library among them: every
+    /// range's slice holds exactly its object's rows, and no two objects'
+    /// slices overlap.
+    #[test]
+    fn every_range_names_its_own_objects_rows() {
+        let dir = temp_dir("native-own-rows");
+        let cie_only = build_cie_only(&dir);
+        let (_handle, _) = load(&cie_only, c"cie_only").unwrap();
+        let tables = own_tables(DEFAULT_ROWS_CAP, MAX_RANGES);
+        let stats = tables.stats();
+        assert!(
+            stats
+                .left_out
+                .contains(&(cie_only.to_string_lossy().into_owned(), LeftOut::NoTable)),
+            "{:?}",
+            stats.left_out
+        );
+        let ranges = ranges_of(&tables);
+        assert!(ranges.len() >= 2, "{ranges:?}");
+        let mut slices: Vec<(u32, u32, u64)> = Vec::new();
+        for r in &ranges {
+            let loaded = tables.loaded.values().find(|l| l.first == r.first).unwrap();
+            assert_eq!(rows_of(&tables, r), rows_bytes(&loaded.evaluated.rows));
+            assert_eq!(r.check, loaded.evaluated.check);
+            // Two mappings of one object share its slice; two objects never.
+            for &(first, count, bias) in &slices {
+                let overlap = r.first < first + count && first < r.first + r.count;
+                assert!(!overlap || (first, count, bias) == (r.first, r.count, r.bias));
+            }
+            slices.push((r.first, r.count, r.bias));
+        }
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Past the ranges the kernel searches, objects are left out as such
+    /// and take no rows. (On the old code they were loaded and reported,
+    /// and no range named them.)
+    #[test]
+    fn objects_past_the_range_cap_are_left_out_and_take_no_rows() {
+        let tables = own_tables(DEFAULT_ROWS_CAP, 2);
+        let stats = tables.stats();
+        assert_eq!(stats.ranges, 2);
+        let capped = stats
+            .left_out
+            .iter()
+            .filter(|(_, why)| *why == LeftOut::RangeCap)
+            .count();
+        assert!(capped >= 1, "{:?}", stats.left_out);
+        let named: u64 = ranges_of(&tables)
+            .iter()
+            .map(|r| (r.first, r.count))
+            .collect::<std::collections::BTreeSet<_>>()
+            .iter()
+            .map(|&(_, count)| u64::from(count))
+            .sum();
+        assert_eq!(tables.pool.rows(), named);
+        assert_eq!(stats.rows(), named);
+    }
+
+    /// A library rewritten in place (the same path and inode) is walked by
+    /// its new rows. (On the old code the cache, keyed by device, inode and
+    /// path, handed back the first build's rows and check bytes.)
+    #[test]
+    fn a_library_rewritten_at_its_path_gets_its_new_rows() {
+        let dir = temp_dir("native-rewritten");
+        let v1 = build_shared_object(&dir, "v1", "int f(int x) { return x * 3; }").unwrap();
+        let v2 = build_shared_object(
+            &dir,
+            "v2",
+            "#include <stdio.h>\nint g(int);\nint f(int x) { char b[64]; snprintf(b, 64, \"%d\", x); return g(b[0]) + 1; }\nint g(int x) { return x; }",
+        )
+        .unwrap();
+        let path = dir.join("libswapped.so");
+        fs::copy(&v1, &path).unwrap();
+        let inode = |p: &Path| std::os::unix::fs::MetadataExt::ino(&fs::metadata(p).unwrap());
+        let before = inode(&path);
+
+        let (handle, _) = load(&path, c"f").unwrap();
+        let mut tables = own_tables(DEFAULT_ROWS_CAP, MAX_RANGES);
+        let first = Evaluated::of(&fs::read(&v1).unwrap()).unwrap();
+        let r = range_of(&tables, &path);
+        assert_eq!(rows_of(&tables, &r), rows_bytes(&first.rows));
+        // SAFETY: the handle `load` opened; nothing of the library is used after.
+        unsafe { libc::dlclose(handle) };
+        assert!(tables.refresh());
+
+        // Rewritten in place: the same inode, other bytes.
+        fs::write(&path, fs::read(&v2).unwrap()).unwrap();
+        assert_eq!(inode(&path), before);
+        let (handle, _) = load(&path, c"f").unwrap();
+        assert!(tables.refresh());
+        let second = Evaluated::of(&fs::read(&v2).unwrap()).unwrap();
+        assert_ne!(first.rows, second.rows);
+        let r = range_of(&tables, &path);
+        assert_eq!(rows_of(&tables, &r), rows_bytes(&second.rows));
+        assert_eq!(r.check, second.check);
+        // SAFETY: as above.
+        unsafe { libc::dlclose(handle) };
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A target that loads and unloads a thousand distinct objects: the
+    /// evaluations kept stay bounded. (On the old code every one stayed.)
+    #[test]
+    fn a_stream_of_new_objects_keeps_the_cache_bounded() {
+        let dir = temp_dir("native-stream");
+        let original =
+            build_shared_object(&dir, "stream", "int s(int x) { return x + 7; }").unwrap();
+        let mut tables = own_tables(DEFAULT_ROWS_CAP, MAX_RANGES);
+        let mapped = tables.evaluated.len();
+        let mut most = 0;
+        for i in 0..1000 {
+            let path = dir.join(format!("libstream{i}.so"));
+            fs::copy(&original, &path).unwrap();
+            let (handle, _) = load(&path, c"s").unwrap();
+            tables.refresh();
+            assert!(ranges_of(&tables).iter().any(|r| r.start != 0));
+            // SAFETY: the handle `load` opened; nothing of it is used after.
+            unsafe { libc::dlclose(handle) };
+            fs::remove_file(&path).unwrap();
+            most = most.max(tables.evaluated.len());
+        }
+        // What this process maps besides (other tests load libraries too),
+        // plus the recently unmapped.
+        assert!(
+            most <= mapped + KEPT_UNMAPPED + 16,
+            "{most} evaluations kept (mapped at the start: {mapped})"
+        );
+        fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn the_pool_fits_slices_first_and_reuses_freed_ones() {

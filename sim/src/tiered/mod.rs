@@ -369,7 +369,7 @@ impl Sim {
                 shadow.freeing(old_version, publish_begin);
             }
         }
-        match (clif.module.finalize_definitions(), inject) {
+        match (clif.module.finalize_jit(), inject) {
             (Err(JitError::UnknownSymbol(name)), Some(Inject::Unresolved))
                 if name == clif::MISSING_SYMBOL =>
             {
