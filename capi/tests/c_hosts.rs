@@ -452,3 +452,44 @@ fn the_guide_example_builds_with_pkg_config_after_install() {
         "{host}"
     );
 }
+
+/// The guide's own commands, as written (its `sh` block, then its static
+/// link line), with `HOME` in a temporary directory: the shared and the
+/// static build of its example both run. (The static line once named
+/// `/usr/local` while the install went to `$HOME/.local`: "jitmap.h: No
+/// such file or directory".)
+#[test]
+fn the_guide_commands_build_its_example_shared_and_static() {
+    let _one = one_at_a_time();
+    let guide = std::fs::read_to_string(capi_dir().join("../docs/guide/c.md")).unwrap();
+    let block = |fence: &str| {
+        let at = guide.find(fence).unwrap() + fence.len();
+        guide[at..at + guide[at..].find("```\n").unwrap()].to_owned()
+    };
+    let (commands, code) = (block("```sh\n"), block("```c\n"));
+    let static_link = {
+        let at = guide.find("`cc host.c -I").unwrap() + 1;
+        &guide[at..at + guide[at..].find('`').unwrap()]
+    };
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("host.c"), code).unwrap();
+    // `capi/install.sh` as the guide calls it, from the checkout.
+    std::os::unix::fs::symlink(capi_dir(), dir.path().join("capi")).unwrap();
+    let script = format!("set -eu\n{commands}{static_link} -o static_host\n./static_host\n");
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg(&script)
+        .current_dir(dir.path())
+        .env("HOME", dir.path())
+        .env("JITMAP_LIB_DIR", lib_dir())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{script}\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let answer = "answer, method 7, offset 3\nreturns 42\n";
+    assert!(stdout.ends_with(&format!("{answer}{answer}")), "{stdout}");
+}

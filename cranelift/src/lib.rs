@@ -6,20 +6,23 @@
 //! - **Porting** from cranelift-jit changes the constructor:
 //!   `JITBuilder::new(libcalls)` becomes `JitmapBuilder::new(&manager,
 //!   libcalls)`, `JITModule::new(builder)` becomes `JitmapModule::new(builder)?`.
-//!   Declare, define, `finalize_definitions` and `get_finalized_function`
-//!   work as there, with every linkage upgrade cranelift-jit accepts (a
-//!   function declared first as an import, then defined).
+//!   Declare, define, `finalize_definitions` (answering `ModuleResult`),
+//!   `get_finalized_function`, `get_address` and `free_memory` work as
+//!   there, with every linkage upgrade cranelift-jit accepts (a function
+//!   declared first as an import, then defined) and a body whose signature
+//!   differs from its declaration. The guide lists each intended difference.
 //! - **Every thread that runs the module's code is an executor.** A
 //!   redefinition or a free gives the old version's bytes back once every
 //!   registered executor has passed a quiescent point; a thread that is not
 //!   registered is not waited for. So each such thread calls
 //!   `module.manager().register_executor()` once and
 //!   [`jitmap::Executor::quiescent`] between its calls into the module (or
-//!   goes `offline` while it runs none). With no executor registered,
-//!   [`JitmapModule::redefine_function`], [`JitmapModule::free_function`] and
-//!   a finalize that would free a version refuse with
-//!   [`JitError::NoExecutor`]. A port that only defines (as cranelift-jit
-//!   does) needs none.
+//!   goes `offline` while it runs none). For a host that never registered
+//!   an executor, [`JitmapModule::redefine_function`],
+//!   [`JitmapModule::free_function`] and a finalize that would free a
+//!   version refuse with [`JitError::NoExecutor`]; once its executors have
+//!   all been dropped (its threads finished), they go through. A port that
+//!   only defines (as cranelift-jit does) needs none.
 //! - **Calls go through one indirection per function.** Every definable
 //!   function has a trampoline in the heap (`jmp [cell]`), and callers (the
 //!   module's code, data that holds function addresses, and the host) reach

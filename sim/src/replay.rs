@@ -1,5 +1,5 @@
 //! `replay`: a line-oriented script of nibble-map operations, used to reproduce
-//! bugs and fuzz findings. The format is documented in the README.
+//! bugs and fuzz findings. The format is documented in docs/guide/simulator.md.
 
 use std::fmt;
 use std::io::{self, Write};

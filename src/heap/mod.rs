@@ -18,6 +18,8 @@ mod names;
 mod patch;
 mod reservation;
 mod slab;
+#[cfg(test)]
+mod tests;
 
 use std::collections::{HashMap, VecDeque};
 use std::mem::ManuallyDrop;
@@ -768,7 +770,7 @@ impl CodeHeap {
         let offset = self.offset_of(code)?;
         let mut w = self.writer.lock();
         let live = self.check_live(&w, code, offset)?;
-        if let Some(info) = self.unpublish(&mut w, offset, live)? {
+        if let Some(info) = self.unpublish(&mut w, offset, live) {
             self.listeners.emit(CodeEvent::Free(CodeFree {
                 timestamp: monotonic_ns(),
                 block: code.block_id(),
@@ -859,7 +861,8 @@ impl CodeHeap {
             },
             Some(code),
         )?;
-        self.unpublish(&mut w, offset, live)?;
+        // The new block is published: nothing below can refuse.
+        self.unpublish(&mut w, offset, live);
         if w.move_order.len() == MOVES_REMEMBERED
             && let Some(oldest) = w.move_order.pop_front()
         {
@@ -1099,10 +1102,14 @@ impl CodeHeap {
             code,
             rows,
         } = publish;
+        // Every step that can refuse comes before the code event: listeners
+        // hear only of code that becomes visible (the map store at the end is
+        // checked here, and nothing else writes the map while `w` is held).
         let checked = match &payload {
             Payload::Stub(_) => Ok(()),
             Payload::Method(info) => info.get().validate(size).map_err(HeapError::Info),
-        };
+        }
+        .and_then(|()| w.map.check_allocated(start, size).map_err(HeapError::Map));
         if let Err(e) = checked {
             w.free.release(extent);
             return Err(e);
@@ -1177,7 +1184,7 @@ impl CodeHeap {
         let is_stub = header.is_none();
         // The event goes out before the code is visible: a profiler that finds
         // the block and then waits for the events delivered so far knows it.
-        let announced = info.inspect(|info| {
+        if let Some(info) = &info {
             self.listeners.emit(match moved_from {
                 None => CodeEvent::Load(CodeLoad {
                     timestamp,
@@ -1199,32 +1206,11 @@ impl CodeHeap {
                     info: Arc::clone(info),
                 }),
             });
-        });
+        }
         self.seq().begin();
         self.ends.writer().mark(start, size, is_stub);
-        let stored = w.map.set_allocated(start, size);
-        if stored.is_err() {
-            self.ends.writer().clear(start, size);
-        }
+        w.map.set_checked(start, size);
         self.seq().end();
-        if let Err(e) = stored {
-            if let Some(info) = announced {
-                // Never visible: listeners see it go at once.
-                self.listeners.emit(CodeEvent::Free(CodeFree {
-                    timestamp: monotonic_ns(),
-                    block,
-                    start: new_start,
-                    size,
-                    info,
-                }));
-            }
-            if let Some(header) = header {
-                // SAFETY: never published: the map store failed.
-                unsafe { w.drop_header(header) };
-            }
-            w.free.release(extent);
-            return Err(HeapError::Map(e));
-        }
         w.next_generation += 1;
         match header {
             Some(_) => w.methods += 1,
@@ -1329,16 +1315,19 @@ impl CodeHeap {
 
     /// Unpublishes the live block at `offset` and retires it; returns the
     /// method's info for listeners (None for a stub, or without listeners).
-    fn unpublish(
-        &self,
-        w: &mut Writer,
-        offset: u64,
-        live: Live,
-    ) -> Result<Option<Arc<CodeInfo>>, HeapError> {
+    /// It cannot fail: `live` came from [`CodeHeap::live_at`] under the lock
+    /// `w` holds, so the map names a start at `offset` (aligned, in range)
+    /// and its delete succeeds.
+    fn unpublish(&self, w: &mut Writer, offset: u64, live: Live) -> Option<Arc<CodeInfo>> {
         self.seq().begin();
         let deleted = w.map.delete(offset);
         self.seq().end();
-        deleted.map_err(HeapError::Map)?;
+        if deleted.is_err() {
+            // Unreachable (see above). Were it reached, the block would stay
+            // published and its memory never reused: safe, if not tidy.
+            debug_assert_eq!(deleted, Ok(()), "live_at found the start under this lock");
+            return None;
+        }
         match live.header {
             Some(_) => w.methods -= 1,
             None => {
@@ -1360,7 +1349,7 @@ impl CodeHeap {
             extent,
             header: live.header,
         });
-        Ok(info)
+        info
     }
 }
 

@@ -28,6 +28,25 @@ impl<S: WordStore> MapWriter<S> {
         Ok(())
     }
 
+    /// Whether [`MapWriter::set_allocated`] of the block would succeed; the
+    /// map is unchanged either way. A writer that must act between the check
+    /// and the store (announce the block) checks first, then stores with
+    /// [`MapWriter::set_checked`].
+    pub(crate) fn check_allocated(&self, start: u64, size: u64) -> Result<(), MapError> {
+        self.check_set(start, size, Scan::StartWord)
+    }
+
+    /// Stores a block that [`MapWriter::check_allocated`] accepted, with the
+    /// map unchanged since (the caller holds the one writer): it cannot fail.
+    pub(crate) fn set_checked(&mut self, start: u64, size: u64) {
+        debug_assert_eq!(
+            self.check_set(start, size, Scan::StartWord),
+            Ok(()),
+            "the block was checked, and nothing has changed the map since"
+        );
+        self.write(start, size);
+    }
+
     fn write(&mut self, start: u64, size: u64) {
         let map = &*self.map;
         let index = word_index(start);

@@ -3,7 +3,7 @@
 use jitmap::MapVersion;
 use jitmap_args::{CliResult, Outcome, emit, read_input};
 
-/// Replay a script of nibble-map operations (see README, "Replay scripts").
+/// Replay a script of nibble-map operations (the format: docs/guide/simulator.md, "Replay scripts").
 /// Exit status 1 if a line failed.
 #[derive(clap::Args)]
 pub struct Options {

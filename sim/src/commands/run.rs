@@ -6,7 +6,7 @@ use jitmap::MapVersion;
 use jitmap_args::{
     CliError, CliResult, Hz, OutDir, Outcome, Seconds, Threads, dropped_warning, emit,
 };
-use jitmap_sim::tiered::{self, Backend, RunConfig, Scenario};
+use jitmap_sim::tiered::{self, Backend, Progress, RunConfig, Scenario};
 
 /// The tiered JIT simulator (the default, as `run`): real code compiled at
 /// two tiers, run, sampled, freed and unloaded, every answer checked. Exit
@@ -93,9 +93,22 @@ pub fn run(o: Options) -> CliResult {
         bar.set_message(format!("jitmap-sim run {} ({})", o.scenario, o.backend));
         bar
     });
-    let progress = |f: f64| {
+    // Without a terminal (a log, CI), a line a second instead of the bar.
+    let printed = std::sync::atomic::AtomicU64::new(0);
+    let total = o.seconds.duration().as_secs();
+    let progress = |p: &Progress| {
         if let Some(bar) = &bar {
-            bar.set_position((f.clamp(0.0, 1.0) * 1000.0) as u64);
+            bar.set_position((p.fraction.clamp(0.0, 1.0) * 1000.0) as u64);
+        } else if !o.json {
+            let second = p.elapsed.as_secs();
+            // Relaxed: only the run's own loop calls this.
+            if second > printed.load(std::sync::atomic::Ordering::Relaxed) {
+                printed.store(second, std::sync::atomic::Ordering::Relaxed);
+                eprintln!(
+                    "jitmap-sim run: {second}/{total} s: {} publishes, {} tier-ups, {} lookups checked, {} wrong",
+                    p.publishes, p.tier_ups, p.lookups, p.wrong
+                );
+            }
         }
     };
     let report = tiered::run(config, out, &progress);

@@ -43,7 +43,7 @@ use group::{Code, Entry, Group};
 use jitmap_testkit::demo::DemoError;
 use jitmap_testkit::rng::Rng;
 use report::{Compiles, Durations};
-pub use report::{Report, TierCompile, TimelinePoint};
+pub use report::{Progress, Report, TierCompile, TimelinePoint};
 use scenario::Params;
 pub use scenario::{BACKENDS, Backend, EVENT_WAIT, RunConfig, RunError, SCENARIOS, Scenario};
 use shadow::{Shadow, Version};
@@ -187,6 +187,20 @@ impl Sim {
         }
         *self.deferred.lock() = deferred;
         frames
+    }
+
+    /// How far the run got, `elapsed` after its start.
+    fn progress(&self, elapsed: Duration, duration: Duration) -> Progress {
+        // Relaxed: statistics.
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        Progress {
+            fraction: (elapsed.as_secs_f64() / duration.as_secs_f64().max(1e-9)).min(1.0),
+            elapsed,
+            publishes: load(&self.counts.publishes),
+            tier_ups: load(&self.counts.tier_ups),
+            lookups: load(&self.counts.lookups),
+            wrong: load(&self.counts.wrong),
+        }
     }
 
     /// The run's memory and progress now, `elapsed` after its start.
@@ -812,12 +826,13 @@ impl Sim {
     }
 }
 
-/// Runs `config`; `progress` is told the elapsed fraction now and then.
+/// Runs `config`; `progress` is told how far it got, about ten times a
+/// second.
 /// `out`, if given, receives the agent's outputs.
 pub fn run(
     config: RunConfig,
     out: Option<&std::path::Path>,
-    progress: &(dyn Fn(f64) + Sync),
+    progress: &(dyn Fn(&Progress) + Sync),
 ) -> Result<Report, RunError> {
     config.validate().map_err(RunError)?;
     let params = config.scenario.params();
@@ -901,7 +916,7 @@ pub fn run(
             if done || elapsed >= cap || sim.stopping() {
                 break;
             }
-            progress((elapsed.as_secs_f64() / config.duration.as_secs_f64()).min(1.0));
+            progress(&sim.progress(elapsed, config.duration));
             std::thread::sleep(Duration::from_millis(100));
             if last_judged.elapsed() >= JUDGE_EVERY {
                 last_judged = Instant::now();
@@ -911,7 +926,10 @@ pub fn run(
                 timeline.push(sim.timeline_point(elapsed));
             }
         }
-        progress(1.0);
+        progress(&Progress {
+            fraction: 1.0,
+            ..sim.progress(started.elapsed(), config.duration)
+        });
         // Relaxed: a stop flag; the scope's joins order the rest.
         sim.stop.store(true, Ordering::Relaxed);
     });
@@ -952,6 +970,16 @@ pub fn run(
     let latencies = sim.latencies.lock().clone();
     let pct = |q| latencies.quantile_us(q);
     let compile = sim.compiles.each_ref().map(|c| c.lock().summary());
+    // Frames named as JIT method versions, and the rest.
+    let labels: std::collections::HashSet<&str> =
+        profile.methods.iter().map(|m| m.label.as_str()).collect();
+    let (jit, other): (Vec<_>, Vec<_>) = profile
+        .summary()
+        .into_iter()
+        .filter(|m| m.self_samples > 0)
+        .map(|m| (m.name, m.self_samples, m.self_share))
+        .partition(|(name, _, _)| labels.contains(name.as_str()));
+    let jit_self: u64 = jit.iter().map(|&(_, samples, _)| samples).sum();
     let c = &sim.counts;
     // Relaxed (all loads below): the threads are joined.
     let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
@@ -987,12 +1015,9 @@ pub fn run(
         frames_checked,
         probe_enters: profile.probes.enters,
         crossings: load(&c.crossings),
-        top: profile
-            .summary()
-            .into_iter()
-            .take(10)
-            .map(|m| (m.name, m.self_samples, m.self_share))
-            .collect(),
+        jit_share: jit_self as f64 / profile.samples.max(1) as f64,
+        top: jit.into_iter().take(10).collect(),
+        top_other: other.into_iter().take(3).collect(),
         wrong: load(&c.wrong),
         wrong_details: sim.wrong_details.lock().clone(),
         timeline,

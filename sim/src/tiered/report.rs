@@ -1,5 +1,7 @@
 //! What a run reports: as text, and as one JSON object with stable keys.
 
+use std::time::Duration;
+
 /// One tier's compilations that were published.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct TierCompile {
@@ -91,6 +93,23 @@ impl Compiles {
     }
 }
 
+/// What the run's progress callback is told, about ten times a second.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Progress {
+    /// The elapsed share of the run's duration, 0 to 1.
+    pub fraction: f64,
+    /// Time since the run started.
+    pub elapsed: Duration,
+    /// Methods published so far.
+    pub publishes: u64,
+    /// Tier-ups so far.
+    pub tier_ups: u64,
+    /// Lookups judged so far.
+    pub lookups: u64,
+    /// Wrong answers so far.
+    pub wrong: u64,
+}
+
 /// The run's memory and progress at one moment (the report's timeline: one
 /// point a minute and one at the end), to see that a long run stays flat.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -175,8 +194,13 @@ pub struct Report {
     pub probe_enters: u64,
     /// Call-counter crossings taken by the compiler.
     pub crossings: u64,
-    /// Top methods by self samples: name, samples, share.
+    /// The samples' share whose innermost frame is a JIT method.
+    pub jit_share: f64,
+    /// Top JIT methods by self samples: name, samples, share.
     pub top: Vec<(String, u64, f64)>,
+    /// The rest, the frames that are not JIT methods (the simulator's own
+    /// threads, the runtime, waits), top three by self samples.
+    pub top_other: Vec<(String, u64, f64)>,
     /// Wrong results, lookups and samples: must be 0.
     pub wrong: u64,
     /// The first wrong answers, described.
@@ -221,7 +245,9 @@ impl Report {
             "probe_enters": self.probe_enters,
             "crossings": self.crossings,
             "timeline": self.timeline.iter().map(TimelinePoint::json).collect::<Vec<_>>(),
+            "jit_share": self.jit_share,
             "top": self.top.iter().map(|(n, s, share)| serde_json::json!({"name": n, "self_samples": s, "self_share": share})).collect::<Vec<_>>(),
+            "top_other": self.top_other.iter().map(|(n, s, share)| serde_json::json!({"name": n, "self_samples": s, "self_share": share})).collect::<Vec<_>>(),
         })
     }
 
@@ -267,15 +293,45 @@ impl Report {
             self.probe_enters,
             self.crossings,
         );
-        out.push_str("top methods (self samples):\n");
-        for (name, samples, share) in &self.top {
-            out.push_str(&format!("  {samples:>7} {:>5.1}%  {name}\n", share * 100.0));
-        }
+        out.push_str(&format!(
+            "where the samples are: {:.1}% in JIT methods, {:.1}% in other code\n",
+            self.jit_share * 100.0,
+            (1.0 - self.jit_share) * 100.0
+        ));
+        let rows = |out: &mut String, title: &str, rows: &[(String, u64, f64)]| {
+            out.push_str(title);
+            for (name, samples, share) in rows {
+                out.push_str(&format!("  {samples:>7} {:>5.1}%  {name}\n", share * 100.0));
+            }
+        };
+        rows(&mut out, "top JIT methods (self samples):\n", &self.top);
+        rows(
+            &mut out,
+            "other code, led by (self samples; the simulator's own threads and waits):\n",
+            &self.top_other,
+        );
         out.push_str(&format!("wrong answers: {}\n", self.wrong));
         for d in &self.wrong_details {
             out.push_str(&format!("  {d}\n"));
         }
+        out.push_str(&self.verdict());
+        out.push('\n');
         out
+    }
+
+    /// The last line: PASS, or FAIL with the reason.
+    pub fn verdict(&self) -> String {
+        if self.wrong == 0 {
+            format!(
+                "PASS: no wrong answer in {} results, {} lookups and {} sampled JIT frames checked",
+                self.results_checked, self.lookups, self.frames_checked
+            )
+        } else {
+            format!(
+                "FAIL: {} wrong answers (the first are listed above)",
+                self.wrong
+            )
+        }
     }
 }
 

@@ -1,0 +1,83 @@
+//! The heap's writer steps that tests outside the crate cannot reach: a map
+//! store refused after the rest of a publish was ready.
+
+use std::sync::{Arc, Mutex};
+
+use super::{CodeHeap, HeapConfig, HeapError};
+use crate::events::{CodeEvent, CodeListener, Listeners};
+use crate::nibble::MapError;
+use crate::{CodeInfo, Domain, JitKind};
+
+/// Every event's kind and start, in order.
+#[derive(Default)]
+struct Recorder(Mutex<Vec<(char, usize)>>);
+
+impl CodeListener for Recorder {
+    fn on_event(&self, event: &CodeEvent) {
+        let entry = match event {
+            CodeEvent::Load(l) => ('L', l.start),
+            CodeEvent::Move(m) => ('M', m.new_start),
+            CodeEvent::Free(f) => ('F', f.start),
+            _ => ('?', 0),
+        };
+        self.0.lock().unwrap().push(entry);
+    }
+}
+
+/// A move whose map store is refused (a start forged into the target's
+/// bucket) tells listeners nothing and leaves the old block live and found.
+/// On the old code the `Move` event went out before the store, then a `Free`
+/// of the new block: listeners took the live method for freed.
+#[test]
+fn a_move_refused_at_the_map_store_tells_listeners_nothing() {
+    let domain = Domain::new(2);
+    let listeners = Arc::new(Listeners::default());
+    let recorder = Arc::new(Recorder::default());
+    listeners.add(recorder.clone()).unwrap();
+    let heap = CodeHeap::with_listeners(
+        HeapConfig {
+            span: 1 << 16,
+            ..HeapConfig::default()
+        },
+        &domain,
+        listeners,
+    )
+    .unwrap();
+    let mut r = heap.reserve(64).unwrap();
+    r.code_mut().fill(0xC3);
+    let code = r
+        .publish(CodeInfo::new(1, "moved", JitKind::Optimized))
+        .unwrap();
+    // Where the move's reservation will go (first fit), then a start forged
+    // into that bucket.
+    let target = heap.reserve(64).unwrap();
+    let offset = (target.address() - heap.base()) as u64;
+    target.abort();
+    heap.writer.lock().map.set_allocated(offset, 4).unwrap();
+    heap.listeners().flush();
+    recorder.0.lock().unwrap().clear();
+
+    let refused = heap.move_block(code);
+    assert!(
+        matches!(
+            refused,
+            Err(HeapError::Map(
+                MapError::BucketOccupied { .. } | MapError::Overlap { .. }
+            ))
+        ),
+        "{refused:?}"
+    );
+    heap.listeners().flush();
+    assert_eq!(*recorder.0.lock().unwrap(), []);
+    let reader = domain.register().unwrap();
+    let guard = reader.pin().unwrap();
+    let found = heap.find(&guard, code.start() + 10).unwrap().unwrap();
+    assert_eq!((found.start(), found.size()), (code.start(), 64));
+    drop(guard);
+
+    // The forged start gone, the same move goes through and says so once.
+    heap.writer.lock().map.delete(offset).unwrap();
+    let moved = heap.move_block(code).unwrap();
+    heap.listeners().flush();
+    assert_eq!(*recorder.0.lock().unwrap(), [('M', moved.start())]);
+}
