@@ -144,6 +144,9 @@ pub struct ImageUnload {
     pub timestamp: u64,
     /// Its base.
     pub base: usize,
+    /// The unloaded image's [`crate::image::ImageSection::id`]: which load
+    /// this ends (another image may be loaded at the same base by then).
+    pub image_id: u64,
 }
 
 /// One code event.

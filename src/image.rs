@@ -5,6 +5,8 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::ops::Range;
+// A plain counter, never modelled: images are not built under loom.
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::info::{DebugEntry, GcInfo};
 
@@ -161,9 +163,14 @@ pub(crate) struct RemoteFunction {
     pub(crate) name_ptr: usize,
 }
 
+/// The next [`ImageSection::id`].
+static NEXT_IMAGE_ID: AtomicU64 = AtomicU64::new(1);
+
 /// A validated image.
 #[derive(Debug)]
 pub struct ImageSection {
+    /// Which load this is: unique in the process ([`ImageSection::id`]).
+    id: u64,
     info: ImageInfo,
     /// The functions as readers in other processes see them.
     remote: Box<[RemoteFunction]>,
@@ -258,7 +265,10 @@ impl ImageSection {
         {
             return Err(ImageError::ThunksOutOfRange);
         }
+        // Relaxed: only uniqueness matters.
+        let id = NEXT_IMAGE_ID.fetch_add(1, Ordering::Relaxed);
         let mut image = Self {
+            id,
             info,
             remote: Box::new([]),
             entry_of,
@@ -299,6 +309,14 @@ impl ImageSection {
     /// The registration data.
     pub fn info(&self) -> &ImageInfo {
         &self.info
+    }
+
+    /// This section's identity, unique in the process (from 1): two images
+    /// loaded one after the other at the same base have different ids, so an
+    /// unload event ([`crate::events::ImageUnload::image_id`]) names exactly
+    /// the image it removed.
+    pub fn id(&self) -> u64 {
+        self.id
     }
 
     /// Load address.

@@ -156,7 +156,8 @@ pub use call::{CallCell, CodeAddress, FnPtr};
 pub use epoch::{Domain, EpochError, Executor, ForeignGuard, Guard, Reader};
 #[cfg(not(loom))]
 pub use heap::{
-    CodeHeap, CodeRef, HeapConfig, HeapError, MAX_UNWIND_ROOM, MemoryMode, Reservation,
+    CodeHeap, CodeRef, HeapConfig, HeapError, MAX_UNWIND_ROOM, MemoryMode, PublishRefused,
+    Reservation,
 };
 #[cfg(not(loom))]
 pub use info::{CodeInfo, JitKind};

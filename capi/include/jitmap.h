@@ -502,7 +502,9 @@ enum jitmap_status jitmap_thread_probe_context(struct jitmap_thread *thread,
 
 // Stops the agent (every timer disarmed, the handler removed, the rings
 // drained and every frame named), destroys its handle and writes the
-// profile's handle to `profile`.
+// profile's handle to `profile`. The profile's handle is taken first: a
+// full table (`JITMAP_STATUS_TOO_MANY_HANDLES`) refuses before the agent
+// is touched, and it keeps running.
 //
 // Not async-signal-safe. Owner of the profile: the caller, who destroys it
 // with `jitmap_profile_destroy`.
@@ -680,9 +682,11 @@ enum jitmap_status jitmap_reservation_code(struct jitmap_reservation *reservatio
                                            uint64_t *len);
 
 // Publishes a reservation as a method: from now on every lookup finds it.
-// Destroys the reservation handle. A refused info
-// (`JITMAP_STATUS_BAD_CODE_INFO`, `JITMAP_STATUS_BAD_ARGUMENT`, a NULL)
-// leaves the reservation pending.
+// Destroys the reservation handle. Any refusal leaves the reservation
+// pending, its bytes as written: a refused info
+// (`JITMAP_STATUS_BAD_CODE_INFO`, `JITMAP_STATUS_BAD_ARGUMENT`, a NULL),
+// and one refused later, such as an `.eh_frame` the system unwinder
+// refuses; the host may publish it again or abort it.
 //
 // Not async-signal-safe.
 //

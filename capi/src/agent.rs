@@ -205,7 +205,9 @@ pub unsafe extern "C" fn jitmap_thread_probe_context(
 
 /// Stops the agent (every timer disarmed, the handler removed, the rings
 /// drained and every frame named), destroys its handle and writes the
-/// profile's handle to `profile`.
+/// profile's handle to `profile`. The profile's handle is taken first: a
+/// full table (`JITMAP_STATUS_TOO_MANY_HANDLES`) refuses before the agent
+/// is touched, and it keeps running.
 ///
 /// Not async-signal-safe. Owner of the profile: the caller, who destroys it
 /// with `jitmap_profile_destroy`.
@@ -219,14 +221,32 @@ pub unsafe extern "C" fn jitmap_agent_stop(
 ) -> jitmap_status {
     call(|| {
         required(profile)?;
-        let AgentObject { agent, _manager } =
-            *handles::remove::<AgentObject>(bits(agent), Kind::Agent)?;
+        // The profile's slot first, holding an empty profile: a full table
+        // refuses here, with the agent still running and its handle valid.
+        let empty = ProfileObject {
+            profile: Profile::default(),
+            period_ns: 0,
+        };
+        let handle = handles::insert(Kind::Profile, Box::new(empty))?;
+        let object = match handles::remove::<AgentObject>(bits(agent), Kind::Agent) {
+            Ok(object) => object,
+            Err(status) => {
+                // No one else knows the new handle: it goes as it came.
+                let _ = handles::remove::<ProfileObject>(handle, Kind::Profile);
+                return Err(status.into());
+            }
+        };
+        let AgentObject { agent, _manager } = *object;
         let period_ns = agent.config().interval_ns();
         let stopped = ProfileObject {
             profile: agent.stop(),
             period_ns,
         };
-        let handle = handles::insert(Kind::Profile, Box::new(stopped))?;
+        // The handle is this call's alone until written out: its exclusive
+        // use cannot be refused.
+        let mut slot = handles::take_exclusive::<ProfileObject>(handle, Kind::Profile)?;
+        *slot.get_mut() = stopped;
+        drop(slot);
         // SAFETY: checked not NULL.
         unsafe { profile.write(handle as *mut jitmap_profile) };
         Ok(())

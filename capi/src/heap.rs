@@ -23,7 +23,9 @@ struct HeapObject {
 /// it needs no lock.
 struct ReservationObject {
     /// Borrows the code heap of the heap handle `_heap` keeps alive.
-    reservation: Reservation<'static>,
+    /// `Some` but for the moment a publish holds it: a refused publish puts
+    /// it back, so a failed call leaves the reservation pending.
+    reservation: Option<Reservation<'static>>,
     /// Declared after the reservation, so dropped after it.
     _heap: Kept,
 }
@@ -202,7 +204,7 @@ pub unsafe extern "C" fn jitmap_heap_reserve(
         // reservation moves into its object.
         let bytes = reservation.code_mut().as_mut_ptr();
         let object = ReservationObject {
-            reservation,
+            reservation: Some(reservation),
             _heap: h.keep(),
         };
         let handle = handles::insert(Kind::Reservation, Box::new(object))?;
@@ -246,7 +248,7 @@ pub unsafe extern "C" fn jitmap_reservation_code(
 ) -> jitmap_status {
     call(|| {
         let mut r = self::reservation(reservation)?;
-        let reservation = &mut r.get_mut().reservation;
+        let reservation = pending(r.get_mut())?;
         // SAFETY (all three writes): each pointer checked not NULL; writable
         // by the caller's contract.
         if !write.is_null() {
@@ -309,25 +311,48 @@ unsafe fn code_info(c: &jitmap_code_info, size: Option<u64>) -> Result<CodeInfo,
     Ok(info)
 }
 
-/// Takes a reservation out of its handle, which is then destroyed. Checked
-/// by `check` first (under the handle's exclusive use, kept through the
-/// destroy), so that a refusal leaves the reservation pending.
+/// The reservation a handle holds.
+fn pending(object: &mut ReservationObject) -> Result<&mut Reservation<'static>, Failure> {
+    object
+        .reservation
+        .as_mut()
+        .ok_or_else(|| jitmap_status::JITMAP_STATUS_DESTROYED.into())
+}
+
+/// Takes a reservation out of its handle for `finish`, under the handle's
+/// exclusive use; the handle is destroyed when `finish` consumes it. Checked
+/// by `check` first, and a refusal by either leaves the reservation pending
+/// (`finish` gives it back with its error).
 fn consume<T>(
     r: *mut jitmap_reservation,
     check: impl FnOnce(&Reservation<'static>) -> Result<T, Failure>,
-    finish: impl FnOnce(Reservation<'static>, T) -> Result<(), Failure>,
+    finish: impl FnOnce(Reservation<'static>, T) -> Result<(), (Reservation<'static>, Failure)>,
 ) -> Result<(), Failure> {
     let mut r = self::reservation(r)?;
-    let checked = check(&r.get_mut().reservation)?;
-    let ReservationObject { reservation, _heap } = *r.remove();
-    // `_heap` lives to the end, after the reservation is consumed.
-    finish(reservation, checked)
+    let checked = check(pending(r.get_mut())?)?;
+    let object = r.get_mut();
+    let Some(reservation) = object.reservation.take() else {
+        return Err(jitmap_status::JITMAP_STATUS_DESTROYED.into());
+    };
+    // The heap the reservation borrows stays kept by the handle meanwhile.
+    match finish(reservation, checked) {
+        Ok(()) => {
+            drop(r.remove());
+            Ok(())
+        }
+        Err((back, failure)) => {
+            r.get_mut().reservation = Some(back);
+            Err(failure)
+        }
+    }
 }
 
 /// Publishes a reservation as a method: from now on every lookup finds it.
-/// Destroys the reservation handle. A refused info
-/// (`JITMAP_STATUS_BAD_CODE_INFO`, `JITMAP_STATUS_BAD_ARGUMENT`, a NULL)
-/// leaves the reservation pending.
+/// Destroys the reservation handle. Any refusal leaves the reservation
+/// pending, its bytes as written: a refused info
+/// (`JITMAP_STATUS_BAD_CODE_INFO`, `JITMAP_STATUS_BAD_ARGUMENT`, a NULL),
+/// and one refused later, such as an `.eh_frame` the system unwinder
+/// refuses; the host may publish it again or abort it.
 ///
 /// Not async-signal-safe.
 ///
@@ -347,11 +372,13 @@ pub unsafe extern "C" fn jitmap_reservation_publish(
             reservation,
             // SAFETY: checked not NULL; the caller's contract.
             |r| unsafe { code_info(&*info, Some(r.len())) },
-            |r, info| {
-                let code = r.publish(info)?;
-                // SAFETY: checked not NULL.
-                unsafe { out.write(code.into()) };
-                Ok(())
+            |r, info| match r.try_publish(info) {
+                Ok(code) => {
+                    // SAFETY: checked not NULL.
+                    unsafe { out.write(code.into()) };
+                    Ok(())
+                }
+                Err(refused) => Err((refused.reservation, refused.error.into())),
             },
         )
     })
@@ -420,11 +447,13 @@ pub unsafe extern "C" fn jitmap_reservation_publish_stub(
         consume(
             reservation,
             |_| Ok(StubKind::try_from(kind)?),
-            |r, kind| {
-                let code = r.publish_stub(kind)?;
-                // SAFETY: checked not NULL.
-                unsafe { out.write(code.into()) };
-                Ok(())
+            |r, kind| match r.try_publish_stub(kind) {
+                Ok(code) => {
+                    // SAFETY: checked not NULL.
+                    unsafe { out.write(code.into()) };
+                    Ok(())
+                }
+                Err(refused) => Err((refused.reservation, refused.error.into())),
             },
         )
     })

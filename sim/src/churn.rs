@@ -7,11 +7,18 @@
 //! per tier. So the agent's memory must stay flat however many versions
 //! come and go: this measures the allocator's bytes in use and the resident
 //! set at checkpoints, and the profile's method entries at the end.
+//!
+//! With `big`, the heap is a version-1 heap and the thread also calls a
+//! 128 KiB method between versions, whose loop lies deeper than the signal
+//! handler's scan ([`jitmap::agent::HANDLER_V1_WORDS`]): a steady stream of
+//! frames the handler cannot name, which the collector names later. The
+//! collector must still forget every freed version once no waiting sample
+//! can name it.
 
 use std::time::Instant;
 
 use jitmap::agent::{Agent, AgentConfig, Clock};
-use jitmap::{CodeInfo, ExecutionManager, HeapConfig, JitKind};
+use jitmap::{CodeInfo, ExecutionManager, HeapConfig, JitKind, MapVersion};
 
 use crate::fixture::BoxError;
 use crate::scale::heap_in_use;
@@ -21,6 +28,20 @@ use crate::tiered::resident_bytes;
 /// microseconds of work that touches no memory and clobbers only ecx (a
 /// caller-saved register in the C ABI).
 const CODE: [u8; 10] = [0xB9, 0x20, 0x4E, 0x00, 0x00, 0xFF, 0xC9, 0x75, 0xFC, 0xC3];
+
+/// The big method's size, and where its loop (a copy of [`CODE`]) starts:
+/// 120 KiB in, past the 64 KiB a handler scans back in a version-1 map.
+const BIG: usize = 128 << 10;
+const BIG_LOOP: usize = 120 << 10;
+
+/// The big method: a jump to its loop, int3 up to it, the loop, int3 after.
+fn big_method() -> Vec<u8> {
+    let mut code = vec![0xCC; BIG];
+    code[0] = 0xE9; // jmp rel32, relative to the next instruction
+    code[1..5].copy_from_slice(&((BIG_LOOP - 5) as u32).to_le_bytes());
+    code[BIG_LOOP..BIG_LOOP + CODE.len()].copy_from_slice(&CODE);
+    code
+}
 
 /// Memory after a number of versions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -64,12 +85,14 @@ fn is_version(name: &str) -> bool {
 
 /// Churns `versions` versions under an agent sampling at `hz` that names
 /// at most `profile_versions` one by one; memory is read every
-/// `versions / checkpoints` versions.
+/// `versions / checkpoints` versions. With `big`, in a version-1 heap, a
+/// call of the big method follows each version.
 pub fn churn(
     versions: usize,
     checkpoints: usize,
     hz: u32,
     profile_versions: usize,
+    big: bool,
 ) -> Result<Churn, BoxError> {
     if !cfg!(target_arch = "x86_64") {
         return Err("the churned versions are x86-64 code".into());
@@ -77,8 +100,20 @@ pub fn churn(
     let manager = ExecutionManager::new(4);
     let heap = manager.create_heap(HeapConfig {
         span: 1 << 22,
+        version: if big { MapVersion::V1 } else { MapVersion::V2 },
         ..HeapConfig::default()
     })?;
+    let big = big
+        .then(|| -> Result<_, BoxError> {
+            let code = big_method();
+            let mut r = heap.reserve(code.len() as u64)?;
+            r.code_mut().copy_from_slice(&code);
+            Ok(r.publish(CodeInfo::new(u64::MAX, "big", JitKind::Optimized))?)
+        })
+        .transpose()?;
+    // SAFETY: the big method jumps to a copy of CODE (see below), and stays
+    // published until the end.
+    let big: Option<extern "C" fn()> = big.map(|b| unsafe { std::mem::transmute(b.start()) });
     let config = AgentConfig {
         hz,
         clock: Clock::Wall,
@@ -105,6 +140,9 @@ pub fn churn(
         let f: extern "C" fn() = unsafe { std::mem::transmute(code.start()) };
         f();
         heap.free(code)?;
+        if let Some(big) = big {
+            big();
+        }
         if (v + 1) % every == 0 {
             points.push(point(v + 1));
         }
@@ -181,6 +219,12 @@ pub fn json(c: &Churn) -> serde_json::Value {
 mod tests {
     use super::*;
 
+    /// One agent runs in a process at a time: the tests take turns.
+    fn one_agent() -> std::sync::MutexGuard<'static, ()> {
+        static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        LOCK.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// 20,000 versions sampled at 10 kHz with 64 named one by one: the
     /// thousand or so versions the samples name end in a few times the cap
     /// of entries and one merged entry for the tier, and every entry, named
@@ -188,7 +232,8 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn churned_versions_past_the_cap_merge_into_one_entry() {
-        let c = churn(20_000, 4, 10_000, 64).unwrap();
+        let _one = one_agent();
+        let c = churn(20_000, 4, 10_000, 64, false).unwrap();
         assert_eq!(c.points.len(), 5);
         assert!(c.samples.1 >= 256, "{c:?}");
         assert_eq!(c.merged.0, 1, "{c:?}");
@@ -197,5 +242,25 @@ mod tests {
             c.entries - 1 + c.merged.1 as usize <= c.samples.1 as usize,
             "{c:?}"
         );
+    }
+
+    /// Versions churned beside a stream of frames the handler cannot name
+    /// (a version-1 method deeper than its scan): the allocator's bytes do
+    /// not grow after the first third. (On the old collector nothing was
+    /// forgotten while a sample waited, and these always waited: it grew
+    /// about 400 bytes a version.)
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn versions_are_forgotten_beside_a_stream_of_frames_the_handler_cannot_name() {
+        let _one = one_agent();
+        let c = churn(60_000, 3, 1000, 16_384, true).unwrap();
+        let grew = c.points[3].malloc as f64 - c.points[1].malloc as f64;
+        assert!(
+            grew < 2.0 * 1048576.0,
+            "grew {:.1} MiB after the first third: {c:?}",
+            grew / 1048576.0
+        );
+        // The big method's deep frames are named, not left unattributed.
+        assert!(c.samples.0 >= 100, "{c:?}");
     }
 }

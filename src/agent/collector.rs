@@ -2,7 +2,7 @@
 //! heaps' code events, and aggregates the profile. It runs on its own thread
 //! (and once more when the agent stops), never in a handler.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -38,6 +38,9 @@ enum LogEntry {
         to: BlockId,
         start: usize,
         at_ns: u64,
+        /// The retire tag after the move: the old copy may still run, and be
+        /// sampled, until it is safe.
+        tag: u64,
     },
     Freed {
         block: BlockId,
@@ -45,7 +48,8 @@ enum LogEntry {
     },
     ImageLoaded(Arc<ImageSection>),
     ImageUnloaded {
-        base: usize,
+        /// The unloaded image's [`ImageSection::id`].
+        id: u64,
         tag: u64,
     },
 }
@@ -72,6 +76,9 @@ impl CodeListener for EventListener {
                 to: moved.new_block,
                 start: moved.new_start,
                 at_ns: moved.timestamp,
+                // As for a free: the old copy is unpublished, and a thread
+                // may run it until its executor's next quiescent point.
+                tag: self.manager.domain().retire_tag(),
             },
             CodeEvent::Free(free) => LogEntry::Freed {
                 block: free.block,
@@ -83,7 +90,7 @@ impl CodeListener for EventListener {
             CodeEvent::ImageLoad(load) => LogEntry::ImageLoaded(Arc::clone(&load.image)),
             // As for a free: handlers that found the image are older.
             CodeEvent::ImageUnload(unload) => LogEntry::ImageUnloaded {
-                base: unload.base,
+                id: unload.image_id,
                 tag: self.manager.domain().retire_tag(),
             },
         };
@@ -94,15 +101,25 @@ impl CodeListener for EventListener {
 /// A method version the collector can name.
 struct Known {
     info: Arc<CodeInfo>,
+    /// Where it is now (its last placement).
     start: usize,
     size: u64,
-    /// CLOCK_MONOTONIC ns when it was published at `start` (0: before the
-    /// agent started).
-    placed_ns: u64,
     /// Its index in the profile's methods, once a sample named it.
     method: Option<usize>,
     /// The domain's retire tag, taken after its free.
     freed: Option<u64>,
+}
+
+/// One place a version's bytes were: published there, or moved there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Placement {
+    size: u64,
+    /// CLOCK_MONOTONIC ns when it was placed (0: before the agent started).
+    placed_ns: u64,
+    key: BlockId,
+    /// The retire tag taken when the version left (freed, or moved away):
+    /// once it is safe, no sample can still be running in these bytes.
+    left: Option<u64>,
 }
 
 /// An image the collector can name methods of.
@@ -178,8 +195,16 @@ pub(crate) struct Collector {
     /// The names of the image methods samples named, by method id (empty:
     /// none), kept for the profile after their image is forgotten.
     image_names: HashMap<u64, String>,
-    /// Every placement of a known version: start → (placed ns, version key).
-    placements: HashMap<usize, Vec<(u64, BlockId)>>,
+    /// Where versions are and were, by start, oldest first: the current
+    /// placement of every known version, and each one it left (freed or
+    /// moved away) until its grace period ends and no waiting sample holds
+    /// its bytes.
+    occupants: BTreeMap<usize, Vec<Placement>>,
+    /// The largest placement's size: how far below an address a placement
+    /// that holds it can start.
+    max_size: u64,
+    /// Placements left, in tag order (the tags only grow): start, key, tag.
+    leaving: VecDeque<(usize, BlockId, u64)>,
     methods: Vec<MethodVersion>,
     stacks: HashMap<Vec<FrameKey>, u64>,
     pending: Vec<Pending>,
@@ -216,18 +241,24 @@ impl Collector {
         live: impl IntoIterator<Item = (Arc<CodeInfo>, BlockId, usize, u64)>,
         images: Vec<Arc<ImageSection>>,
     ) -> Self {
-        let mut placements: HashMap<usize, Vec<(u64, BlockId)>> = HashMap::new();
+        let mut occupants: BTreeMap<usize, Vec<Placement>> = BTreeMap::new();
+        let mut max_size = 0;
         let known = live
             .into_iter()
             .map(|(info, key, start, size)| {
-                placements.entry(start).or_default().push((0, key));
+                occupants.entry(start).or_default().push(Placement {
+                    size,
+                    placed_ns: 0,
+                    key,
+                    left: None,
+                });
+                max_size = max_size.max(size);
                 (
                     key,
                     Known {
                         info,
                         start,
                         size,
-                        placed_ns: 0,
                         method: None,
                         freed: None,
                     },
@@ -249,7 +280,9 @@ impl Collector {
                 })
                 .collect(),
             image_names: HashMap::new(),
-            placements,
+            occupants,
+            max_size,
+            leaving: VecDeque::new(),
             methods: Vec::new(),
             stacks: HashMap::new(),
             pending: Vec::new(),
@@ -337,30 +370,105 @@ impl Collector {
                 self.pending.push(sample);
             }
         }
-        // Freed versions whose grace period had passed before this pass: every
-        // sample that named them, or ran in them, was drained above. (While a
-        // sample still waits to be named, nothing is forgotten.)
-        if self.pending.is_empty() {
-            let before = self.known.len();
-            self.known
-                .retain(|_, k| k.freed.is_none_or(|tag| tag >= safe));
-            self.images
-                .retain(|k| k.unloaded.is_none_or(|tag| tag >= safe));
-            if self.known.len() != before {
-                let known = &self.known;
-                self.placements.retain(|_, list| {
-                    list.retain(|(_, key)| known.contains_key(key));
-                    !list.is_empty()
-                });
-                self.aliases.retain(|_, key| known.contains_key(key));
-            }
-        }
+        self.forget(safe);
         if self.methods.len() > self.merge_at {
             self.merge_retired();
             self.merge_at = self
                 .max_versions
                 .max(self.methods.len() + self.max_versions / 2);
         }
+    }
+
+    /// Forgets what no sample can name any more: placements left before
+    /// `safe` (every sample that ran in them was drained before this pass),
+    /// unless a waiting sample has a frame in their bytes; then the freed
+    /// versions with no placement left, their aliases, and unloaded images
+    /// (when no sample waits: an image frame names no placement).
+    fn forget(&mut self, safe: u64) {
+        // The addresses waiting samples may still be named by.
+        let mut held: Vec<usize> = self
+            .pending
+            .iter()
+            .flat_map(|s| &s.frames)
+            .filter_map(|f| match f.kind {
+                FrameKind::Jit => Some(f.key as usize),
+                FrameKind::Unattributed => Some(f.addr),
+                _ => None,
+            })
+            .flat_map(|a| [a, a.saturating_sub(1)])
+            .collect();
+        held.sort_unstable();
+        let holds = |start: usize, size: u64| {
+            let i = held.partition_point(|&a| a < start);
+            held.get(i)
+                .is_some_and(|&a| ((a - start) as u64) < size.max(1))
+        };
+        let mut kept = VecDeque::new();
+        let mut forgot = false;
+        while let Some(&(start, key, tag)) = self.leaving.front() {
+            if tag >= safe {
+                break;
+            }
+            self.leaving.pop_front();
+            let Some(list) = self.occupants.get_mut(&start) else {
+                continue;
+            };
+            let Some(at) = list
+                .iter()
+                .position(|p| p.key == key && p.left == Some(tag))
+            else {
+                continue;
+            };
+            if holds(start, list[at].size) {
+                kept.push_back((start, key, tag));
+                continue;
+            }
+            list.remove(at);
+            if list.is_empty() {
+                self.occupants.remove(&start);
+            }
+            forgot = true;
+        }
+        // Held ones are looked at again next pass, first.
+        while let Some(entry) = kept.pop_back() {
+            self.leaving.push_front(entry);
+        }
+        if forgot {
+            let placed: HashSet<BlockId> =
+                self.occupants.values().flatten().map(|p| p.key).collect();
+            self.known
+                .retain(|key, k| k.freed.is_none() || placed.contains(key));
+            let known = &self.known;
+            self.aliases.retain(|_, key| known.contains_key(key));
+        }
+        if self.pending.is_empty() {
+            self.images
+                .retain(|k| k.unloaded.is_none_or(|tag| tag >= safe));
+        }
+    }
+
+    /// Marks `key`'s placement at `start` as left at `tag`.
+    fn leave(&mut self, start: usize, key: BlockId, tag: u64) {
+        let current = self.occupants.get_mut(&start).and_then(|list| {
+            list.iter_mut()
+                .rev()
+                .find(|p| p.key == key && p.left.is_none())
+        });
+        if let Some(p) = current {
+            p.left = Some(tag);
+            self.leaving.push_back((start, key, tag));
+        }
+    }
+
+    /// Files a new placement of `key`.
+    fn place(&mut self, start: usize, size: u64, placed_ns: u64, key: BlockId) {
+        self.occupants.entry(start).or_default().push(Placement {
+            size,
+            placed_ns,
+            key,
+            left: None,
+        });
+        self.max_size = self.max_size.max(size);
     }
 
     /// Merges versions the collector has forgotten, first sampled first,
@@ -473,14 +581,13 @@ impl Collector {
                 size,
                 at_ns,
             } => {
-                self.placements.entry(start).or_default().push((at_ns, key));
+                self.place(start, size, at_ns, key);
                 self.known.insert(
                     key,
                     Known {
                         info,
                         start,
                         size,
-                        placed_ns: at_ns,
                         method: None,
                         freed: None,
                     },
@@ -491,12 +598,17 @@ impl Collector {
                 to,
                 start,
                 at_ns,
+                tag,
             } => {
                 let key = self.aliases.remove(&from).unwrap_or(from);
                 if let Some(k) = self.known.get_mut(&key) {
+                    let (old, size) = (k.start, k.size);
                     k.start = start;
-                    k.placed_ns = at_ns;
-                    self.placements.entry(start).or_default().push((at_ns, key));
+                    // The old copy stays a placement of the version until
+                    // the move's grace period ends: a thread may still run
+                    // it, and its samples name the moved method.
+                    self.leave(old, key, tag);
+                    self.place(start, size, at_ns, key);
                     self.aliases.insert(to, key);
                 }
             }
@@ -504,6 +616,8 @@ impl Collector {
                 let key = self.aliases.remove(&block).unwrap_or(block);
                 if let Some(k) = self.known.get_mut(&key) {
                     k.freed = Some(tag);
+                    let start = k.start;
+                    self.leave(start, key, tag);
                 }
             }
             // One image may be both listed at the start and announced.
@@ -515,9 +629,11 @@ impl Collector {
                     });
                 }
             }
-            LogEntry::ImageUnloaded { base, tag } => {
+            // By identity, not base: a newer image may sit at the same base
+            // (unloaded and loaded again while the agent started).
+            LogEntry::ImageUnloaded { id, tag } => {
                 for k in &mut self.images {
-                    if k.image.base() == base && k.unloaded.is_none() {
+                    if k.image.id() == id && k.unloaded.is_none() {
                         k.unloaded = Some(tag);
                     }
                 }
@@ -528,30 +644,29 @@ impl Collector {
     /// The version a handler found at `start` in a sample that ended at
     /// `end_ns`: the one placed there last before then.
     fn placed_at(&self, start: usize, end_ns: u64) -> Option<BlockId> {
-        self.placements
+        self.occupants
             .get(&start)?
             .iter()
-            .filter(|(at, _)| *at <= end_ns)
-            .max()
-            .map(|&(_, key)| key)
+            .filter(|p| p.placed_ns <= end_ns)
+            .max_by_key(|p| p.placed_ns)
+            .map(|p| p.key)
     }
 
-    /// The freed version whose bytes held `addr` when a sample that ended at
-    /// `end_ns` saw nothing there. Freed code keeps running until its threads
-    /// leave it (its bytes stay until their executors pass a quiescent point),
-    /// but the maps no longer know it. The occupant is the version placed there
-    /// last before the sample; `None` if none is known or if that one's free
-    /// has not been seen yet.
-    fn freed_at(&self, addr: usize, end_ns: u64) -> Option<BlockId> {
-        let (_, key, freed) = self
-            .known
-            .iter()
-            .filter_map(|(key, k)| {
-                let inside = addr >= k.start && ((addr - k.start) as u64) < k.size;
-                (inside && k.placed_ns <= end_ns).then_some((k.placed_ns, *key, k.freed.is_some()))
-            })
-            .max()?;
-        freed.then_some(key)
+    /// The version whose bytes held `addr` when a sample that ended at
+    /// `end_ns` ran there, where its handler named nothing, and where that
+    /// version started: the one placed last before then over `addr`. The
+    /// handler names nothing in a version freed or moved away (its bytes
+    /// stay until its executors pass a quiescent point, but the maps no
+    /// longer know them), and in a version-1 method deeper than its scan.
+    /// The placements over `addr` start at most `max_size` below it.
+    fn occupant_at(&self, addr: usize, end_ns: u64) -> Option<(BlockId, usize)> {
+        let lowest = addr.saturating_sub(self.max_size as usize);
+        self.occupants
+            .range(lowest..=addr)
+            .flat_map(|(&start, list)| list.iter().map(move |p| (start, p)))
+            .filter(|(start, p)| ((addr - start) as u64) < p.size && p.placed_ns <= end_ns)
+            .max_by_key(|(_, p)| p.placed_ns)
+            .map(|(start, p)| (p.key, start))
     }
 
     /// Aggregates one sample; false if a JIT version in it is not known yet.
@@ -611,12 +726,12 @@ impl Collector {
                     } else {
                         f.addr.saturating_sub(1)
                     };
-                    match self.freed_at(at, sample.end_ns) {
-                        Some(key) => {
+                    match self.occupant_at(at, sample.end_ns) {
+                        Some((key, start)) => {
                             let Some(method) = self.method_of(key) else {
                                 return false;
                             };
-                            let offset = (at - self.known[&key].start) as u32;
+                            let offset = (at - start) as u32;
                             (
                                 FrameKey::Jit(method),
                                 SampleFrame::Jit {
@@ -949,6 +1064,7 @@ mod tests {
                 to: block(to),
                 start,
                 at_ns,
+                tag: at_ns,
             });
         }
         assert_eq!(c.aliases.get(&block(3)), Some(&block(1)));
@@ -958,26 +1074,225 @@ mod tests {
             tag: 99,
         });
         let known = &c.known[&block(1)];
-        assert_eq!(
-            (known.start, known.placed_ns, known.freed),
-            (0x3000, 20, Some(99))
-        );
+        assert_eq!((known.start, known.freed), (0x3000, Some(99)));
         assert!(c.aliases.is_empty());
         for (start, at_ns) in [(0x1000, 5), (0x2000, 15), (0x3000, 25)] {
             assert_eq!(c.placed_at(start, at_ns), Some(block(1)), "{start:#x}");
+            assert_eq!(
+                c.occupant_at(start + 8, at_ns),
+                Some((block(1), start)),
+                "{start:#x}"
+            );
         }
-        assert_eq!(c.freed_at(0x3000 + 8, 25), Some(block(1)));
         let m = c.method_of(block(1)).unwrap();
         assert_eq!(
             (c.methods[m].method_id, c.methods[m].name.as_str()),
             (42, "m")
         );
+        // Every placement left; once their tags are safe, all is forgotten.
+        assert_eq!(c.leaving.len(), 3);
+        c.forget(100);
+        assert!(c.occupants.is_empty() && c.known.is_empty() && c.leaving.is_empty());
         // A free of a block never known changes nothing.
         c.apply(LogEntry::Freed {
             block: block(8),
             tag: 100,
         });
-        assert_eq!((c.known.len(), c.known[&block(1)].freed), (1, Some(99)));
+        assert!(c.known.is_empty() && c.occupants.is_empty());
+    }
+
+    /// A drained sample whose only frame is `kind` at `addr` (`key`: a JIT
+    /// frame's start), ended at `end_ns`.
+    fn one_frame(kind: FrameKind, addr: usize, key: u64, end_ns: u64) -> Pending {
+        Pending {
+            attempts: 0,
+            native: None,
+            tid: 1,
+            begin_ns: end_ns,
+            end_ns,
+            frames: vec![RawFrame {
+                kind,
+                addr,
+                key,
+                offset: 0,
+            }],
+        }
+    }
+
+    /// A host that churns versions while a steady stream of samples waits
+    /// to be named (frames nothing names yet): each freed version is
+    /// forgotten once its grace period has passed, unless a waiting sample
+    /// has a frame in its bytes. (On the old code nothing was forgotten
+    /// while any sample waited: 1,000 versions stayed.)
+    #[test]
+    fn freed_versions_are_forgotten_while_other_samples_wait() {
+        let block = |generation| BlockId {
+            heap: 3,
+            generation,
+        };
+        let mut c = Collector::new(false, 16, [], Vec::new());
+        for g in 0..1000u64 {
+            let start = 0x10_0000 + 0x100 * (g as usize % 4);
+            c.apply(LogEntry::Loaded {
+                block: block(g),
+                info: Arc::new(CodeInfo::new(g, format!("v{g}"), JitKind::Baseline)),
+                start,
+                size: 64,
+                at_ns: 10 * g,
+            });
+            c.apply(LogEntry::Freed {
+                block: block(g),
+                tag: g,
+            });
+            // Always one sample waiting, in a big method's bytes elsewhere
+            // (a version-1 frame too deep for the handler's scan).
+            c.pending = vec![one_frame(FrameKind::Unattributed, 0x90_0000, 0, 10 * g)];
+            c.forget(g + 1);
+        }
+        assert_eq!((c.known.len(), c.occupants.len()), (0, 0));
+        // A waiting sample in a freed version's bytes holds that version.
+        c.apply(LogEntry::Loaded {
+            block: block(5000),
+            info: Arc::new(CodeInfo::new(9, "held", JitKind::Baseline)),
+            start: 0x20_0000,
+            size: 64,
+            at_ns: 20_000,
+        });
+        c.apply(LogEntry::Freed {
+            block: block(5000),
+            tag: 2000,
+        });
+        c.pending = vec![one_frame(FrameKind::Unattributed, 0x20_0010, 0, 20_001)];
+        c.forget(3000);
+        assert_eq!(
+            c.occupant_at(0x20_0010, 20_001),
+            Some((block(5000), 0x20_0000))
+        );
+        c.pending.clear();
+        c.forget(3000);
+        assert_eq!((c.known.len(), c.occupants.len()), (0, 0));
+    }
+
+    /// A host that compacts 1,000 live methods 1,000 times: the collector
+    /// keeps one placement and one alias per method once each move's grace
+    /// period has passed. (On the old code each move left a placement
+    /// behind for as long as the method lived: a million.)
+    #[test]
+    fn compacting_live_methods_keeps_one_placement_each() {
+        let mut c = Collector::new(false, 16, [], Vec::new());
+        let mut generation = 0u64;
+        let mut block = || {
+            generation += 1;
+            BlockId {
+                heap: 4,
+                generation,
+            }
+        };
+        let mut current: Vec<BlockId> = Vec::new();
+        for m in 0..1000usize {
+            let b = block();
+            c.apply(LogEntry::Loaded {
+                block: b,
+                info: Arc::new(CodeInfo::new(m as u64, "m", JitKind::Optimized)),
+                start: 0x100_0000 + 0x40 * m,
+                size: 0x40,
+                at_ns: 1,
+            });
+            current.push(b);
+        }
+        let mut tag = 0;
+        for round in 1..=1000usize {
+            for (m, from) in current.iter_mut().enumerate() {
+                let to = block();
+                tag += 1;
+                c.apply(LogEntry::Moved {
+                    from: *from,
+                    to,
+                    start: 0x100_0000 + 0x40 * m + (round % 2) * 0x10_0000,
+                    at_ns: 1 + round as u64,
+                    tag,
+                });
+                *from = to;
+            }
+            c.forget(tag + 1);
+            let placements: usize = c.occupants.values().map(Vec::len).sum();
+            assert_eq!(
+                (placements, c.aliases.len(), c.known.len()),
+                (1000, 1000, 1000)
+            );
+        }
+    }
+
+    /// A sample in the old copy of a moved method, taken after the move,
+    /// names the moved method at the old copy's offset, until the move's
+    /// grace period ends; never a version that held those bytes before.
+    /// (On the old code only current starts were searched: the frame was
+    /// unattributed, or named the earlier version.)
+    #[test]
+    fn a_sample_in_a_moved_methods_old_copy_names_it() {
+        let block = |generation| BlockId {
+            heap: 5,
+            generation,
+        };
+        let mut c = Collector::new(false, 16, [], Vec::new());
+        let load = |c: &mut Collector, g, name: &str, at_ns| {
+            c.apply(LogEntry::Loaded {
+                block: block(g),
+                info: Arc::new(CodeInfo::new(g, name, JitKind::Optimized)),
+                start: 0x4000,
+                size: 0x80,
+                at_ns,
+            });
+        };
+        load(&mut c, 1, "earlier", 10);
+        c.apply(LogEntry::Freed {
+            block: block(1),
+            tag: 1,
+        });
+        load(&mut c, 2, "moved", 20);
+        c.apply(LogEntry::Moved {
+            from: block(2),
+            to: block(3),
+            start: 0x8000,
+            at_ns: 30,
+            tag: 2,
+        });
+        // Held in the old copy at 40 ns, after the move.
+        c.pending = vec![one_frame(FrameKind::Unattributed, 0x4010, 0, 40)];
+        c.forget(2);
+        let sample = std::mem::take(&mut c.pending).remove(0);
+        assert!(c.add(&sample));
+        let (keys, _) = c.stacks.iter().next().unwrap();
+        let FrameKey::Jit(m) = keys[0] else {
+            panic!("{keys:?}")
+        };
+        assert_eq!(c.methods[m].name, "moved");
+        // Past the move's grace period the old copy is forgotten; the
+        // method, live at its new start, is not.
+        c.forget(3);
+        assert_eq!(c.occupant_at(0x4010, 40), None);
+        assert_eq!(c.occupant_at(0x8010, 40), Some((block(2), 0x8000)));
+    }
+
+    /// An image unloaded while the agent started, and another loaded at
+    /// its base: the unload names the first by identity, so the second,
+    /// listed at the start and announced again, stays known. (On the old
+    /// code the unload, by base, marked the second unloaded.)
+    #[test]
+    fn an_unload_at_a_base_does_not_unload_the_newer_image_there() {
+        let first = image(0x7000_0000, 1, "old");
+        let second = image(0x7000_0000, 2, "new");
+        let mut c = Collector::new(false, 16, [], vec![Arc::clone(&second)]);
+        c.apply(LogEntry::ImageUnloaded {
+            id: first.id(),
+            tag: 1,
+        });
+        c.apply(LogEntry::ImageLoaded(Arc::clone(&second)));
+        assert_eq!(c.images.len(), 1);
+        assert_eq!(c.images[0].unloaded, None);
+        c.forget(u64::MAX);
+        assert!(c.name_image_method(0x7000_0010, 2, 0));
+        assert_eq!(c.image_names[&2], "new");
     }
 
     fn counts(c: &Collector) -> Vec<(String, u64, u64)> {

@@ -40,7 +40,7 @@ use slab::HeaderSlab;
 
 pub use crate::info::{CodeInfo, DebugEntry, EhFrame, GcInfo, InfoError, JitKind, UnwindEntry};
 pub use memory::MemoryMode;
-pub use reservation::Reservation;
+pub use reservation::{PublishRefused, Reservation};
 
 use crate::change_seq::ChangeSeq;
 use crate::epoch::{Domain, ForeignGuard, Guard};
@@ -860,7 +860,14 @@ impl CodeHeap {
                 rows,
             },
             Some(code),
-        )?;
+        );
+        let moved = match moved {
+            Ok(moved) => moved,
+            Err(e) => {
+                w.free.release(target.extent.clone());
+                return Err(e);
+            }
+        };
         // The new block is published: nothing below can refuse.
         self.unpublish(&mut w, offset, live);
         if w.move_order.len() == MOVES_REMEMBERED
@@ -1084,9 +1091,10 @@ impl CodeHeap {
         result
     }
 
-    /// Publishes a block; `moved_from` names the original of a move. On error the
-    /// extent is given back. The block is recorded as live before any event is
-    /// queued, so the heap's state never depends on a listener.
+    /// Publishes a block; `moved_from` names the original of a move. On error
+    /// the extent stays reserved (the caller gives it back or keeps it) and
+    /// no event was queued. The block is recorded as live before any event
+    /// is queued, so the heap's state never depends on a listener.
     fn publish_locked(
         &self,
         w: &mut Writer,
@@ -1105,15 +1113,10 @@ impl CodeHeap {
         // Every step that can refuse comes before the code event: listeners
         // hear only of code that becomes visible (the map store at the end is
         // checked here, and nothing else writes the map while `w` is held).
-        let checked = match &payload {
-            Payload::Stub(_) => Ok(()),
-            Payload::Method(info) => info.get().validate(size).map_err(HeapError::Info),
+        if let Payload::Method(info) = &payload {
+            info.get().validate(size).map_err(HeapError::Info)?;
         }
-        .and_then(|()| w.map.check_allocated(start, size).map_err(HeapError::Map));
-        if let Err(e) = checked {
-            w.free.release(extent);
-            return Err(e);
-        }
+        w.map.check_allocated(start, size).map_err(HeapError::Map)?;
         // Taken before the code becomes visible, as perf requires of load records.
         let timestamp = if self.listeners.is_empty() {
             0
@@ -1121,13 +1124,7 @@ impl CodeHeap {
             monotonic_ns()
         };
         let registrations = match &payload {
-            Payload::Method(info) => match self.registrations(info.get(), start, size) {
-                Ok(r) => r,
-                Err(e) => {
-                    w.free.release(extent);
-                    return Err(e);
-                }
-            },
+            Payload::Method(info) => self.registrations(info.get(), start, size)?,
             Payload::Stub(_) => Registrations::default(),
         };
         let generation = w.next_generation;
@@ -1173,7 +1170,6 @@ impl CodeHeap {
                 // SAFETY: never published: no map names the block.
                 unsafe { w.drop_header(header) };
             }
-            w.free.release(extent);
             return Err(e.into());
         }
         let new_start = self.base() + start as usize;

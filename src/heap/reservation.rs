@@ -16,7 +16,7 @@ pub struct Reservation<'h> {
     pub(super) extent: Range<u64>,
 }
 
-impl Reservation<'_> {
+impl<'h> Reservation<'h> {
     /// The address the code will run at (the executable view).
     pub fn address(&self) -> usize {
         self.heap.base() + self.start as usize
@@ -48,34 +48,104 @@ impl Reservation<'_> {
     /// Publishes the code as a method. Only now can readers find it. On error the
     /// space is given back, as by `abort`.
     pub fn publish(self, info: CodeInfo) -> Result<CodeRef, HeapError> {
+        self.try_publish(info).map_err(|refused| refused.error)
+    }
+
+    /// [`Reservation::publish`], giving the reservation back, unchanged, with
+    /// the error when the publish is refused (an info that does not fit the
+    /// code, an `.eh_frame` the system unwinder refuses, a failed
+    /// protection change): the host may fix the cause and publish again, or
+    /// abort. No reader ever saw it, and no listener heard of it.
+    ///
+    /// ```
+    /// use jitmap::heap::{CodeInfo, DebugEntry, JitKind};
+    /// let manager = jitmap::ExecutionManager::new(2);
+    /// let heap = manager.create_heap(jitmap::HeapConfig::default())?;
+    /// let mut r = heap.reserve(4)?;
+    /// r.code_mut().fill(0xC3);
+    /// let mut info = CodeInfo::new(1, "f", JitKind::Optimized);
+    /// info.debug = vec![DebugEntry { offset: 9, line: 1, column: 0, file: "f.rs".into() }];
+    /// let refused = r.try_publish(info).unwrap_err(); // a row past the code's end
+    /// let code = refused.reservation.publish(CodeInfo::new(1, "f", JitKind::Optimized))?;
+    /// assert_eq!(code.size(), 4);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn try_publish(self, info: CodeInfo) -> Result<CodeRef, PublishRefused<'h>> {
         self.publish_payload(Payload::Method(super::HostInfo::Owned(info)))
     }
 
     /// Publishes the code as a stub of `kind`. Stubs are found as stubs, never
     /// as methods. On error the space is given back.
     pub fn publish_stub(self, kind: StubKind) -> Result<CodeRef, HeapError> {
+        self.try_publish_stub(kind).map_err(|refused| refused.error)
+    }
+
+    /// [`Reservation::publish_stub`], giving the reservation back with the
+    /// error when the publish is refused.
+    pub fn try_publish_stub(self, kind: StubKind) -> Result<CodeRef, PublishRefused<'h>> {
         self.publish_payload(Payload::Stub(kind))
     }
 
-    fn publish_payload(self, payload: Payload) -> Result<CodeRef, HeapError> {
-        // The publish consumes the extent (or gives it back on error), so the
-        // reservation's drop, which would abort, must not run.
-        let this = ManuallyDrop::new(self);
-        this.heap.publish(Publish {
-            start: this.start,
-            size: this.size,
-            align: this.align,
-            extent: this.extent.clone(),
+    fn publish_payload(self, payload: Payload) -> Result<CodeRef, PublishRefused<'h>> {
+        let published = self.heap.publish(Publish {
+            start: self.start,
+            size: self.size,
+            align: self.align,
+            extent: self.extent.clone(),
             payload,
             code: None,
             // Evaluated by `publish`, outside the heap's lock.
             rows: Box::default(),
-        })
+        });
+        match published {
+            Ok(code) => {
+                // The block owns the extent now: the reservation's drop, which
+                // would give it back, must not run.
+                let _ = ManuallyDrop::new(self);
+                Ok(code)
+            }
+            // A refused publish leaves the extent reserved, and this
+            // reservation its owner.
+            Err(error) => Err(PublishRefused {
+                reservation: self,
+                error,
+            }),
+        }
     }
 
     /// Gives the space back at once. Nothing was ever visible to readers.
     pub fn abort(self) {
         drop(self);
+    }
+}
+
+impl std::fmt::Debug for Reservation<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reservation")
+            .field("address", &format_args!("{:#x}", self.address()))
+            .field("len", &self.size)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A refused [`Reservation::try_publish`]: why, and the reservation, as it was.
+#[derive(Debug)]
+pub struct PublishRefused<'h> {
+    /// The reservation: its space still reserved, its bytes as written.
+    pub reservation: Reservation<'h>,
+    /// Why the publish was refused.
+    pub error: HeapError,
+}
+
+impl std::fmt::Display for PublishRefused<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "publish refused: {}", self.error)
+    }
+}
+
+impl std::error::Error for PublishRefused<'_> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
     }
 }
 

@@ -550,11 +550,15 @@ impl ExecutionManager {
     /// is refused with [`ManagerError::NotAnImage`] and stays registered.
     /// Listeners get a [`CodeEvent::ImageUnload`].
     pub fn unload_image(&self, base: usize) -> Result<(), ManagerError> {
-        match self
-            .inner
-            .ranges
-            .remove_if(base, |kind| matches!(kind, SectionKind::Image(_)))
-        {
+        let mut image_id = 0;
+        let removed = self.inner.ranges.remove_if(base, |kind| match kind {
+            SectionKind::Image(entry) => {
+                image_id = entry.image.id();
+                true
+            }
+            SectionKind::Heap(_) => false,
+        });
+        match removed {
             Err(RangeError::WrongKind { .. }) => Err(ManagerError::NotAnImage { base }),
             Err(e) => Err(ManagerError::Range(e)),
             Ok(()) => {
@@ -563,6 +567,7 @@ impl ExecutionManager {
                     listeners.emit(CodeEvent::ImageUnload(ImageUnload {
                         timestamp: monotonic_ns(),
                         base,
+                        image_id,
                     }));
                     listeners.throttle();
                 }

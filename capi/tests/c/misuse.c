@@ -69,6 +69,26 @@ static uint64_t find_id(jitmap_reader *reader, uintptr_t ip) {
     return id;
 }
 
+/* Fills the handle table with counters; how many it made. */
+enum { MAX_HANDLES = 1 << 16 };
+static size_t fill_handle_table(jitmap_counters **many) {
+    size_t made = 0;
+    jitmap_status s;
+    while ((s = jitmap_counters_create(1, 1, &many[made])) == JITMAP_STATUS_OK) {
+        made++;
+    }
+    EXPECT(s, JITMAP_STATUS_TOO_MANY_HANDLES);
+    CHECK(made > MAX_HANDLES - 32 && made < MAX_HANDLES);
+    return made;
+}
+
+/* Destroys the counters `many[keep..made]`. */
+static void empty_handle_table(jitmap_counters **many, size_t made, size_t keep) {
+    while (made > keep) {
+        OK(jitmap_counters_destroy(many[--made]));
+    }
+}
+
 static jitmap_reader *main_reader;
 static jitmap_executor *main_executor;
 
@@ -336,10 +356,19 @@ int main(void) {
     OK(jitmap_heap_reserve(unwind_heap, 16, 0, &r, NULL));
     OK(jitmap_reservation_code(r, &w, &address, NULL));
     memset(w, 0xC3, 16);
+    /* An .eh_frame the system unwinder's registration refuses (a record
+       length of 2): refused after the info was validated, and the
+       reservation stays pending, its bytes as written. */
+    uint8_t torn[8] = {2, 0, 0, 0, 0, 0, 0, 0};
+    info.eh_frame = torn;
+    info.eh_frame_len = sizeof torn;
+    info.method_id = 6;
+    EXPECT(jitmap_reservation_publish(r, &info, &b), JITMAP_STATUS_BAD_CODE_INFO);
+    CHECK(find_id(main_reader, address) == 0);
+    CHECK(*(const uint8_t *)w == 0xC3);
     uint8_t frame[64];
     info.eh_frame = frame;
     info.eh_frame_len = eh_frame(frame, address, 16);
-    info.method_id = 6;
     OK(jitmap_reservation_publish(r, &info, &b));
     EXPECT(jitmap_heap_move(unwind_heap, b, &moved), JITMAP_STATUS_POSITION_DEPENDENT);
     CHECK(find_id(main_reader, b.start) == 6);
@@ -388,19 +417,9 @@ int main(void) {
     OK(jitmap_counters_rearm(counters, 1, 5));
 
     /* The handle table fills up. */
-    enum { MAX_HANDLES = 1 << 16 };
     jitmap_counters **many = malloc(sizeof(jitmap_counters *) * MAX_HANDLES);
-    size_t made = 0;
-    jitmap_status s;
-    while ((s = jitmap_counters_create(1, 1, &many[made])) == JITMAP_STATUS_OK) {
-        made++;
-    }
-    EXPECT(s, JITMAP_STATUS_TOO_MANY_HANDLES);
-    CHECK(made > MAX_HANDLES - 32 && made < MAX_HANDLES);
-    while (made > 0) {
-        OK(jitmap_counters_destroy(many[--made]));
-    }
-    free(many);
+    size_t made = fill_handle_table(many);
+    empty_handle_table(many, made, 0);
     OK(jitmap_counters_destroy(counters));
 
     /* The agent. */
@@ -425,7 +444,17 @@ int main(void) {
     OK(jitmap_thread_detach(thread));
     EXPECT(jitmap_thread_detach(thread), JITMAP_STATUS_DESTROYED);
     jitmap_profile *profile;
+    /* With the handle table full, a stop is refused before the agent is
+       touched: it still runs and attaches; one free slot, and it stops. */
+    made = fill_handle_table(many);
+    EXPECT(jitmap_agent_stop(agent, &profile), JITMAP_STATUS_TOO_MANY_HANDLES);
+    empty_handle_table(many, made, made - 1);
+    made -= 1;
+    OK(jitmap_agent_attach(agent, &thread));
+    OK(jitmap_thread_detach(thread));
     OK(jitmap_agent_stop(agent, &profile));
+    empty_handle_table(many, made, 0);
+    free(many);
     EXPECT(jitmap_agent_stop(agent, &profile), JITMAP_STATUS_DESTROYED);
     EXPECT(jitmap_profile_write(profile, JITMAP_OUTPUT_FOLDED, "/nonexistent/dir/folded.txt"),
            JITMAP_STATUS_SYSTEM);

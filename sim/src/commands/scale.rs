@@ -23,6 +23,11 @@ pub struct Options {
     /// wall clock (the profile's default cap of versions named one by one).
     #[arg(long, conflicts_with = "quick")]
     churn: Option<usize>,
+    /// With `--churn`: a version-1 heap, and a call of a 128 KiB method
+    /// after each version, whose frames lie deeper than the signal
+    /// handler's scan (a steady stream of frames the collector names later).
+    #[arg(long, requires = "churn")]
+    big_v1: bool,
     /// Make the heaps without transparent huge pages (`HeapConfig::
     /// huge_pages` false): cheaper publishes (no 2 MiB page faults), dearer
     /// finds (page walks).
@@ -38,7 +43,7 @@ pub struct Options {
 pub fn run(o: Options) -> CliResult {
     if let Some(versions) = o.churn {
         let cap = jitmap::agent::AgentConfig::default().profile_versions;
-        let c = churn::churn(versions, 10, 10_000, cap).map_err(CliError::failed)?;
+        let c = churn::churn(versions, 10, 10_000, cap, o.big_v1).map_err(CliError::failed)?;
         if o.json {
             emit(&format!("{}\n", churn::json(&c)))?;
         } else {
