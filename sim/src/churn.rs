@@ -150,6 +150,9 @@ pub fn churn(
     let seconds = began.elapsed().as_secs_f64();
     drop(attached);
     let profile = agent.stop();
+    // The events still queued are delivered, and freed, before this
+    // returns: no work of the run goes on behind its caller's back.
+    manager.listeners().flush();
     let merged: Vec<_> = profile.methods.iter().filter(|m| m.merged > 0).collect();
     let named: u64 = profile
         .stacks
@@ -219,12 +222,6 @@ pub fn json(c: &Churn) -> serde_json::Value {
 mod tests {
     use super::*;
 
-    /// One agent runs in a process at a time: the tests take turns.
-    fn one_agent() -> std::sync::MutexGuard<'static, ()> {
-        static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-        LOCK.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     /// 20,000 versions sampled at 10 kHz with 64 named one by one: the
     /// thousand or so versions the samples name end in a few times the cap
     /// of entries and one merged entry for the tier, and every entry, named
@@ -232,7 +229,7 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn churned_versions_past_the_cap_merge_into_one_entry() {
-        let _one = one_agent();
+        let _turn = crate::scale::measuring();
         let c = churn(20_000, 4, 10_000, 64, false).unwrap();
         assert_eq!(c.points.len(), 5);
         assert!(c.samples.1 >= 256, "{c:?}");
@@ -252,7 +249,7 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn versions_are_forgotten_beside_a_stream_of_frames_the_handler_cannot_name() {
-        let _one = one_agent();
+        let _turn = crate::scale::measuring();
         let c = churn(60_000, 3, 1000, 16_384, true).unwrap();
         let grew = c.points[3].malloc as f64 - c.points[1].malloc as f64;
         assert!(

@@ -63,6 +63,14 @@ pub struct Row {
 
 /// Bytes the allocator has handed out and not had back: glibc's
 /// `mallinfo2`, over every arena, chunks it mapped on their own included.
+/// Tests that read [`heap_in_use`] take turns: another's allocations and
+/// frees would land in their figures (and the agent runs one at a time).
+#[cfg(test)]
+pub(crate) fn measuring() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 pub fn heap_in_use() -> usize {
     // SAFETY: mallinfo2 only reads the allocator's statistics.
     let m = unsafe { libc::mallinfo2() };
@@ -297,6 +305,7 @@ mod tests {
 
     #[test]
     fn every_find_agrees_with_the_btree_and_the_metadata_is_counted() {
+        let _turn = measuring();
         let row = measure(2_000, 20_000, true).unwrap();
         assert_eq!((row.methods, row.wrong), (2_000, 0));
         // Each publish takes a header and its name's bytes. (The allocator's

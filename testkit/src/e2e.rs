@@ -84,21 +84,30 @@ pub fn recorded(out: &Output) -> bool {
     false
 }
 
-/// The line of a `perf report --stdio` text whose last field (the symbol) is
-/// `name`, and its share of the samples in percent.
+/// The first line of a `perf report --stdio` text whose last field (the
+/// symbol) is `name`, and that symbol's share of the samples in percent,
+/// over every line that names it (perf keeps one line per symbol object:
+/// a method loaded twice has two).
 pub fn report_share<'a>(text: &'a str, name: &str) -> (&'a str, f64) {
-    let line = text
+    let lines: Vec<&str> = text
         .lines()
-        .find(|l| l.split_whitespace().last() == Some(name))
+        .filter(|l| l.split_whitespace().last() == Some(name))
+        .collect();
+    let first = lines
+        .first()
         .unwrap_or_else(|| panic!("{name} missing from perf report:\n{text}"));
-    let percent = line
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .trim_end_matches('%')
-        .parse()
-        .unwrap();
-    (line, percent)
+    let percent = lines
+        .iter()
+        .map(|l| {
+            l.split_whitespace()
+                .next()
+                .unwrap()
+                .trim_end_matches('%')
+                .parse::<f64>()
+                .unwrap()
+        })
+        .sum();
+    (first, percent)
 }
 
 /// The share, in percent, of the `perf report --stdio` line whose symbol
