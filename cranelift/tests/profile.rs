@@ -223,9 +223,16 @@ fn perf_names_the_same_leaves() {
     let text = inject_and_report(&dir, &data, "sym");
     let from_perf = normalized(LEAVES.map(|l| report_share(&text, l).1));
     let from_agent = normalized([agent[0], agent[1], agent[2]]);
+    // Each sampler is steady within a run but not from run to run: on this
+    // 2-vCPU VM, with DAMON's monitoring on (`.ci/run` stops it), the two
+    // differed by 3 to 10 points on one leaf in about one run of three,
+    // before issue 57 as after, whichever was off, and more samples did not
+    // narrow it (18,000 each: still 5.2). A leaf named wrongly or not at
+    // all moves its share by 14 points or more, and `report_share` fails on
+    // a missing name.
     for i in 0..3 {
         assert!(
-            (from_agent[i] - from_perf[i]).abs() <= 3.0,
+            (from_agent[i] - from_perf[i]).abs() <= 7.0,
             "{}: agent {:.1}%, perf {:.1}%",
             LEAVES[i],
             from_agent[i],
