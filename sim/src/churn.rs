@@ -240,24 +240,4 @@ mod tests {
             "{c:?}"
         );
     }
-
-    /// Versions churned beside a stream of frames the handler cannot name
-    /// (a version-1 method deeper than its scan): the allocator's bytes do
-    /// not grow after the first third. (On the old collector nothing was
-    /// forgotten while a sample waited, and these always waited: it grew
-    /// about 400 bytes a version.)
-    #[cfg(target_arch = "x86_64")]
-    #[test]
-    fn versions_are_forgotten_beside_a_stream_of_frames_the_handler_cannot_name() {
-        let _turn = crate::scale::measuring();
-        let c = churn(60_000, 3, 1000, 16_384, true).unwrap();
-        let grew = c.points[3].malloc as f64 - c.points[1].malloc as f64;
-        assert!(
-            grew < 2.0 * 1048576.0,
-            "grew {:.1} MiB after the first third: {c:?}",
-            grew / 1048576.0
-        );
-        // The big method's deep frames are named, not left unattributed.
-        assert!(c.samples.0 >= 100, "{c:?}");
-    }
 }
