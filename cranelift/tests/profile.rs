@@ -224,12 +224,11 @@ fn perf_names_the_same_leaves() {
     let from_perf = normalized(LEAVES.map(|l| report_share(&text, l).1));
     let from_agent = normalized([agent[0], agent[1], agent[2]]);
     // Each sampler is steady within a run but not from run to run: on this
-    // 2-vCPU VM, with DAMON's monitoring on (`.ci/run` stops it), the two
-    // differed by 3 to 10 points on one leaf in about one run of three,
-    // before issue 57 as after, whichever was off, and more samples did not
-    // narrow it (18,000 each: still 5.2). A leaf named wrongly or not at
-    // all moves its share by 14 points or more, and `report_share` fails on
-    // a missing name.
+    // 2-vCPU VM, run alone, the two differed by 3.4 to 5.5 points on one
+    // leaf in 3 runs of 8, before issue 57 as after, whichever was off, and
+    // once by 10 points; more samples did not narrow it (18,000 each: still
+    // 5.2). A leaf named wrongly or not at all moves its share by 14 points
+    // or more, and `report_share` fails on a missing name.
     for i in 0..3 {
         assert!(
             (from_agent[i] - from_perf[i]).abs() <= 7.0,

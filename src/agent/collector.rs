@@ -108,6 +108,9 @@ struct Known {
     method: Option<usize>,
     /// The domain's retire tag, taken after its free.
     freed: Option<u64>,
+    /// Its placements in `occupants`: a freed version is forgotten with
+    /// its last one.
+    placements: u32,
 }
 
 /// One place a version's bytes were: published there, or moved there.
@@ -261,6 +264,7 @@ impl Collector {
                         size,
                         method: None,
                         freed: None,
+                        placements: 1,
                     },
                 )
             })
@@ -404,7 +408,6 @@ impl Collector {
                 .is_some_and(|&a| ((a - start) as u64) < size.max(1))
         };
         let mut kept = VecDeque::new();
-        let mut forgot = false;
         while let Some(&(start, key, tag)) = self.leaving.front() {
             if tag >= safe {
                 break;
@@ -427,19 +430,18 @@ impl Collector {
             if list.is_empty() {
                 self.occupants.remove(&start);
             }
-            forgot = true;
+            // A freed version has no alias left (its free took it): it goes
+            // with its last placement.
+            if let Some(k) = self.known.get_mut(&key) {
+                k.placements -= 1;
+                if k.placements == 0 && k.freed.is_some() {
+                    self.known.remove(&key);
+                }
+            }
         }
         // Held ones are looked at again next pass, first.
         while let Some(entry) = kept.pop_back() {
             self.leaving.push_front(entry);
-        }
-        if forgot {
-            let placed: HashSet<BlockId> =
-                self.occupants.values().flatten().map(|p| p.key).collect();
-            self.known
-                .retain(|key, k| k.freed.is_none() || placed.contains(key));
-            let known = &self.known;
-            self.aliases.retain(|_, key| known.contains_key(key));
         }
         if self.pending.is_empty() {
             self.images
@@ -590,6 +592,7 @@ impl Collector {
                         size,
                         method: None,
                         freed: None,
+                        placements: 1,
                     },
                 );
             }
@@ -604,6 +607,7 @@ impl Collector {
                 if let Some(k) = self.known.get_mut(&key) {
                     let (old, size) = (k.start, k.size);
                     k.start = start;
+                    k.placements += 1;
                     // The old copy stays a placement of the version until
                     // the move's grace period ends: a thread may still run
                     // it, and its samples name the moved method.
