@@ -252,11 +252,7 @@ fn elf_object(name: &str, addr: u64, size: u64, dwarf: &[(&'static str, Vec<u8>)
     w.reserve_shstrtab_section_index();
     w.reserve_shstrtab();
     w.reserve_section_headers();
-    let machine = if cfg!(target_arch = "aarch64") {
-        elf::EM_AARCH64
-    } else {
-        elf::EM_X86_64
-    };
+    let machine = crate::arch::ELF_MACHINE;
     // Writing into a Vec cannot fail; the header's fields are all in range.
     let _ = w.write_file_header(&FileHeader {
         os_abi: elf::ELFOSABI_NONE,

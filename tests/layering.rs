@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[(&str, u32)] = &[
     // Words and maps, and the plain pieces everything uses.
     ("sync", 0),
+    ("arch", 0),
     ("defect", 0),
     ("hex", 0),
     ("test_rng", 0),

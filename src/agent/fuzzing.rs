@@ -49,7 +49,7 @@ pub unsafe fn walk(
     let reader = manager.register_reader()?;
     let guard = manager.pin(&reader)?;
     let stack = Stack { lo: sp, hi };
-    let regs = Registers { pc, fp, sp };
+    let regs = Registers { pc, fp, sp, lr: 0 };
     let mut frames = vec![RawFrame::default(); max_depth];
     let frameless = manager.frameless_stubs();
     let (depth, end) = if mixed {

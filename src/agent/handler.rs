@@ -17,43 +17,8 @@ use super::native::ModuleTable;
 use super::record::{FrameKind, RECORD_MAGIC, RawFrame, SampleHeader, ThreadRecord};
 use crate::unwind::{self, Regs, Rule, Stack, StackEnd};
 
-/// The interrupted thread's registers.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Registers {
-    pub(crate) pc: usize,
-    pub(crate) fp: usize,
-    pub(crate) sp: usize,
-}
-
-/// Reads pc, frame pointer and stack pointer from an x86-64 `ucontext_t`.
-///
-/// # Safety
-/// `context` is the third argument of an `SA_SIGINFO` handler.
-#[cfg(target_arch = "x86_64")]
-unsafe fn registers(context: *mut libc::c_void) -> Registers {
-    // SAFETY: the kernel passes a valid ucontext_t (the caller's contract).
-    let gregs = unsafe { &(*context.cast::<libc::ucontext_t>()).uc_mcontext.gregs };
-    Registers {
-        pc: gregs[libc::REG_RIP as usize] as usize,
-        fp: gregs[libc::REG_RBP as usize] as usize,
-        sp: gregs[libc::REG_RSP as usize] as usize,
-    }
-}
-
-/// Reads pc, frame pointer (x29) and stack pointer from an aarch64 `ucontext_t`.
-///
-/// # Safety
-/// `context` is the third argument of an `SA_SIGINFO` handler.
-#[cfg(target_arch = "aarch64")]
-unsafe fn registers(context: *mut libc::c_void) -> Registers {
-    // SAFETY: the kernel passes a valid ucontext_t (the caller's contract).
-    let mc = unsafe { &(*context.cast::<libc::ucontext_t>()).uc_mcontext };
-    Registers {
-        pc: mc.pc as usize,
-        fp: mc.regs[29] as usize,
-        sp: mc.sp as usize,
-    }
-}
+pub(crate) use crate::arch::Registers;
+use crate::arch::{self, LeafState};
 
 /// The signal's disposition before the agent installed its handler: the
 /// handler passes on every signal that is not one of its own timers'.
@@ -103,7 +68,7 @@ pub(crate) extern "C" fn on_signal(
     match record {
         Some(record) if record.magic == RECORD_MAGIC => {
             // SAFETY: the kernel passes a valid ucontext_t.
-            let regs = unsafe { registers(context) };
+            let regs = unsafe { arch::registers(context) };
             if record.owns_stack_of(regs) {
                 sample(record, regs);
             } else {
@@ -169,7 +134,7 @@ pub(crate) fn sample_synchronously(record: &ThreadRecord) {
     // Relaxed: as in `sample`.
     record.taken.fetch_add(1, Ordering::Relaxed);
     if enter_producer(record) {
-        push_sample(record, current_registers());
+        push_sample(record, arch::current_registers());
         leave_producer(record);
     }
 }
@@ -237,46 +202,6 @@ fn push_sample(record: &ThreadRecord, regs: Registers) {
     record.lookups.fetch_add(lookups, Ordering::Relaxed);
 }
 
-/// This function's pc, and the frame and stack pointers it runs with.
-#[inline(always)]
-#[cfg(target_arch = "x86_64")]
-fn current_registers() -> Registers {
-    let (pc, fp, sp): (usize, usize, usize);
-    // SAFETY: reads three registers; touches no memory and no flags.
-    unsafe {
-        core::arch::asm!(
-            "lea {pc}, [rip]",
-            "mov {fp}, rbp",
-            "mov {sp}, rsp",
-            pc = out(reg) pc,
-            fp = out(reg) fp,
-            sp = out(reg) sp,
-            options(nomem, nostack, preserves_flags)
-        )
-    };
-    Registers { pc, fp, sp }
-}
-
-/// This function's pc, and the frame and stack pointers it runs with.
-#[inline(always)]
-#[cfg(target_arch = "aarch64")]
-fn current_registers() -> Registers {
-    let (pc, fp, sp): (usize, usize, usize);
-    // SAFETY: reads three registers; touches no memory and no flags.
-    unsafe {
-        core::arch::asm!(
-            "adr {pc}, .",
-            "mov {fp}, x29",
-            "mov {sp}, sp",
-            pc = out(reg) pc,
-            fp = out(reg) fp,
-            sp = out(reg) sp,
-            options(nomem, nostack, preserves_flags)
-        )
-    };
-    Registers { pc, fp, sp }
-}
-
 /// One walk's outcome.
 pub(crate) struct Walked {
     /// Frames written.
@@ -340,6 +265,7 @@ pub(super) fn walk_mixed(
         pc: regs.pc,
         sp: regs.sp,
         fp: Some(regs.fp),
+        lr: arch::RETURN_ADDRESS_IN_LINK_REGISTER.then_some(regs.lr),
     };
     let mut walked = Walked {
         depth: frames.len(),
@@ -374,7 +300,7 @@ pub(super) fn walk_mixed(
                     // the CFA by rbp, which already holds the caller's frame.
                     LeafState::AtEntry => Ok(Rule::AT_ENTRY),
                     _ => unwind::rows::rule_at(code.block.unwind_rows(), at - code.block.start())
-                        .unwrap_or(Ok(state.rule())),
+                        .unwrap_or(Ok(leaf_rule(state))),
                 }
             }
             // A leaf in a stub that pushes no frame: its caller's return
@@ -416,11 +342,11 @@ pub(super) fn walk_frame_pointers(
     // pushes no frame: then the return address is on top of the stack and the
     // frame pointer still names the caller's frame.
     let unsettled = match code {
-        Some(code) => unsettled_return_slot(regs, code),
-        None => frameless_stub(&first, frameless).then_some(regs.sp),
+        Some(code) => Some(leaf_state(regs.pc, code)),
+        None => frameless_stub(&first, frameless).then_some(LeafState::AtEntry),
     };
-    if let Some(ra_slot) = unsettled {
-        let Some(ra) = stack.read(ra_slot) else {
+    if let Some(ra) = unsettled.and_then(|state| unsettled_return(regs, state, stack)) {
+        let Some(ra) = ra else {
             return (n, StackEnd::FramePointer);
         };
         if n == frames.len() {
@@ -439,7 +365,10 @@ pub(super) fn walk_frame_pointers(
         }
         // `checked_add`: a frame pointer at the top of the address space is
         // data, not a frame (found by the `handler_walk` fuzz target).
-        let ra = fp.checked_add(8).and_then(|slot| stack.read(slot));
+        let ra = fp
+            .checked_add(8)
+            .and_then(|slot| stack.read(slot))
+            .map(arch::strip_code_address);
         let (Some(next), Some(ra)) = (stack.read(fp), ra) else {
             return (n, StackEnd::FramePointer);
         };
@@ -454,60 +383,33 @@ pub(super) fn walk_frame_pointers(
     (n, StackEnd::DepthLimit)
 }
 
-/// Where a JIT leaf without CFI stands in its frame's setup.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum LeafState {
-    /// At its first instruction (`push rbp`) or at a `ret`: the return
-    /// address is the top word.
-    AtEntry,
-    /// Just past `push rbp`: the saved frame pointer is the top word.
-    AfterPush,
-    /// Its frame is established (or it keeps none).
-    Settled,
-}
-
-impl LeafState {
-    /// The frame-pointer convention's rule for a JIT frame in this state.
-    fn rule(self) -> Rule {
-        match self {
-            Self::AtEntry => Rule::AT_ENTRY,
-            Self::AfterPush => Rule::AFTER_PUSH,
-            Self::Settled => Rule::FRAME_POINTER,
-        }
+/// The frame-pointer convention's rule for a JIT frame in `state`.
+fn leaf_rule(state: LeafState) -> Rule {
+    match state {
+        LeafState::AtEntry => Rule::AT_ENTRY,
+        LeafState::AfterPush => Rule::AFTER_PUSH,
+        LeafState::Settled => Rule::FRAME_POINTER,
     }
 }
 
-/// Where the leaf's return address is if it has not set up its frame or has
-/// torn it down; `None` if its frame is established.
-fn unsettled_return_slot(regs: Registers, code: JitCode<'_>) -> Option<usize> {
-    match leaf_state(regs.pc, code) {
-        LeafState::AtEntry => Some(regs.sp),
-        LeafState::AfterPush => regs.sp.checked_add(8),
-        LeafState::Settled => None,
-    }
+/// The return address of a leaf that has not set up its frame record or has
+/// torn it down (`Some(None)` if it cannot be read); `None` if its record is
+/// established and the frame-pointer chain names its caller.
+fn unsettled_return(regs: Registers, state: LeafState, stack: &Stack) -> Option<Option<usize>> {
+    let ra = match state {
+        LeafState::AtEntry if arch::RETURN_ADDRESS_IN_LINK_REGISTER => Some(regs.lr),
+        LeafState::AtEntry => stack.read(regs.sp),
+        LeafState::AfterPush => regs.sp.checked_add(8).and_then(|slot| stack.read(slot)),
+        LeafState::Settled => return None,
+    };
+    Some(ra.map(arch::strip_code_address))
 }
 
-/// Reads the instruction at the pc and the method's first byte.
-#[cfg(target_arch = "x86_64")]
+/// Where a JIT leaf at `pc` stands in its prologue or epilogue.
 fn leaf_state(pc: usize, code: JitCode<'_>) -> LeafState {
-    const PUSH_RBP: u8 = 0x55;
-    const RET: u8 = 0xC3;
-    // SAFETY: the pc lies inside a published block that the pinned guard keeps
-    // mapped, and so does its first byte.
-    let (at_pc, first) = unsafe { (*(pc as *const u8), *(code.block.start() as *const u8)) };
-    match (code.block.offset(), at_pc, first) {
-        (0, PUSH_RBP, _) | (_, RET, _) => LeafState::AtEntry,
-        (1, _, PUSH_RBP) => LeafState::AfterPush,
-        _ => LeafState::Settled,
-    }
-}
-
-/// On aarch64 the return address is in the link register until the prologue
-/// saves it; the walk starts from the frame record, which may skip the caller of
-/// a leaf sampled in its prologue.
-#[cfg(target_arch = "aarch64")]
-fn leaf_state(_pc: usize, _code: JitCode<'_>) -> LeafState {
-    LeafState::Settled
+    // SAFETY: the pc lies inside a published block that the pinned guard
+    // keeps mapped, and so do its bytes from its start.
+    unsafe { arch::leaf_state(pc, code.block.start(), code.block.offset() as usize) }
 }
 
 /// A JIT frame's block, for the unwinder: its start and offset (the leaf's

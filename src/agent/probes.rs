@@ -38,18 +38,7 @@ pub struct ProbeContext {
 /// The CPU's cycle counter: one instruction, no system call.
 #[inline]
 pub(crate) fn ticks() -> u64 {
-    #[cfg(target_arch = "x86_64")]
-    {
-        // SAFETY: `rdtsc` is available on every x86-64 CPU and has no side effects.
-        unsafe { core::arch::x86_64::_rdtsc() }
-    }
-    #[cfg(target_arch = "aarch64")]
-    {
-        let value: u64;
-        // SAFETY: reading the virtual counter is allowed at EL0 on Linux.
-        unsafe { core::arch::asm!("mrs {}, cntvct_el0", out(reg) value, options(nomem, nostack)) };
-        value
-    }
+    crate::arch::ticks()
 }
 
 /// The record behind a context, if it is one.

@@ -114,17 +114,15 @@ impl CodeMemory {
         self.mode
     }
 
-    /// Makes `len` freshly written bytes at `offset` visible to instruction fetch
-    /// on this core, by their executable address: the cache maintenance of aarch64
-    /// (`__clear_cache`) works on virtual addresses, and in W^X mode the lines that
-    /// instruction fetch uses belong to the read-execute view, not the writable
-    /// alias. Other cores that may run the code need a context synchronization
-    /// event of their own before they do (an ISB, or membarrier's `SYNC_CORE`);
-    /// a thread that first reaches the code through the map's Acquire load after
-    /// this call is such a case only on aarch64, where the host must provide it.
+    /// Makes `len` freshly written bytes at `offset` visible to instruction fetch,
+    /// by their executable address: the cache maintenance of aarch64
+    /// (`__clear_cache`) works on virtual addresses, and in W^X mode the lines
+    /// that instruction fetch uses belong to the read-execute view, not the
+    /// writable alias. Code written over bytes that held code also makes other
+    /// cores serialize (the heap's publish and patch, `arch::REUSE_NEEDS_CORE_SYNC`).
     pub(crate) fn flush_icache(&self, offset: usize, len: usize) {
         let (start, len) = self.icache_range(offset, len);
-        flush_icache(start, len);
+        crate::arch::flush_icache(start, len);
     }
 
     /// The range [`CodeMemory::flush_icache`] maintains: the executable view's.
@@ -256,20 +254,6 @@ pub(crate) fn sync_cores() -> io::Result<()> {
     membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE)
 }
 
-/// Makes freshly written code visible to instruction fetch.
-#[cfg(target_arch = "aarch64")]
-fn flush_icache(start: *const u8, len: usize) {
-    unsafe extern "C" {
-        fn __clear_cache(start: *mut libc::c_char, end: *mut libc::c_char);
-    }
-    // SAFETY: `[start, start+len)` is committed code memory owned by the caller.
-    unsafe { __clear_cache(start.cast_mut().cast(), start.add(len).cast_mut().cast()) };
-}
-
-/// Makes freshly written code visible to instruction fetch. x86-64 keeps
-/// instruction fetch coherent with stores, so there is nothing to do.
-#[cfg(not(target_arch = "aarch64"))]
-fn flush_icache(_start: *const u8, _len: usize) {}
 
 #[cfg(test)]
 mod tests {

@@ -432,6 +432,9 @@ struct Writer {
     move_order: VecDeque<u64>,
     next_generation: u64,
     reclaimed_bytes: u64,
+    /// The end of the highest extent ever published: bytes below it may have
+    /// held code that a core executed (see `arch::REUSE_NEEDS_CORE_SYNC`).
+    published_end: u64,
 }
 
 impl Writer {
@@ -572,6 +575,7 @@ impl CodeHeap {
                 move_order: VecDeque::new(),
                 next_generation: 1,
                 reclaimed_bytes: 0,
+                published_end: 0,
             }),
         })
     }
@@ -1162,16 +1166,26 @@ impl CodeHeap {
         // Relaxed: as above.
         prefix.slot.store(slot, Ordering::Relaxed);
         self.memory.flush_icache(start as usize, size as usize);
-        if let Err(e) = self
-            .memory
-            .flip(extent.start as usize, extent.end as usize, true)
-        {
+        // Code over bytes that may have held executed code: on aarch64 every
+        // other core serializes its instruction stream before this block
+        // becomes reachable (the reason is at `arch::REUSE_NEEDS_CORE_SYNC`).
+        let reused = crate::arch::REUSE_NEEDS_CORE_SYNC && extent.start < w.published_end;
+        let synced = if reused {
+            memory::sync_cores_ready().and_then(|()| memory::sync_cores())
+        } else {
+            Ok(())
+        };
+        if let Err(e) = synced.and_then(|()| {
+            self.memory
+                .flip(extent.start as usize, extent.end as usize, true)
+        }) {
             if let Some(header) = header {
                 // SAFETY: never published: no map names the block.
                 unsafe { w.drop_header(header) };
             }
             return Err(e.into());
         }
+        w.published_end = w.published_end.max(extent.end);
         let new_start = self.base() + start as usize;
         let block = BlockId {
             heap: self.id,

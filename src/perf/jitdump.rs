@@ -48,19 +48,7 @@ pub const MOVE_SIZE: usize = 64;
 
 /// The ELF `e_machine` of the host.
 pub const fn elf_machine() -> u32 {
-    if cfg!(target_arch = "x86_64") {
-        62
-    } else if cfg!(target_arch = "aarch64") {
-        183
-    } else if cfg!(target_arch = "riscv64") {
-        243
-    } else if cfg!(target_arch = "x86") {
-        3
-    } else if cfg!(target_arch = "arm") {
-        40
-    } else {
-        0
-    }
+    crate::arch::ELF_MACHINE as u32
 }
 
 /// The 40-byte file header.

@@ -852,7 +852,7 @@ impl<M: Memory> RemoteReader<M> {
                 && r.kind <= UnwindRow::UNSUPPORTED
                 && r.base <= UnwindRow::BASE_FP
                 && r.fp_rule <= UnwindRow::FP_LOST
-                && r.has_ra <= 1
+                && r.has_ra <= UnwindRow::RA_LINK
         }) && rows.windows(2).all(|w| w[0].offset < w[1].offset);
         if !valid {
             return Err(corrupt());

@@ -20,7 +20,7 @@ pub mod rows;
 pub(crate) mod rule;
 
 pub use rows::{UnwindRow, object_rows};
-pub(crate) use rule::Rule;
+pub(crate) use rule::{Ra, Rule};
 
 /// Why a stack walk ended. The agent counts each reason
 /// ([`super::StackEnds`]).
@@ -45,13 +45,16 @@ pub(crate) enum StackEnd {
     FramePointer,
 }
 
-/// The registers a step needs: the pc, the stack pointer and the frame
-/// pointer, which is `None` once a frame's CFI says its value is lost.
+/// The registers a step needs: the pc, the stack pointer, the frame
+/// pointer, which is `None` once a frame's CFI says its value is lost, and
+/// the link register, known only in the interrupted frame (and only where
+/// calls leave the return address in it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Regs {
     pub(crate) pc: usize,
     pub(crate) sp: usize,
     pub(crate) fp: Option<usize>,
+    pub(crate) lr: Option<usize>,
 }
 
 /// The interrupted thread's stack, for validated reads.
@@ -84,38 +87,55 @@ pub(crate) fn step(regs: Regs, rule: Rule, stack: &Stack) -> Result<Regs, StackE
     let cfa = base
         .checked_add_signed(rule.offset as isize)
         .ok_or(StackEnd::BadStack)?;
-    // The caller's frame lies above this one: a CFA at or below the stack
-    // pointer is corrupt data or a loop.
-    if cfa <= regs.sp {
-        return Err(StackEnd::BadStack);
-    }
-    let Some(ra_offset) = rule.ra else {
-        return Err(StackEnd::Root);
+    // The caller's frame lies above this one: a CFA below the stack pointer
+    // is corrupt data. Equal is a frame that keeps its return address in
+    // the link register and has not moved the stack pointer (an aarch64
+    // leaf): that step is allowed once, from the interrupted frame, since
+    // the link register is known there only.
+    let ra = match rule.ra {
+        Ra::Undefined => {
+            return if cfa > regs.sp {
+                Err(StackEnd::Root)
+            } else {
+                Err(StackEnd::BadStack)
+            };
+        }
+        Ra::Link if cfa >= regs.sp => regs.lr.ok_or(StackEnd::Unsupported)?,
+        Ra::At(offset) if cfa > regs.sp => slot(cfa, offset, stack)?,
+        _ => return Err(StackEnd::BadStack),
     };
-    let slot = |offset: i32| {
-        cfa.checked_add_signed(offset as isize)
-            .and_then(|addr| stack.read(addr))
-            .ok_or(StackEnd::BadStack)
-    };
-    let ra = slot(ra_offset)?;
+    // A return address signed by pointer authentication names no code as it
+    // is: its code is stripped before anything looks it up.
+    let ra = crate::arch::strip_code_address(ra);
     if ra == 0 {
         return Err(StackEnd::Root);
     }
     let fp = match rule.fp {
         rule::Saved::Same => regs.fp,
-        rule::Saved::At(offset) => Some(slot(offset)?),
+        rule::Saved::At(offset) => Some(slot(cfa, offset, stack)?),
         rule::Saved::Lost => None,
     };
     Ok(Regs {
         pc: ra,
         sp: cfa,
         fp,
+        // The caller's link register was the callee's to overwrite.
+        lr: None,
     })
+}
+
+/// The word at `cfa + offset`, checked against the stack.
+#[inline]
+fn slot(cfa: usize, offset: i32, stack: &Stack) -> Result<usize, StackEnd> {
+    cfa.checked_add_signed(offset as isize)
+        .and_then(|addr| stack.read(addr))
+        .ok_or(StackEnd::BadStack)
 }
 
 #[cfg(test)]
 mod tests {
     use super::rule::{Base, Saved};
+    use crate::unwind::Ra;
     use super::*;
 
     fn on(words: &[usize]) -> Stack {
@@ -135,6 +155,7 @@ mod tests {
             pc: 1,
             sp: stack.lo,
             fp: Some(fp),
+            lr: None,
         };
         let next = step(regs, Rule::FRAME_POINTER, &stack).unwrap();
         assert_eq!(
@@ -142,29 +163,69 @@ mod tests {
             Regs {
                 pc: 0x4242,
                 sp: fp + 16,
-                fp: Some(0x1111)
+                fp: Some(0x1111),
+                lr: None,
             }
         );
     }
 
     #[test]
-    fn an_entry_step_takes_the_top_word_and_keeps_the_frame_pointer() {
+    fn an_entry_step_takes_the_return_address_where_the_call_left_it() {
         let words = [0x77usize, 9];
         let stack = on(&words);
         let regs = Regs {
             pc: 1,
             sp: stack.lo,
             fp: Some(5),
+            lr: Some(0x99),
         };
         let next = step(regs, Rule::AT_ENTRY, &stack).unwrap();
-        assert_eq!(
-            next,
+        let expected = if crate::arch::RETURN_ADDRESS_IN_LINK_REGISTER {
+            // aarch64: x30, and the stack pointer stays.
+            Regs {
+                pc: 0x99,
+                sp: stack.lo,
+                fp: Some(5),
+                lr: None,
+            }
+        } else {
+            // x86-64: the top word, popped.
             Regs {
                 pc: 0x77,
                 sp: stack.lo + 8,
-                fp: Some(5)
+                fp: Some(5),
+                lr: None,
             }
-        );
+        };
+        assert_eq!(next, expected);
+    }
+
+    #[test]
+    fn the_link_register_is_read_only_in_the_interrupted_frame() {
+        let words = [0usize; 2];
+        let stack = on(&words);
+        let leaf = Regs {
+            pc: 1,
+            sp: stack.lo,
+            fp: Some(5),
+            lr: Some(0x99),
+        };
+        let link = Rule {
+            base: Base::Sp,
+            offset: 0,
+            ra: Ra::Link,
+            fp: Saved::Same,
+        };
+        let caller = step(leaf, link, &stack).unwrap();
+        assert_eq!(caller.pc, 0x99);
+        // The caller's own x30 is lost: a second such step would loop.
+        assert_eq!(step(caller, link, &stack), Err(StackEnd::Unsupported));
+        // A link step never lowers the stack pointer.
+        let sinking = Rule {
+            offset: -16,
+            ..link
+        };
+        assert_eq!(step(leaf, sinking, &stack), Err(StackEnd::BadStack));
     }
 
     #[test]
@@ -175,6 +236,7 @@ mod tests {
             pc: 1,
             sp: stack.lo,
             fp: None,
+            lr: None,
         };
         // The frame pointer is lost, and the rule needs it.
         assert_eq!(
@@ -185,7 +247,7 @@ mod tests {
         let sinking = Rule {
             base: Base::Sp,
             offset: 0,
-            ra: Some(-8),
+            ra: Ra::At(-8),
             fp: Saved::Same,
         };
         assert_eq!(step(regs, sinking, &stack), Err(StackEnd::BadStack));
@@ -204,7 +266,7 @@ mod tests {
         // No return address: the root.
         let root = Rule {
             offset: 8,
-            ra: None,
+            ra: Ra::Undefined,
             ..sinking
         };
         assert_eq!(step(regs, root, &stack), Err(StackEnd::Root));
@@ -224,7 +286,8 @@ mod tests {
             Ok(Regs {
                 pc: 0x10,
                 sp: stack.lo + 16,
-                fp: None
+                fp: None,
+                lr: None,
             })
         );
     }

@@ -5,7 +5,7 @@
 //! them through the descriptor).
 
 use super::eh_frame::evaluate;
-use super::rule::{Base, Saved};
+use super::rule::{Base, Ra, Saved};
 use super::{Rule, StackEnd};
 
 /// One row of a method's unwind rules, for readers in other processes (the
@@ -41,7 +41,8 @@ pub struct UnwindRow {
     pub offset: u32,
     /// CFA = the `base` register + this.
     pub cfa: i32,
-    /// The return address is the word at CFA + this (if `has_ra`).
+    /// The return address is the word at CFA + this (if `has_ra` is
+    /// [`UnwindRow::RA_AT`]).
     pub ra: i16,
     /// The caller's frame pointer is the word at CFA + this (if `fp_rule` is
     /// [`UnwindRow::FP_AT`]).
@@ -52,7 +53,10 @@ pub struct UnwindRow {
     pub base: u8,
     /// [`UnwindRow::FP_SAME`], [`UnwindRow::FP_AT`] or [`UnwindRow::FP_LOST`].
     pub fp_rule: u8,
-    /// 1 if the frame has a return address; 0 in the outermost frame.
+    /// Where the return address is: [`UnwindRow::RA_AT`] (the word at
+    /// CFA + `ra`), [`UnwindRow::RA_LINK`] (still in the link register,
+    /// aarch64's x30: only in the interrupted frame) or
+    /// [`UnwindRow::RA_NONE`] (the outermost frame).
     pub has_ra: u8,
 }
 
@@ -75,6 +79,14 @@ impl UnwindRow {
     pub const FP_AT: u8 = 1;
     /// The caller's frame pointer cannot be recovered.
     pub const FP_LOST: u8 = 2;
+    /// No return address: the outermost frame.
+    pub const RA_NONE: u8 = 0;
+    /// The return address is the word at CFA + `ra`.
+    pub const RA_AT: u8 = 1;
+    /// The return address is still in the link register (aarch64's x30):
+    /// a leaf, or a prologue before it saves its frame record. Never on
+    /// x86-64.
+    pub const RA_LINK: u8 = 2;
 }
 
 /// The rule at code offset `offset` of a method with `rows`: `None` where no
@@ -91,7 +103,11 @@ pub(crate) fn rule_at(rows: &[UnwindRow], offset: usize) -> Option<Result<Rule, 
                 Base::Sp
             },
             offset: row.cfa,
-            ra: (row.has_ra != 0).then_some(i32::from(row.ra)),
+            ra: match row.has_ra {
+                UnwindRow::RA_AT => Ra::At(i32::from(row.ra)),
+                UnwindRow::RA_LINK => Ra::Link,
+                _ => Ra::Undefined,
+            },
             fp: match row.fp_rule {
                 UnwindRow::FP_SAME => Saved::Same,
                 UnwindRow::FP_AT => Saved::At(i32::from(row.fp)),
@@ -229,7 +245,11 @@ fn row(offset: u32, rule: Result<Rule, StackEnd>) -> UnwindRow {
         Saved::At(n) => (UnwindRow::FP_AT, i16::try_from(n).ok()),
         Saved::Lost => (UnwindRow::FP_LOST, Some(0)),
     };
-    let ra = rule.ra.map_or(Some(0), |n| i16::try_from(n).ok());
+    let (has_ra, ra) = match rule.ra {
+        Ra::At(n) => (UnwindRow::RA_AT, i16::try_from(n).ok()),
+        Ra::Link => (UnwindRow::RA_LINK, Some(0)),
+        Ra::Undefined => (UnwindRow::RA_NONE, Some(0)),
+    };
     let (Some(fp), Some(ra)) = (fp, ra) else {
         // A saved word farther than 32 KiB from the CFA.
         return unsupported;
@@ -245,7 +265,7 @@ fn row(offset: u32, rule: Result<Rule, StackEnd>) -> UnwindRow {
             Base::Fp => UnwindRow::BASE_FP,
         },
         fp_rule,
-        has_ra: u8::from(rule.ra.is_some()),
+        has_ra,
     }
 }
 
@@ -270,7 +290,8 @@ mod tests {
         frame_with(start, len, pointer, &[], rows)
     }
 
-    /// A CIE (CFA = rsp+8, return address at CFA-8, then `cie`) and one FDE
+    /// A CIE (CFA = sp+8, return address at CFA-8, then `cie`; this
+    /// architecture's register numbers) and one FDE
     /// of `len` bytes at `start` with `fde`'s instructions at their offsets.
     fn frame_with(
         start: u64,
@@ -288,10 +309,10 @@ mod tests {
             version: 1,
             address_size: 8,
         };
-        let mut c = CommonInformationEntry::new(encoding, 1, -8, gimli::X86_64::RA);
+        let mut c = CommonInformationEntry::new(encoding, 1, -8, crate::arch::DWARF_RA);
         c.fde_address_encoding = pointer;
-        c.add_instruction(CallFrameInstruction::Cfa(gimli::X86_64::RSP, 8));
-        c.add_instruction(CallFrameInstruction::Offset(gimli::X86_64::RA, -8));
+        c.add_instruction(CallFrameInstruction::Cfa(crate::arch::DWARF_SP, 8));
+        c.add_instruction(CallFrameInstruction::Offset(crate::arch::DWARF_RA, -8));
         for i in cie {
             c.add_instruction(i.clone());
         }
@@ -442,9 +463,10 @@ mod tests {
             }
         );
         let outermost = Rule {
-            ra: None,
+            base: Base::Sp,
+            offset: 8,
+            ra: Ra::Undefined,
             fp: Saved::Lost,
-            ..Rule::AT_ENTRY
         };
         assert_eq!(
             row(0, Ok(outermost)),
@@ -457,6 +479,20 @@ mod tests {
                 ..UnwindRow::default()
             }
         );
+        let link = Rule {
+            base: Base::Sp,
+            offset: 0,
+            ra: Ra::Link,
+            fp: Saved::Same,
+        };
+        let link_row = UnwindRow {
+            offset: 3,
+            kind: UnwindRow::RULE,
+            has_ra: UnwindRow::RA_LINK,
+            ..UnwindRow::default()
+        };
+        assert_eq!(row(3, Ok(link)), link_row);
+        assert_eq!(rule_at(&[link_row], 3), Some(Ok(link)));
         assert_eq!(row(9, Err(StackEnd::NoUnwindInfo)).kind, UnwindRow::NONE);
         assert_eq!(
             row(9, Err(StackEnd::Unsupported)).kind,

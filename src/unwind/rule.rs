@@ -28,37 +28,30 @@ pub(crate) enum Saved {
     Lost,
 }
 
+/// Where a frame's return address is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Ra {
+    /// In the word at CFA + offset.
+    At(i32),
+    /// Still in the link register (aarch64's x30): a function that has not
+    /// saved it, or keeps no frame.
+    Link,
+    /// Nowhere: the outermost frame.
+    Undefined,
+}
+
 /// How to step from one frame to its caller.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Rule {
     pub(crate) base: Base,
     /// CFA = base + offset.
     pub(crate) offset: i32,
-    /// The return address is the word at CFA + this; `None` in the outermost
-    /// frame.
-    pub(crate) ra: Option<i32>,
+    /// Where the return address is.
+    pub(crate) ra: Ra,
     pub(crate) fp: Saved,
 }
 
-#[cfg(target_arch = "x86_64")]
-mod regs {
-    use gimli::{Register, X86_64};
-    pub(super) const SP: Register = X86_64::RSP;
-    pub(super) const FP: Register = X86_64::RBP;
-    pub(super) const RA: Register = X86_64::RA;
-    /// Return address and saved frame pointer below a frame-pointer frame.
-    pub(super) const FRAME: (i32, i32, i32) = (16, -8, -16);
-}
-
-#[cfg(target_arch = "aarch64")]
-mod regs {
-    use gimli::{AArch64, Register};
-    pub(super) const SP: Register = AArch64::SP;
-    pub(super) const FP: Register = AArch64::X29;
-    pub(super) const RA: Register = AArch64::X30;
-    /// The frame record: x29 and x30 at the frame pointer, CFA 16 above.
-    pub(super) const FRAME: (i32, i32, i32) = (16, -8, -16);
-}
+use crate::arch::{self, DWARF_FP, DWARF_RA, DWARF_SP, FRAME_RECORD};
 
 impl Rule {
     /// A frame that keeps the frame-pointer convention: the CFA is 16 bytes
@@ -66,26 +59,38 @@ impl Rule {
     /// caller's frame pointer.
     pub(crate) const FRAME_POINTER: Rule = Rule {
         base: Base::Fp,
-        offset: regs::FRAME.0,
-        ra: Some(regs::FRAME.1),
-        fp: Saved::At(regs::FRAME.2),
+        offset: FRAME_RECORD.0,
+        ra: Ra::At(FRAME_RECORD.1),
+        fp: Saved::At(FRAME_RECORD.2),
     };
 
-    /// A function at its first instruction, or at its `ret`: the return
-    /// address is the top word, the frame pointer the caller's.
-    pub(crate) const AT_ENTRY: Rule = Rule {
-        base: Base::Sp,
-        offset: 8,
-        ra: Some(-8),
-        fp: Saved::Same,
+    /// A function at its first instruction, or at its return: the return
+    /// address is where the call left it (the top word on x86-64, x30 on
+    /// aarch64), the frame pointer the caller's.
+    pub(crate) const AT_ENTRY: Rule = if arch::RETURN_ADDRESS_IN_LINK_REGISTER {
+        Rule {
+            base: Base::Sp,
+            offset: 0,
+            ra: Ra::Link,
+            fp: Saved::Same,
+        }
+    } else {
+        Rule {
+            base: Base::Sp,
+            offset: 8,
+            ra: Ra::At(-8),
+            fp: Saved::Same,
+        }
     };
 
-    /// A function just past `push rbp`: the return address above the saved
-    /// frame pointer, which is the top word.
+    /// A function just past pushing the caller's frame pointer (x86-64's
+    /// `push rbp`) or its frame record (aarch64's `stp x29, x30, [sp, #-16]!`):
+    /// the return address one word above the saved frame pointer, which is
+    /// the top word.
     pub(crate) const AFTER_PUSH: Rule = Rule {
         base: Base::Sp,
         offset: 16,
-        ra: Some(-8),
+        ra: Ra::At(-8),
         fp: Saved::At(-16),
     };
 
@@ -96,24 +101,35 @@ impl Rule {
         let (base, offset) = match *row.cfa() {
             CfaRule::RegisterAndOffset { register, offset } => {
                 let base = match register {
-                    r if r == regs::SP => Base::Sp,
-                    r if r == regs::FP => Base::Fp,
+                    r if r == DWARF_SP => Base::Sp,
+                    r if r == DWARF_FP => Base::Fp,
                     _ => return Err(StackEnd::Unsupported),
                 };
                 (base, i32::try_from(offset).map_err(|_| StackEnd::BadStack)?)
             }
             CfaRule::Expression(_) => return Err(StackEnd::Unsupported),
         };
-        let ra = match row.register(regs::RA) {
-            RegisterRule::Offset(n) => Some(small(n)?),
-            RegisterRule::Undefined => None,
+        // A return address column without a rule of its own keeps the value
+        // the call gave it: on aarch64 that is x30 (a leaf, or a prologue
+        // before the frame record is saved). An explicit `undefined` rule, or
+        // no rule where calls push the return address, is the outermost frame.
+        let has_own_rule = row.registers().any(|(r, _)| *r == DWARF_RA);
+        let ra = match row.register(DWARF_RA) {
+            RegisterRule::Offset(n) => Ra::At(small(n)?),
+            RegisterRule::SameValue if arch::RETURN_ADDRESS_IN_LINK_REGISTER => Ra::Link,
+            RegisterRule::Undefined
+                if !has_own_rule && arch::RETURN_ADDRESS_IN_LINK_REGISTER =>
+            {
+                Ra::Link
+            }
+            RegisterRule::Undefined => Ra::Undefined,
             _ => return Err(StackEnd::Unsupported),
         };
         Ok(Rule {
             base,
             offset,
             ra,
-            fp: saved(row.register(regs::FP))?,
+            fp: saved(row.register(DWARF_FP))?,
         })
     }
 }

@@ -1,0 +1,217 @@
+//! aarch64: `ucontext_t` registers, frame records `[x29, x30]`, the return
+//! address in x30 until the prologue saves it, pointer authentication codes
+//! in saved return addresses, and explicit instruction-cache maintenance.
+
+use super::{LeafState, Registers};
+
+/// Reads pc, frame pointer (x29), stack pointer and link register (x30) from
+/// an aarch64 `ucontext_t`.
+///
+/// # Safety
+/// `context` is the third argument of an `SA_SIGINFO` handler.
+pub(crate) unsafe fn registers(context: *mut libc::c_void) -> Registers {
+    // SAFETY: the kernel passes a valid ucontext_t (the caller's contract).
+    let mc = unsafe { &(*context.cast::<libc::ucontext_t>()).uc_mcontext };
+    Registers {
+        pc: mc.pc as usize,
+        fp: mc.regs[29] as usize,
+        sp: mc.sp as usize,
+        lr: mc.regs[30] as usize,
+    }
+}
+
+/// The calling function's pc, and the frame pointer, stack pointer and link
+/// register it runs with.
+#[inline(always)]
+pub(crate) fn current_registers() -> Registers {
+    let (pc, fp, sp, lr): (usize, usize, usize, usize);
+    // SAFETY: reads four registers; touches no memory and no flags.
+    unsafe {
+        core::arch::asm!(
+            "adr {pc}, .",
+            "mov {fp}, x29",
+            "mov {sp}, sp",
+            "mov {lr}, x30",
+            pc = out(reg) pc,
+            fp = out(reg) fp,
+            sp = out(reg) sp,
+            lr = out(reg) lr,
+            options(nomem, nostack, preserves_flags)
+        )
+    };
+    Registers { pc, fp, sp, lr }
+}
+
+/// `ret`, `retaa`, `retab`.
+const RETURNS: [u32; 3] = [0xD65F_03C0, 0xD65F_0BFF, 0xD65F_0FFF];
+/// `stp x29, x30, [sp, #-16]!`: the frame record pushed.
+const PUSH_FRAME_RECORD: u32 = 0xA9BF_7BFD;
+/// Instructions a prologue may start with that leave x30, x29 and sp as the
+/// call left them: `paciasp`, `pacibsp`, `bti c`, `bti j`, `bti jc`.
+const ENTRY_HINTS: [u32; 5] = [0xD503_233F, 0xD503_237F, 0xD503_245F, 0xD503_249F, 0xD503_24DF];
+
+/// Reads the instruction at the pc and the method's first instructions:
+/// before the frame record is pushed (past any `paciasp` or `bti`), or at a
+/// return, the return address is in x30; one instruction past
+/// `stp x29, x30, [sp, #-16]!`, the record is at the stack pointer.
+///
+/// # Safety
+/// `pc` and `start` are readable code bytes (a published block the caller's
+/// guard keeps mapped), and so are the words from `start` up to the pc.
+pub(crate) unsafe fn leaf_state(pc: usize, start: usize, offset: usize) -> LeafState {
+    // SAFETY: the caller's contract; instructions are 4-byte aligned in a
+    // method whose start is.
+    let word = |addr: usize| unsafe { std::ptr::read_unaligned(addr as *const u32) };
+    if RETURNS.contains(&word(pc)) {
+        return LeafState::AtEntry;
+    }
+    let mut prologue = 0;
+    while prologue < offset && ENTRY_HINTS.contains(&word(start + prologue)) {
+        prologue += 4;
+    }
+    if offset <= prologue {
+        LeafState::AtEntry
+    } else if offset == prologue + 4 && word(start + prologue) == PUSH_FRAME_RECORD {
+        LeafState::AfterPush
+    } else {
+        LeafState::Settled
+    }
+}
+
+/// `bl` leaves the return address in x30.
+pub(crate) const RETURN_ADDRESS_IN_LINK_REGISTER: bool = true;
+
+/// DWARF register numbers (the AArch64 DWARF ABI): x29 is the frame pointer,
+/// x30 the return address column.
+pub(crate) const DWARF_SP: gimli::Register = gimli::AArch64::SP;
+pub(crate) const DWARF_FP: gimli::Register = gimli::AArch64::X29;
+pub(crate) const DWARF_RA: gimli::Register = gimli::AArch64::X30;
+
+/// A return address without its pointer authentication code.
+///
+/// Code built with `-mbranch-protection=pac-ret` (as distributions build
+/// everything) signs x30 with `paciasp` before saving it, so return addresses
+/// on the stack carry a code in their top bits and name no mapping as they
+/// are. `xpaclri` (`hint #7`) clears those bits from x30 with the kernel's
+/// own mask; it is in the hint space, so a core without pointer
+/// authentication runs it as a no-op, and there the bits are already clear.
+/// One instruction, no memory, no system call: safe in a signal handler.
+#[inline(always)]
+pub(crate) fn strip_code_address(addr: usize) -> usize {
+    let stripped: usize;
+    // SAFETY: moves a value through x30 (declared clobbered) and strips it;
+    // reads and writes no memory.
+    unsafe {
+        core::arch::asm!(
+            "mov x30, {addr}",
+            "hint #7",
+            "mov {stripped}, x30",
+            addr = in(reg) addr,
+            stripped = lateout(reg) stripped,
+            out("x30") _,
+            options(nomem, nostack, preserves_flags)
+        )
+    };
+    stripped
+}
+
+/// Makes `len` freshly written bytes at `start` visible to instruction fetch:
+/// `__clear_cache` cleans the data cache to the point of unification and
+/// invalidates the instruction cache by these virtual addresses, for every
+/// core of the inner shareable domain, then waits for both (DSB ISH) and
+/// resynchronizes this core (ISB).
+pub(crate) fn flush_icache(start: *const u8, len: usize) {
+    unsafe extern "C" {
+        fn __clear_cache(start: *mut libc::c_char, end: *mut libc::c_char);
+    }
+    // SAFETY: `[start, start+len)` is committed code memory owned by the
+    // caller; the call only maintains caches for that range.
+    unsafe { __clear_cache(start.cast_mut().cast(), start.add(len).cast_mut().cast()) };
+}
+
+/// Code published over bytes that held other code makes every other core
+/// serialize its instruction stream (membarrier's `SYNC_CORE`) after the cache
+/// maintenance. The invalidation reaches every core's instruction cache, but
+/// a core may still hold instructions it fetched earlier from the old bytes
+/// (a prefetch, a predicted branch): the architecture asks each executing
+/// core for a context synchronization event after the maintenance, and
+/// `SYNC_CORE` gives every running thread of the process one (an IPI) and
+/// every other thread one when it next returns to user space. Fresh bytes,
+/// never published before, need none: no core can have fetched their old
+/// contents as code that any caller reaches, and the caller's Acquire load
+/// of the address orders its fetch after the writer's maintenance.
+pub(crate) const REUSE_NEEDS_CORE_SYNC: bool = true;
+
+/// `EM_AARCH64`.
+pub(crate) const ELF_MACHINE: u16 = 183;
+
+/// The virtual counter, readable at EL0 on Linux.
+#[inline]
+pub(crate) fn ticks() -> u64 {
+    let value: u64;
+    // SAFETY: reads a system register Linux lets user space read.
+    unsafe { core::arch::asm!("mrs {}, cntvct_el0", out(reg) value, options(nomem, nostack)) };
+    value
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_signed_return_address_is_stripped_to_its_code_address() {
+        let addr = a_signed_return_address_is_stripped_to_its_code_address as *const () as usize;
+        let signed: usize;
+        // SAFETY: `pacia1716` (`hint #8`) signs x17 with key A and x16 as the
+        // modifier; registers only.
+        unsafe {
+            core::arch::asm!(
+                "mov x17, {addr}",
+                "mov x16, sp",
+                "hint #8",
+                "mov {signed}, x17",
+                addr = in(reg) addr,
+                signed = lateout(reg) signed,
+                out("x16") _,
+                out("x17") _,
+                options(nomem, nostack, preserves_flags)
+            )
+        };
+        if signed == addr {
+            println!("no pointer authentication on this core: only the identity is checked");
+        } else {
+            assert_ne!(signed >> 48, addr >> 48, "the code is in the top bits");
+        }
+        assert_eq!(strip_code_address(signed), addr);
+        assert_eq!(strip_code_address(addr), addr);
+    }
+
+    #[test]
+    fn the_leaf_state_follows_the_prologue_and_the_return() {
+        const PACIASP: u32 = 0xD503_233F;
+        const MOV_FP_SP: u32 = 0x9100_03FD;
+        const NOP: u32 = 0xD503_201F;
+        const LDP_FRAME_RECORD: u32 = 0xA8C1_7BFD;
+        const RETAA: u32 = 0xD65F_0BFF;
+        let signed = [PACIASP, PUSH_FRAME_RECORD, MOV_FP_SP, NOP, LDP_FRAME_RECORD, RETAA];
+        let plain = [PUSH_FRAME_RECORD, MOV_FP_SP, NOP, LDP_FRAME_RECORD, RETURNS[0]];
+        let frameless = [NOP, NOP, RETURNS[0]];
+        let states = |code: &[u32]| -> Vec<LeafState> {
+            let start = code.as_ptr() as usize;
+            (0..code.len())
+                // SAFETY: every word read is inside `code`.
+                .map(|i| unsafe { leaf_state(start + 4 * i, start, 4 * i) })
+                .collect()
+        };
+        use LeafState::{AfterPush, AtEntry, Settled};
+        assert_eq!(
+            states(&signed),
+            [AtEntry, AtEntry, AfterPush, Settled, Settled, AtEntry]
+        );
+        assert_eq!(
+            states(&plain),
+            [AtEntry, AfterPush, Settled, Settled, AtEntry]
+        );
+        assert_eq!(states(&frameless), [AtEntry, Settled, AtEntry]);
+    }
+}
