@@ -1,8 +1,6 @@
 //! Typed calls into published code: a `CallCell` that JIT code calls through
 //! (`jmp [cell]`) and Rust code through `get`, swapped between versions while
 //! threads call it, each old version freed under executors' quiescent points.
-#![cfg(target_arch = "x86_64")]
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -12,12 +10,11 @@ use jitmap::{
 
 type Answer = extern "C" fn() -> u32;
 
-/// `mov eax, value; ret`
+/// A function that returns `value`, for this architecture.
 fn returns(heap: &OwnedHeap, value: u32) -> CodeRef {
-    let mut r = heap.reserve(6).unwrap();
-    r.code_mut()[0] = 0xB8;
-    r.code_mut()[1..5].copy_from_slice(&value.to_le_bytes());
-    r.code_mut()[5] = 0xC3;
+    let code = jitmap_testkit::arch::returns(value as u16);
+    let mut r = heap.reserve(code.len() as u64).unwrap();
+    r.code_mut().copy_from_slice(&code);
     r.publish(CodeInfo::new(
         u64::from(value),
         "answer",
@@ -26,11 +23,9 @@ fn returns(heap: &OwnedHeap, value: u32) -> CodeRef {
     .unwrap()
 }
 
-/// `mov rax, cell; jmp qword ptr [rax]`: JIT code that calls through a cell.
+/// JIT code that tail-calls through a cell.
 fn through(heap: &OwnedHeap, cell: usize) -> CodeRef {
-    let mut code = vec![0x48, 0xB8];
-    code.extend_from_slice(&(cell as u64).to_le_bytes());
-    code.extend_from_slice(&[0xFF, 0x20]);
+    let code = jitmap_testkit::arch::jump_through(cell);
     let mut r = heap.reserve(code.len() as u64).unwrap();
     r.code_mut().copy_from_slice(&code);
     r.publish(CodeInfo::new(0, "through", JitKind::Optimized))

@@ -1,8 +1,7 @@
 //! Code that may still be running: a freed method's bytes are reused only after
-//! every online executor has passed a quiescent point. Real x86-64 code runs,
-//! and reused bytes are filled with `int3`, so running freed code would kill the
-//! test with SIGTRAP.
-#![cfg(target_arch = "x86_64")]
+//! every online executor has passed a quiescent point. Real code runs (emitted
+//! for this architecture), and reused bytes are filled with traps (`int3`,
+//! `brk`), so running freed code would kill the test with SIGTRAP.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -10,16 +9,17 @@ use std::time::{Duration, Instant};
 
 use jitmap::{CodeInfo, CodeRef, ExecutionManager, HeapConfig, JitKind, OwnedHeap};
 
-/// `mov rcx, n; l: dec rcx; jnz l; mov eax, 42; ret`: spins `n` iterations.
+use jitmap_testkit::arch;
+
+/// Spins `n` iterations, then returns 42.
 fn spinner(n: u64) -> Vec<u8> {
-    let mut code = vec![0x48, 0xB9];
-    code.extend_from_slice(&n.to_le_bytes());
-    code.extend_from_slice(&[0x48, 0xFF, 0xC9, 0x75, 0xFB, 0xB8, 42, 0, 0, 0, 0xC3]);
-    code
+    arch::spin_then_return(n, 42)
 }
 
-/// `mov eax, 7; ret`.
-const SEVEN: [u8; 6] = [0xB8, 7, 0, 0, 0, 0xC3];
+/// Returns 7.
+fn seven() -> Vec<u8> {
+    arch::returns(7)
+}
 
 fn publish(heap: &OwnedHeap, id: u64, code: &[u8]) -> CodeRef {
     let mut r = heap.reserve(code.len() as u64).unwrap();
@@ -38,10 +38,10 @@ fn heap(m: &ExecutionManager) -> OwnedHeap {
 
 /// Calls the JIT function at `addr`.
 fn call(addr: usize) -> u32 {
-    // SAFETY: `addr` is the entry of published code that follows the sysv64 ABI,
+    // SAFETY: `addr` is the entry of published code that follows the C ABI,
     // takes no arguments and returns a 32-bit value; the executor protocol keeps
     // it mapped and unchanged while this thread may run it.
-    let f: extern "sysv64" fn() -> u32 = unsafe { std::mem::transmute(addr) };
+    let f: extern "C" fn() -> u32 = unsafe { std::mem::transmute(addr) };
     f()
 }
 
@@ -59,7 +59,7 @@ fn freed_code_is_not_reused_while_an_executor_may_run_it() {
     let heap = heap(&m);
     // About a quarter of a second of spinning at a few GHz.
     let slow = publish(&heap, 1, &spinner(600_000_000));
-    let fast = publish(&heap, 2, &SEVEN);
+    let fast = publish(&heap, 2, &seven());
     let cell = Arc::new(AtomicUsize::new(slow.start()));
     let stop = Arc::new(AtomicBool::new(false));
     let started = Arc::new(AtomicBool::new(false));
@@ -107,14 +107,14 @@ fn freed_code_is_not_reused_while_an_executor_may_run_it() {
     );
     if passed == 0 {
         // Still inside: a reservation of the same size must land elsewhere. Fill
-        // it with int3 and publish it: the canary.
+        // it with traps and publish it: the canary.
         let mut r = heap.reserve(slow_size).unwrap();
         assert_ne!(
             r.address(),
             slow_start,
             "the running method's bytes were reused"
         );
-        r.code_mut().fill(0xCC);
+        arch::trap_fill(r.code_mut());
         let canary = r
             .publish(CodeInfo::new(3, "canary", JitKind::Optimized))
             .unwrap();
@@ -130,11 +130,11 @@ fn freed_code_is_not_reused_while_an_executor_may_run_it() {
     });
     let mut r = heap.reserve(slow_size).unwrap();
     assert_eq!(r.address(), slow_start, "best fit reuses the freed extent");
-    r.code_mut().fill(0xCC);
+    arch::trap_fill(r.code_mut());
     let trap = r
-        .publish(CodeInfo::new(4, "int3", JitKind::Optimized))
+        .publish(CodeInfo::new(4, "traps", JitKind::Optimized))
         .unwrap();
-    // The executor keeps calling through the cell, now `fast`, never the int3s.
+    // The executor keeps calling through the cell, now `fast`, never the traps.
     // SeqCst: as above.
     let before = quiescing.load(Ordering::SeqCst);
     wait_until("more calls", || {
@@ -156,18 +156,18 @@ fn offline_and_dropped_executors_do_not_hold_frees() {
     let m = ExecutionManager::new(3);
     let heap = heap(&m);
     let executor = m.register_executor().unwrap();
-    let a = publish(&heap, 1, &SEVEN);
+    let a = publish(&heap, 1, &seven());
     heap.free(a).unwrap();
     assert_eq!(heap.try_reclaim(), 0, "online, not yet quiescent");
     executor.quiescent();
     assert!(heap.try_reclaim() > 0);
 
-    let b = publish(&heap, 2, &SEVEN);
+    let b = publish(&heap, 2, &seven());
     executor.offline();
     heap.free(b).unwrap();
     assert!(heap.try_reclaim() > 0, "an offline executor holds nothing");
     executor.online();
-    let c = publish(&heap, 3, &SEVEN);
+    let c = publish(&heap, 3, &seven());
     heap.free(c).unwrap();
     assert_eq!(heap.try_reclaim(), 0);
     drop(executor);

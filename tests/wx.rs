@@ -1,9 +1,10 @@
 //! W^X done right: an unpredictable writable alias, a flip mode with no alias at
 //! all, and patching of published code with the cache and cross-core handling.
-#![cfg(target_arch = "x86_64")]
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use jitmap_testkit::arch;
 
 use jitmap::{CodeHeap, CodeInfo, CodeRef, Domain, HeapConfig, HeapError, JitKind, MemoryMode};
 
@@ -19,24 +20,32 @@ fn heap(mode: MemoryMode) -> CodeHeap {
     .unwrap()
 }
 
-/// `mov eax, imm32; ret`
+/// A function that returns `value`, for this architecture.
 fn returns(heap: &CodeHeap, value: u32) -> CodeRef {
-    let mut r = heap.reserve(6).unwrap();
-    r.code_mut()[0] = 0xB8;
-    r.code_mut()[1..5].copy_from_slice(&value.to_le_bytes());
-    r.code_mut()[5] = 0xC3;
+    let code = arch::returns(value as u16);
+    let mut r = heap.reserve(code.len() as u64).unwrap();
+    r.code_mut().copy_from_slice(&code);
     r.publish(CodeInfo::new(u64::from(value), "ret", JitKind::Optimized))
         .unwrap()
 }
 
 fn call(addr: usize) -> u32 {
-    // SAFETY: `addr` is a published sysv64 function taking nothing and returning
+    // SAFETY: `addr` is a published C function taking nothing and returning
     // a 32-bit value; the caller keeps its heap alive.
-    let f: extern "sysv64" fn() -> u32 = unsafe { std::mem::transmute(addr) };
+    let f: extern "C" fn() -> u32 = unsafe { std::mem::transmute(addr) };
     f()
 }
 
 /// The permissions `/proc/self/maps` shows for the page holding `addr`.
+/// The modes that patch published code and run it again, on this target.
+fn patch_modes() -> Vec<MemoryMode> {
+    arch::rewrite_modes()
+        .iter()
+        .copied()
+        .filter(|&m| m != MemoryMode::FlipOnPublish)
+        .collect()
+}
+
 fn permissions(addr: usize) -> String {
     let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
     for line in maps.lines() {
@@ -77,10 +86,11 @@ fn the_writable_view_is_not_at_a_predictable_address() {
 #[test]
 fn flip_mode_pages_are_writable_until_published_then_executable() {
     let h = heap(MemoryMode::FlipOnPublish);
-    let mut r = h.reserve(6).unwrap();
+    let nine = arch::returns(9);
+    let mut r = h.reserve(nine.len() as u64).unwrap();
     let at = r.address();
     assert_eq!(permissions(at), "rw-p");
-    r.code_mut().copy_from_slice(&[0xB8, 9, 0, 0, 0, 0xC3]);
+    r.code_mut().copy_from_slice(&nine);
     let code = r
         .publish(CodeInfo::new(9, "nine", JitKind::Optimized))
         .unwrap();
@@ -92,7 +102,7 @@ fn flip_mode_pages_are_writable_until_published_then_executable() {
     assert_eq!(permissions(next.address()), "rw-p");
     drop(next);
     assert_eq!(
-        h.patch(code, |b| b[1] = 10),
+        h.patch(code, |b| arch::set_returned(b, 10)),
         Err(HeapError::NotPatchable { start: at })
     );
     assert_eq!(
@@ -103,8 +113,12 @@ fn flip_mode_pages_are_writable_until_published_then_executable() {
     let reader = h.domain().register().unwrap();
     {
         let g = reader.pin().unwrap();
-        let b = h.find(&g, at + 5).unwrap().unwrap();
-        assert_eq!((b.start(), b.offset(), b.size()), (at, 5, 6));
+        let last = nine.len() - 1;
+        let b = h.find(&g, at + last).unwrap().unwrap();
+        assert_eq!(
+            (b.start(), b.offset() as usize, b.size() as usize),
+            (at, last, nine.len())
+        );
     }
     // Reuse flips the pages back.
     h.free(code).unwrap();
@@ -116,7 +130,9 @@ fn flip_mode_pages_are_writable_until_published_then_executable() {
 
 #[test]
 fn published_code_is_patched_while_another_thread_runs_it() {
-    for mode in [MemoryMode::Rwx, MemoryMode::WriteXorExecute] {
+    // Patching is refused in flip mode; its modes here are the ones that
+    // may run rewritten bytes on this target (`arch::rewrite_modes`).
+    for mode in patch_modes() {
         let h = Arc::new(heap(mode));
         let code = returns(&h, 1);
         let patched = Arc::new(AtomicBool::new(false));
@@ -141,7 +157,7 @@ fn published_code_is_patched_while_another_thread_runs_it() {
             })
         };
         std::thread::sleep(std::time::Duration::from_millis(10));
-        h.patch(code, |bytes| bytes[1] = 2).unwrap();
+        h.patch(code, |bytes| arch::set_returned(bytes, 2)).unwrap();
         // Release: orders the completed patch before the runner's Acquire load.
         patched.store(true, Ordering::Release);
         // Relaxed: as in the runner.
@@ -155,7 +171,7 @@ fn published_code_is_patched_while_another_thread_runs_it() {
         // A freed block can no longer be patched, and nothing is written.
         h.free(code).unwrap();
         assert_eq!(
-            h.patch(code, |b| b[1] = 3),
+            h.patch(code, |b| arch::set_returned(b, 3)),
             Err(HeapError::DoubleFree {
                 start: code.start()
             })
@@ -169,7 +185,9 @@ fn published_code_is_patched_while_another_thread_runs_it() {
 /// and says why. A deadlock fails the test instead of hanging it.
 #[test]
 fn a_patch_closure_may_call_back_into_its_heap() {
-    for mode in [MemoryMode::WriteXorExecute, MemoryMode::Rwx] {
+    // Patching is refused in flip mode; its modes here are the ones that
+    // may run rewritten bytes on this target (`arch::rewrite_modes`).
+    for mode in patch_modes() {
         let h = Arc::new(heap(mode));
         let (first, second) = (returns(&h, 1), returns(&h, 2));
         let (done, finished) = std::sync::mpsc::channel();
@@ -177,12 +195,12 @@ fn a_patch_closure_may_call_back_into_its_heap() {
         std::thread::spawn(move || {
             let nested = worker.patch(first, |bytes| {
                 assert_eq!(worker.live_blocks().len(), 2);
-                worker.patch(second, |b| b[1] = 20).unwrap();
-                bytes[1] = 10;
+                worker.patch(second, |b| arch::set_returned(b, 20)).unwrap();
+                arch::set_returned(bytes, 10);
             });
             let freed = worker.patch(second, |bytes| {
                 worker.free(second).unwrap();
-                bytes[1] = 30;
+                arch::set_returned(bytes, 30);
             });
             done.send((nested, freed)).unwrap();
         });
@@ -205,7 +223,9 @@ fn a_patch_closure_may_call_back_into_its_heap() {
 /// it was (it only ever edits a copy), and the heap stays usable.
 #[test]
 fn a_panicking_patch_closure_changes_nothing() {
-    for mode in [MemoryMode::WriteXorExecute, MemoryMode::Rwx] {
+    // Patching is refused in flip mode; its modes here are the ones that
+    // may run rewritten bytes on this target (`arch::rewrite_modes`).
+    for mode in patch_modes() {
         let h = heap(mode);
         let code = returns(&h, 7);
         // SAFETY: the block is live; its six bytes are readable code.
@@ -213,14 +233,14 @@ fn a_panicking_patch_closure_changes_nothing() {
         let before = live();
         let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             h.patch(code, |bytes| {
-                bytes[1] = 99;
+                arch::set_returned(bytes, 99);
                 panic!("the host's patch failed halfway");
             })
         }));
         assert!(panicked.is_err());
         assert_eq!(live(), before);
         assert_eq!(call(code.start()), 7);
-        h.patch(code, |bytes| bytes[1] = 8).unwrap();
+        h.patch(code, |bytes| arch::set_returned(bytes, 8)).unwrap();
         assert_eq!(call(code.start()), 8);
     }
 }

@@ -19,6 +19,7 @@
 pub use jitmap_demo::demo;
 #[cfg(feature = "cranelift")]
 pub use jitmap_demo::demo_cranelift;
+pub mod arch;
 pub mod dlopen_churn;
 pub mod e2e;
 pub mod frameless;

@@ -1,0 +1,45 @@
+//! x86-64 encodings (System V).
+
+/// `mov eax, value; ret`.
+pub fn returns(value: u16) -> Vec<u8> {
+    let mut code = vec![0xB8];
+    code.extend_from_slice(&u32::from(value).to_le_bytes());
+    code.push(0xC3);
+    code
+}
+
+/// Rewrites the immediate of a [`returns`] body.
+pub fn set_returned(code: &mut [u8], value: u16) {
+    code[1..5].copy_from_slice(&u32::from(value).to_le_bytes());
+}
+
+/// `mov rcx, n; l: dec rcx; jnz l; mov eax, value; ret` (`n` ≥ 1).
+pub fn spin_then_return(n: u64, value: u16) -> Vec<u8> {
+    let mut code = vec![0x48, 0xB9];
+    code.extend_from_slice(&n.to_le_bytes());
+    code.extend_from_slice(&[0x48, 0xFF, 0xC9, 0x75, 0xFB]);
+    code.extend_from_slice(&returns(value));
+    code
+}
+
+/// `xor eax, eax; mov ecx, count; l: add eax, step; dec ecx; jnz l; ret`
+/// (`count` ≥ 1, `step` < 128).
+pub fn add_loop(count: u16, step: u8) -> Vec<u8> {
+    let mut code = vec![0x31, 0xC0, 0xB9];
+    code.extend_from_slice(&u32::from(count).to_le_bytes());
+    code.extend_from_slice(&[0x83, 0xC0, step, 0xFF, 0xC9, 0x75, 0xF9, 0xC3]);
+    code
+}
+
+/// `mov rax, cell; jmp qword ptr [rax]`.
+pub fn jump_through(cell: usize) -> Vec<u8> {
+    let mut code = vec![0x48, 0xB8];
+    code.extend_from_slice(&(cell as u64).to_le_bytes());
+    code.extend_from_slice(&[0xFF, 0x20]);
+    code
+}
+
+/// `int3` in every byte.
+pub fn trap_fill(code: &mut [u8]) {
+    code.fill(0xCC);
+}
