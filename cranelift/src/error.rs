@@ -55,7 +55,7 @@ pub enum JitError {
         /// The span asked for.
         span: u64,
     },
-    /// The host is not x86-64 (the trampolines and relocations are x86-64's).
+    /// Cranelift has no backend for the host (`cranelift_native` refused it).
     UnsupportedArch,
 }
 
@@ -78,7 +78,9 @@ impl fmt::Display for JitError {
             Self::HeapTooLarge { span } => {
                 write!(f, "a heap of {span} bytes is over the module's 2 GiB limit")
             }
-            Self::UnsupportedArch => f.write_str("jitmap-cranelift emits x86-64 code only"),
+            Self::UnsupportedArch => f.write_str(
+                "Cranelift has no backend for this host (jitmap-cranelift runs on x86-64 and aarch64)",
+            ),
         }
     }
 }

@@ -45,10 +45,12 @@
 //!   interface when the heap asks for it (feature `gdb-jit`). Frame pointers
 //!   are kept by default, so the agent's walk sees every Cranelift frame.
 //!
-//! x86-64 only (the trampolines and relocations are x86-64's).
+//! x86-64 and aarch64: the trampolines and the relocations of each are in
+//! one file per architecture; on aarch64, a call farther than a branch
+//! reaches goes through a veneer after the function's code.
 //!
 //! ```
-//! # #[cfg(target_arch = "x86_64")] {
+//! # {
 //! use cranelift_codegen::ir::{AbiParam, InstBuilder, types};
 //! use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 //! use cranelift_module::{Linkage, Module, default_libcall_names};
@@ -99,6 +101,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod arch;
 mod builder;
 mod data;
 mod error;
@@ -119,4 +122,4 @@ pub use module::{JitmapModule, TRAMPOLINE};
 
 /// The size in bytes of the trampoline every definable function is called
 /// through (a stub block of kind [`TRAMPOLINE`]).
-pub const TRAMPOLINE_BYTES: usize = stub::LEN;
+pub const TRAMPOLINE_BYTES: usize = arch::TRAMPOLINE_LEN;

@@ -106,9 +106,6 @@ pub struct JitmapModule {
 impl JitmapModule {
     /// A module whose code goes to a new heap of the builder's manager.
     pub fn new(builder: JitmapBuilder) -> Result<Self, JitError> {
-        if !cfg!(target_arch = "x86_64") {
-            return Err(JitError::UnsupportedArch);
-        }
         if builder.heap.span > MAX_SPAN {
             return Err(JitError::HeapTooLarge {
                 span: builder.heap.span,
@@ -458,7 +455,8 @@ impl JitmapModule {
                 .as_ref()
                 .ok_or_else(|| JitError::from(ModuleError::Undeclared(format!("{data}"))))?;
             let mut bytes = d.memory.bytes();
-            reloc::apply(&mut bytes, d.memory.as_ptr().addr(), &d.relocs, |t| {
+            let end = bytes.len();
+            reloc::apply(&mut bytes, d.memory.as_ptr().addr(), end, &d.relocs, |t| {
                 self.resolve(t, None)
             })?;
             data_bytes.push(bytes);
@@ -471,7 +469,7 @@ impl JitmapModule {
                 .as_ref()
                 .ok_or_else(|| JitError::NotDefined(self.name_of(func)))?;
             let align = compiled.align.max(self.heap_align);
-            let size = compiled.bytes.len().max(1) as u64;
+            let size = (compiled.bytes.len() + reloc::veneer_room(&compiled.relocs)).max(1) as u64;
             reserved.push((func, self.heap.reserve_aligned(size, align)?));
         }
         let mut infos = Vec::with_capacity(reserved.len());
@@ -483,7 +481,7 @@ impl JitmapModule {
             let base = r.address();
             let code = r.code_mut();
             code[..compiled.bytes.len()].copy_from_slice(&compiled.bytes);
-            reloc::apply(code, base, &compiled.relocs, |target| {
+            reloc::apply(code, base, compiled.bytes.len(), &compiled.relocs, |target| {
                 self.resolve(target, Some((*func, base)))
             })?;
             infos.push(self.code_info(*func, f, compiled, base));
@@ -747,7 +745,7 @@ impl JitmapModule {
             .linkage
             .is_definable();
         if definable && self.functions[index].trampoline.is_none() {
-            let code = stub::trampoline(self.functions[index].cell.address());
+            let code = crate::arch::trampoline(self.functions[index].cell.address());
             let allocation = |e: jitmap::HeapError| ModuleError::Allocation {
                 err: std::io::Error::other(e),
             };

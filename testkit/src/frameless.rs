@@ -210,14 +210,34 @@ pub fn leaf_source() -> &'static str {
     LEAF_C
 }
 
-/// Compiles `source` with `cc -O2 -fomit-frame-pointer` into
+/// The C compiler for objects this process loads: `JITMAP_TEST_CC` if set;
+/// on aarch64, `aarch64-linux-gnu-gcc` where that cross compiler is on the
+/// PATH (a test running under qemu-user on an x86-64 host, whose `cc` makes
+/// x86-64 objects); otherwise `cc`.
+pub fn c_compiler() -> String {
+    if let Ok(cc) = std::env::var("JITMAP_TEST_CC") {
+        return cc;
+    }
+    let cross = "aarch64-linux-gnu-gcc";
+    let on_path = || {
+        std::env::var_os("PATH")
+            .is_some_and(|path| std::env::split_paths(&path).any(|d| d.join(cross).is_file()))
+    };
+    if cfg!(target_arch = "aarch64") && on_path() {
+        cross.to_owned()
+    } else {
+        "cc".to_owned()
+    }
+}
+
+/// Compiles `source` with [`c_compiler`] (`-O2 -fomit-frame-pointer`) into
 /// `dir/lib<stem>.so`, with a build id (which tells two builds apart);
 /// returns its path.
 pub fn build_shared_object(dir: &Path, stem: &str, source: &str) -> Result<PathBuf, DemoError> {
     let c = dir.join(format!("{stem}.c"));
     let object = dir.join(format!("lib{stem}.so"));
     std::fs::write(&c, source).map_err(|e| DemoError::Setup(format!("{c:?}: {e}")))?;
-    let status = std::process::Command::new("cc")
+    let status = std::process::Command::new(c_compiler())
         .args([
             "-O2",
             "-fomit-frame-pointer",
