@@ -3,7 +3,6 @@
 //! retry publishes each function once; code starts where Cranelift's
 //! alignment says; and no version is freed while no thread is registered to
 //! hold its bytes back.
-#![cfg(target_arch = "x86_64")]
 
 mod programs;
 

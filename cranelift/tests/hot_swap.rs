@@ -2,9 +2,8 @@
 //! four threads call `f` in a loop and check its result while a fifth
 //! redefines `f` 10,000 times, alternating two bodies. Every result is one of
 //! the two; no thread runs reused bytes (the space of reclaimed versions is
-//! filled with int3 canaries, which would kill the test with SIGTRAP); and
+//! filled with trap canaries, which would kill the test with SIGTRAP); and
 //! the committed code does not grow with the redefinitions.
-#![cfg(target_arch = "x86_64")]
 
 mod programs;
 
@@ -89,7 +88,7 @@ fn hot_swap(mode: MemoryMode) {
         module.finalize_definitions().unwrap();
         if round % 64 == 0 {
             // Reclaim what the executors' quiescent points allow, then put
-            // int3 where old versions were: a thread still running one of
+            // traps where old versions were: a thread still running one of
             // them would trap.
             let heap = module.heap();
             heap.try_reclaim();
@@ -97,8 +96,8 @@ fn hot_swap(mode: MemoryMode) {
             let canaries: Vec<_> = (0..8)
                 .map(|_| {
                     let mut r = heap.reserve(size).unwrap();
-                    r.code_mut().fill(0xCC);
-                    r.publish(CodeInfo::new(u64::MAX, "int3", JitKind::Optimized))
+                    jitmap_testkit::arch::trap_fill(r.code_mut());
+                    r.publish(CodeInfo::new(u64::MAX, "traps", JitKind::Optimized))
                         .unwrap()
                 })
                 .collect();
@@ -155,6 +154,12 @@ fn redefining_under_callers_rwx() {
 
 #[test]
 fn redefining_under_callers_wx() {
+    if !jitmap_testkit::arch::rewrite_modes().contains(&MemoryMode::WriteXorExecute) {
+        // Reused bytes written through the W^X view: qemu-user runs its stale
+        // translation of the old code (docs/guide/checked.md).
+        println!("skipped on aarch64: qemu-user does not see W^X rewrites of reused code");
+        return;
+    }
     hot_swap(MemoryMode::WriteXorExecute);
 }
 

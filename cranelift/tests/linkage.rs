@@ -4,7 +4,6 @@
 //! by side: every linkage a declaration can be upgraded through, and the
 //! shapes that need it (self and mutual recursion, the address of a function
 //! declared later, data that points at one).
-#![cfg(target_arch = "x86_64")]
 
 mod programs;
 

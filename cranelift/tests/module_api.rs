@@ -1,7 +1,6 @@
 //! The `Module` contract as cranelift-jit's own tests exercise it, on
 //! `JitmapModule`, and every misuse a typed error that leaves the module
 //! usable.
-#![cfg(target_arch = "x86_64")]
 
 mod programs;
 

@@ -13,7 +13,6 @@
 //!   the return to the body's signature (`define_function` refused the body
 //!   as `IncompatibleSignature`);
 //! - declaring a function as an import, then defining it (recursion).
-#![cfg(target_arch = "x86_64")]
 
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{AbiParam, InstBuilder, Type, Value, types};

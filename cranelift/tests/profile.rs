@@ -2,7 +2,6 @@
 //! 1:2:4 get their shares with exact stacks, perf (through the jitdump the
 //! manager writes) names the same leaves, and a Rust panic raised in a host
 //! function called from Cranelift code unwinds to a `catch_unwind` above it.
-#![cfg(target_arch = "x86_64")]
 
 mod programs;
 

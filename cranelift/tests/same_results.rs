@@ -1,6 +1,5 @@
 //! The same programs on cranelift-jit and on `JitmapModule`: every result
 //! equal, and equal to the reference computed in Rust.
-#![cfg(target_arch = "x86_64")]
 
 mod programs;
 

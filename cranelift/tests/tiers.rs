@@ -2,7 +2,6 @@
 //! optimization levels and published with the host's method id, a refused
 //! finalize given up on without touching the live version, and a module
 //! dropped while a thread still runs in it.
-#![cfg(target_arch = "x86_64")]
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 

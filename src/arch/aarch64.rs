@@ -86,6 +86,9 @@ pub(crate) const RETURN_ADDRESS_IN_LINK_REGISTER: bool = true;
 pub(crate) const DWARF_SP: gimli::Register = gimli::AArch64::SP;
 pub(crate) const DWARF_FP: gimli::Register = gimli::AArch64::X29;
 pub(crate) const DWARF_RA: gimli::Register = gimli::AArch64::X30;
+/// How CFI is read: `DW_CFA_AARCH64_negate_ra_state` (0x2d, which `pac-ret` code emits at every
+/// `paciasp`) instead of SPARC's `DW_CFA_GNU_window_save`.
+pub(crate) const DWARF_VENDOR: gimli::Vendor = gimli::Vendor::AArch64;
 
 /// A return address without its pointer authentication code.
 ///

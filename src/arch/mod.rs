@@ -12,7 +12,8 @@
 //! - `RETURN_ADDRESS_IN_LINK_REGISTER`: whether a call leaves the return
 //!   address in a register (aarch64's x30) or on the stack (x86-64);
 //! - `DWARF_SP`, `DWARF_FP`, `DWARF_RA`: the CFI register numbers of the
-//!   stack pointer, the frame pointer and the return address column;
+//!   stack pointer, the frame pointer and the return address column, and
+//!   `DWARF_VENDOR`, the vendor extensions CFI is read with;
 //! - `strip_code_address(addr)`: a saved return address without the pointer
 //!   authentication code a signed return carries (the identity where there
 //!   is none);

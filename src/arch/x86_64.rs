@@ -63,6 +63,8 @@ pub(crate) const RETURN_ADDRESS_IN_LINK_REGISTER: bool = false;
 pub(crate) const DWARF_SP: gimli::Register = gimli::X86_64::RSP;
 pub(crate) const DWARF_FP: gimli::Register = gimli::X86_64::RBP;
 pub(crate) const DWARF_RA: gimli::Register = gimli::X86_64::RA;
+/// How CFI is read: no vendor extensions.
+pub(crate) const DWARF_VENDOR: gimli::Vendor = gimli::Vendor::Default;
 
 /// No pointer authentication on x86-64: addresses are used as they are.
 #[inline(always)]

@@ -22,7 +22,8 @@ pub(crate) struct Row {
 /// starts at. A row that changes only what a step ignores (another
 /// callee-saved register) merges into the one before.
 pub(crate) fn evaluate(frame: &[u8], frame_addr: usize) -> Vec<Row> {
-    let section = EhFrame::new(frame, LittleEndian);
+    let mut section = EhFrame::new(frame, LittleEndian);
+    section.set_vendor(crate::arch::DWARF_VENDOR);
     let bases = BaseAddresses::default().set_eh_frame(frame_addr as u64);
     let mut context = UnwindContext::new();
     let mut rows = Vec::new();

@@ -14,14 +14,14 @@ pub fn must_run() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true")
 }
 
-/// True when the spin functions and the demo (x86-64 code) can run here;
-/// otherwise the test is skipped with the reason printed, or fails in CI.
+/// True when the spin functions and the iced demo (x86-64 code) can run
+/// here; on aarch64 the test is skipped with the reason printed (in CI too:
+/// CI runs it natively on x86-64).
 pub fn runs_x86_64() -> bool {
     if cfg!(target_arch = "x86_64") {
         return true;
     }
-    assert!(!must_run(), "CI must run the end-to-end tests on x86-64");
-    println!("skipped: the spin functions are x86-64 code");
+    println!("skipped on aarch64: the spin functions and the iced demo are x86-64 code");
     false
 }
 
@@ -29,7 +29,10 @@ pub fn runs_x86_64() -> bool {
 /// the test is skipped with the reason printed; with `CI=true` it fails instead,
 /// because `.ci/run` installs every tool.
 pub fn available(tool: &str) -> bool {
-    if !runs_x86_64() {
+    if !cfg!(target_arch = "x86_64") {
+        // perf, gdb and BPF see the host (x86-64) kernel and processes, not
+        // the emulated guest.
+        println!("skipped on aarch64: {tool} does not run against a qemu-user guest");
         return false;
     }
     if Command::new(tool).arg("--version").output().is_err() {

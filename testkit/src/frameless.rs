@@ -234,6 +234,16 @@ pub fn c_compiler() -> String {
 /// `dir/lib<stem>.so`, with a build id (which tells two builds apart);
 /// returns its path.
 pub fn build_shared_object(dir: &Path, stem: &str, source: &str) -> Result<PathBuf, DemoError> {
+    build_shared_object_with(dir, stem, source, &[])
+}
+
+/// [`build_shared_object`] with `extra` compiler flags after the usual ones.
+pub fn build_shared_object_with(
+    dir: &Path,
+    stem: &str,
+    source: &str,
+    extra: &[&str],
+) -> Result<PathBuf, DemoError> {
     let c = dir.join(format!("{stem}.c"));
     let object = dir.join(format!("lib{stem}.so"));
     std::fs::write(&c, source).map_err(|e| DemoError::Setup(format!("{c:?}: {e}")))?;
@@ -244,8 +254,9 @@ pub fn build_shared_object(dir: &Path, stem: &str, source: &str) -> Result<PathB
             "-fPIC",
             "-shared",
             "-Wl,--build-id",
-            "-o",
         ])
+        .args(extra)
+        .arg("-o")
         .arg(&object)
         .arg(&c)
         .status()

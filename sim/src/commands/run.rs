@@ -68,8 +68,10 @@ impl Default for Options {
 }
 
 pub fn run(o: Options) -> CliResult {
-    if !cfg!(target_arch = "x86_64") {
-        return Err(CliError::input("the simulator's JIT emits x86-64 code"));
+    if !cfg!(target_arch = "x86_64") && o.backend == Backend::Iced {
+        return Err(CliError::input(
+            "the iced backend emits x86-64 code; on this machine use `--backend cranelift` (the default)",
+        ));
     }
     let out = o.out.as_ref().map(OutDir::prepare).transpose()?;
     let config = RunConfig {

@@ -65,3 +65,19 @@ pub fn trap_fill(code: &mut [u8]) {
         chunk.copy_from_slice(&BRK.to_le_bytes()[..n]);
     }
 }
+
+/// `stp x29, x30, [sp, #-16]!; mov x29, sp; ldr x16, #16; blr x16;
+/// ldp x29, x30, [sp], #16; ret; .quad target`: calls `target` with its own
+/// argument, inside a frame record.
+pub fn call_in_frame(target: usize) -> Vec<u8> {
+    let mut code = words(&[
+        0xA9BF_7BFD,
+        0x9100_03FD,
+        0x5800_0090,
+        0xD63F_0200,
+        0xA8C1_7BFD,
+        RET,
+    ]);
+    code.extend_from_slice(&(target as u64).to_le_bytes());
+    code
+}

@@ -10,6 +10,8 @@
 //! - `add_loop(count, step)`: adds `step` `count` times, returns the sum;
 //! - `jump_through(cell)`: tail-jumps to the address held in the word at `cell`
 //!   (JIT code calling through a call cell);
+//! - `call_in_frame(target)`: calls `target` with its own argument inside a
+//!   frame-pointer frame (a frame record on aarch64), and returns its result;
 //! - `trap_fill(code)`: fills `code` with traps (`int3`, `brk #0`).
 //!
 //! ```

@@ -43,3 +43,12 @@ pub fn jump_through(cell: usize) -> Vec<u8> {
 pub fn trap_fill(code: &mut [u8]) {
     code.fill(0xCC);
 }
+
+/// `push rbp; mov rbp, rsp; mov rax, target; call rax; pop rbp; ret`: calls
+/// `target` with its own argument, inside a frame-pointer frame.
+pub fn call_in_frame(target: usize) -> Vec<u8> {
+    let mut code = vec![0x55, 0x48, 0x89, 0xE5, 0x48, 0xB8];
+    code.extend_from_slice(&(target as u64).to_le_bytes());
+    code.extend_from_slice(&[0xFF, 0xD0, 0x5D, 0xC3]);
+    code
+}

@@ -1,0 +1,127 @@
+//! Pointer authentication (aarch64): a native helper built with
+//! `-mbranch-protection=pac-ret+leaf` signs its return addresses, on the
+//! stack and in x30. Samples in it must keep their JIT caller: the walk
+//! strips the code before it looks an address up, and never takes a signed
+//! address for a miss. Run under `qemu-aarch64 -cpu max`, which implements
+//! pointer authentication; on x86-64 there is nothing to strip.
+
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use jitmap::agent::{Agent, AgentConfig, Clock, Profile, Unwind};
+use jitmap::{CodeInfo, ExecutionManager, HeapConfig, JitKind};
+use jitmap_testkit::frameless::{build_shared_object_with, load};
+
+/// A helper that spends its time in a loop that calls a leaf: the helper
+/// saves its signed x30 on the stack; the leaf keeps its signed x30 in the
+/// register.
+const HELPER_C: &str = r#"
+#include <stdint.h>
+__attribute__((noinline)) uint64_t pac_step(uint64_t x) {
+    for (int i = 0; i < 64; i++) {
+        __asm__ volatile("" : "+r"(x));
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+    }
+    return x;
+}
+uint64_t pac_helper(uint64_t n) {
+    uint64_t x = 1;
+    for (uint64_t i = 0; i < n; i++) x = pac_step(x);
+    return x;
+}
+"#;
+
+fn one_agent() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// (samples whose leaf is `stack[0]`, those whose innermost frames are
+/// exactly `stack`).
+fn exact(profile: &Profile, stack: &[&str]) -> (u64, u64) {
+    let mut in_leaf = 0;
+    let mut good = 0;
+    for s in &profile.stacks {
+        if s.frames.first().map(String::as_str) != Some(stack[0]) {
+            continue;
+        }
+        in_leaf += s.count;
+        if s.frames.len() >= stack.len() && s.frames.iter().zip(stack).all(|(f, want)| f == want) {
+            good += s.count;
+        }
+    }
+    (in_leaf, good)
+}
+
+#[test]
+fn samples_in_signed_native_frames_keep_their_jit_caller() {
+    if !cfg!(target_arch = "aarch64") {
+        println!("skipped on x86-64: pointer authentication is aarch64's");
+        return;
+    }
+    let _one = one_agent();
+    let dir = std::env::temp_dir().join(format!("jitmap-pac-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let object = build_shared_object_with(
+        &dir,
+        "pac_helper",
+        HELPER_C,
+        &["-mbranch-protection=pac-ret+leaf"],
+    )
+    .unwrap();
+    let (_handle, helper) = load(&object, c"pac_helper").unwrap();
+
+    let manager = ExecutionManager::new(8);
+    let heap = manager
+        .create_heap(HeapConfig {
+            span: 1 << 20,
+            ..HeapConfig::default()
+        })
+        .unwrap();
+    let body = jitmap_testkit::arch::call_in_frame(helper);
+    let mut r = heap.reserve(body.len() as u64).unwrap();
+    r.code_mut().copy_from_slice(&body);
+    let caller = r
+        .publish(CodeInfo::new(1, "pac_caller", JitKind::Optimized))
+        .unwrap();
+    // SAFETY: `call_in_frame` emits a complete C function of one u64 that
+    // calls the helper, a C function of one u64.
+    let call: extern "C" fn(u64) -> u64 = unsafe { std::mem::transmute(caller.start()) };
+    assert_ne!(call(10), 0);
+
+    // The agent starts after the helper is loaded: its table has the
+    // helper's rows.
+    let agent = Agent::start(
+        &manager,
+        AgentConfig {
+            hz: 1000,
+            clock: Clock::Wall,
+            unwind: Unwind::Mixed,
+            ..AgentConfig::default()
+        },
+    )
+    .unwrap();
+    let attached = agent.attach_current_thread().unwrap();
+    let cap = Instant::now() + Duration::from_secs(300);
+    while attached.samples_taken() < 400 && Instant::now() < cap {
+        std::hint::black_box(call(std::hint::black_box(5_000)));
+    }
+    drop(attached);
+    let profile = agent.stop();
+    let shown: String = profile
+        .stacks
+        .iter()
+        .take(8)
+        .map(|s| format!("{} {}\n", s.count, s.frames.join(" <- ")))
+        .collect();
+    let (in_helper, helper_exact) = exact(&profile, &["pac_helper", "pac_caller"]);
+    let (in_step, step_exact) = exact(&profile, &["pac_step", "pac_helper", "pac_caller"]);
+    println!(
+        "pac_helper: {helper_exact} of {in_helper} exact; pac_step: {step_exact} of {in_step} exact; ends {:?}",
+        profile.stack_ends
+    );
+    let (leaf, good) = (in_helper + in_step, helper_exact + step_exact);
+    assert!(leaf >= 300, "{leaf} samples in the helper\n{shown}");
+    assert!(in_helper > 0 && in_step > 0, "both frames sampled\n{shown}");
+    assert!(good * 100 >= leaf * 99, "{good} of {leaf} exact\n{shown}");
+}
