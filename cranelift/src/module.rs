@@ -481,9 +481,13 @@ impl JitmapModule {
             let base = r.address();
             let code = r.code_mut();
             code[..compiled.bytes.len()].copy_from_slice(&compiled.bytes);
-            reloc::apply(code, base, compiled.bytes.len(), &compiled.relocs, |target| {
-                self.resolve(target, Some((*func, base)))
-            })?;
+            reloc::apply(
+                code,
+                base,
+                compiled.bytes.len(),
+                &compiled.relocs,
+                |target| self.resolve(target, Some((*func, base))),
+            )?;
             infos.push(self.code_info(*func, f, compiled, base));
         }
         let mut published = Vec::with_capacity(reserved.len());

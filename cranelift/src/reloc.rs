@@ -14,10 +14,7 @@ pub(crate) fn veneer_room(relocs: &[ModuleReloc]) -> usize {
     if arch::VENEER_LEN == 0 {
         return 0;
     }
-    let calls = relocs
-        .iter()
-        .filter(|r| r.kind == Reloc::Arm64Call)
-        .count();
+    let calls = relocs.iter().filter(|r| r.kind == Reloc::Arm64Call).count();
     calls * arch::VENEER_LEN
 }
 

@@ -48,7 +48,13 @@ const RETURNS: [u32; 3] = [0xD65F_03C0, 0xD65F_0BFF, 0xD65F_0FFF];
 const PUSH_FRAME_RECORD: u32 = 0xA9BF_7BFD;
 /// Instructions a prologue may start with that leave x30, x29 and sp as the
 /// call left them: `paciasp`, `pacibsp`, `bti c`, `bti j`, `bti jc`.
-const ENTRY_HINTS: [u32; 5] = [0xD503_233F, 0xD503_237F, 0xD503_245F, 0xD503_249F, 0xD503_24DF];
+const ENTRY_HINTS: [u32; 5] = [
+    0xD503_233F,
+    0xD503_237F,
+    0xD503_245F,
+    0xD503_249F,
+    0xD503_24DF,
+];
 
 /// Reads the instruction at the pc and the method's first instructions:
 /// before the frame record is pushed (past any `paciasp` or `bti`), or at a
@@ -196,8 +202,21 @@ mod tests {
         const NOP: u32 = 0xD503_201F;
         const LDP_FRAME_RECORD: u32 = 0xA8C1_7BFD;
         const RETAA: u32 = 0xD65F_0BFF;
-        let signed = [PACIASP, PUSH_FRAME_RECORD, MOV_FP_SP, NOP, LDP_FRAME_RECORD, RETAA];
-        let plain = [PUSH_FRAME_RECORD, MOV_FP_SP, NOP, LDP_FRAME_RECORD, RETURNS[0]];
+        let signed = [
+            PACIASP,
+            PUSH_FRAME_RECORD,
+            MOV_FP_SP,
+            NOP,
+            LDP_FRAME_RECORD,
+            RETAA,
+        ];
+        let plain = [
+            PUSH_FRAME_RECORD,
+            MOV_FP_SP,
+            NOP,
+            LDP_FRAME_RECORD,
+            RETURNS[0],
+        ];
         let frameless = [NOP, NOP, RETURNS[0]];
         let states = |code: &[u32]| -> Vec<LeafState> {
             let start = code.as_ptr() as usize;

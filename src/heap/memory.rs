@@ -254,7 +254,6 @@ pub(crate) fn sync_cores() -> io::Result<()> {
     membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE)
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

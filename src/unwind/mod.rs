@@ -135,8 +135,8 @@ fn slot(cfa: usize, offset: i32, stack: &Stack) -> Result<usize, StackEnd> {
 #[cfg(test)]
 mod tests {
     use super::rule::{Base, Saved};
-    use crate::unwind::Ra;
     use super::*;
+    use crate::unwind::Ra;
 
     fn on(words: &[usize]) -> Stack {
         let lo = words.as_ptr() as usize;

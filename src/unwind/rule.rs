@@ -117,9 +117,7 @@ impl Rule {
         let ra = match row.register(DWARF_RA) {
             RegisterRule::Offset(n) => Ra::At(small(n)?),
             RegisterRule::SameValue if arch::RETURN_ADDRESS_IN_LINK_REGISTER => Ra::Link,
-            RegisterRule::Undefined
-                if !has_own_rule && arch::RETURN_ADDRESS_IN_LINK_REGISTER =>
-            {
+            RegisterRule::Undefined if !has_own_rule && arch::RETURN_ADDRESS_IN_LINK_REGISTER => {
                 Ra::Link
             }
             RegisterRule::Undefined => Ra::Undefined,

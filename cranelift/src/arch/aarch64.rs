@@ -149,14 +149,40 @@ mod tests {
         let mut veneer = 8;
         // Five pages and 0x123 on from the page of 0x10_0000: immlo = 1, immhi = 1.
         let target = 0x10_0000 + 5 * 4096 + 0x123;
-        patch(Reloc::Aarch64AdrPrelPgHi21, site(&mut code, &mut veneer, 0, target)).unwrap();
-        patch(Reloc::Aarch64AddAbsLo12Nc, site(&mut code, &mut veneer, 4, target)).unwrap();
+        patch(
+            Reloc::Aarch64AdrPrelPgHi21,
+            site(&mut code, &mut veneer, 0, target),
+        )
+        .unwrap();
+        patch(
+            Reloc::Aarch64AddAbsLo12Nc,
+            site(&mut code, &mut veneer, 4, target),
+        )
+        .unwrap();
         assert_eq!(code[..4], (ADRP_X0 | 1 << 29 | 1 << 5).to_le_bytes());
         assert_eq!(code[4..], (ADD_X0_X0 | 0x123 << 10).to_le_bytes());
         // Past ±4 GiB: refused; so are the GOT pair and TLS.
         let far = 0x10_0000 + (5i64 << 32);
-        assert!(patch(Reloc::Aarch64AdrPrelPgHi21, site(&mut code, &mut veneer, 0, far)).is_none());
-        assert!(patch(Reloc::Aarch64AdrGotPage21, site(&mut code, &mut veneer, 0, 0)).is_none());
-        assert!(patch(Reloc::Aarch64TlsDescCall, site(&mut code, &mut veneer, 0, 0)).is_none());
+        assert!(
+            patch(
+                Reloc::Aarch64AdrPrelPgHi21,
+                site(&mut code, &mut veneer, 0, far)
+            )
+            .is_none()
+        );
+        assert!(
+            patch(
+                Reloc::Aarch64AdrGotPage21,
+                site(&mut code, &mut veneer, 0, 0)
+            )
+            .is_none()
+        );
+        assert!(
+            patch(
+                Reloc::Aarch64TlsDescCall,
+                site(&mut code, &mut veneer, 0, 0)
+            )
+            .is_none()
+        );
     }
 }

@@ -48,7 +48,10 @@ impl Site<'_> {
     }
 
     /// The 32-bit little-endian word at `offset`.
-    #[cfg_attr(target_arch = "x86_64", expect(dead_code, reason = "aarch64 patches words"))]
+    #[cfg_attr(
+        target_arch = "x86_64",
+        expect(dead_code, reason = "aarch64 patches words")
+    )]
     pub(crate) fn word(&self, offset: usize) -> Option<u32> {
         let bytes = self.code.get(offset..offset.checked_add(4)?)?;
         Some(u32::from_le_bytes(bytes.try_into().ok()?))
