@@ -4,7 +4,6 @@
 //! UndefinedBehaviorSanitizer, which must report nothing. The README's C
 //! example is compiled against an install made by `capi/install.sh`, through
 //! pkg-config.
-#![cfg(target_arch = "x86_64")]
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -65,10 +64,10 @@ fn compile(name: &str, build: Build, out: &Path) -> PathBuf {
     let exe = out.join(format!("{name}-{build:?}"));
     let lib = linkable(out);
     let compiler = match build {
-        Build::Plain => "cc",
-        Build::Sanitized => "clang",
+        Build::Plain => jitmap_testkit::frameless::c_compiler(),
+        Build::Sanitized => "clang".to_owned(),
     };
-    let mut cmd = Command::new(compiler);
+    let mut cmd = Command::new(&compiler);
     cmd.args([
         "-std=c11",
         "-Wall",
@@ -179,9 +178,21 @@ fn a_c_jit_tiers_up_under_sigprof_lookups_and_every_answer_is_right() {
     jit_host(Build::Plain);
 }
 
+/// Whether the sanitizer builds can run here: clang's sanitizer runtimes
+/// are the host's (x86-64); Debian has none for an aarch64 cross build.
+fn sanitizers_here() -> bool {
+    if cfg!(target_arch = "x86_64") {
+        return true;
+    }
+    println!("skipped on aarch64: clang has no AddressSanitizer runtime for the cross target here");
+    false
+}
+
 #[test]
 fn the_c_jit_under_address_and_undefined_behavior_sanitizers() {
-    jit_host(Build::Sanitized);
+    if sanitizers_here() {
+        jit_host(Build::Sanitized);
+    }
 }
 
 fn agent_host(build: Build) {
@@ -267,7 +278,9 @@ fn the_agent_profiles_a_c_hosts_jit_code_at_1_2_4() {
 
 #[test]
 fn the_agent_in_a_c_host_under_sanitizers() {
-    agent_host(Build::Sanitized);
+    if sanitizers_here() {
+        agent_host(Build::Sanitized);
+    }
 }
 
 fn misuse(build: Build) {
@@ -328,7 +341,9 @@ fn misuse_reaches_every_status_and_changes_nothing() {
 
 #[test]
 fn misuse_under_sanitizers() {
-    misuse(Build::Sanitized);
+    if sanitizers_here() {
+        misuse(Build::Sanitized);
+    }
 }
 
 #[test]
@@ -393,7 +408,7 @@ fn the_guide_example_builds_with_pkg_config_after_install() {
     };
     let flags = pkg_config(&["--cflags", "--libs"]);
     let exe = dir.path().join("host");
-    let cc = Command::new("cc")
+    let cc = Command::new(jitmap_testkit::frameless::c_compiler())
         .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-pedantic"])
         .arg(&source)
         .args(flags.split_whitespace())

@@ -4,7 +4,6 @@
 //! probes, a status's name) thousands of times, under the
 //! counting allocator of the Rust API's own torture test, which counts heap
 //! calls made with SIGPROF blocked (as it is while its handler runs).
-#![cfg(target_arch = "x86_64")]
 
 use std::ptr::null_mut;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};

@@ -15,10 +15,16 @@ pub trait Memory {
 
 /// Another process's memory, read with `process_vm_readv` (which needs the same
 /// permission as `ptrace`: the same user and a permissive `ptrace_scope`, or
-/// `CAP_SYS_PTRACE`). The process is not stopped: readers revalidate.
+/// `CAP_SYS_PTRACE`). Where the kernel has no `process_vm_readv` (built
+/// without `CONFIG_CROSS_MEMORY_ATTACH`, or a system-call emulator such as
+/// qemu-user), reads go through `/proc/PID/mem`, which needs the same
+/// permission. The process is not stopped: readers revalidate.
 #[derive(Debug)]
 pub struct ProcessMemory {
     pid: i32,
+    /// `/proc/PID/mem`, opened at the first read that `process_vm_readv`
+    /// refuses with ENOSYS (or the errno of that open).
+    fallback: std::sync::OnceLock<Result<std::fs::File, i32>>,
 }
 
 impl ProcessMemory {
@@ -35,7 +41,22 @@ impl ProcessMemory {
     /// # Ok::<(), jitmap::remote::RemoteError>(())
     /// ```
     pub fn new(pid: i32) -> Self {
-        Self { pid }
+        Self {
+            pid,
+            fallback: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Reads through `/proc/PID/mem`: the path without `process_vm_readv`.
+    fn read_proc_mem(&self, addr: u64, buf: &mut [u8]) -> Result<(), i32> {
+        use std::os::unix::fs::FileExt;
+        let file = self.fallback.get_or_init(|| {
+            std::fs::File::open(format!("/proc/{}/mem", self.pid))
+                .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))
+        });
+        let file = file.as_ref().map_err(|&errno| errno)?;
+        file.read_exact_at(buf, addr)
+            .map_err(|e| e.raw_os_error().unwrap_or(libc::EFAULT))
     }
 
     /// The process id.
@@ -64,9 +85,11 @@ impl Memory for ProcessMemory {
         // never writes outside `local`.
         let n = unsafe { libc::process_vm_readv(self.pid, &local, 1, &remote, 1, 0) };
         if n < 0 {
-            return Err(unreadable(
-                std::io::Error::last_os_error().raw_os_error().unwrap_or(0),
-            ));
+            let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+            if errno == libc::ENOSYS {
+                return self.read_proc_mem(addr, buf).map_err(unreadable);
+            }
+            return Err(unreadable(errno));
         }
         if n as usize != buf.len() {
             return Err(unreadable(libc::EFAULT));
@@ -214,5 +237,26 @@ impl<M: Memory> Memory for Counted<M> {
 impl<M: Memory + ?Sized> Memory for &M {
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), RemoteError> {
         (**self).read(addr, buf)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The path for kernels without `process_vm_readv` reads the same bytes,
+    /// and refuses an unmapped address.
+    #[test]
+    fn proc_mem_reads_what_process_vm_readv_reads() {
+        let me = ProcessMemory::new(std::process::id() as i32);
+        let value = 0x1122_3344_5566_7788u64;
+        let (mut a, mut b) = ([0u8; 8], [0u8; 8]);
+        me.read_proc_mem(&raw const value as u64, &mut a).unwrap();
+        assert_eq!(u64::from_ne_bytes(a), value);
+        // `process_vm_readv` is missing under some emulators: then `read`
+        // took the same path.
+        me.read(&raw const value as u64, &mut b).unwrap();
+        assert_eq!(a, b);
+        assert!(me.read_proc_mem(8, &mut a).is_err());
     }
 }

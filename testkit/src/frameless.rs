@@ -23,7 +23,7 @@ use gimli::write::{
     Address, CallFrameInstruction, CommonInformationEntry, EhFrame, EndianVec,
     FrameDescriptionEntry, FrameTable,
 };
-use gimli::{Encoding, Format, RunTimeEndian, X86_64};
+use gimli::{Encoding, Format, RunTimeEndian};
 use iced_x86::IcedError;
 use iced_x86::code_asm::{CodeAssembler, rax, rbp, rcx, rdi, rsp};
 use jitmap::info::EhFrame as JitEhFrame;
@@ -395,7 +395,8 @@ fn publish(
     Ok(r.publish(info)?)
 }
 
-/// An `.eh_frame` for code of `len` bytes at `start`: one CIE (CFA =
+/// An `.eh_frame` for code of `len` bytes at `start` (this architecture's
+/// register numbers, `arch::DWARF_SP_FP_RA`): one CIE (CFA =
 /// rsp+8, return address at CFA-8) and one FDE with `rows`.
 ///
 /// ```
@@ -410,20 +411,21 @@ pub fn eh_frame(start: usize, len: u32, rows: Cfi) -> Box<[u8]> {
         version: 1,
         address_size: 8,
     };
-    let mut cie = CommonInformationEntry::new(encoding, 1, -8, X86_64::RA);
-    cie.add_instruction(CallFrameInstruction::Cfa(X86_64::RSP, 8));
-    cie.add_instruction(CallFrameInstruction::Offset(X86_64::RA, -8));
+    let [sp, fp, ra] = crate::arch::DWARF_SP_FP_RA;
+    let mut cie = CommonInformationEntry::new(encoding, 1, -8, ra);
+    cie.add_instruction(CallFrameInstruction::Cfa(sp, 8));
+    cie.add_instruction(CallFrameInstruction::Offset(ra, -8));
     let mut table = FrameTable::default();
     let cie = table.add_cie(cie);
     let mut fde = FrameDescriptionEntry::new(Address::Constant(start as u64), len);
     let mut saved = false;
     for &(offset, on_rbp, cfa, rbp_saved) in rows {
-        let base = if on_rbp { X86_64::RBP } else { X86_64::RSP };
+        let base = if on_rbp { fp } else { sp };
         fde.add_instruction(offset, CallFrameInstruction::Cfa(base, cfa));
         if rbp_saved && !saved {
-            fde.add_instruction(offset, CallFrameInstruction::Offset(X86_64::RBP, -16));
+            fde.add_instruction(offset, CallFrameInstruction::Offset(fp, -16));
         } else if !rbp_saved && saved {
-            fde.add_instruction(offset, CallFrameInstruction::Restore(X86_64::RBP));
+            fde.add_instruction(offset, CallFrameInstruction::Restore(fp));
         }
         saved = rbp_saved;
     }

@@ -15,47 +15,18 @@
 #include <string.h>
 #include <time.h>
 
+#include "arch.h"
 #include "check.h"
 
 typedef uint32_t (*leaf_fn)(uint32_t iterations);
 
-static size_t put(uint8_t *out, size_t i, const void *bytes, size_t n) {
-    memcpy(out + i, bytes, n);
-    return i + n;
-}
-
 /* A leaf that calls both probes itself, as tier-0 code does, then counts
- * down `iterations` inside a frame-pointer frame:
- *   push rbp; mov rbp, rsp; push rdi; sub rsp, 8
- *   mov rdi, context; mov esi, id; mov rax, jitmap_probe_enter; call rax
- *   mov rdi, cell; mov rax, jitmap_probe_count; call rax
- *   add rsp, 8; pop rcx; 1: dec ecx; jnz 1b; mov eax, id; pop rbp; ret */
+ * down `iterations` inside a frame (arch.h). */
 static size_t leaf_code(uint8_t *out, uint32_t id, const jitmap_probe_context *context,
                         const jitmap_counter_cell *cell) {
-    const uint8_t frame[] = {0x55, 0x48, 0x89, 0xE5, 0x57, 0x48, 0x83, 0xEC, 0x08};
-    const uint8_t mov_rdi[] = {0x48, 0xBF}, mov_esi = 0xBE, mov_rax[] = {0x48, 0xB8};
-    const uint8_t call_rax[] = {0xFF, 0xD0};
-    const uint8_t loop[] = {0x48, 0x83, 0xC4, 0x08, 0x59, 0xFF, 0xC9, 0x75, 0xFC, 0xB8};
-    const uint8_t epilogue[] = {0x5D, 0xC3};
-    uint64_t enter = (uint64_t)(uintptr_t)&jitmap_probe_enter;
-    uint64_t count = (uint64_t)(uintptr_t)&jitmap_probe_count;
-    uint64_t context_bits = (uint64_t)(uintptr_t)context, cell_bits = (uint64_t)(uintptr_t)cell;
-    size_t i = put(out, 0, frame, sizeof frame);
-    i = put(out, i, mov_rdi, 2);
-    i = put(out, i, &context_bits, 8);
-    i = put(out, i, &mov_esi, 1);
-    i = put(out, i, &id, 4);
-    i = put(out, i, mov_rax, 2);
-    i = put(out, i, &enter, 8);
-    i = put(out, i, call_rax, 2);
-    i = put(out, i, mov_rdi, 2);
-    i = put(out, i, &cell_bits, 8);
-    i = put(out, i, mov_rax, 2);
-    i = put(out, i, &count, 8);
-    i = put(out, i, call_rax, 2);
-    i = put(out, i, loop, sizeof loop);
-    i = put(out, i, &id, 4);
-    return put(out, i, epilogue, sizeof epilogue);
+    return arch_leaf_code(out, id, (uint64_t)(uintptr_t)context,
+                          (uint64_t)(uintptr_t)&jitmap_probe_enter, (uint64_t)(uintptr_t)cell,
+                          (uint64_t)(uintptr_t)&jitmap_probe_count);
 }
 
 static double now_s(void) {

@@ -1,13 +1,13 @@
 /*
- * A JIT host in C: it writes x86-64 code for METHODS methods into a jitmap
+ * A JIT host in C: it writes machine code (arch.h) for METHODS methods into a jitmap
  * heap, runs them on EXECUTORS threads through a table of call cells, and
  * tiers them up on the main thread: each tier-up reserves, writes and
  * publishes a new version, swaps the cell and frees the old version while
  * executors may still be running it (they declare quiescent points between
  * calls). A SIGPROF timer interrupts every thread; the handler looks up the
  * interrupted address through its thread's reader and checks the answer
- * against the code itself: every version starts with `mov eax, id`, so the
- * bytes at the found start must name the found method.
+ * against the code itself: every version starts by loading its id into the
+ * return register, so the bytes at the found start must name the found method.
  *
  * Prints one line of counts; exits 1 on any wrong answer.
  */
@@ -23,6 +23,7 @@
 #include <time.h>
 #include <ucontext.h>
 
+#include "arch.h"
 #include "check.h"
 
 #define METHODS 64
@@ -44,25 +45,12 @@ static __thread jitmap_reader *thread_reader;
 
 static atomic_ulong samples, unregistered, found, not_found, wrong, calls, bad_results;
 
-/* Method `id`'s code, `tier` 0 or 1: mov eax, id; mov ecx, n; 1: dec ecx;
- * jnz 1b; ret; then int3 padding to a size that differs per tier. */
+/* Method `id`'s code, `tier` 0 or 1: returns id after counting down n
+ * (arch.h), then traps up to a size that differs per tier. */
 static size_t method_code(uint8_t *out, uint32_t id, int tier) {
     size_t size = tier == 0 ? 48 + (id % 5) * 16 : 200 + (id % 7) * 40;
     uint32_t n = tier == 0 ? 40000 : 15000;
-    size_t i = 0;
-    out[i++] = 0xB8;
-    memcpy(out + i, &id, 4);
-    i += 4;
-    out[i++] = 0xB9;
-    memcpy(out + i, &n, 4);
-    i += 4;
-    out[i++] = 0xFF;
-    out[i++] = 0xC9; /* dec ecx */
-    out[i++] = 0x75;
-    out[i++] = 0xFC; /* jnz -4 */
-    out[i++] = 0xC3; /* ret */
-    memset(out + i, 0xCC, size - i);
-    return size;
+    return arch_method_code(out, id, n, size);
 }
 
 /* Tier 0 is written in place through a reservation; tier 1 is assembled
@@ -113,7 +101,7 @@ static jitmap_code publish(uint32_t id, int tier) {
 static void on_sigprof(int sig, siginfo_t *si, void *context) {
     (void)sig;
     (void)si;
-    uintptr_t ip = (uintptr_t)((ucontext_t *)context)->uc_mcontext.gregs[REG_RIP];
+    uintptr_t ip = arch_context_pc(context);
     atomic_fetch_add(&samples, 1);
     if (thread_reader == NULL) {
         atomic_fetch_add(&unregistered, 1);
@@ -129,13 +117,13 @@ static void on_sigprof(int sig, siginfo_t *si, void *context) {
     const jitmap_block block = info.block;
     if (s == JITMAP_STATUS_OK) {
         atomic_fetch_add(&found, 1);
-        /* The code names itself: mov eax, id at the start. The bytes cannot
-         * be reused while the guard is pinned. */
+        /* The code names itself: its id is loaded by its first instructions.
+         * The bytes cannot be reused while the guard is pinned. */
         const uint8_t *start = (const uint8_t *)block.start;
         uint32_t id;
-        memcpy(&id, start + 1, 4);
+        int is_method = arch_method_id(start, &id);
         uint64_t size = info.hot_size + info.cold_size;
-        int ok = start[0] == 0xB8 && id == block.method_id && block.offset == ip - block.start &&
+        int ok = is_method && id == block.method_id && block.offset == ip - block.start &&
                  block.offset < size && info.line == block.method_id + 1 &&
                  info.file_len == 10 && memcmp(info.file, "jit_host.c", 10) == 0 &&
                  info.funclet_start == block.start && !info.is_funclet &&

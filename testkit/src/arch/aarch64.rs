@@ -81,3 +81,8 @@ pub fn call_in_frame(target: usize) -> Vec<u8> {
     code.extend_from_slice(&(target as u64).to_le_bytes());
     code
 }
+
+/// The DWARF numbers of the stack pointer, the frame pointer and the
+/// return address column, for test CFI.
+pub const DWARF_SP_FP_RA: [gimli::Register; 3] =
+    [gimli::AArch64::SP, gimli::AArch64::X29, gimli::AArch64::X30];

@@ -12,7 +12,9 @@
 //!   (JIT code calling through a call cell);
 //! - `call_in_frame(target)`: calls `target` with its own argument inside a
 //!   frame-pointer frame (a frame record on aarch64), and returns its result;
-//! - `trap_fill(code)`: fills `code` with traps (`int3`, `brk #0`).
+//! - `trap_fill(code)`: fills `code` with traps (`int3`, `brk #0`);
+//! - `DWARF_SP_FP_RA`: the CFI register numbers of the stack pointer, the
+//!   frame pointer and the return address column.
 //!
 //! ```
 //! use jitmap::{CodeInfo, ExecutionManager, HeapConfig, JitKind};

@@ -52,3 +52,8 @@ pub fn call_in_frame(target: usize) -> Vec<u8> {
     code.extend_from_slice(&[0xFF, 0xD0, 0x5D, 0xC3]);
     code
 }
+
+/// The DWARF numbers of the stack pointer, the frame pointer and the
+/// return address column, for test CFI.
+pub const DWARF_SP_FP_RA: [gimli::Register; 3] =
+    [gimli::X86_64::RSP, gimli::X86_64::RBP, gimli::X86_64::RA];

@@ -1,0 +1,91 @@
+/* aarch64 (AAPCS64) code for the C test hosts: little-endian words. */
+#include <stdint.h>
+#include <string.h>
+#include <ucontext.h>
+
+/* The interrupted pc, from a signal handler's context (glibc names the
+ * context's registers under _GNU_SOURCE only). */
+#ifdef _GNU_SOURCE
+static inline uintptr_t arch_context_pc(void *context) {
+    return (uintptr_t)((ucontext_t *)context)->uc_mcontext.pc;
+}
+#endif
+
+static inline size_t arch_word(uint8_t *out, size_t i, uint32_t word) {
+    memcpy(out + i, &word, 4);
+    return i + 4;
+}
+
+/* movz w<rd>, #lo; movk w<rd>, #hi, lsl 16 */
+static inline size_t arch_mov32(uint8_t *out, size_t i, unsigned rd, uint32_t value) {
+    i = arch_word(out, i, 0x52800000u | (value & 0xFFFFu) << 5 | rd);
+    return arch_word(out, i, 0x72A00000u | (value >> 16) << 5 | rd);
+}
+
+/* ldr x<rt>, <literal at byte offset `literal`>, written at `i`. */
+static inline size_t arch_ldr_literal(uint8_t *out, size_t i, unsigned rt, size_t literal) {
+    return arch_word(out, i, 0x58000000u | (uint32_t)((literal - i) / 4) << 5 | rt);
+}
+
+#define ARCH_RET 0xD65F03C0u
+#define ARCH_BRK 0xD4200000u
+#define ARCH_SUBS_W9_1 0x71000529u /* subs w9, w9, #1 */
+#define ARCH_BNE_BACK_1 0x54FFFFE1u /* b.ne to the previous instruction */
+
+/* movz w0, #id; movk w0, #id >> 16, lsl 16; movz w9 / movk w9 n;
+ * 1: subs w9, w9, #1; b.ne 1b; ret; then brk #0 up to `size`. */
+static inline size_t arch_method_code(uint8_t *out, uint32_t id, uint32_t n, size_t size) {
+    size_t i = arch_mov32(out, 0, 0, id);
+    i = arch_mov32(out, i, 9, n);
+    i = arch_word(out, i, ARCH_SUBS_W9_1);
+    i = arch_word(out, i, ARCH_BNE_BACK_1);
+    i = arch_word(out, i, ARCH_RET);
+    for (; i + 4 <= size; i += 4) {
+        arch_word(out, i, ARCH_BRK);
+    }
+    memset(out + i, 0, size - i);
+    return size;
+}
+
+/* Whether `start` begins a method of arch_method_code, and its id. */
+static inline int arch_method_id(const uint8_t *start, uint32_t *id) {
+    uint32_t lo, hi;
+    memcpy(&lo, start, 4);
+    memcpy(&hi, start + 4, 4);
+    *id = ((lo >> 5) & 0xFFFFu) | ((hi >> 5) & 0xFFFFu) << 16;
+    return (lo & 0xFFE0001Fu) == 0x52800000u && (hi & 0xFFE0001Fu) == 0x72A00000u;
+}
+
+/* A leaf that calls enter(context, id) and count(cell), then counts down
+ * its argument inside a frame record and returns id:
+ *   stp x29, x30, [sp, #-32]!; mov x29, sp; str x0, [sp, #16]
+ *   ldr x0, =context; mov w1, id; ldr x16, =enter; blr x16
+ *   ldr x0, =cell; ldr x16, =count; blr x16
+ *   ldr x9, [sp, #16]; 1: subs w9, w9, #1; b.ne 1b
+ *   mov w0, id; ldp x29, x30, [sp], #32; ret
+ * then the four literals. */
+static inline size_t arch_leaf_code(uint8_t *out, uint32_t id, uint64_t context, uint64_t enter,
+                             uint64_t cell, uint64_t count) {
+    const size_t literals = 72; /* after the 18 instructions, 8-aligned */
+    size_t i = arch_word(out, 0, 0xA9BE7BFDu);
+    i = arch_word(out, i, 0x910003FDu);
+    i = arch_word(out, i, 0xF9000BE0u);
+    i = arch_ldr_literal(out, i, 0, literals);
+    i = arch_mov32(out, i, 1, id);
+    i = arch_ldr_literal(out, i, 16, literals + 8);
+    i = arch_word(out, i, 0xD63F0200u); /* blr x16 */
+    i = arch_ldr_literal(out, i, 0, literals + 16);
+    i = arch_ldr_literal(out, i, 16, literals + 24);
+    i = arch_word(out, i, 0xD63F0200u);
+    i = arch_word(out, i, 0xF9400BE9u); /* ldr x9, [sp, #16] */
+    i = arch_word(out, i, ARCH_SUBS_W9_1);
+    i = arch_word(out, i, ARCH_BNE_BACK_1);
+    i = arch_mov32(out, i, 0, id);
+    i = arch_word(out, i, 0xA8C27BFDu); /* ldp x29, x30, [sp], #32 */
+    i = arch_word(out, i, ARCH_RET);
+    memcpy(out + i, &context, 8);
+    memcpy(out + i + 8, &enter, 8);
+    memcpy(out + i + 16, &cell, 8);
+    memcpy(out + i + 24, &count, 8);
+    return i + 32;
+}
