@@ -126,12 +126,11 @@ fn an_unknown_scenario_is_named() {
 /// stays quiet.
 #[test]
 fn a_profile_that_dropped_samples_says_so() {
-    if !cfg!(target_arch = "x86_64") {
-        return;
-    }
     let dir = std::env::temp_dir().join(format!("jitmap-sim-drops-{}", std::process::id()));
     let out = sim(&[
         "profile",
+        "--backend",
+        jitmap_testkit::e2e::NATIVE_DEMO_BACKEND,
         "--hz",
         "100000",
         "--clock",

@@ -26,6 +26,8 @@ fn serving(seconds: &str) -> Host {
     let mut child = Command::new(SIM)
         .args([
             "profile",
+            "--backend",
+            e2e::NATIVE_DEMO_BACKEND,
             "--clock",
             "wall",
             "--hz",

@@ -54,12 +54,15 @@ enum ClockArg {
 }
 
 pub fn run(o: Options) -> CliResult {
-    if !cfg!(target_arch = "x86_64") && (o.overhead || o.backend == DemoBackend::Iced) {
-        return Err(CliError::input(
-            "the iced demo (and --overhead, which runs it) is x86-64 code; on this machine use `--backend cranelift`",
-        ));
-    }
+    let x86_only = |what: &str| {
+        CliError::input(format!(
+            "{what} x86-64 code; on this machine use `--backend cranelift`"
+        ))
+    };
     if o.overhead {
+        if !cfg!(target_arch = "x86_64") {
+            return Err(x86_only("--overhead runs the iced demo, which is"));
+        }
         return overhead(o.seconds);
     }
     let dir = o.out.prepare()?;
@@ -70,6 +73,9 @@ pub fn run(o: Options) -> CliResult {
     let manager = jitmap::ExecutionManager::new(16);
     let perf = jitmap::perf::PerfOutput::from_env(&manager).map_err(CliError::input)?;
     let serve = super::run::loopback(o.serve)?;
+    if !cfg!(target_arch = "x86_64") && o.backend == DemoBackend::Iced {
+        return Err(x86_only("the iced demo (the default backend) is"));
+    }
     let run = profile::run_with(
         &manager,
         o.backend,
