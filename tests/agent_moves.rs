@@ -5,7 +5,6 @@
 //!
 //! On the old collector only current starts were searched for a frame the
 //! handler could not name: these samples ended as `[unattributed]`.
-#![cfg(target_arch = "x86_64")]
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -15,14 +14,10 @@ use jitmap::agent::{Agent, AgentConfig, Clock, SampleFrame};
 use jitmap::events::monotonic_ns;
 use jitmap::{CodeInfo, ExecutionManager, HeapConfig, JitKind};
 
-/// `fn(flag: *const u64)`: spins until `*flag` is not zero.
-/// `L: pause; mov rax, [rdi]; test rax, rax; jz L; ret`
-const SPIN: [u8; 11] = [
-    0xF3, 0x90, 0x48, 0x8B, 0x07, 0x48, 0x85, 0xC0, 0x74, 0xF6, 0xC3,
-];
-
 #[test]
 fn a_thread_held_in_a_moved_methods_old_copy_is_sampled_as_that_method() {
+    // `fn(flag: *const u64)`: spins until `*flag` is not zero.
+    let spin = jitmap_testkit::arch::spin_until_set();
     let manager = ExecutionManager::new(8);
     let heap = manager
         .create_heap(HeapConfig {
@@ -31,8 +26,8 @@ fn a_thread_held_in_a_moved_methods_old_copy_is_sampled_as_that_method() {
         })
         .unwrap();
     // A version that held the bytes before: published, freed, reclaimed.
-    let mut r = heap.reserve(SPIN.len() as u64).unwrap();
-    r.code_mut().copy_from_slice(&SPIN);
+    let mut r = heap.reserve(spin.len() as u64).unwrap();
+    r.code_mut().copy_from_slice(&spin);
     let earlier = r
         .publish(CodeInfo::new(1, "earlier", JitKind::Optimized))
         .unwrap();
@@ -52,13 +47,13 @@ fn a_thread_held_in_a_moved_methods_old_copy_is_sampled_as_that_method() {
         },
     )
     .unwrap();
-    let mut r = heap.reserve(SPIN.len() as u64).unwrap();
-    r.code_mut().copy_from_slice(&SPIN);
+    let mut r = heap.reserve(spin.len() as u64).unwrap();
+    r.code_mut().copy_from_slice(&spin);
     let held = r
         .publish(CodeInfo::new(2, "held", JitKind::Optimized))
         .unwrap();
     assert_eq!(held.start(), earlier.start(), "the same bytes, reused");
-    let old = held.start()..held.start() + SPIN.len();
+    let old = held.start()..held.start() + spin.len();
 
     let release = Arc::new(AtomicU64::new(0));
     let entered = Arc::new(AtomicBool::new(false));
@@ -70,7 +65,7 @@ fn a_thread_held_in_a_moved_methods_old_copy_is_sampled_as_that_method() {
                 // quiescent point, after the call returns.
                 let executor = manager.register_executor().unwrap();
                 let attached = agent.attach_current_thread().unwrap();
-                // SAFETY: SPIN is a complete function of one pointer
+                // SAFETY: `spin` is a complete function of one pointer
                 // argument; this thread is an online executor, so its
                 // bytes stay while it runs them.
                 let spin: extern "C" fn(*const AtomicU64) =

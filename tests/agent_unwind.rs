@@ -11,7 +11,6 @@
 //! dwarf` samples this test binary, run again as a child whose agent
 //! profiles the workload, and `perf inject --jit` hands perf the methods'
 //! unwinding tables from the jitdump.
-#![cfg(target_arch = "x86_64")]
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -172,6 +171,9 @@ fn check(stack: &[&str], run: impl Fn(&Frameless)) {
 /// `jit_mid`.
 #[test]
 fn a_frameless_native_leaf_keeps_its_jit_caller() {
+    if !jitmap_testkit::e2e::runs_x86_64() {
+        return;
+    }
     check(&NATIVE_STACK, |f| {
         std::hint::black_box(f.native_leaf(200_000));
     });
@@ -180,6 +182,9 @@ fn a_frameless_native_leaf_keeps_its_jit_caller() {
 /// rbp holds garbage in `jit_mid_nofp`: the frame-pointer walk ends there.
 #[test]
 fn jit_code_without_frame_pointers_unwinds_by_its_cfi() {
+    if !jitmap_testkit::e2e::runs_x86_64() {
+        return;
+    }
     check(&JIT_STACK, |f| {
         std::hint::black_box(f.jit_without_fp(200_000));
     });
@@ -190,6 +195,9 @@ fn jit_code_without_frame_pointers_unwinds_by_its_cfi() {
 /// keep their exact stacks.
 #[test]
 fn a_moved_method_without_frame_pointers_keeps_its_unwind_rows() {
+    if !jitmap_testkit::e2e::runs_x86_64() {
+        return;
+    }
     let _one = one_agent();
     let (heap, mut f, dir) = workload();
     let rows_at = |start: usize| {
@@ -294,6 +302,9 @@ fn shares<'a, S: AsRef<str> + 'a>(
 /// have the same share in both within 3 points.
 #[test]
 fn perf_with_dwarf_unwinding_agrees_with_the_mixed_walk() {
+    if !jitmap_testkit::e2e::runs_x86_64() {
+        return;
+    }
     if let Some(out) = std::env::var_os(ORACLE_CHILD) {
         return oracle_child(Path::new(&out));
     }
@@ -454,6 +465,10 @@ fn call_lib(work: extern "C" fn(u64) -> u64, n: u64) -> u64 {
 /// `no_unwind_info`.
 #[test]
 fn rows_of_an_unloaded_object_never_step_the_object_loaded_in_its_place() {
+    if !cfg!(target_arch = "x86_64") {
+        println!("skipped on aarch64: the two C libraries save x86-64 registers (rbx, r12, r13)");
+        return;
+    }
     let _one = one_agent();
     let dir = std::env::temp_dir().join(format!("agent-reload-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

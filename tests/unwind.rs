@@ -1,19 +1,15 @@
 //! Unwinding through JIT frames: a method's `.eh_frame`, registered with the
 //! process's unwinder, lets a Rust panic raised in a function that JIT code
 //! called unwind through the JIT frame to a `catch_unwind` above it.
-#![cfg(target_arch = "x86_64")]
-
 use jitmap::heap::EhFrame as JitEhFrame;
 use jitmap::info::InfoError;
 use jitmap::{CodeHeap, CodeInfo, Domain, HeapConfig, HeapError, JitKind};
-use jitmap_testkit::frameless::{FRAME_POINTER_CFI, eh_frame};
+use jitmap_testkit::arch;
+use jitmap_testkit::frameless::eh_frame;
 
-/// `push rbp; mov rbp, rsp; mov rax, target; call rax; pop rbp; ret`
+/// Calls `target` inside a frame-pointer frame (a frame record on aarch64).
 fn calls(target: usize) -> Vec<u8> {
-    let mut code = vec![0x55, 0x48, 0x89, 0xE5, 0x48, 0xB8];
-    code.extend_from_slice(&(target as u64).to_le_bytes());
-    code.extend_from_slice(&[0xFF, 0xD0, 0x5D, 0xC3]);
-    code
+    arch::call_in_frame(target)
 }
 
 extern "C-unwind" fn boom() {
@@ -42,13 +38,13 @@ fn a_panic_unwinds_through_a_jit_frame() {
     let info = CodeInfo {
         eh_frame: Some(JitEhFrame {
             // [`calls`] keeps the frame-pointer convention.
-            frame: eh_frame(start, code.len() as u32, FRAME_POINTER_CFI),
+            frame: eh_frame(start, code.len() as u32, arch::CALL_IN_FRAME_CFI),
             header: Box::new([]),
         }),
         ..CodeInfo::new(1, "calls_boom", JitKind::Optimized)
     };
     let published = r.publish(info).unwrap();
-    // SAFETY: a complete sysv64 function with its unwind info registered; it
+    // SAFETY: a complete C function with its unwind info registered; it
     // calls `boom`, whose panic unwinds through it.
     let jit: extern "C-unwind" fn() = unsafe { std::mem::transmute(start) };
     for _ in 0..3 {
@@ -125,9 +121,10 @@ fn published_cfi_becomes_the_methods_unwind_rows() {
             ..HeapConfig::default()
         })
         .unwrap();
-    let mut r = heap.reserve(18).unwrap();
-    r.code_mut().fill(0x90);
-    let frame = eh_frame(r.address(), 18, FRAME_POINTER_CFI);
+    let body = arch::call_in_frame(0);
+    let mut r = heap.reserve(body.len() as u64).unwrap();
+    r.code_mut().copy_from_slice(&body);
+    let frame = eh_frame(r.address(), body.len() as u32, arch::CALL_IN_FRAME_CFI);
     let code = r
         .publish(CodeInfo {
             eh_frame: Some(JitEhFrame {
@@ -148,11 +145,28 @@ fn published_cfi_becomes_the_methods_unwind_rows() {
         kind: UnwindRow::RULE,
         base,
         fp_rule,
-        has_ra: 1,
+        has_ra: UnwindRow::RA_AT,
     };
     let (sp, fp) = (UnwindRow::BASE_SP, UnwindRow::BASE_FP);
-    assert_eq!(
-        block.unwind_rows(),
+    let expected = if arch::ENTRY_CFA == 0 {
+        // aarch64: at entry and at `ret` the CFA is sp and the return
+        // address is in x30.
+        let link = |offset| UnwindRow {
+            offset,
+            kind: UnwindRow::RULE,
+            has_ra: UnwindRow::RA_LINK,
+            ..UnwindRow::default()
+        };
+        [
+            link(0),
+            // After `stp x29, x30, [sp, #-16]!`.
+            rule(4, 16, -16, sp, UnwindRow::FP_AT),
+            // After `mov x29, sp`.
+            rule(8, 16, -16, fp, UnwindRow::FP_AT),
+            // After `ldp x29, x30, [sp], #16`, at `ret`.
+            link(20),
+        ]
+    } else {
         [
             // At entry: the return address on top.
             rule(0, 8, 0, sp, UnwindRow::FP_SAME),
@@ -163,7 +177,8 @@ fn published_cfi_becomes_the_methods_unwind_rows() {
             // After `pop rbp`, at `ret`.
             rule(17, 8, 0, sp, UnwindRow::FP_SAME),
         ]
-    );
+    };
+    assert_eq!(block.unwind_rows(), expected);
     // A method without `.eh_frame` has none.
     let mut r = heap.reserve(1).unwrap();
     r.code_mut()[0] = 0xC3;

@@ -395,9 +395,11 @@ fn publish(
     Ok(r.publish(info)?)
 }
 
-/// An `.eh_frame` for code of `len` bytes at `start` (this architecture's
-/// register numbers, `arch::DWARF_SP_FP_RA`): one CIE (CFA =
-/// rsp+8, return address at CFA-8) and one FDE with `rows`.
+/// An `.eh_frame` for code of `len` bytes at `start`, in this
+/// architecture's registers (`arch::DWARF_SP_FP_RA`): one CIE (x86-64:
+/// CFA = rsp+8, the return address at CFA-8; aarch64: CFA = sp, the return
+/// address in x30, saved at CFA-8 with the frame record) and one FDE with
+/// `rows`.
 ///
 /// ```
 /// use jitmap_testkit::frameless::{FRAME_POINTER_CFI, eh_frame};
@@ -413,8 +415,14 @@ pub fn eh_frame(start: usize, len: u32, rows: Cfi) -> Box<[u8]> {
     };
     let [sp, fp, ra] = crate::arch::DWARF_SP_FP_RA;
     let mut cie = CommonInformationEntry::new(encoding, 1, -8, ra);
-    cie.add_instruction(CallFrameInstruction::Cfa(sp, 8));
-    cie.add_instruction(CallFrameInstruction::Offset(ra, -8));
+    cie.add_instruction(CallFrameInstruction::Cfa(sp, crate::arch::ENTRY_CFA));
+    // Where a call pushes the return address, it is below the CFA; where it
+    // leaves it in the link register, it stays there until the frame
+    // record saves it.
+    let ra_in_record = crate::arch::ENTRY_CFA == 0;
+    if !ra_in_record {
+        cie.add_instruction(CallFrameInstruction::Offset(ra, -8));
+    }
     let mut table = FrameTable::default();
     let cie = table.add_cie(cie);
     let mut fde = FrameDescriptionEntry::new(Address::Constant(start as u64), len);
@@ -424,8 +432,14 @@ pub fn eh_frame(start: usize, len: u32, rows: Cfi) -> Box<[u8]> {
         fde.add_instruction(offset, CallFrameInstruction::Cfa(base, cfa));
         if rbp_saved && !saved {
             fde.add_instruction(offset, CallFrameInstruction::Offset(fp, -16));
+            if ra_in_record {
+                fde.add_instruction(offset, CallFrameInstruction::Offset(ra, -8));
+            }
         } else if !rbp_saved && saved {
             fde.add_instruction(offset, CallFrameInstruction::Restore(fp));
+            if ra_in_record {
+                fde.add_instruction(offset, CallFrameInstruction::Restore(ra));
+            }
         }
         saved = rbp_saved;
     }

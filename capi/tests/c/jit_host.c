@@ -191,6 +191,9 @@ int main(void) {
     if (mode && strcmp(mode, "wx") == 0) {
         config.mode = JITMAP_MEMORY_WRITE_XOR_EXECUTE;
     }
+    if (mode && strcmp(mode, "flip") == 0) {
+        config.mode = JITMAP_MEMORY_FLIP_ON_PUBLISH;
+    }
     if (getenv("JIT_HOST_V1")) {
         config.map_version = 1;
     }

@@ -462,35 +462,38 @@ int main(void) {
     EXPECT(jitmap_profile_write(profile, 4, "/tmp/x"), JITMAP_STATUS_BAD_ARGUMENT);
     OK(jitmap_profile_destroy(profile));
 
-    /* 1,024 threads attached at once, process-wide; the next is refused. */
-    jitmap_manager *crowded;
-    OK(jitmap_manager_create(CROWD + 8, &crowded));
-    jitmap_agent_config light = ac;
-    light.hz = 1;
-    light.ring_capacity = 1;
-    light.probe_capacity = 1;
-    OK(jitmap_agent_start(crowded, &light, &crowd_agent));
-    pthread_barrier_init(&attached_all, NULL, CROWD);
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setstacksize(&attr, 256 << 10);
-    pthread_t *crowd = malloc(sizeof(pthread_t) * CROWD);
-    for (size_t i = 0; i < CROWD; i++) {
-        pthread_create(&crowd[i], &attr, crowd_member, (void *)i);
+    /* 1,024 threads attached at once, process-wide; the next is refused.
+     * (MISUSE_NO_CROWD: under an emulator with fewer POSIX timers.) */
+    if (!getenv("MISUSE_NO_CROWD")) {
+        jitmap_manager *crowded;
+        OK(jitmap_manager_create(CROWD + 8, &crowded));
+        jitmap_agent_config light = ac;
+        light.hz = 1;
+        light.ring_capacity = 1;
+        light.probe_capacity = 1;
+        OK(jitmap_agent_start(crowded, &light, &crowd_agent));
+        pthread_barrier_init(&attached_all, NULL, CROWD);
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setstacksize(&attr, 256 << 10);
+        pthread_t *crowd = malloc(sizeof(pthread_t) * CROWD);
+        for (size_t i = 0; i < CROWD; i++) {
+            pthread_create(&crowd[i], &attr, crowd_member, (void *)i);
+        }
+        size_t attached = 0, refused = 0;
+        for (size_t i = 0; i < CROWD; i++) {
+            pthread_join(crowd[i], NULL);
+            if (crowd_status[i] == JITMAP_STATUS_OK) attached++;
+            if (crowd_status[i] == JITMAP_STATUS_TOO_MANY_THREADS) refused++;
+            if (crowd_status[i] != JITMAP_STATUS_OK) EXPECT(crowd_status[i], JITMAP_STATUS_TOO_MANY_THREADS);
+        }
+        CHECK(attached == 1024 && refused == CROWD - 1024);
+        free(crowd);
+        pthread_barrier_destroy(&attached_all);
+        OK(jitmap_agent_stop(crowd_agent, &profile));
+        OK(jitmap_profile_destroy(profile));
+        OK(jitmap_manager_destroy(crowded));
     }
-    size_t attached = 0, refused = 0;
-    for (size_t i = 0; i < CROWD; i++) {
-        pthread_join(crowd[i], NULL);
-        if (crowd_status[i] == JITMAP_STATUS_OK) attached++;
-        if (crowd_status[i] == JITMAP_STATUS_TOO_MANY_THREADS) refused++;
-        if (crowd_status[i] != JITMAP_STATUS_OK) EXPECT(crowd_status[i], JITMAP_STATUS_TOO_MANY_THREADS);
-    }
-    CHECK(attached == 1024 && refused == CROWD - 1024);
-    free(crowd);
-    pthread_barrier_destroy(&attached_all);
-    OK(jitmap_agent_stop(crowd_agent, &profile));
-    OK(jitmap_profile_destroy(profile));
-    OK(jitmap_manager_destroy(crowded));
 
     /* Perf output: one directory per process. */
     const char *perf_dir = getenv("MISUSE_PERF_DIR");
@@ -518,7 +521,8 @@ int main(void) {
     for (int i = 0; i < STATUSES; i++) {
         if (reached[i]) {
             printf(" %s", jitmap_status_name((uint32_t)i));
-        } else if (i != JITMAP_STATUS_INTERNAL) {
+        } else if (i != JITMAP_STATUS_INTERNAL &&
+                   !(i == JITMAP_STATUS_TOO_MANY_THREADS && getenv("MISUSE_NO_CROWD"))) {
             fprintf(stderr, "never reached: %s\n", jitmap_status_name((uint32_t)i));
             missing++;
         }

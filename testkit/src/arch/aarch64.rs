@@ -86,3 +86,22 @@ pub fn call_in_frame(target: usize) -> Vec<u8> {
 /// return address column, for test CFI.
 pub const DWARF_SP_FP_RA: [gimli::Register; 3] =
     [gimli::AArch64::SP, gimli::AArch64::X29, gimli::AArch64::X30];
+
+/// The CFA at a function's first instruction, from the stack pointer.
+pub const ENTRY_CFA: i32 = 0;
+
+/// The CFI of [`call_in_frame`]: at entry CFA = sp (x30 holds the return
+/// address); after the `stp` at 0 the record is at sp, CFA = sp + 16; after
+/// `mov x29, sp` at 4, CFA = x29 + 16; after the `ldp` at 16, CFA = sp again.
+pub const CALL_IN_FRAME_CFI: crate::frameless::Cfi = &[
+    (0, false, 0, false),
+    (4, false, 16, true),
+    (8, true, 16, true),
+    (20, false, 0, false),
+];
+
+/// `fn(flag: *const u64)`: spins until `*flag` is not zero.
+/// `l: yield; ldr x1, [x0]; cbz x1, l; ret`
+pub fn spin_until_set() -> Vec<u8> {
+    words(&[0xD503_203F, 0xF940_0001, 0xB4FF_FFC1, RET])
+}

@@ -7,6 +7,8 @@
 //! - `set_returned(code, value)`: rewrites what a `returns` body returns, in
 //!   place, changing as few bytes as it can (a patch);
 //! - `spin_then_return(n, value)`: counts `n` down to zero, then returns `value`;
+//! - `spin_until_set()`: a function of one pointer that spins until the
+//!   word there is not zero;
 //! - `add_loop(count, step)`: adds `step` `count` times, returns the sum;
 //! - `jump_through(cell)`: tail-jumps to the address held in the word at `cell`
 //!   (JIT code calling through a call cell);
@@ -14,7 +16,8 @@
 //!   frame-pointer frame (a frame record on aarch64), and returns its result;
 //! - `trap_fill(code)`: fills `code` with traps (`int3`, `brk #0`);
 //! - `DWARF_SP_FP_RA`: the CFI register numbers of the stack pointer, the
-//!   frame pointer and the return address column.
+//!   frame pointer and the return address column; `ENTRY_CFA`, the CFA at a
+//!   function's entry; `CALL_IN_FRAME_CFI`, the rows of `call_in_frame`.
 //!
 //! ```
 //! use jitmap::{CodeInfo, ExecutionManager, HeapConfig, JitKind};

@@ -57,3 +57,19 @@ pub fn call_in_frame(target: usize) -> Vec<u8> {
 /// return address column, for test CFI.
 pub const DWARF_SP_FP_RA: [gimli::Register; 3] =
     [gimli::X86_64::RSP, gimli::X86_64::RBP, gimli::X86_64::RA];
+
+/// The CFA at a function's first instruction, from the stack pointer.
+pub const ENTRY_CFA: i32 = 8;
+
+/// The CFI of [`call_in_frame`] (the rows of `frameless::FRAME_POINTER_CFI`):
+/// `push rbp` (1 byte), `mov rbp, rsp` (3), `mov rax, imm64` (10), `call rax`
+/// (2), `pop rbp` at 16, `ret` at 17.
+pub const CALL_IN_FRAME_CFI: crate::frameless::Cfi = crate::frameless::FRAME_POINTER_CFI;
+
+/// `fn(flag: *const u64)`: spins until `*flag` is not zero.
+/// `l: pause; mov rax, [rdi]; test rax, rax; jz l; ret`
+pub fn spin_until_set() -> Vec<u8> {
+    vec![
+        0xF3, 0x90, 0x48, 0x8B, 0x07, 0x48, 0x85, 0xC0, 0x74, 0xF6, 0xC3,
+    ]
+}
