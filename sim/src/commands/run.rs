@@ -2,7 +2,7 @@
 
 use std::io::IsTerminal;
 
-use jitmap::MapVersion;
+use jitmap::{MapVersion, MemoryMode};
 use jitmap_args::{
     CliError, CliResult, Hz, OutDir, Outcome, Seconds, Threads, dropped_warning, emit,
 };
@@ -30,8 +30,11 @@ pub struct Options {
     #[arg(long, default_value = "v2")]
     map: MapVersion,
     /// W^X heaps (a write view and an execute view).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "flip")]
     wx: bool,
+    /// Flip-on-publish heaps: writable until published, then read-execute.
+    #[arg(long)]
+    flip: bool,
     /// Executor threads.
     #[arg(long, default_value = "2", allow_negative_numbers = true)]
     threads: Threads,
@@ -80,7 +83,11 @@ pub fn run(o: Options) -> CliResult {
         duration: o.seconds.duration(),
         seed: o.seed,
         version: o.map,
-        wx: o.wx,
+        mode: match (o.wx, o.flip) {
+            (true, _) => MemoryMode::WriteXorExecute,
+            (_, true) => MemoryMode::FlipOnPublish,
+            _ => MemoryMode::Rwx,
+        },
         threads: o.threads.get(),
         hz: o.hz.get(),
         serve: loopback(o.serve)?,

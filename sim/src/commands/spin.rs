@@ -59,11 +59,6 @@ fn perf_mode(s: &str) -> Result<PerfMode, String> {
 }
 
 pub fn run(o: Options) -> CliResult {
-    if !cfg!(target_arch = "x86_64") {
-        return Err(CliError::input(
-            "the demo functions are x86-64 machine code",
-        ));
-    }
     let span = spin::heap_span(o.functions, o.pad as usize);
     if span >= jitmap::nibble::encoding::MAX_SPAN {
         return Err(CliError::input(format!(
@@ -82,6 +77,11 @@ pub fn run(o: Options) -> CliResult {
         pad: o.pad as usize,
         name_width: o.name_width as usize,
     };
+    if !cfg!(target_arch = "x86_64") {
+        return Err(CliError::input(
+            "the spin functions are x86-64 machine code (on this machine, `jitmap-sim run` and `profile --backend cranelift` run)",
+        ));
+    }
     let mut config = PerfConfig::from_env().map_err(CliError::input)?;
     if let Some(mode) = o.perf {
         config.mode = mode;

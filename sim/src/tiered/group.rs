@@ -4,7 +4,6 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use jitmap::agent::CallCounters;
-use jitmap::heap::MemoryMode;
 use jitmap::{CallCell, CodeRef, ExecutionManager, HeapConfig, OwnedHeap};
 use parking_lot::Mutex;
 
@@ -83,11 +82,7 @@ impl Group {
             // Cranelift's methods and their trampolines take more room.
             span: (16 << 20) + filler_total + methods as u64 * 1024,
             version: config.version,
-            mode: if config.wx {
-                MemoryMode::WriteXorExecute
-            } else {
-                MemoryMode::Rwx
-            },
+            mode: config.mode,
             ..HeapConfig::default()
         };
         let code = match config.backend {

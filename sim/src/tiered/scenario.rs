@@ -159,8 +159,9 @@ pub struct RunConfig {
     pub seed: u64,
     /// Nibble-map version of every heap.
     pub version: MapVersion,
-    /// W^X heaps (a write view and an execute view).
-    pub wx: bool,
+    /// How every heap maps its code: RWX, W^X (a write view and an execute
+    /// view) or flipped to read-execute on publish.
+    pub mode: jitmap::MemoryMode,
     /// Executor threads (1 to 64).
     pub threads: usize,
     /// Agent sampling rate (wall clock).
