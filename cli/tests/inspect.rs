@@ -128,6 +128,9 @@ fn ip_args(pid: i32, ips: &[u64]) -> Vec<String> {
 }
 
 fn a_still_host_is_resolved_exactly_and_listed_whole() {
+    if !jitmap_testkit::e2e::runs_x86_64() {
+        return;
+    }
     let host = Host::spawn("still", &["--functions", "32", "--seconds", "60"]);
     let entries = host.perf_map(32);
     assert_eq!(entries.len(), 32);
@@ -204,6 +207,9 @@ fn a_still_host_is_resolved_exactly_and_listed_whole() {
 }
 
 fn a_churning_host_is_never_misnamed() {
+    if !jitmap_testkit::e2e::runs_x86_64() {
+        return;
+    }
     let host = Host::spawn(
         "churn",
         &[

@@ -12,6 +12,9 @@ const SIM: &str = env!("CARGO_BIN_EXE_jitmap-sim");
 
 #[test]
 fn killed_writer_leaves_a_valid_prefix() {
+    if !jitmap_testkit::e2e::runs_x86_64() {
+        return;
+    }
     let dir = temp_dir("crash");
     let mut child = Command::new(SIM)
         .args([
@@ -88,6 +91,9 @@ fn real_perf_names_jit_functions() {
 /// command says on stderr how many events each lost and why.
 #[test]
 fn outputs_cut_short_by_a_full_disk_are_reported_and_stay_valid() {
+    if !jitmap_testkit::e2e::runs_x86_64() {
+        return;
+    }
     let dir = temp_dir("full-disk-spin");
     // 64 KiB files. SIGXFSZ keeps its default action (end the process): the
     // writers fail a write past the limit with EFBIG, as a write to a full
