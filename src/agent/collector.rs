@@ -163,6 +163,8 @@ struct Pending {
     tid: u32,
     begin_ns: u64,
     end_ns: u64,
+    /// The timer expirations it stands for (1 + the signal's overrun).
+    weight: u32,
     frames: Vec<RawFrame>,
 }
 
@@ -212,6 +214,8 @@ pub(crate) struct Collector {
     stacks: HashMap<Vec<FrameKey>, u64>,
     pending: Vec<Pending>,
     samples: u64,
+    /// Timer expirations the samples stand for (each 1 + its overrun).
+    periods: u64,
     unattributed: u64,
     probes: ProbeCounts,
     kept_samples: Vec<Sample>,
@@ -233,6 +237,7 @@ struct Window {
     end_ns: u64,
     stacks: HashMap<Vec<FrameKey>, u64>,
     samples: u64,
+    periods: u64,
     unattributed: u64,
 }
 
@@ -291,6 +296,7 @@ impl Collector {
             stacks: HashMap::new(),
             pending: Vec::new(),
             samples: 0,
+            periods: 0,
             unattributed: 0,
             probes: ProbeCounts::default(),
             kept_samples: Vec::new(),
@@ -335,6 +341,7 @@ impl Collector {
                         tid: record.tid,
                         begin_ns: h.begin_ns,
                         end_ns: h.end_ns,
+                        weight: h.weight.max(1),
                         frames: frames[..h.depth as usize].to_vec(),
                     })
                 })
@@ -758,22 +765,26 @@ impl Collector {
                 kept.push(frame);
             }
         }
+        let weight = u64::from(sample.weight);
         self.samples += 1;
+        self.periods += weight;
         let unattributed = keys.first() == Some(&FrameKey::Unattributed);
         self.unattributed += u64::from(unattributed);
         if let Some(w) = &mut self.window
             && (w.begin_ns..=w.end_ns).contains(&sample.end_ns)
         {
             w.samples += 1;
+            w.periods += weight;
             w.unattributed += u64::from(unattributed);
-            *w.stacks.entry(keys.clone()).or_default() += 1;
+            *w.stacks.entry(keys.clone()).or_default() += weight;
         }
-        *self.stacks.entry(keys).or_default() += 1;
+        *self.stacks.entry(keys).or_default() += weight;
         if self.keep {
             self.kept_samples.push(Sample {
                 tid: sample.tid,
                 begin_ns: sample.begin_ns,
                 end_ns: sample.end_ns,
+                weight: sample.weight,
                 frames: kept,
             });
         }
@@ -856,13 +867,14 @@ impl Collector {
     pub(crate) fn finish(mut self, base: Profile) -> Profile {
         for sample in std::mem::take(&mut self.pending) {
             self.samples += 1;
+            self.periods += u64::from(sample.weight);
             self.unattributed += 1;
             let keys = sample
                 .frames
                 .iter()
                 .map(|_| FrameKey::Unattributed)
                 .collect();
-            *self.stacks.entry(keys).or_default() += 1;
+            *self.stacks.entry(keys).or_default() += u64::from(sample.weight);
         }
         let live: std::collections::HashSet<usize> = self
             .known
@@ -877,6 +889,8 @@ impl Collector {
         let stacks = named_stacks(&self.methods, &self.image_names, &self.names, &self.stacks);
         Profile {
             samples: self.samples,
+            periods: self.periods,
+            coalesced: self.periods - self.samples,
             unattributed: self.unattributed,
             stacks,
             methods: self.methods,
@@ -922,6 +936,7 @@ impl Collector {
             end_ns: u64::MAX,
             stacks: HashMap::new(),
             samples: 0,
+            periods: 0,
             unattributed: 0,
         });
     }
@@ -945,6 +960,8 @@ impl Collector {
         Some(Profile {
             duration,
             samples: w.samples,
+            periods: w.periods,
+            coalesced: w.periods - w.samples,
             taken: w.samples,
             unattributed: w.unattributed,
             stacks,
@@ -1114,6 +1131,7 @@ mod tests {
             tid: 1,
             begin_ns: end_ns,
             end_ns,
+            weight: 1,
             frames: vec![RawFrame {
                 kind,
                 addr,
@@ -1278,6 +1296,33 @@ mod tests {
         assert_eq!(c.occupant_at(0x8010, 40), Some((block(2), 0x8000)));
     }
 
+    /// A sample whose signal the kernel coalesced with others counts each
+    /// expiration: its stack, the periods and the coalesced count grow by
+    /// its weight; the samples by one.
+    #[test]
+    fn a_coalesced_signal_counts_every_period_it_stands_for() {
+        let mut c = Collector::new(true, 16, [], Vec::new());
+        c.open_window(0);
+        let plain = one_frame(FrameKind::Native, 0x10, 0, 5);
+        let coalesced = Pending {
+            weight: 4,
+            ..one_frame(FrameKind::Native, 0x10, 0, 6)
+        };
+        assert!(c.add(&plain) && c.add(&coalesced));
+        assert_eq!((c.samples, c.periods), (2, 5));
+        assert_eq!(c.stacks.values().copied().collect::<Vec<_>>(), [5]);
+        assert_eq!(
+            c.kept_samples.iter().map(|s| s.weight).collect::<Vec<_>>(),
+            [1, 4]
+        );
+        let window = c.take_window(std::time::Duration::from_secs(1)).unwrap();
+        assert_eq!((window.samples, window.periods, window.coalesced), (2, 5, 3));
+        assert_eq!(window.stacks[0].count, 5);
+        let profile = c.finish(Profile::default());
+        assert_eq!((profile.samples, profile.periods, profile.coalesced), (2, 5, 3));
+        assert_eq!(profile.summary()[0].self_share, 1.0);
+    }
+
     /// An image unloaded while the agent started, and another loaded at
     /// its base: the unload names the first by identity, so the second,
     /// listed at the start and announced again, stays known. (On the old
@@ -1353,6 +1398,7 @@ mod tests {
             tid: 1,
             begin_ns: 1,
             end_ns: 2,
+            weight: 1,
             frames: vec![frame(leaf), frame(caller)],
         }
     }
@@ -1462,6 +1508,7 @@ mod tests {
             tid: 1,
             begin_ns: 0,
             end_ns: 0,
+            weight: 1,
             frames: vec![SampleFrame::Jit {
                 addr: 0x5010,
                 method: 4,

@@ -136,8 +136,10 @@ impl Profile {
             .map_err(|e| io::Error::other(e.to_string()))
     }
 
-    /// The profile as a pprof message: sample types `samples/count` and
-    /// `cpu/nanoseconds` (count × `period_ns`), one function per name, and
+    /// The profile as a pprof message: sample types `samples/count` (the
+    /// periods each stack stands for: a coalesced signal counts its
+    /// overrun too) and `cpu/nanoseconds` or, on the wall clock,
+    /// `wall/nanoseconds` (count × `period_ns`), one function per name, and
     /// one location per function with the helpers inlined into it there
     /// (frames marked [`INLINED`]) as its lines, innermost first.
     pub fn to_pprof(&self, period_ns: u64) -> proto::Profile {
@@ -153,11 +155,15 @@ impl Profile {
             id
         };
         let value_type = |t: i64, u: i64| proto::ValueType { r#type: t, unit: u };
+        let time = match self.clock {
+            super::Clock::Cpu => "cpu",
+            super::Clock::Wall => "wall",
+        };
         let sample_type = vec![
             value_type(intern("samples"), intern("count")),
-            value_type(intern("cpu"), intern("nanoseconds")),
+            value_type(intern(time), intern("nanoseconds")),
         ];
-        let period_type = Some(value_type(intern("cpu"), intern("nanoseconds")));
+        let period_type = Some(value_type(intern(time), intern("nanoseconds")));
         let mut function = Vec::new();
         let mut function_ids: HashMap<&str, u64> = HashMap::new();
         let mut location = Vec::new();
@@ -300,5 +306,34 @@ mod tests {
             .collect();
         assert_eq!(second, [vec!["spin"], vec!["main"]]);
         assert_eq!(pprof.sample[0].value, [3, 3000]);
+        let name = |id: i64| pprof.string_table[id as usize].as_str();
+        let types: Vec<(&str, &str)> = pprof
+            .sample_type
+            .iter()
+            .map(|t| (name(t.r#type), name(t.unit)))
+            .collect();
+        assert_eq!(types, [("samples", "count"), ("cpu", "nanoseconds")]);
+    }
+
+    /// A wall-clock profile's time is wall time, in its sample type and
+    /// its period type.
+    #[test]
+    fn a_wall_clock_profile_says_wall_nanoseconds() {
+        let profile = Profile {
+            samples: 1,
+            clock: crate::agent::Clock::Wall,
+            stacks: vec![Stack {
+                frames: vec!["main".into()],
+                count: 4,
+            }],
+            ..Profile::default()
+        };
+        let pprof = profile.to_pprof(1000);
+        let name = |id: i64| pprof.string_table[id as usize].as_str();
+        let time = &pprof.sample_type[1];
+        assert_eq!((name(time.r#type), name(time.unit)), ("wall", "nanoseconds"));
+        let period = pprof.period_type.unwrap();
+        assert_eq!((name(period.r#type), name(period.unit)), ("wall", "nanoseconds"));
+        assert_eq!(pprof.sample[0].value, [4, 4000]);
     }
 }

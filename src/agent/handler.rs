@@ -69,8 +69,15 @@ pub(crate) extern "C" fn on_signal(
         Some(record) if record.magic == RECORD_MAGIC => {
             // SAFETY: the kernel passes a valid ucontext_t.
             let regs = unsafe { arch::registers(context) };
+            // The expirations this one signal stands for: the timer's
+            // overrun counts those that came while the signal was still
+            // pending (a thread waiting for a CPU, a CPU timer that fires
+            // once per scheduler tick). SAFETY: an SI_TIMER siginfo has its
+            // timer fields.
+            let overrun = unsafe { (*info).si_overrun() };
+            let weight = 1u32.saturating_add(u32::try_from(overrun).unwrap_or(0));
             if record.owns_stack_of(regs) {
-                sample(record, regs);
+                sample(record, regs, weight);
             } else {
                 // Not on the thread's own stack (a fiber, a sigaltstack, or
                 // another thread): its ring has one producer, the thread on
@@ -115,13 +122,14 @@ fn pass_on(signal: libc::c_int, info: *mut libc::siginfo_t, context: *mut libc::
     }
 }
 
-/// Takes one sample of the interrupted thread into its ring.
-pub(crate) fn sample(record: &ThreadRecord, regs: Registers) {
+/// Takes one sample of the interrupted thread into its ring, standing for
+/// `weight` timer expirations.
+pub(crate) fn sample(record: &ThreadRecord, regs: Registers, weight: u32) {
     // Relaxed: a statistic; `fetch_add` because a synchronous sample on the
     // same thread may be between its own load and store.
     record.taken.fetch_add(1, Ordering::Relaxed);
     if enter_producer(record) {
-        push_sample(record, regs);
+        push_sample(record, regs, weight);
         leave_producer(record);
     }
 }
@@ -134,7 +142,7 @@ pub(crate) fn sample_synchronously(record: &ThreadRecord) {
     // Relaxed: as in `sample`.
     record.taken.fetch_add(1, Ordering::Relaxed);
     if enter_producer(record) {
-        push_sample(record, arch::current_registers());
+        push_sample(record, arch::current_registers(), 1);
         leave_producer(record);
     }
 }
@@ -171,7 +179,7 @@ fn leave_producer(record: &ThreadRecord) {
 
 /// Pins, walks and pushes one sample; the caller is the ring's only producer.
 #[inline(always)]
-fn push_sample(record: &ThreadRecord, regs: Registers) {
+fn push_sample(record: &ThreadRecord, regs: Registers, weight: u32) {
     let Ok(guard) = record.manager.pin(&record.reader.0) else {
         // Nested too deeply to pin: count the sample as dropped.
         record.samples.count_drop();
@@ -191,6 +199,7 @@ fn push_sample(record: &ThreadRecord, regs: Registers) {
                 begin_ns,
                 end_ns: crate::events::monotonic_ns(),
                 depth: walked.depth as u32,
+                weight,
                 end: walked.end as u8,
                 native_from: walked.native_from,
                 rows_loader: walked.rows_loader,

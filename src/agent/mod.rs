@@ -237,6 +237,10 @@ impl Shared {
         collector
             .as_mut()
             .and_then(|c| c.take_window(started.elapsed()))
+            .map(|window| Profile {
+                clock: self.config.clock,
+                ..window
+            })
             .ok_or(AgentError::Stopped)
     }
 
@@ -585,6 +589,7 @@ impl Agent {
         let threads = self.shared.threads.lock();
         let mut base = Profile {
             duration: self.started.elapsed(),
+            clock: self.shared.config.clock,
             threads: threads.totals.threads + threads.list.len(),
             ring_bytes_per_thread: self.ring_bytes,
             taken: threads.totals.taken,

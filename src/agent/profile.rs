@@ -105,6 +105,8 @@ pub struct Sample {
     pub begin_ns: u64,
     /// CLOCK_MONOTONIC ns after its last lookup.
     pub end_ns: u64,
+    /// The timer expirations it stands for: 1 plus the signal's overrun.
+    pub weight: u32,
     /// Frames, innermost first.
     pub frames: Vec<SampleFrame>,
 }
@@ -205,8 +207,21 @@ pub struct Profile {
     pub duration: Duration,
     /// Signals the handlers ran for.
     pub taken: u64,
-    /// Samples in the profile.
+    /// Samples in the profile (signals whose walk was recorded).
     pub samples: u64,
+    /// The timer expirations those samples stand for: each sample counts 1
+    /// plus its signal's overrun, the expirations the kernel coalesced into
+    /// it while it was pending (a thread waiting for a CPU under the wall
+    /// clock; a CPU timer faster than the scheduler's tick). The stacks'
+    /// counts add up to this; 0 in a profile built by hand, whose counts
+    /// are its samples.
+    pub periods: u64,
+    /// How many of `periods` came from coalesced signals (`periods -
+    /// samples`).
+    pub coalesced: u64,
+    /// The clock the timers ran on: what a period measures (CPU or wall
+    /// time), and so the pprof's sample type.
+    pub clock: super::Clock,
     /// Samples lost: a full ring, or a handler that could not pin.
     pub dropped: u64,
     /// Samples whose pc was in a heap or image but in no method or stub.
@@ -237,6 +252,16 @@ pub struct Profile {
 }
 
 impl Profile {
+    /// What the stacks' counts add up to: the periods (the samples in a
+    /// profile built by hand, which has none).
+    pub fn counted(&self) -> u64 {
+        if self.periods == 0 {
+            self.samples
+        } else {
+            self.periods
+        }
+    }
+
     /// Self and total samples of every frame name, most self samples first
     /// (then most total samples, then by name).
     pub fn summary(&self) -> Vec<MethodSummary> {
@@ -253,7 +278,7 @@ impl Profile {
                 }
             }
         }
-        let all = self.samples.max(1) as f64;
+        let all = self.counted().max(1) as f64;
         let mut summary: Vec<_> = by_name
             .into_iter()
             .map(|(name, (own, total))| MethodSummary {
@@ -315,6 +340,12 @@ impl Profile {
             out,
             "samples: {} in {:.2} s on {} thread(s); taken {}, dropped {}, unattributed {}",
             self.samples, secs, self.threads, self.taken, self.dropped, self.unattributed
+        );
+        let _ = writeln!(
+            out,
+            "periods: {} counted, {} of them from coalesced signals (the timer's overrun)",
+            self.counted(),
+            self.coalesced
         );
         let _ = writeln!(
             out,

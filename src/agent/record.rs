@@ -57,6 +57,9 @@ pub(crate) struct SampleHeader {
     pub(crate) end_ns: u64,
     /// Frames recorded.
     pub(crate) depth: u32,
+    /// The timer expirations this sample stands for: 1 plus the signal's
+    /// overrun (expirations the kernel coalesced into it).
+    pub(crate) weight: u32,
     /// Why the walk ended ([`StackEnd`] as `u8`).
     pub(crate) end: u8,
     /// The first frame whose caller was found by a native object's rows

@@ -100,7 +100,8 @@ pub fn run_with(
     })
 }
 
-/// The run as one JSON object: `samples`, `dropped`, `unattributed`, and
+/// The run as one JSON object: `samples`, `periods` (the timer expirations
+/// they stand for), `coalesced`, `dropped`, `unattributed`, and
 /// `methods` (`name`, `self_samples`, `total_samples`, `self_share`), plus the
 /// other counters.
 pub fn json(run: &ProfileRun) -> serde_json::Value {
@@ -108,6 +109,8 @@ pub fn json(run: &ProfileRun) -> serde_json::Value {
     let methods = methods_json(p);
     serde_json::json!({
         "samples": p.samples,
+        "periods": p.counted(),
+        "coalesced": p.coalesced,
         "dropped": p.dropped,
         "unattributed": p.unattributed,
         "taken": p.taken,

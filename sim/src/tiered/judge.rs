@@ -111,6 +111,7 @@ mod tests {
                     tid: 1,
                     begin_ns: end_ns - 1,
                     end_ns,
+                    weight: 1,
                     frames: vec![SampleFrame::Jit {
                         addr,
                         method: index,
