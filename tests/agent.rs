@@ -544,7 +544,7 @@ fn a_native_frame_is_its_function_with_its_inlined_helpers() {
             .stacks
             .iter()
             .map(|s| (s.frames.iter().map(String::as_str).collect(), s.count)),
-        profile.samples,
+        profile.counted(),
     );
     println!("{chains:#?}");
 }

@@ -24,7 +24,10 @@ fn thread_cpu_ns() -> u64 {
     // SAFETY: an all-zero rusage is valid; getrusage fills it.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: a valid out-pointer.
-    assert_eq!(unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) }, 0);
+    assert_eq!(
+        unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) },
+        0
+    );
     let ns = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1000;
     ns(usage.ru_utime) + ns(usage.ru_stime)
 }
@@ -65,7 +68,9 @@ fn run(threads: usize, clock: Clock, hz: u32, seconds: f64) -> Measured {
                 // Relaxed: a stop flag; no data rides on it.
                 while !stop.load(Ordering::Relaxed) {
                     for _ in 0..1000 {
-                        x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+                        x = std::hint::black_box(
+                            x.wrapping_mul(6364136223846793005).wrapping_add(1),
+                        );
                     }
                 }
                 let spent = match clock {
@@ -120,7 +125,18 @@ fn wall_time_of_64_threads_on_two_cores_is_counted_whole() {
     check("64 threads, wall clock, 1 kHz", &m, 1_000_000);
     // Sixty-four spinning threads on this machine's cores wait for a CPU
     // most of the time: most periods came from coalesced signals.
-    assert!(m.profile.coalesced > m.profile.samples, "{}", m.profile.report(3));
+    assert!(
+        m.profile.coalesced > m.profile.samples,
+        "{}",
+        m.profile.report(3)
+    );
+}
+
+#[test]
+fn wall_time_of_8_threads_on_two_cores_is_counted_whole() {
+    let _one = one_agent();
+    let m = run(8, Clock::Wall, 1000, 3.0);
+    check("8 threads, wall clock, 1 kHz", &m, 1_000_000);
 }
 
 #[test]

@@ -535,6 +535,20 @@ enum jitmap_status jitmap_profile_samples(struct jitmap_profile *profile,
                                           uint64_t *samples,
                                           uint64_t *dropped);
 
+// The timer expirations the profile's samples stand for: `periods` (each
+// sample counts 1 plus its signal's overrun, so the folded stacks' and the
+// pprof's counts add up to it) and `coalesced`, how many of them came from
+// signals the kernel coalesced (`periods - samples`). Either output may be
+// NULL.
+//
+// Not async-signal-safe.
+//
+// # Safety
+// Each of `periods`, `coalesced`: NULL or writable.
+enum jitmap_status jitmap_profile_periods(struct jitmap_profile *profile,
+                                          uint64_t *periods,
+                                          uint64_t *coalesced);
+
 // Destroys a profile.
 //
 // Not async-signal-safe.

@@ -327,6 +327,36 @@ pub unsafe extern "C" fn jitmap_profile_samples(
     })
 }
 
+/// The timer expirations the profile's samples stand for: `periods` (each
+/// sample counts 1 plus its signal's overrun, so the folded stacks' and the
+/// pprof's counts add up to it) and `coalesced`, how many of them came from
+/// signals the kernel coalesced (`periods - samples`). Either output may be
+/// NULL.
+///
+/// Not async-signal-safe.
+///
+/// # Safety
+/// Each of `periods`, `coalesced`: NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn jitmap_profile_periods(
+    profile: *mut jitmap_profile,
+    periods: *mut u64,
+    coalesced: *mut u64,
+) -> jitmap_status {
+    call(|| {
+        let p = handles::take::<ProfileObject>(bits(profile), Kind::Profile)?;
+        let profile = &p.get().profile;
+        // SAFETY (both): checked not NULL; writable by the caller's contract.
+        if !periods.is_null() {
+            unsafe { periods.write(profile.counted()) };
+        }
+        if !coalesced.is_null() {
+            unsafe { coalesced.write(profile.coalesced) };
+        }
+        Ok(())
+    })
+}
+
 /// Destroys a profile.
 ///
 /// Not async-signal-safe.

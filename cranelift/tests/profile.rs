@@ -166,7 +166,7 @@ fn leaves_get_their_share_and_their_exact_stack() {
         }
     }
     assert!(
-        in_leaves * 10 >= p.samples * 9,
+        in_leaves * 10 >= p.counted() * 9,
         "{in_leaves} of {}",
         p.samples
     );

@@ -106,7 +106,11 @@ fn go_tool_pprof_reads_the_leaves_shares() {
     let n: f64 = leaves.iter().sum();
     // Under qemu-user (aarch64) the demo's shares spread about 5 points
     // from run to run (sim/tests/agent_demo.rs says more).
-    let floor = if cfg!(target_arch = "x86_64") { 3.0 } else { 6.0 };
+    let floor = if cfg!(target_arch = "x86_64") {
+        3.0
+    } else {
+        6.0
+    };
     let tolerance = (200.0 / n.sqrt()).max(floor);
     let shares = normalized(leaves);
     for (share, expected) in shares.iter().zip([100.0 / 7.0, 200.0 / 7.0, 400.0 / 7.0]) {

@@ -1316,10 +1316,16 @@ mod tests {
             [1, 4]
         );
         let window = c.take_window(std::time::Duration::from_secs(1)).unwrap();
-        assert_eq!((window.samples, window.periods, window.coalesced), (2, 5, 3));
+        assert_eq!(
+            (window.samples, window.periods, window.coalesced),
+            (2, 5, 3)
+        );
         assert_eq!(window.stacks[0].count, 5);
         let profile = c.finish(Profile::default());
-        assert_eq!((profile.samples, profile.periods, profile.coalesced), (2, 5, 3));
+        assert_eq!(
+            (profile.samples, profile.periods, profile.coalesced),
+            (2, 5, 3)
+        );
         assert_eq!(profile.summary()[0].self_share, 1.0);
     }
 

@@ -331,9 +331,15 @@ mod tests {
         let pprof = profile.to_pprof(1000);
         let name = |id: i64| pprof.string_table[id as usize].as_str();
         let time = &pprof.sample_type[1];
-        assert_eq!((name(time.r#type), name(time.unit)), ("wall", "nanoseconds"));
+        assert_eq!(
+            (name(time.r#type), name(time.unit)),
+            ("wall", "nanoseconds")
+        );
         let period = pprof.period_type.unwrap();
-        assert_eq!((name(period.r#type), name(period.unit)), ("wall", "nanoseconds"));
+        assert_eq!(
+            (name(period.r#type), name(period.unit)),
+            ("wall", "nanoseconds")
+        );
         assert_eq!(pprof.sample[0].value, [4, 4000]);
     }
 }

@@ -26,6 +26,7 @@ pub mod frameless;
 pub mod inlined;
 pub mod jitcode;
 pub mod model;
+pub mod overhead;
 pub mod profile;
 pub use jitmap_demo::rng;
 pub mod signal_alloc;

@@ -5,13 +5,11 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use jitmap::ExecutionManager;
-use jitmap::agent::{Agent, AgentConfig, Clock, Profile, Unwind};
+use jitmap::agent::{Agent, AgentConfig, Clock, Profile};
 
 use crate::demo::{Demo, DemoBackend, PublishedDemo};
 use crate::rng::Rng;
-pub use jitmap_demo::output::{
-    BASE_ITERATIONS, median, methods_json, ratios, throughput, write_profile,
-};
+pub use jitmap_demo::output::{BASE_ITERATIONS, methods_json, write_profile};
 
 /// A profiled run of the demo.
 #[derive(Debug)]
@@ -135,116 +133,4 @@ pub fn write_outputs(run: &ProfileRun, dir: &Path) -> std::io::Result<()> {
         run.period_ns,
         dir,
     )
-}
-
-/// The demo's throughput with the agent at one rate, as a ratio to no agent
-/// in the same run, beside the floor: a timer at the same rate whose handler
-/// does nothing (the kernel's and the machine's cost of delivering signals).
-#[derive(Clone, Debug, PartialEq)]
-pub struct Overhead {
-    /// The sampling rate (wall clock).
-    pub hz: u32,
-    /// Throughput with the agent (its default, mixed unwinder) over
-    /// throughput without, per round.
-    pub ratios: Vec<f64>,
-    /// The same with the agent walking frame pointers only.
-    pub frame_pointer: Vec<f64>,
-    /// Throughput with an empty handler over throughput without, per round.
-    pub floor: Vec<f64>,
-}
-
-extern "C" fn empty_handler(_: libc::c_int) {}
-
-/// Runs `f` with a wall-clock timer on this thread sending SIGPROF `hz` times
-/// a second to a handler that does nothing; the previous disposition is
-/// restored after.
-fn with_empty_timer<R>(hz: u32, f: impl FnOnce() -> R) -> std::io::Result<R> {
-    // SAFETY: zeroed sigaction/sigevent are valid; the fields used are set; the
-    // handler is empty, so async-signal-safe; the timer is deleted before the
-    // previous disposition returns, and a pending signal is flushed by SIG_IGN.
-    unsafe {
-        let mut action: libc::sigaction = std::mem::zeroed();
-        action.sa_sigaction = empty_handler as *const () as libc::sighandler_t;
-        action.sa_flags = libc::SA_RESTART;
-        let mut previous: libc::sigaction = std::mem::zeroed();
-        if libc::sigaction(libc::SIGPROF, &action, &mut previous) != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        let mut event: libc::sigevent = std::mem::zeroed();
-        event.sigev_notify = libc::SIGEV_THREAD_ID;
-        event.sigev_signo = libc::SIGPROF;
-        event.sigev_notify_thread_id = libc::gettid();
-        let mut timer: libc::timer_t = std::ptr::null_mut();
-        if libc::timer_create(libc::CLOCK_MONOTONIC, &mut event, &mut timer) != 0 {
-            let e = std::io::Error::last_os_error();
-            libc::sigaction(libc::SIGPROF, &previous, std::ptr::null_mut());
-            return Err(e);
-        }
-        let period = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: (1_000_000_000 / hz.max(1)) as libc::c_long,
-        };
-        let spec = libc::itimerspec {
-            it_interval: period,
-            it_value: period,
-        };
-        libc::timer_settime(timer, 0, &spec, std::ptr::null_mut());
-        let result = f();
-        libc::timer_delete(timer);
-        let mut ignore: libc::sigaction = std::mem::zeroed();
-        ignore.sa_sigaction = libc::SIG_IGN;
-        libc::sigaction(libc::SIGPROF, &ignore, std::ptr::null_mut());
-        libc::sigaction(libc::SIGPROF, &previous, std::ptr::null_mut());
-        Ok(result)
-    }
-}
-
-/// Measures the agent's cost on the demo: `rounds` rounds, each running the
-/// demo for `slice` without the agent, then for each rate in `rates` with an
-/// empty-handler timer (the floor) and with the agent (wall clock, the thread
-/// attached), side by side.
-pub fn overhead(
-    manager: &ExecutionManager,
-    rates: &[u32],
-    slice: Duration,
-    rounds: usize,
-) -> Result<Vec<Overhead>, Box<dyn std::error::Error>> {
-    let demo = Demo::publish(manager)?;
-    let mut rng = Rng::new(7);
-    let mut out: Vec<Overhead> = rates
-        .iter()
-        .map(|&hz| Overhead {
-            hz,
-            ratios: Vec::new(),
-            frame_pointer: Vec::new(),
-            floor: Vec::new(),
-        })
-        .collect();
-    for _ in 0..rounds {
-        let base = throughput(&demo, slice, &mut rng);
-        for row in &mut out {
-            let empty = with_empty_timer(row.hz, || throughput(&demo, slice, &mut rng))?;
-            row.floor.push(empty / base);
-            for unwind in [Unwind::Mixed, Unwind::FramePointer] {
-                let agent = Agent::start(
-                    manager,
-                    AgentConfig {
-                        hz: row.hz,
-                        clock: Clock::Wall,
-                        unwind,
-                        ..AgentConfig::default()
-                    },
-                )?;
-                let attached = agent.attach_current_thread()?;
-                let with = throughput(&demo, slice, &mut rng);
-                drop(attached);
-                agent.stop();
-                match unwind {
-                    Unwind::Mixed => row.ratios.push(with / base),
-                    Unwind::FramePointer => row.frame_pointer.push(with / base),
-                }
-            }
-        }
-    }
-    Ok(out)
 }

@@ -6,7 +6,7 @@
  * code does: plain C functions, called by address from JIT code. The agent samples the thread; at the end the four outputs are
  * written to the directory given as the first argument. Runs 3 s.
  *
- * Prints "samples S dropped D crossed C"; the test reads the folded stacks.
+ * Prints "samples S periods P dropped D crossed C"; the test reads the folded stacks.
  */
 #define _GNU_SOURCE
 #include <stdint.h>
@@ -129,8 +129,15 @@ int main(int argc, char **argv) {
         snprintf(path, sizeof path, "%s/%s", argv[1], files[f]);
         CHECK(jitmap_profile_write(profile, formats[f], path));
     }
-    uint64_t samples, dropped;
+    uint64_t samples, dropped, periods, coalesced;
     CHECK(jitmap_profile_samples(profile, &samples, &dropped));
+    CHECK(jitmap_profile_periods(profile, &periods, &coalesced));
+    if (periods != samples + coalesced) {
+        fprintf(stderr, "periods %llu != samples %llu + coalesced %llu\n",
+                (unsigned long long)periods, (unsigned long long)samples,
+                (unsigned long long)coalesced);
+        return 1;
+    }
     CHECK(jitmap_profile_destroy(profile));
     CHECK(jitmap_counters_destroy(counters));
     for (int i = 0; i < 3; i++) {
@@ -138,7 +145,8 @@ int main(int argc, char **argv) {
     }
     CHECK(jitmap_heap_destroy(heap));
     CHECK(jitmap_manager_destroy(manager));
-    printf("samples %llu dropped %llu crossed %zu calls %lu wrong %lu\n",
-           (unsigned long long)samples, (unsigned long long)dropped, crossed_count, calls, wrong);
+    printf("samples %llu periods %llu dropped %llu crossed %zu calls %lu wrong %lu\n",
+           (unsigned long long)samples, (unsigned long long)periods, (unsigned long long)dropped,
+           crossed_count, calls, wrong);
     return wrong == 0 ? 0 : 1;
 }

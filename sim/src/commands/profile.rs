@@ -4,7 +4,7 @@
 use jitmap::agent::Clock;
 use jitmap_args::{CliError, CliResult, Hz, OutDir, Outcome, Seconds, dropped_warning, emit};
 use jitmap_testkit::demo::DemoBackend;
-use jitmap_testkit::profile;
+use jitmap_testkit::{overhead, profile};
 
 /// Run the demo host (leaf_1x, leaf_2x, leaf_4x under middle and top) under
 /// the in-process agent; write report.txt, stacks.folded, flamegraph.svg and
@@ -23,7 +23,9 @@ pub struct Options {
         allow_negative_numbers = true
     )]
     hz: Hz,
-    /// Seconds to run (with --overhead: seconds per round).
+    /// Seconds to run (with --overhead: about the seconds of one
+    /// measurement: the demo calls no agent makes in that time are the fixed
+    /// work every measurement does).
     #[arg(long, default_value = "3", allow_negative_numbers = true)]
     seconds: Seconds,
     /// The sampling clock: cpu (the thread's CPU time) or wall.
@@ -39,11 +41,16 @@ pub struct Options {
     /// the demo runs (`go tool pprof http://ADDR/debug/pprof/profile`).
     #[arg(long, value_name = "ADDR", conflicts_with = "overhead")]
     serve: Option<std::net::SocketAddr>,
-    /// Instead of profiling, measure the agent's cost on the demo: its
-    /// throughput at 1 kHz and 10 kHz over no agent, in rounds of
-    /// --seconds each, side by side.
+    /// Instead of profiling, measure the agent's cost on the demo: the
+    /// process's CPU time for a fixed count of calls at 100 Hz, 1 kHz and
+    /// 10 kHz on both clocks, over no agent, beside an empty handler on the
+    /// same timer; --rounds rounds in a shuffled order, with medians and
+    /// 95 % bootstrap intervals.
     #[arg(long)]
     overhead: bool,
+    /// Rounds of --overhead (each measures the four configurations once).
+    #[arg(long, default_value = "20", requires = "overhead")]
+    rounds: usize,
 }
 
 /// `--clock` values.
@@ -63,7 +70,7 @@ pub fn run(o: Options) -> CliResult {
         if !cfg!(target_arch = "x86_64") {
             return Err(x86_only("--overhead runs the iced demo, which is"));
         }
-        return overhead(o.seconds);
+        return overhead(o.seconds, o.rounds);
     }
     let dir = o.out.prepare()?;
     let clock = match o.clock {
@@ -116,23 +123,51 @@ pub fn run(o: Options) -> CliResult {
 
 /// `--overhead`: the agent's cost at 1 kHz and 10 kHz, beside an empty
 /// handler.
-fn overhead(seconds: Seconds) -> CliResult {
+fn overhead(seconds: Seconds, rounds: usize) -> CliResult {
+    if rounds < 2 {
+        return Err(CliError::input("--rounds must be at least 2"));
+    }
     let manager = jitmap::ExecutionManager::new(16);
-    let rows = profile::overhead(&manager, &[1000, 10_000], seconds.duration(), 5)
-        .map_err(CliError::failed)?;
-    for row in rows {
-        let list = profile::ratios;
+    let rows = overhead::measure(
+        &manager,
+        &[Clock::Cpu, Clock::Wall],
+        &[100, 1000, 10_000],
+        seconds.duration(),
+        rounds,
+    )
+    .map_err(CliError::failed)?;
+    let show = |i: &overhead::Interval| format!("{:.4} [{:.4}, {:.4}]", i.median, i.low, i.high);
+    let percent = |i: &overhead::Interval| {
+        format!(
+            "{:+.2} % [{:+.2}, {:+.2}]",
+            100.0 * i.median,
+            100.0 * i.low,
+            100.0 * i.high
+        )
+    };
+    emit(&format!(
+        "CPU time over no agent, median of {rounds} rounds [95 % bootstrap interval]\n"
+    ))?;
+    for row in &rows {
+        let clock = match row.clock {
+            Clock::Cpu => "cpu",
+            Clock::Wall => "wall",
+        };
         emit(&format!(
-            "{} Hz (wall), throughput over no agent, median of {}: agent (mixed unwinder) {:.4} [{}], \
-             agent (frame pointers) {:.4} [{}], empty handler (floor) {:.4} [{}]\n",
+            "{clock} {} Hz: empty handler {}, frame pointers {}, mixed {}; the agent beyond the empty handler {}\n",
             row.hz,
-            row.ratios.len(),
-            profile::median(&row.ratios),
-            list(&row.ratios),
-            profile::median(&row.frame_pointer),
-            list(&row.frame_pointer),
-            profile::median(&row.floor),
-            list(&row.floor)
+            show(&row.empty),
+            show(&row.frame_pointers),
+            show(&row.mixed),
+            percent(&row.beyond_empty)
+        ))?;
+    }
+    if let Some(row) = rows.iter().find(|r| r.clock == Clock::Wall && r.hz == 1000) {
+        let holds = row.beyond_empty.high <= 0.01;
+        emit(&format!(
+            "at most 1 % beyond an empty handler at 1 kHz (wall): {} (upper bound {:+.2} %)\n",
+            if holds { "holds" } else { "not shown" },
+            100.0 * row.beyond_empty.high
         ))?;
     }
     Ok(Outcome::Passed)

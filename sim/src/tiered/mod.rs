@@ -1015,7 +1015,7 @@ pub fn run(
         frames_checked,
         probe_enters: profile.probes.enters,
         crossings: load(&c.crossings),
-        jit_share: jit_self as f64 / profile.samples.max(1) as f64,
+        jit_share: jit_self as f64 / profile.counted().max(1) as f64,
         top: jit.into_iter().take(10).collect(),
         top_other: other.into_iter().take(3).collect(),
         wrong: load(&c.wrong),
