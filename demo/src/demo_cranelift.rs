@@ -220,7 +220,13 @@ mod tests {
         let names: Vec<_> = functions.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(names, ["leaf_1x", "leaf_2x", "leaf_4x", "middle", "top"]);
         // Looked up, each names itself with the iced demo's method id, and
-        // each keeps a frame pointer: `push rbp; mov rbp, rsp` first.
+        // each keeps a frame pointer: `push rbp; mov rbp, rsp` first, or on
+        // aarch64 `stp x29, x30, [sp, #-16]!`.
+        let prologue: &[u8] = if cfg!(target_arch = "aarch64") {
+            &[0xFD, 0x7B, 0xBF, 0xA9]
+        } else {
+            &[0x55, 0x48, 0x89, 0xE5]
+        };
         let reader = manager.register_reader().unwrap();
         let guard = manager.pin(&reader).unwrap();
         for (i, (name, code)) in functions.iter().enumerate() {
@@ -229,7 +235,7 @@ mod tests {
             assert_eq!(block.name(), Some(name.as_str()));
             // SAFETY: published code, readable while the demo lives.
             let head = unsafe { std::slice::from_raw_parts(code.start() as *const u8, 4) };
-            assert_eq!(head, [0x55, 0x48, 0x89, 0xE5], "{name}");
+            assert_eq!(head, prologue, "{name}");
         }
     }
 }

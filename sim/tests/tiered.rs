@@ -35,6 +35,12 @@ fn every_scenario_runs_clean(backend: Backend) {
     let _one = one_run();
     for name in SCENARIOS {
         let scenario: Scenario = name.parse().unwrap();
+        if !cfg!(target_arch = "x86_64") && matches!(scenario, Scenario::Large | Scenario::Mixed) {
+            // Their megabyte methods take Cranelift minutes under emulation
+            // (the main job's `mixed` run on aarch64 is in issue 59's note).
+            println!("skipped on aarch64 under qemu-user: {name} compiles megabyte methods");
+            continue;
+        }
         // On aarch64 under qemu-user, flip mode stands in for W^X: qemu
         // runs stale translations of code rewritten through W^X's second
         // view at a reused address (docs/guide/checked.md).
@@ -157,9 +163,19 @@ fn bad_input_is_refused_with_a_reason() {
 fn the_json_report_has_its_stable_keys() {
     let _one = one_run();
     let dir = std::env::temp_dir().join(format!("jitmap-run-{}", std::process::id()));
+    // The default scenario, `mixed`, compiles megabyte methods, which take
+    // Cranelift minutes under emulation: on aarch64 (qemu-user) `unload`
+    // runs instead, which has every count but aborts.
+    let scenario = if cfg!(target_arch = "x86_64") {
+        "mixed"
+    } else {
+        "unload"
+    };
     let out = Command::new(SIM)
         .args([
             "run",
+            "--scenario",
+            scenario,
             "--seconds",
             "6",
             "--until-events",
@@ -175,17 +191,20 @@ fn the_json_report_has_its_stable_keys() {
         String::from_utf8_lossy(&out.stderr)
     );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(v["scenario"], "mixed");
+    assert_eq!(v["scenario"], scenario);
     assert_eq!(v["wrong"], 0);
+    let aborts = (scenario == "mixed").then_some("aborts");
     for key in [
         "results_checked",
         "lookups",
         "samples",
         "tier_ups",
         "frees",
-        "aborts",
         "unloads",
-    ] {
+    ]
+    .into_iter()
+    .chain(aborts)
+    {
         assert!(v[key].as_u64().is_some_and(|n| n > 0), "{key}: {v}");
     }
     for file in [

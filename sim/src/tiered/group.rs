@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use jitmap::agent::CallCounters;
-use jitmap::{CallCell, CodeRef, ExecutionManager, HeapConfig, OwnedHeap};
+use jitmap::{CallCell, CodeRef, ExecutionManager, HeapConfig, MemoryMode, OwnedHeap};
 use parking_lot::Mutex;
 
 use super::clif::ClifGroup;
@@ -78,9 +78,17 @@ impl Group {
         rng: &mut Rng,
     ) -> Result<Self, RunError> {
         let filler_total: u64 = (large as u64) * (3 << 20);
+        // Flip mode gives every block pages of its own (a method and its
+        // trampoline, and the version a tier-up replaces until it is
+        // reclaimed): four pages a method.
+        let per_method = if config.mode == MemoryMode::FlipOnPublish {
+            4 * 4096
+        } else {
+            1024
+        };
         let heap = HeapConfig {
             // Cranelift's methods and their trampolines take more room.
-            span: (16 << 20) + filler_total + methods as u64 * 1024,
+            span: (16 << 20) + filler_total + methods as u64 * per_method,
             version: config.version,
             mode: config.mode,
             ..HeapConfig::default()
