@@ -101,13 +101,16 @@ fn a_thousand_modules_come_and_go_and_every_sample_names_its_own() {
                 wrong.push((s.begin_ns, name.clone(), call));
             }
             if depth == 0 {
-                *by_name.entry(name.clone()).or_default() += 1;
+                // The profile counts each sample's periods (1 + the
+                // overrun of its signal).
+                *by_name.entry(name.clone()).or_default() += u64::from(s.weight);
             }
         }
     }
     assert_eq!(wrong, Vec::new());
     assert!(guest >= 2 * u64::from(MODULES), "{guest} guest frames");
-    // The profile's leaf names are the registrations' names, count for count.
+    // The profile's leaf names are the registrations' names, period for
+    // period.
     let mut leaves: HashMap<String, u64> = HashMap::new();
     for st in &profile.stacks {
         if names.values().any(|(_, n)| *n == st.frames[0]) {
