@@ -118,7 +118,7 @@ fn rows_are_sane(rows: &[UnwindRow], size: u64) -> bool {
             && r.kind <= UnwindRow::UNSUPPORTED
             && r.base <= UnwindRow::BASE_FP
             && r.fp_rule <= UnwindRow::FP_LOST
-            && r.has_ra <= 1
+            && r.has_ra <= UnwindRow::RA_LINK
     }) && rows.windows(2).all(|w| w[0].offset < w[1].offset)
 }
 
