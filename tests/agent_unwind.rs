@@ -23,6 +23,7 @@ use jitmap_testkit::e2e;
 use jitmap_testkit::frameless::{
     Frameless, JIT_STACK, NATIVE_STACK, PERF_UNWIND_ROOM, build_shared_object, load,
 };
+use jitmap_testkit::profile::exact_stacks;
 use jitmap_testkit::signal_alloc::{
     SignalCounting, check_mask, take_while_blocked, with_sigprof_blocked,
 };
@@ -73,23 +74,6 @@ fn profile(manager: &ExecutionManager, unwind: Unwind, samples: u64, work: impl 
     profile
 }
 
-/// (samples whose leaf is `stack[0]`, those whose innermost frames are
-/// exactly `stack`).
-fn exact(profile: &Profile, stack: &[&str]) -> (u64, u64) {
-    let mut in_leaf = 0;
-    let mut exact = 0;
-    for s in &profile.stacks {
-        if s.frames.first().map(String::as_str) != Some(stack[0]) {
-            continue;
-        }
-        in_leaf += s.count;
-        if s.frames.len() >= stack.len() && s.frames.iter().zip(stack).all(|(f, want)| f == want) {
-            exact += s.count;
-        }
-    }
-    (in_leaf, exact)
-}
-
 fn workload() -> (jitmap::OwnedHeap, Frameless, std::path::PathBuf) {
     let heap = ExecutionManager::new(8)
         .create_heap(HeapConfig {
@@ -118,7 +102,7 @@ fn stacks(profile: &Profile) -> String {
 /// At least 500 samples in `stack`'s leaf, and at least 99 % of them with
 /// exactly `stack` as their innermost frames.
 fn assert_mostly_exact(profile: &Profile, stack: &[&str], what: &str) {
-    let (in_leaf, good) = exact(profile, stack);
+    let (in_leaf, good) = exact_stacks(profile, stack);
     println!(
         "{what}: {good} of {in_leaf} leaf samples exact; ends {:?}",
         profile.stack_ends
@@ -151,7 +135,7 @@ fn check(stack: &[&str], run: impl Fn(&Frameless)) {
         mixed.stack_ends
     );
     let fp = on(Unwind::FramePointer);
-    let (fp_leaf, fp_good) = exact(&fp, stack);
+    let (fp_leaf, fp_good) = exact_stacks(&fp, stack);
     println!("frame pointers: {fp_good} of {fp_leaf} leaf samples exact");
     assert!(
         fp_leaf >= 500,

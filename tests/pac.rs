@@ -5,12 +5,13 @@
 //! address for a miss. Run under `qemu-aarch64 -cpu max`, which implements
 //! pointer authentication; on x86-64 there is nothing to strip.
 
-use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use jitmap::agent::{Agent, AgentConfig, Clock, Profile, Unwind};
+use jitmap::agent::{Agent, AgentConfig, Clock, Unwind};
 use jitmap::{CodeInfo, ExecutionManager, HeapConfig, JitKind};
+use jitmap_testkit::e2e::one_run;
 use jitmap_testkit::frameless::{build_shared_object_with, load};
+use jitmap_testkit::profile::exact_stacks;
 
 /// A helper that spends its time in a loop that calls a leaf: the helper
 /// saves its signed x30 on the stack; the leaf keeps its signed x30 in the
@@ -31,35 +32,13 @@ uint64_t pac_helper(uint64_t n) {
 }
 "#;
 
-fn one_agent() -> MutexGuard<'static, ()> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// (samples whose leaf is `stack[0]`, those whose innermost frames are
-/// exactly `stack`).
-fn exact(profile: &Profile, stack: &[&str]) -> (u64, u64) {
-    let mut in_leaf = 0;
-    let mut good = 0;
-    for s in &profile.stacks {
-        if s.frames.first().map(String::as_str) != Some(stack[0]) {
-            continue;
-        }
-        in_leaf += s.count;
-        if s.frames.len() >= stack.len() && s.frames.iter().zip(stack).all(|(f, want)| f == want) {
-            good += s.count;
-        }
-    }
-    (in_leaf, good)
-}
-
 #[test]
 fn samples_in_signed_native_frames_keep_their_jit_caller() {
     if !cfg!(target_arch = "aarch64") {
         println!("skipped on x86-64: pointer authentication is aarch64's");
         return;
     }
-    let _one = one_agent();
+    let _one = one_run();
     let dir = std::env::temp_dir().join(format!("jitmap-pac-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let object = build_shared_object_with(
@@ -114,8 +93,8 @@ fn samples_in_signed_native_frames_keep_their_jit_caller() {
         .take(8)
         .map(|s| format!("{} {}\n", s.count, s.frames.join(" <- ")))
         .collect();
-    let (in_helper, helper_exact) = exact(&profile, &["pac_helper", "pac_caller"]);
-    let (in_step, step_exact) = exact(&profile, &["pac_step", "pac_helper", "pac_caller"]);
+    let (in_helper, helper_exact) = exact_stacks(&profile, &["pac_helper", "pac_caller"]);
+    let (in_step, step_exact) = exact_stacks(&profile, &["pac_step", "pac_helper", "pac_caller"]);
     println!(
         "pac_helper: {helper_exact} of {in_helper} exact; pac_step: {step_exact} of {in_step} exact; ends {:?}",
         profile.stack_ends

@@ -351,7 +351,7 @@ pub unsafe extern "C" fn jitmap_profile_periods(
             unsafe { periods.write(profile.counted()) };
         }
         if !coalesced.is_null() {
-            unsafe { coalesced.write(profile.coalesced) };
+            unsafe { coalesced.write(profile.coalesced()) };
         }
         Ok(())
     })

@@ -890,7 +890,6 @@ impl Collector {
         Profile {
             samples: self.samples,
             periods: self.periods,
-            coalesced: self.periods - self.samples,
             unattributed: self.unattributed,
             stacks,
             methods: self.methods,
@@ -961,7 +960,6 @@ impl Collector {
             duration,
             samples: w.samples,
             periods: w.periods,
-            coalesced: w.periods - w.samples,
             taken: w.samples,
             unattributed: w.unattributed,
             stacks,
@@ -1317,13 +1315,13 @@ mod tests {
         );
         let window = c.take_window(std::time::Duration::from_secs(1)).unwrap();
         assert_eq!(
-            (window.samples, window.periods, window.coalesced),
+            (window.samples, window.periods, window.coalesced()),
             (2, 5, 3)
         );
         assert_eq!(window.stacks[0].count, 5);
         let profile = c.finish(Profile::default());
         assert_eq!(
-            (profile.samples, profile.periods, profile.coalesced),
+            (profile.samples, profile.periods, profile.coalesced()),
             (2, 5, 3)
         );
         assert_eq!(profile.summary()[0].self_share, 1.0);

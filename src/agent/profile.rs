@@ -216,9 +216,6 @@ pub struct Profile {
     /// counts add up to this; 0 in a profile built by hand, whose counts
     /// are its samples.
     pub periods: u64,
-    /// How many of `periods` came from coalesced signals (`periods -
-    /// samples`).
-    pub coalesced: u64,
     /// The clock the timers ran on: what a period measures (CPU or wall
     /// time), and so the pprof's sample type.
     pub clock: super::Clock,
@@ -260,6 +257,12 @@ impl Profile {
         } else {
             self.periods
         }
+    }
+
+    /// How many of the counted periods came from coalesced signals: each
+    /// sample's overrun, summed.
+    pub fn coalesced(&self) -> u64 {
+        self.counted().saturating_sub(self.samples)
     }
 
     /// Self and total samples of every frame name, most self samples first
@@ -345,7 +348,7 @@ impl Profile {
             out,
             "periods: {} counted, {} of them from coalesced signals (the timer's overrun)",
             self.counted(),
-            self.coalesced
+            self.coalesced()
         );
         let _ = writeln!(
             out,

@@ -11,6 +11,34 @@ use crate::demo::{Demo, DemoBackend, PublishedDemo};
 use crate::rng::Rng;
 pub use jitmap_demo::output::{BASE_ITERATIONS, methods_json, write_profile};
 
+/// (samples whose leaf is `stack[0]`, those whose innermost frames are
+/// exactly `stack`): how a test checks that samples in a leaf kept their
+/// callers.
+///
+/// ```
+/// use jitmap::agent::{Profile, Stack};
+/// let stack = |frames: &[&str], count| Stack { frames: frames.iter().map(|f| f.to_string()).collect(), count };
+/// let profile = Profile {
+///     stacks: vec![stack(&["leaf", "caller", "main"], 3), stack(&["leaf"], 1), stack(&["main"], 2)],
+///     ..Profile::default()
+/// };
+/// assert_eq!(jitmap_testkit::profile::exact_stacks(&profile, &["leaf", "caller"]), (4, 3));
+/// ```
+pub fn exact_stacks(profile: &Profile, stack: &[&str]) -> (u64, u64) {
+    let mut in_leaf = 0;
+    let mut exact = 0;
+    for s in &profile.stacks {
+        if s.frames.first().map(String::as_str) != Some(stack[0]) {
+            continue;
+        }
+        in_leaf += s.count;
+        if s.frames.len() >= stack.len() && s.frames.iter().zip(stack).all(|(f, want)| f == want) {
+            exact += s.count;
+        }
+    }
+    (in_leaf, exact)
+}
+
 /// A profiled run of the demo.
 #[derive(Debug)]
 pub struct ProfileRun {
@@ -108,7 +136,7 @@ pub fn json(run: &ProfileRun) -> serde_json::Value {
     serde_json::json!({
         "samples": p.samples,
         "periods": p.counted(),
-        "coalesced": p.coalesced,
+        "coalesced": p.coalesced(),
         "dropped": p.dropped,
         "unattributed": p.unattributed,
         "taken": p.taken,
