@@ -9,6 +9,7 @@
 //!   leaves' samples, the agent's mixed walk in the same process gives the
 //!   same stacks, and with the native walk off the same check fails;
 //! - `frameless`: the frameless C leaf keeps its JIT caller;
+//! - `plt`: a sample in a PLT entry keeps its callers;
 //! - `dlopen-churn`: libraries loaded and unloaded in a loop; no stack is
 //!   built from another object's rows.
 //!
@@ -27,6 +28,7 @@ use jitmap_testkit::demo::{LEAVES, MIDDLE, NATIVE_CALLER, TOP};
 use jitmap_testkit::dlopen_churn::DRIVER;
 use jitmap_testkit::e2e::{must_run, one_run, runs_x86_64, temp_dir};
 use jitmap_testkit::frameless::{JIT_STACK, NATIVE_STACK};
+use jitmap_testkit::plt::PLT_STACK;
 
 const JITMAP: &str = env!("CARGO_BIN_EXE_jitmap");
 
@@ -357,6 +359,50 @@ fn a_frameless_leaf_keeps_its_jit_caller_without_frame_pointers() {
     assert!(jit_exact * 100 >= jit * 99, "{jit_exact} of {jit}");
     // Walked, so no longer flagged as a skipped caller.
     assert!(report["frameless_leaf"].as_u64().unwrap() * 100 <= leaf);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `plt` on a host without frame pointers: a sample in the helper's
+/// `plt_target@plt` entry (its CFI the lazy PLT's DWARF expression) keeps
+/// the helper, the JIT caller and the host's function under it.
+#[test]
+fn a_sample_in_a_plt_entry_keeps_its_callers() {
+    if !runs_x86_64() {
+        return;
+    }
+    let _one = one_run();
+    let dir = temp_dir("native-plt");
+    let host = Host::start(&["plt", "60"]);
+    let out = dir.join("out");
+    let Some((report, stacks)) = finished(profile(host.pid(), 4000, &out, &[]), &out) else {
+        return;
+    };
+    drop(host);
+    let want: Vec<&str> = PLT_STACK
+        .iter()
+        .copied()
+        .chain(["jitmap_testkit::plt::PltCaller::call"])
+        .collect();
+    let (mut in_plt, mut exact) = (0, 0);
+    for (frames, n) in &stacks {
+        if frames[0] != want[0] {
+            continue;
+        }
+        in_plt += n;
+        if frames.len() > want.len() && frames[..want.len()] == *want {
+            exact += n;
+        }
+    }
+    let shown: Vec<_> = stacks.iter().take(6).collect();
+    println!(
+        "plt_target@plt: {exact} of {in_plt} exact; kernel {}",
+        report["kernel"]
+    );
+    assert!(
+        in_plt >= 200,
+        "{in_plt} samples in the PLT entry: {shown:?}"
+    );
+    assert!(exact * 100 >= in_plt * 99, "{exact} of {in_plt}: {shown:?}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

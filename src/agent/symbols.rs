@@ -7,7 +7,9 @@
 //! when the agent started are resolved only when a profile is named (those
 //! objects stay loaded, and reading their debug info is what naming costs);
 //! addresses in objects loaded later at once. Without debug info the chain is
-//! the symbol alone; without a symbol, the address in hex.
+//! the symbol alone; without a symbol, the address in hex. An address in a
+//! PLT entry, which no symbol covers, is named for the function the entry
+//! jumps to, `puts@plt` (from the object's file, [`crate::unwind::plt_stubs`]).
 //!
 //! The resolver (`backtrace`) reads each object's symbols and DWARF once
 //! and caches them, with the list of objects it saw. An address in an object
@@ -23,6 +25,7 @@ use std::ffi::CStr;
 use std::time::{Duration, Instant};
 
 use super::loader::{self, Object, object_of, objects};
+use crate::unwind::{PltStub, plt_stub_at, plt_stubs};
 
 /// What marks an inlined frame's name.
 pub const INLINED: &str = " (inlined)";
@@ -45,6 +48,9 @@ pub(crate) struct NativeNames {
     /// Chains resolved now, by their names, for sharing a number.
     ids: HashMap<Vec<String>, usize>,
     chains: Vec<Chain>,
+    /// Each object's named PLT entries, read from its file when an address
+    /// in it is first named.
+    plt: HashMap<Object, Vec<PltStub>>,
 }
 
 /// A native frame's names, innermost first; `later` holds the address to
@@ -68,6 +74,7 @@ impl Default for NativeNames {
             by_addr: HashMap::new(),
             ids: HashMap::new(),
             chains: Vec::new(),
+            plt: HashMap::new(),
         }
     }
 }
@@ -87,6 +94,7 @@ impl NativeNames {
         self.by_addr
             .retain(|_, (_, object)| object.as_ref().is_some_and(|o| current.contains(o)));
         self.newer.retain(|(o, _)| current.contains(o));
+        self.plt.retain(|o, _| current.contains(o));
         for o in &current {
             if !self.resolver_objects.contains(o) && !self.newer.iter().any(|(n, _)| n == o) {
                 self.newer.push((o.clone(), Instant::now()));
@@ -120,8 +128,9 @@ impl NativeNames {
             addr
         };
         let object = object_of(at);
+        let plt = object.as_ref().and_then(|o| self.plt_name(o, at));
         let id = match &object {
-            Some(o) if self.initial.contains(o) => {
+            Some(o) if plt.is_none() && self.initial.contains(o) => {
                 self.chains.push(Chain {
                     names: vec![format!("{addr:#x}")],
                     later: Some(at),
@@ -130,6 +139,7 @@ impl NativeNames {
             }
             _ => {
                 let names = match &object {
+                    _ if plt.is_some() => plt,
                     Some(o) if self.resolver_objects.contains(o) => {
                         resolve(at).or_else(|| dynamic_symbol(at))
                     }
@@ -146,6 +156,23 @@ impl NativeNames {
         };
         self.by_addr.insert((addr, is_return), (id, object));
         id
+    }
+
+    /// The name of the PLT entry at `at` in `object` (`puts@plt`), if it is
+    /// in one: no symbol covers a PLT entry.
+    fn plt_name(&mut self, object: &Object, at: usize) -> Option<Vec<String>> {
+        let stubs = self.plt.entry(object.clone()).or_insert_with(|| {
+            let path = if object.1.is_empty() {
+                "/proc/self/exe"
+            } else {
+                &object.1
+            };
+            std::fs::read(path).map_or_else(|_| Vec::new(), |elf| plt_stubs(&elf))
+        });
+        let stub = plt_stub_at(stubs, at.wrapping_sub(object.0) as u64)?;
+        let name = stub.name.strip_suffix("@plt").unwrap_or(&stub.name);
+        let demangled = format!("{:#}", backtrace::SymbolName::new(name.as_bytes()));
+        Some(vec![format!("{demangled}@plt")])
     }
 
     /// Resolves every address still waiting: before a profile is named.

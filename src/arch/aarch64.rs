@@ -96,6 +96,42 @@ pub(crate) const DWARF_RA: gimli::Register = gimli::AArch64::X30;
 /// `paciasp`) instead of SPARC's `DW_CFA_GNU_window_save`.
 pub(crate) const DWARF_VENDOR: gimli::Vendor = gimli::Vendor::AArch64;
 
+/// Bytes in one PLT entry.
+pub(crate) const PLT_ENTRY: u64 = 16;
+
+/// aarch64's PLT entries change neither sp nor x30, and linkers describe
+/// them with no CFI expression: there is none to recognise.
+pub(crate) fn plt_push_offset(_expression: &[u8]) -> Option<u64> {
+    None
+}
+
+/// The address of the GOT slot a PLT entry loads its target from: `adrp
+/// x16, page` then `ldr x17, [x16, #off]`. `None` for an entry without
+/// that pair (the first entry, which calls the resolver).
+pub(crate) fn plt_slot(entry: &[u8], entry_addr: u64) -> Option<u64> {
+    let word = |i: usize| -> Option<u32> {
+        Some(u32::from_le_bytes(
+            entry.get(i * 4..i * 4 + 4)?.try_into().ok()?,
+        ))
+    };
+    for i in 0..entry.len() / 4 {
+        let (Some(adrp), Some(ldr)) = (word(i), word(i + 1)) else {
+            break;
+        };
+        // adrp x16 (op 1, immlo, 10000, immhi, Rd = 16); ldr x17, [x16, #imm12 * 8].
+        if adrp & 0x9f00_001f == 0x9000_0010 && ldr & 0xffc0_03ff == 0xf940_0211 {
+            let immlo = u64::from((adrp >> 29) & 3);
+            let immhi = u64::from((adrp >> 5) & 0x7_ffff);
+            // A 21-bit signed page count.
+            let pages = (((immhi << 2) | immlo) << 43) as i64 >> 43;
+            let pc = entry_addr + i as u64 * 4;
+            let page = (pc & !0xfff).wrapping_add_signed(pages << 12);
+            return Some(page + u64::from((ldr >> 10) & 0xfff) * 8);
+        }
+    }
+    None
+}
+
 /// A return address without its pointer authentication code.
 ///
 /// Code built with `-mbranch-protection=pac-ret` (as distributions build

@@ -22,7 +22,10 @@
 //! - `REUSE_NEEDS_CORE_SYNC`: whether code published over bytes that held
 //!   other code must make every other core serialize its instruction stream;
 //! - `ELF_MACHINE`: the ELF `e_machine` of the host (jitdump, GDB's objects);
-//! - `ticks()`: a cycle or timer counter readable in one instruction.
+//! - `ticks()`: a cycle or timer counter readable in one instruction;
+//! - `PLT_ENTRY`, `plt_push_offset(expression)` and `plt_slot(entry, addr)`:
+//!   the PLT's entry size, the CFA expression a linker writes for lazy PLT
+//!   entries (if it writes one), and the GOT slot an entry jumps through.
 //!
 //! Frame records have the same shape on both: the caller's frame pointer at
 //! the frame pointer, the return address one word above it, and the caller's

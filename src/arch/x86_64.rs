@@ -66,6 +66,50 @@ pub(crate) const DWARF_RA: gimli::Register = gimli::X86_64::RA;
 /// How CFI is read: no vendor extensions.
 pub(crate) const DWARF_VENDOR: gimli::Vendor = gimli::Vendor::Default;
 
+/// Bytes in one PLT entry (`.plt`, `.plt.sec`; `.plt.got` says its own in
+/// `sh_entsize`).
+pub(crate) const PLT_ENTRY: u64 = 16;
+
+/// The lazy-binding PLT's CFA, if `expression` is the one GNU ld writes for
+/// `.plt`: CFA = rsp + 8 while `(rip & 15)` is below the returned offset,
+/// rsp + 16 from it to the entry's end (past the entry's `push` of its
+/// relocation index). That is: `DW_OP_breg7 (rsp) 8; DW_OP_breg16 (rip) 0;
+/// DW_OP_lit15; DW_OP_and; DW_OP_lit<k>; DW_OP_ge; DW_OP_lit3; DW_OP_shl;
+/// DW_OP_plus`, with k = 11 for the classic entry and 9 for the one that
+/// starts with `endbr64`. Any other expression is not a PLT's.
+pub(crate) fn plt_push_offset(expression: &[u8]) -> Option<u64> {
+    match *expression {
+        [
+            0x77,
+            0x08,
+            0x80,
+            0x00,
+            0x3f,
+            0x1a,
+            lit @ 0x31..=0x3f,
+            0x2a,
+            0x33,
+            0x24,
+            0x22,
+        ] => Some(u64::from(lit - 0x30)),
+        _ => None,
+    }
+}
+
+/// The address of the GOT slot a PLT entry jumps through: its `jmp
+/// *disp32(%rip)` (`ff 25`, after an `endbr64` or a `bnd` prefix in the
+/// IBT forms). `None` for an entry without one (the lazy `.plt`'s first
+/// entry, or its push stubs where `.plt.sec` holds the jumps).
+pub(crate) fn plt_slot(entry: &[u8], entry_addr: u64) -> Option<u64> {
+    let at = entry.windows(2).position(|w| w == [0xff, 0x25])?;
+    let disp = i32::from_le_bytes(entry.get(at + 2..at + 6)?.try_into().ok()?);
+    Some(
+        entry_addr
+            .wrapping_add(at as u64 + 6)
+            .wrapping_add_signed(i64::from(disp)),
+    )
+}
+
 /// No pointer authentication on x86-64: addresses are used as they are.
 #[inline(always)]
 pub(crate) fn strip_code_address(addr: usize) -> usize {

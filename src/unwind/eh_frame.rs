@@ -4,9 +4,18 @@
 //! `.eh_frame` when it is published ([`super::rows`]) and for each loaded
 //! object's by the agent's collector.
 
-use gimli::{BaseAddresses, CieOrFde, EhFrame, LittleEndian, UnwindContext, UnwindSection};
+use gimli::{
+    BaseAddresses, CfaRule, CieOrFde, EhFrame, EndianSlice, LittleEndian, UnwindContext,
+    UnwindContextStorage, UnwindSection, UnwindTableRow,
+};
 
+use super::rule::Base;
 use super::{Rule, StackEnd};
+use crate::arch::{PLT_ENTRY, plt_push_offset as plt_expression};
+
+/// The most bytes of PLT one row expands into per-entry rows (a million
+/// entries' worth): a row claiming more is refused, not expanded.
+const MAX_PLT_BYTES: u64 = PLT_ENTRY << 20;
 
 /// Where a rule starts to apply.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,12 +66,17 @@ pub(crate) fn evaluate(frame: &[u8], frame_addr: usize) -> Vec<Row> {
                         Ok(Some(row)) if row.start_address() >= row.end_address() => {}
                         Ok(Some(row)) => {
                             next = row.end_address();
-                            let rule = Rule::from_row(row);
-                            if rows.last().is_none_or(|last: &Row| last.rule != rule) {
-                                rows.push(Row {
-                                    addr: row.start_address() as usize,
-                                    rule,
-                                });
+                            let mut push = |addr: u64, rule| {
+                                if rows.last().is_none_or(|last: &Row| last.rule != rule) {
+                                    rows.push(Row {
+                                        addr: addr as usize,
+                                        rule,
+                                    });
+                                }
+                            };
+                            match plt_push_offset(&section, row.cfa()) {
+                                Some(push_at) => plt_rows(row, push_at, &mut push),
+                                None => push(row.start_address(), Rule::from_row(row)),
                             }
                         }
                         Ok(None) => break,
@@ -87,4 +101,51 @@ pub(crate) fn evaluate(frame: &[u8], frame_addr: usize) -> Vec<Row> {
     rows.sort_by_key(|r| (r.addr, r.rule.is_err()));
     rows.dedup_by_key(|r| r.addr);
     rows
+}
+
+/// Where `cfa`, a row's CFA rule, switches from rsp + 8 to rsp + 16 within
+/// each PLT entry, if it is the lazy-binding PLT's expression.
+fn plt_push_offset(
+    section: &EhFrame<EndianSlice<'_, LittleEndian>>,
+    cfa: &CfaRule<usize>,
+) -> Option<u64> {
+    let CfaRule::Expression(expression) = cfa else {
+        return None;
+    };
+    let bytes = expression.get(section).ok()?.0.slice();
+    plt_expression(bytes).filter(|&k| k < PLT_ENTRY)
+}
+
+/// The rows of a PLT row: its expression, CFA = sp + 8 plus 8 once
+/// `addr % PLT_ENTRY >= push_at`, as one rule per stretch of each entry, so
+/// that a walker applies it with the same binary search as any other row.
+fn plt_rows<S: UnwindContextStorage<usize>>(
+    row: &UnwindTableRow<usize, S>,
+    push_at: u64,
+    push: &mut impl FnMut(u64, Result<Rule, StackEnd>),
+) {
+    let (start, end) = (row.start_address(), row.end_address());
+    if end - start > MAX_PLT_BYTES {
+        push(start, Err(StackEnd::Unsupported));
+        return;
+    }
+    let before = Rule::with_cfa(row, Base::Sp, 8);
+    let after = Rule::with_cfa(row, Base::Sp, 16);
+    let rule_at = |addr: u64| {
+        if addr % PLT_ENTRY >= push_at {
+            after
+        } else {
+            before
+        }
+    };
+    push(start, rule_at(start));
+    let mut entry = start - start % PLT_ENTRY;
+    while entry < end {
+        for boundary in [entry, entry + push_at] {
+            if start < boundary && boundary < end {
+                push(boundary, rule_at(boundary));
+            }
+        }
+        entry += PLT_ENTRY;
+    }
 }

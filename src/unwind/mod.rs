@@ -16,9 +16,11 @@
 //! step (`tests/agent_torture.rs` counts the handler's allocations).
 
 pub(crate) mod eh_frame;
+pub mod plt;
 pub mod rows;
 pub(crate) mod rule;
 
+pub use plt::{PltStub, plt_stub_at, plt_stubs};
 pub use rows::{UnwindRow, object_rows};
 pub(crate) use rule::{Ra, Rule};
 

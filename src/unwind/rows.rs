@@ -393,6 +393,71 @@ mod tests {
         );
     }
 
+    /// The lazy PLT's CFA expression (x86-64): rows alternate, per 16-byte
+    /// entry, between CFA = sp + 8 and sp + 16 from the entry's byte 11,
+    /// starting mid-entry where the FDE does. Another expression, and every
+    /// expression on aarch64, ends the walk.
+    #[test]
+    fn the_plt_expression_becomes_rows_per_entry() {
+        use gimli::write::{CallFrameInstruction::CfaExpression, Expression};
+        let plt = |k: u8| {
+            Expression::raw(vec![
+                0x77,
+                0x08,
+                0x80,
+                0x00,
+                0x3f,
+                0x1a,
+                0x30 + k,
+                0x2a,
+                0x33,
+                0x24,
+                0x22,
+            ])
+        };
+        let udata8 = gimli::DW_EH_PE_udata8;
+        let cfas = |frame: &[u8]| -> Vec<(u32, u8, i32)> {
+            rows(frame, 0x1000, 0x40)
+                .iter()
+                .map(|r| (r.offset, r.kind, r.cfa))
+                .collect()
+        };
+        let frame = frame_with(0x1008, 0x28, udata8, &[], &[(0, CfaExpression(plt(11)))]);
+        let (rule, none) = (UnwindRow::RULE, UnwindRow::NONE);
+        if cfg!(target_arch = "x86_64") {
+            assert_eq!(
+                cfas(&frame),
+                [
+                    (0x08, rule, 8),
+                    (0x0b, rule, 16),
+                    (0x10, rule, 8),
+                    (0x1b, rule, 16),
+                    (0x20, rule, 8),
+                    (0x2b, rule, 16),
+                    (0x30, none, 0),
+                ]
+            );
+            // Starting past the push: sp + 16 first.
+            let frame = frame_with(0x100c, 0x8, udata8, &[], &[(0, CfaExpression(plt(9)))]);
+            assert_eq!(
+                cfas(&frame),
+                [(0x0c, rule, 16), (0x10, rule, 8), (0x14, none, 0)]
+            );
+        } else {
+            assert_eq!(
+                cfas(&frame),
+                [(0x08, UnwindRow::UNSUPPORTED, 0), (0x30, none, 0)]
+            );
+        }
+        // Any other expression (here `DW_OP_breg7 8` alone) ends the walk.
+        let other = Expression::raw(vec![0x77, 0x08]);
+        let frame = frame_with(0x1000, 0x10, udata8, &[], &[(0, CfaExpression(other))]);
+        assert_eq!(
+            cfas(&frame),
+            [(0, UnwindRow::UNSUPPORTED, 0), (0x10, none, 0)]
+        );
+    }
+
     #[test]
     fn a_frame_moves_with_its_code_or_is_refused() {
         let (from, to) = (0x7f00_1000_0000usize, 0x7f00_2000_0040usize);

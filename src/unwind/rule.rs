@@ -109,6 +109,17 @@ impl Rule {
             }
             CfaRule::Expression(_) => return Err(StackEnd::Unsupported),
         };
+        Rule::with_cfa(row, base, offset)
+    }
+
+    /// The rule of `row` with its CFA taken as `base` + `offset` (for a row
+    /// whose CFA is an expression this form cannot hold, once it is known
+    /// what the expression computes at each address: the PLT's).
+    pub(crate) fn with_cfa<S: UnwindContextStorage<usize>>(
+        row: &UnwindTableRow<usize, S>,
+        base: Base,
+        offset: i32,
+    ) -> Result<Rule, StackEnd> {
         // A return address column without a rule of its own keeps the value
         // the call gave it: on aarch64 that is x30 (a leaf, or a prologue
         // before the frame record is saved). An explicit `undefined` rule, or

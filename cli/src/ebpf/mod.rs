@@ -375,6 +375,32 @@ struct NativeNames {
     symbolizer: blazesym::symbolize::Symbolizer,
     /// Every address asked about; `None` for one no symbol covers.
     names: std::collections::HashMap<(u64, bool), Option<Vec<String>>>,
+    /// Each mapped file's executable segments (file offset, address, size)
+    /// and named PLT entries, read when an address in it is first named.
+    plt: std::collections::HashMap<String, Option<PltTable>>,
+}
+
+/// An object's executable segments (file offset, address in the object,
+/// file size) and its named PLT entries.
+type PltTable = (Vec<(u64, u64, u64)>, Vec<jitmap::unwind::PltStub>);
+
+/// The PLT entries of the object at `path` in process `pid`, if it reads.
+fn plt_table(pid: i32, path: &str) -> Option<PltTable> {
+    use object::read::elf::{ElfFile64, ProgramHeader};
+    let data = std::fs::read(format!("/proc/{pid}/root{path}"))
+        .or_else(|_| std::fs::read(path))
+        .ok()?;
+    let elf = ElfFile64::<object::LittleEndian>::parse(&*data).ok()?;
+    let endian = object::LittleEndian;
+    let segments = elf
+        .elf_program_headers()
+        .iter()
+        .filter(|p| {
+            p.p_type(endian) == object::elf::PT_LOAD && p.p_flags(endian) & object::elf::PF_X != 0
+        })
+        .map(|p| (p.p_offset(endian), p.p_vaddr(endian), p.p_filesz(endian)))
+        .collect();
+    Some((segments, jitmap::unwind::plt_stubs(&data)))
 }
 
 impl NativeNames {
@@ -387,7 +413,26 @@ impl NativeNames {
                 .enable_inlined_fns(true)
                 .build(),
             names: Default::default(),
+            plt: Default::default(),
         }
+    }
+
+    /// The PLT entry `addr` is in (`puts@plt`), by the process's mappings
+    /// and its objects' files: no symbol covers a PLT entry.
+    fn plt_name(&mut self, maps: &[jitmap::remote::process::Mapping], addr: u64) -> Option<String> {
+        let m = maps.iter().find(|m| m.start <= addr && addr < m.end)?;
+        let pid = self.pid;
+        let (segments, stubs) = self
+            .plt
+            .entry(m.path.clone())
+            .or_insert_with(|| plt_table(pid, &m.path))
+            .as_ref()?;
+        let offset = addr - m.start + m.offset;
+        let &(off, vaddr, _) = segments
+            .iter()
+            .find(|&&(off, _, size)| off <= offset && offset < off + size)?;
+        let stub = jitmap::unwind::plt_stub_at(stubs, offset - off + vaddr)?;
+        Some(stub.name.clone())
     }
 
     /// Names the addresses not asked about yet. If the process is gone, they
@@ -403,10 +448,24 @@ impl NativeNames {
         if new.is_empty() {
             return;
         }
-        let lookups: Vec<u64> = new
-            .iter()
-            .map(|&(a, is_return)| if is_return { a.saturating_sub(1) } else { a })
-            .collect();
+        let at = |&(a, is_return): &(u64, bool)| if is_return { a.saturating_sub(1) } else { a };
+        // PLT entries first: the symbolizer would give them no name, or the
+        // function before them.
+        let maps = std::fs::read_to_string(format!("/proc/{}/maps", self.pid))
+            .map(|text| jitmap::remote::process::parse_executable_maps(&text))
+            .unwrap_or_default();
+        let mut new = new;
+        new.retain(|key| match self.plt_name(&maps, at(key)) {
+            Some(name) => {
+                self.names.insert(*key, Some(vec![name]));
+                false
+            }
+            None => true,
+        });
+        if new.is_empty() {
+            return;
+        }
+        let lookups: Vec<u64> = new.iter().map(at).collect();
         let mut process = Process::new(blazesym::Pid::from(self.pid as u32));
         // JIT frames are named by the kernel; native code by its files.
         process.debug_syms = true;
