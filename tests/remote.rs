@@ -433,6 +433,26 @@ fn random_memory_behind_a_good_descriptor_never_misleads() {
     }
 }
 
+/// A manager's frameless stub kinds are in its descriptor entry's
+/// `frameless` word, for walkers in other processes, and a manager that
+/// takes a freed entry starts with none.
+#[test]
+fn frameless_kinds_are_published_beside_the_managers_entry() {
+    use jitmap::heap::StubKind;
+    use std::sync::atomic::Ordering;
+    let word = |i: usize| remote::jitmap_descriptor.frameless[i].load(Ordering::Relaxed);
+    let manager = ExecutionManager::new(2);
+    let Some(i) = manager.remote_index() else {
+        panic!("every descriptor entry is taken");
+    };
+    assert_eq!(word(i), 0);
+    manager.declare_frameless_stub(StubKind::new(3).unwrap());
+    manager.declare_frameless_stub(StubKind::new(1).unwrap());
+    assert_eq!(word(i), 0b1010);
+    drop(manager);
+    assert_eq!(word(i), 0);
+}
+
 #[test]
 fn the_descriptor_layout_is_the_documented_one() {
     use remote::Descriptor as D;
@@ -484,13 +504,14 @@ fn the_descriptor_layout_is_the_documented_one() {
         offset_of!(D, entry_name_ptr),
         offset_of!(D, max_managers),
         offset_of!(D, managers),
+        offset_of!(D, frameless),
     ];
     let documented: Vec<usize> = (0..44)
         .map(|i| if i == 0 { 0 } else { 4 + 4 * i })
-        .chain([184])
+        .chain([184, 248])
         .collect();
     assert_eq!(offsets.to_vec(), documented);
-    assert_eq!(size_of::<D>(), 248);
+    assert_eq!(size_of::<D>(), 280);
     let d = &remote::jitmap_descriptor;
     assert_eq!(d.magic.to_le_bytes(), *b"JITMAPD\0");
     assert_eq!(
@@ -501,7 +522,7 @@ fn the_descriptor_layout_is_the_documented_one() {
             d.levels,
             d.fanout
         ),
-        (3, 248, 8, 5, 256)
+        (4, 280, 8, 5, 256)
     );
     assert_eq!(
         (

@@ -10,6 +10,7 @@
 //!   same stacks, and with the native walk off the same check fails;
 //! - `frameless`: the frameless C leaf keeps its JIT caller;
 //! - `plt`: a sample in a PLT entry keeps its callers;
+//! - `trampoline`: a sample in a stub declared frameless keeps its caller;
 //! - `dlopen-churn`: libraries loaded and unloaded in a loop; no stack is
 //!   built from another object's rows.
 //!
@@ -29,6 +30,7 @@ use jitmap_testkit::dlopen_churn::DRIVER;
 use jitmap_testkit::e2e::{must_run, one_run, runs_x86_64, temp_dir};
 use jitmap_testkit::frameless::{JIT_STACK, NATIVE_STACK};
 use jitmap_testkit::plt::PLT_STACK;
+use jitmap_testkit::trampoline::TRAMPOLINE_STACK;
 
 const JITMAP: &str = env!("CARGO_BIN_EXE_jitmap");
 
@@ -403,6 +405,50 @@ fn a_sample_in_a_plt_entry_keeps_its_callers() {
         "{in_plt} samples in the PLT entry: {shown:?}"
     );
     assert!(exact * 100 >= in_plt * 99, "{exact} of {in_plt}: {shown:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `trampoline` on a host without frame pointers: a sample in a stub of a
+/// kind the host declared frameless (through the descriptor) takes the
+/// entry rule and keeps its caller, as in the agent's trampoline test.
+#[test]
+fn a_sample_in_a_frameless_trampoline_keeps_its_caller() {
+    if !runs_x86_64() {
+        return;
+    }
+    let _one = one_run();
+    let dir = temp_dir("native-trampoline");
+    let host = Host::start(&["trampoline", "60"]);
+    let out = dir.join("out");
+    let Some((report, stacks)) = finished(profile(host.pid(), 4000, &out, &[]), &out) else {
+        return;
+    };
+    drop(host);
+    let (mut in_stub, mut exact) = (0, 0);
+    for (frames, n) in &stacks {
+        if frames[0] != TRAMPOLINE_STACK[0] {
+            continue;
+        }
+        in_stub += n;
+        if frames.len() > TRAMPOLINE_STACK.len()
+            && frames[..TRAMPOLINE_STACK.len()] == TRAMPOLINE_STACK
+        {
+            exact += n;
+        }
+    }
+    let shown: Vec<_> = stacks.iter().take(6).collect();
+    println!(
+        "trampoline: {exact} of {in_stub} exact; kernel {}",
+        report["kernel"]
+    );
+    assert!(
+        in_stub >= 200,
+        "{in_stub} samples in the trampoline: {shown:?}"
+    );
+    assert!(
+        exact * 100 >= in_stub * 99,
+        "{exact} of {in_stub}: {shown:?}"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -5,7 +5,7 @@
 //! here, computed by the compiler that built the host, so a reader never assumes
 //! a Rust layout.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
 use std::mem::offset_of;
 
@@ -19,7 +19,7 @@ use crate::range::{ADDRESS_BITS, CHUNK_BITS, FANOUT, LEVELS, ROOT_SEQ, fragment_
 /// The descriptor's magic value: `b"JITMAPD\0"` read as a little-endian u64.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"JITMAPD\0");
 /// The layout version this crate writes and reads.
-pub const LAYOUT_VERSION: u32 = 3;
+pub const LAYOUT_VERSION: u32 = 4;
 /// How many managers the descriptor can list at once.
 pub const MAX_MANAGERS: usize = 8;
 
@@ -123,6 +123,11 @@ pub struct Descriptor {
     pub max_managers: u32,
     /// Root addresses of the registered managers' range maps; 0 is a free entry.
     pub managers: [AtomicUsize; MAX_MANAGERS],
+    /// Each registered manager's frameless stub kinds, bit k for kind k
+    /// ([`crate::ExecutionManager::declare_frameless_stub`]), beside its
+    /// entry in `managers`: a walker in another process steps a stub of such
+    /// a kind, caught as the innermost frame, by the entry rule.
+    pub frameless: [AtomicU32; MAX_MANAGERS],
 }
 
 const fn u32_of(n: usize) -> u32 {
@@ -183,6 +188,7 @@ pub static jitmap_descriptor: Descriptor = Descriptor {
     entry_name_ptr: u32_of(offset_of!(RemoteFunction, name_ptr)),
     max_managers: MAX_MANAGERS as u32,
     managers: [const { AtomicUsize::new(0) }; MAX_MANAGERS],
+    frameless: [const { AtomicU32::new(0) }; MAX_MANAGERS],
 };
 
 /// A manager's entry in the descriptor; dropping it frees the entry.
@@ -200,10 +206,12 @@ impl Registration {
             .iter()
             .position(|entry| {
                 // Release on success: the root (a fully built, boxed level) is
-                // initialized before a reader can find it. Relaxed on failure:
-                // the entry is simply taken.
+                // initialized before a reader can find it; Acquire: the last
+                // holder's clearing of the entry's frameless kinds happens
+                // before this manager adds its own. Relaxed on failure: the
+                // entry is simply taken.
                 entry
-                    .compare_exchange(0, root, Ordering::Release, Ordering::Relaxed)
+                    .compare_exchange(0, root, Ordering::AcqRel, Ordering::Relaxed)
                     .is_ok()
             })
             .map(|index| Self { index })
@@ -213,10 +221,21 @@ impl Registration {
     pub(crate) fn index(&self) -> usize {
         self.index
     }
+
+    /// Adds `kinds` (bit k for stub kind k) to the entry's frameless kinds.
+    pub(crate) fn add_frameless(&self, kinds: u32) {
+        // Relaxed: as the manager's own bits; a reader that has not seen
+        // them yet steps the stub by its frame pointer, as before.
+        jitmap_descriptor.frameless[self.index].fetch_or(kinds, Ordering::Relaxed);
+    }
 }
 
 impl Drop for Registration {
     fn drop(&mut self) {
+        // Relaxed: ordered before the entry's release below, which the next
+        // manager to take the entry acquires through its exchange; so a
+        // manager never starts with its predecessor's kinds.
+        jitmap_descriptor.frameless[self.index].store(0, Ordering::Relaxed);
         // Release: orders the clear before the range map's teardown that follows
         // (readers in other processes revalidate with the map's sequence anyway).
         jitmap_descriptor.managers[self.index].store(0, Ordering::Release);

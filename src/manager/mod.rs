@@ -356,6 +356,10 @@ impl ExecutionManager {
         self.inner
             .frameless_stubs
             .fetch_or(1 << kind.get(), Ordering::Relaxed);
+        // Readers in other processes find them beside the manager's entry.
+        if let Some(remote) = &self.inner.remote {
+            remote.add_frameless(1 << kind.get());
+        }
     }
 
     /// Whether stubs of `kind` were declared frameless

@@ -32,4 +32,5 @@ pub mod profile;
 pub use jitmap_demo::rng;
 pub mod signal_alloc;
 pub mod spin;
+pub mod trampoline;
 pub mod workload;

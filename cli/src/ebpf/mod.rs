@@ -250,7 +250,8 @@ fn configure(options: &Options) -> Result<Config, EbpfError> {
     let reader = RemoteReader::new(ProcessMemory::new(pid), descriptor)
         .map_err(|e| EbpfError::remote(pid, e))?;
     let managers = descriptor + std::mem::offset_of!(Descriptor, managers) as u64;
-    Config::new(pid as u32, managers, reader.layout())
+    let frameless = descriptor + std::mem::offset_of!(Descriptor, frameless) as u64;
+    Config::new(pid as u32, managers, frameless, reader.layout())
 }
 
 /// Profiles the host for `options.duration`, or until it exits, or until

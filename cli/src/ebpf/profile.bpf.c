@@ -212,6 +212,7 @@ struct event_header {
 // (jitmap::remote::Layout), plus the target.
 struct config {
 	u64 managers;  // address of the descriptor's managers array
+	u64 frameless; // address of its frameless array: each manager's frameless stub kinds
 	u32 tgid;
 	u32 root_seq;
 	u32 fragment_size;
@@ -282,6 +283,8 @@ struct scratch {
 	u64 names_used;       // bytes of it used
 	u64 ips[MAX_FRAMES];
 	u64 roots[MAX_MANAGERS];
+	u32 frameless[MAX_MANAGERS]; // each manager's frameless stub kinds (bit k: kind k)
+	u64 hit_manager;             // the manager of the sample's last section hit
 	u64 seqs[MAX_MANAGERS];  // each root's sequence before the first lookup
 	u64 after[MAX_MANAGERS]; // the managers array after the last lookup
 	u8 fragment[FRAGMENT_CAP];
@@ -735,6 +738,7 @@ INLINE u8 find_section(struct scratch *s, u64 ip, u64 *begin, u64 *end, u16 *rea
 				__builtin_memcpy(s->section, s->fragment, FRAGMENT_CAP);
 				s->hit_begin = b;
 				s->hit_end = e;
+				s->hit_manager = m;
 				*begin = b;
 				*end = e;
 				return SECTION_FOUND;
@@ -885,6 +889,21 @@ INLINE long step(struct walk *w, struct frame *f, u8 kind, u64 at)
 	struct unwind_row row = s->row;
 	int native = kind == FRAME_NATIVE && s->row_native;
 	int ruled = kind == FRAME_METHOD || native;
+	// A stub of a kind its manager declared frameless (a trampoline's
+	// `jmp [cell]`), caught as the innermost frame, has pushed nothing:
+	// the entry rule, not the frame pointer, which names the caller's
+	// caller.
+	int entry = kind == FRAME_STUB && at == 0 &&
+		    ((s->frameless[s->hit_manager & (MAX_MANAGERS - 1)] >> (f->id & 31)) & 1);
+	if (entry) {
+		ruled = 1;
+		row.kind = ROW_RULE;
+		row.base = 0;
+		row.cfa = 8;
+		row.ra = -8;
+		row.fp_rule = 0;
+		row.has_ra = 1;
+	}
 	// A native object's code that no FDE covers (its .init, say) ends the
 	// walk as CFI no rule expresses does: its frame pointer may be any
 	// value in a build without them, and the agent ends there too.
@@ -895,7 +914,7 @@ INLINE long step(struct walk *w, struct frame *f, u8 kind, u64 at)
 	if (ruled && row.kind == ROW_RULE) {
 		// (A native object's CFI describes every instruction, its epilogues
 		// included.)
-		if (!native && at == 0 && at_entry_or_ret(f, w->ip, &reads)) {
+		if (!native && !entry && at == 0 && at_entry_or_ret(f, w->ip, &reads)) {
 			row.base = 0;
 			row.cfa = 8;
 			row.ra = -8;
@@ -919,7 +938,7 @@ INLINE long step(struct walk *w, struct frame *f, u8 kind, u64 at)
 		}
 		if (native)
 			w->st->native_frames += 1;
-		else
+		else if (!entry)
 			w->st->cfi_frames += 1;
 	} else {
 		if (bad_ptr(bp, 8) || bp < sp)
@@ -1081,6 +1100,11 @@ int jitmap_profile(void *ctx)
 		st->unreadable += 1;
 		return 0;
 	}
+	// The frameless kinds may change at any time; read once per sample.
+	// Unreadable, none is frameless (every stub steps by its frame pointer).
+	h->reads += 1;
+	if (bpf_probe_read_user(s->frameless, sizeof(s->frameless), (const void *)CONFIG.frameless))
+		__builtin_memset(s->frameless, 0, sizeof(s->frameless));
 	// Each range map's sequence before the first lookup; the sample counts
 	// only if all read the same even value after the last.
 	u32 stale = busy;

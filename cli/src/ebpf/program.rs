@@ -32,6 +32,9 @@ const ENTRY_CAP: usize = 32;
 pub struct Config {
     /// Address of the descriptor's managers array in the target.
     pub managers: u64,
+    /// Address of the descriptor's `frameless` array in the target: each
+    /// manager's frameless stub kinds.
+    pub frameless: u64,
     /// The target's process id (its thread-group id).
     pub tgid: u32,
     root_seq: u32,
@@ -75,7 +78,7 @@ pub struct Config {
 }
 
 // SAFETY: `Config` is `#[repr(C)]`, `Copy`, made only of integers, with no
-// padding (a u64 then 36 u32), so every bit
+// padding (two u64 then 36 u32), so every bit
 // pattern is valid and its bytes are all initialized.
 unsafe impl aya::Pod for Config {}
 
@@ -86,10 +89,16 @@ fn fits(off: usize, width: usize, cap: usize) -> bool {
 }
 
 impl Config {
-    /// The program's view of a host: `managers` is the address of its
-    /// descriptor's managers array, `layout` the layout its reader checked.
-    /// Refuses a layout the program's fixed-size buffers cannot hold.
-    pub fn new(tgid: u32, managers: u64, layout: &Layout) -> Result<Self, EbpfError> {
+    /// The program's view of a host: `managers` and `frameless` are the
+    /// addresses of its descriptor's managers array and frameless kinds,
+    /// `layout` the layout its reader checked. Refuses a layout the
+    /// program's fixed-size buffers cannot hold.
+    pub fn new(
+        tgid: u32,
+        managers: u64,
+        frameless: u64,
+        layout: &Layout,
+    ) -> Result<Self, EbpfError> {
         let bad = |what| Err(EbpfError::Layout(what));
         let l = layout;
         if l.fragment_size > FRAGMENT_CAP || l.root_seq >= 1 << 20 || !l.root_seq.is_multiple_of(8)
@@ -149,6 +158,7 @@ impl Config {
         let u = |v: usize| v as u32; // every value is below 2^20, checked above
         Ok(Self {
             managers,
+            frameless,
             tgid,
             root_seq: l.root_seq as u32,
             fragment_size: u(l.fragment_size),

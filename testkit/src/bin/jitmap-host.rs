@@ -9,12 +9,14 @@
 //! - `jitmap-host frameless SECONDS`: `spin --frameless`'s workload.
 //! - `jitmap-host plt SECONDS`: JIT code calls a C helper whose loop calls
 //!   through a PLT entry ([`jitmap_testkit::plt`]).
+//! - `jitmap-host trampoline SECONDS`: calls through a frameless stub
+//!   ([`jitmap_testkit::trampoline`]).
 //! - `jitmap-host dlopen-churn SECONDS`: two libraries loaded and unloaded
 //!   in turn ([`jitmap_testkit::dlopen_churn`]).
 //!
 //! Each prints `ready` once its code is in place (the demo and `frameless`
-//! once published, `plt` and `dlopen-churn` once their libraries are
-//! built).
+//! and `trampoline` once published, `plt` and `dlopen-churn` once their
+//! libraries are built).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -68,12 +70,23 @@ fn run(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
             let calls = jitmap_testkit::plt::run(&manager, seconds(1)?, || println!("ready"))?;
             println!("calls={calls}");
         }
+        Some("trampoline") => {
+            let manager = ExecutionManager::new(4);
+            let calls =
+                jitmap_testkit::trampoline::run(&manager, seconds(1)?, || println!("ready"))?;
+            println!("calls={calls}");
+        }
         Some("dlopen-churn") => {
             println!("ready");
             let loads = jitmap_testkit::dlopen_churn::run(seconds(1)?)?;
             println!("loads={loads}");
         }
-        _ => return Err("usage: jitmap-host demo|frameless|plt|dlopen-churn SECONDS [OUT]".into()),
+        _ => {
+            return Err(
+                "usage: jitmap-host demo|frameless|plt|trampoline|dlopen-churn SECONDS [OUT]"
+                    .into(),
+            );
+        }
     }
     Ok(())
 }
