@@ -12,7 +12,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use jitmap::agent::{Agent, AgentConfig, Clock, Unwind};
-use jitmap::unwind::{UnwindRow, object_rows, plt_stubs};
+use jitmap::unwind::{UnwindRow, object_rows, plt_stubs, preferred};
 use jitmap::{ExecutionManager, HeapConfig};
 use jitmap_testkit::e2e::one_run;
 use jitmap_testkit::plt::{PLT_STACK, PltCaller, build};
@@ -76,36 +76,97 @@ fn a_lazy_plt_entry_steps_by_rsp_plus_8_then_plus_16_past_its_push() {
     assert!(entries >= 1, "the helper's .plt has entries");
 }
 
-#[test]
-fn plt_entries_are_named_as_objdump_names_them() {
-    let dir = temp("names");
-    let helper = build(&dir).unwrap();
-    let objdump = if cfg!(target_arch = "aarch64") {
-        "aarch64-linux-gnu-objdump"
+/// A binutils tool for this target's objects.
+fn binutil(tool: &str) -> String {
+    if cfg!(target_arch = "aarch64") {
+        format!("aarch64-linux-gnu-{tool}")
     } else {
-        "objdump"
-    };
-    let out = Command::new(objdump)
+        tool.to_owned()
+    }
+}
+
+/// objdump's `<name@plt>` labels of `object`, by address.
+fn objdump_plt(object: &std::path::Path) -> BTreeMap<u64, String> {
+    let out = Command::new(binutil("objdump"))
         .arg("-d")
-        .arg(&helper)
+        .arg(object)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{objdump}: {out:?}");
+    assert!(out.status.success(), "objdump: {out:?}");
     // Lines such as `0000000000001030 <plt_target@plt>:`.
-    let want: BTreeMap<u64, String> = String::from_utf8_lossy(&out.stdout)
+    String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter_map(|l| {
             let (addr, rest) = l.split_once(" <")?;
             let name = rest.strip_suffix(">:").filter(|n| n.ends_with("@plt"))?;
             Some((u64::from_str_radix(addr, 16).ok()?, name.to_owned()))
         })
-        .collect();
-    let got: BTreeMap<u64, String> = plt_stubs(&std::fs::read(&helper).unwrap())
+        .collect()
+}
+
+/// `plt_stubs` of `object`, by address.
+fn stubs(object: &std::path::Path) -> BTreeMap<u64, String> {
+    plt_stubs(&std::fs::read(object).unwrap())
         .into_iter()
         .map(|s| (s.addr, s.name))
-        .collect();
-    assert_eq!(got, want);
+        .collect()
+}
+
+#[test]
+fn plt_entries_are_named_as_objdump_names_them() {
+    let dir = temp("names");
+    let helper = build(&dir).unwrap();
+    let got = stubs(&helper);
+    assert_eq!(got, objdump_plt(&helper));
     assert!(got.values().any(|n| n == "plt_target@plt"), "{got:?}");
+}
+
+/// libc's PLT calls its own ifuncs (memset, strlen...) through IRELATIVE
+/// slots, which objdump names `*ABS*+0x<resolver>@plt`: those take the
+/// name of the ifunc whose resolver that is (`nm -D` type `i`; of aliases,
+/// the one `preferred` ranks first); every other entry is objdump's.
+#[test]
+fn libc_plt_entries_are_named_for_their_functions_and_ifuncs() {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    let libc = maps
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .find(|p| p.contains("/libc.so"))
+        .expect("libc is mapped");
+    let out = Command::new(binutil("nm"))
+        .args(["-D", "--defined-only", libc])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "nm: {out:?}");
+    // Of aliases, the one `preferred` ranks first.
+    let mut ifuncs: BTreeMap<u64, String> = BTreeMap::new();
+    for l in String::from_utf8_lossy(&out.stdout).lines() {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        let [addr, "i", name] = f[..] else { continue };
+        let name = name.split('@').next().unwrap();
+        let kept = ifuncs
+            .entry(u64::from_str_radix(addr, 16).unwrap())
+            .or_insert_with(|| name.to_owned());
+        if preferred(name) < preferred(kept) {
+            *kept = name.to_owned();
+        }
+    }
+    let want: BTreeMap<u64, String> = objdump_plt(std::path::Path::new(libc))
+        .into_iter()
+        .map(|(addr, name)| {
+            let resolver = name
+                .strip_prefix("*ABS*+0x")
+                .and_then(|n| n.strip_suffix("@plt"))
+                .and_then(|hex| u64::from_str_radix(hex, 16).ok());
+            match resolver.and_then(|r| ifuncs.get(&r)) {
+                Some(ifunc) => (addr, format!("{ifunc}@plt")),
+                None => (addr, name),
+            }
+        })
+        .collect();
+    let got = stubs(std::path::Path::new(libc));
+    assert_eq!(got, want);
+    println!("{libc}: {} PLT entries", got.len());
 }
 
 #[test]

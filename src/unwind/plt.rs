@@ -30,9 +30,11 @@ pub struct PltStub {
 }
 
 /// The named PLT entries of `elf`, an ELF object's bytes, sorted by
-/// address. Entries whose slot no relocation names (the lazy PLT's first
-/// entry, `IRELATIVE` slots) are left out; so is everything in an object
-/// that does not parse.
+/// address. An entry whose slot an `IRELATIVE` relocation fills (an ifunc
+/// the object calls itself) is named for the ifunc whose resolver the
+/// relocation runs. Entries whose slot no relocation fills (the lazy PLT's
+/// first entry) are left out; so is everything in an object that does not
+/// parse.
 ///
 /// ```
 /// // Not an ELF file: no entries.
@@ -47,13 +49,36 @@ pub fn plt_stubs(elf: &[u8]) -> Vec<PltStub> {
     else {
         return Vec::new();
     };
+    // An IRELATIVE slot (an ifunc the object calls itself, such as libc's
+    // memset) names no symbol: its addend is the resolver, which the ifunc's
+    // own symbol names; failing that, objdump's `*ABS*+0x...`.
+    // Of aliases (index and strchr), the public name: [`preferred`].
+    let mut ifuncs: HashMap<u64, &str> = HashMap::new();
+    for symbol in symbols.symbols() {
+        if symbol.elf_symbol().st_type() != object::elf::STT_GNU_IFUNC {
+            continue;
+        }
+        let Ok(name) = symbol.name() else { continue };
+        let kept = ifuncs.entry(symbol.address()).or_insert(name);
+        if preferred(name) < preferred(kept) {
+            *kept = name;
+        }
+    }
     let slots: HashMap<u64, String> = relocations
         .filter_map(|(slot, relocation)| {
-            let RelocationTarget::Symbol(index) = relocation.target() else {
-                return None;
+            let name = match relocation.target() {
+                RelocationTarget::Symbol(index) => {
+                    symbols.symbol_by_index(index).ok()?.name().ok()?.to_owned()
+                }
+                RelocationTarget::Absolute => {
+                    let resolver = u64::try_from(relocation.addend()).ok()?;
+                    ifuncs
+                        .get(&resolver)
+                        .map_or_else(|| format!("*ABS*+{resolver:#x}"), |n| (*n).to_owned())
+                }
+                _ => return None,
             };
-            let name = symbols.symbol_by_index(index).ok()?.name().ok()?;
-            (!name.is_empty()).then(|| (slot, name.to_owned()))
+            (!name.is_empty()).then_some((slot, name))
         })
         .collect();
     let mut stubs = Vec::new();
@@ -78,6 +103,20 @@ pub fn plt_stubs(elf: &[u8]) -> Vec<PltStub> {
     }
     stubs.sort_by_key(|s| s.addr);
     stubs
+}
+
+/// How one of several names for one function ranks (lowest first): the
+/// fewest leading underscores (`mempcpy` before `__mempcpy`), then the
+/// longest (`strchr` before its old alias `index`), then by bytes.
+///
+/// ```
+/// use jitmap::unwind::preferred;
+/// assert!(preferred("mempcpy") < preferred("__mempcpy"));
+/// assert!(preferred("strchr") < preferred("index"));
+/// ```
+pub fn preferred(name: &str) -> (usize, std::cmp::Reverse<usize>, &str) {
+    let underscores = name.len() - name.trim_start_matches('_').len();
+    (underscores, std::cmp::Reverse(name.len()), name)
 }
 
 /// The section's entry size (`sh_entsize`), or the architecture's PLT

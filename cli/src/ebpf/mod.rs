@@ -282,9 +282,12 @@ pub fn run(
     let mut names = NativeNames::new(options.pid);
     let mut named_at = Instant::now();
     // The native rows follow the host's mappings (dlopen, dlclose) every
-    // tenth of a second; in between, the kernel's check of each object's
-    // bytes keeps stale rows from being used.
+    // tenth of a second, and at the next pass after a walk met stale rows
+    // (an object mapped that the tables do not hold yet); in between, the
+    // kernel's check of each object's bytes keeps stale rows from being
+    // used, and the candidates (objects unmapped since) are tried.
     let mut mapped_at = Instant::now();
+    let mut stale_rows_seen = 0;
     let mut host_exited = false;
     let mut stopped = false;
     let mut reached_samples = false;
@@ -307,9 +310,11 @@ pub fn run(
             host_exited = true;
             break;
         }
-        if mapped_at.elapsed() >= Duration::from_millis(100) {
+        let stale_rows = agg.counts().stale_rows;
+        if mapped_at.elapsed() >= Duration::from_millis(100) || stale_rows > stale_rows_seen {
             loaded.refresh_native();
             mapped_at = Instant::now();
+            stale_rows_seen = stale_rows;
         }
         if named_at.elapsed() >= Duration::from_millis(250) {
             names.add(&agg.native_addresses());
@@ -598,7 +603,8 @@ impl EbpfRun {
         };
         let mut line = format!(
             "native rows: {} objects, {} ranges, {} rows, {:.1} MiB of a {:.1} MiB cap \
-             (most: {}), loaded in {:.0} ms, {} refreshes",
+             (most: {}), loaded in {:.0} ms, {} refreshes; {} unmapped objects kept as \
+             candidates ({} rows)",
             n.objects(),
             n.ranges,
             n.rows(),
@@ -612,6 +618,8 @@ impl EbpfRun {
                 .join(", "),
             n.load_time.as_secs_f64() * 1000.0,
             n.refreshes,
+            n.candidates,
+            n.candidate_rows,
         );
         for (path, why) in &n.left_out {
             line.push_str(&format!("; left out {path}: {why:?}"));
@@ -667,6 +675,8 @@ impl EbpfRun {
                 "cap_rows": n.cap,
                 "per_object": n.per_object.iter().map(|(p, r)| serde_json::json!({"path": p, "rows": r, "bytes": r * 16})).collect::<Vec<_>>(),
                 "left_out": n.left_out.iter().map(|(p, w)| format!("{p}: {w:?}")).collect::<Vec<_>>(),
+                "candidates": n.candidates,
+                "candidate_rows": n.candidate_rows,
                 "refreshes": n.refreshes,
                 "load_ms": n.load_time.as_secs_f64() * 1000.0,
             })),

@@ -71,6 +71,9 @@ const CHECK_BYTES: usize = 16;
 /// Evaluated objects kept after they are unmapped, most recently unmapped
 /// first.
 pub const KEPT_UNMAPPED: usize = 64;
+/// Objects unmapped at recent refreshes whose rows stay in the kernel's
+/// tables as candidates, most recently unmapped first.
+pub const KEPT_CANDIDATES: usize = 16;
 
 /// An object's rows and what identifies it in memory.
 #[derive(Debug)]
@@ -337,7 +340,8 @@ unsafe impl Send for Shared {}
 /// What the tables hold, for the report.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct NativeStats {
-    /// Ranges (executable mappings) the kernel searches.
+    /// Ranges the kernel searches: the executable mappings, and the
+    /// candidates' (see [`NativeStats::candidates`]).
     pub ranges: usize,
     /// The pool's cap, in rows.
     pub cap: u32,
@@ -345,6 +349,12 @@ pub struct NativeStats {
     pub per_object: Vec<(String, u64)>,
     /// Objects left out, with why.
     pub left_out: Vec<(String, LeftOut)>,
+    /// Objects unmapped since an earlier refresh whose rows the kernel
+    /// still tries, where a mapping's check bytes do not match: at most
+    /// [`KEPT_CANDIDATES`].
+    pub candidates: usize,
+    /// Their rows.
+    pub candidate_rows: u64,
     /// Times the tables were rewritten after the first load.
     pub refreshes: u64,
     /// How long the first load took.
@@ -401,6 +411,14 @@ pub struct NativeTables {
     /// evaluating again (a library loaded and unloaded in a loop): those
     /// mapped now, and the [`KEPT_UNMAPPED`] most recently unmapped.
     evaluated: HashMap<FileKey, Cached>,
+    /// The ranges of the loaded objects as last published.
+    published: Vec<(ObjectKey, Range)>,
+    /// Objects unmapped at recent refreshes, most recent first, with the
+    /// ranges they had: their rows stay in the pool and their ranges in the
+    /// kernel's table, so that a walk that finds another object than its
+    /// table says at an address (a library loaded where another was since
+    /// the last refresh) tries them by their check bytes.
+    candidates: std::collections::VecDeque<(ObjectKey, Loaded, Vec<Range>)>,
     /// Ranges the kernel searches ([`MAX_RANGES`]; fewer in unit tests).
     max_ranges: usize,
     maps: String,
@@ -453,6 +471,8 @@ impl NativeTables {
             },
             loaded: HashMap::new(),
             evaluated: HashMap::new(),
+            published: Vec::new(),
+            candidates: std::collections::VecDeque::new(),
             max_ranges,
             maps: String::new(),
             stats: NativeStats {
@@ -488,6 +508,9 @@ impl NativeTables {
         let mut keep = HashMap::new();
         let mut left_out = Vec::new();
         let mut fresh = Vec::new();
+        // Slices of candidates dropped to make room: no range names them
+        // once this refresh publishes.
+        let mut given_back = Vec::new();
         for m in &mappings {
             let (file, evaluated) = self.evaluate(m, refresh);
             let evaluated = match evaluated {
@@ -508,11 +531,16 @@ impl NativeTables {
                 continue;
             }
             let key = (file, bias);
-            let loaded = match self.loaded.remove(&key).or_else(|| keep.remove(&key)) {
+            let loaded = match self
+                .loaded
+                .remove(&key)
+                .or_else(|| keep.remove(&key))
+                .or_else(|| self.take_candidate(&key))
+            {
                 Some(l) => l,
                 None => {
                     let count = evaluated.rows.len() as u32;
-                    let Some(first) = self.pool.take(count) else {
+                    let Some(first) = self.take_rows(count, &mut given_back) else {
                         left_out.push((m.path.clone(), LeftOut::Cap));
                         continue;
                     };
@@ -521,23 +549,59 @@ impl NativeTables {
                 }
             };
             let e = &loaded.evaluated;
-            ranges.push(Range {
-                start: m.start,
-                end: m.end,
-                bias,
-                check_addr: bias.wrapping_add(e.check_vaddr),
-                first: loaded.first,
-                count: e.rows.len() as u32,
-                check: e.check,
-            });
+            ranges.push((
+                key.clone(),
+                Range {
+                    start: m.start,
+                    end: m.end,
+                    bias,
+                    check_addr: bias.wrapping_add(e.check_vaddr),
+                    first: loaded.first,
+                    count: e.rows.len() as u32,
+                    check: e.check,
+                },
+            ));
             keep.insert(key, loaded);
         }
         self.forget_unmapped(refresh);
-        // Objects no longer mapped give their slices back; a new object may
-        // reuse one only after the sequence has gone odd (below).
-        let gone: Vec<Loaded> = self.loaded.drain().map(|(_, l)| l).collect();
-        ranges.sort_by_key(|r| r.start);
-        self.publish(&ranges, &fresh, gone);
+        // Objects no longer mapped become candidates, with the ranges they
+        // had; the oldest candidates beyond KEPT_CANDIDATES give their
+        // slices back.
+        let gone: Vec<(ObjectKey, Loaded)> = self.loaded.drain().collect();
+        for (key, loaded) in gone {
+            let had = self
+                .published
+                .iter()
+                .filter(|(k, _)| *k == key)
+                .map(|(_, r)| *r)
+                .collect();
+            self.candidates.push_front((key, loaded, had));
+        }
+        while self.candidates.len() > KEPT_CANDIDATES {
+            if let Some((_, l, _)) = self.candidates.pop_back() {
+                given_back.push(l.first);
+            }
+        }
+        // The table: the mapped objects' ranges, then as many candidates'
+        // as fit. At one start, a mapped object's range sorts last, so the
+        // kernel's backward scan tries it first.
+        let room = self.max_ranges - ranges.len();
+        let candidate_ranges: Vec<Range> = self
+            .candidates
+            .iter()
+            .flat_map(|(_, _, had)| had.iter().copied())
+            .take(room)
+            .collect();
+        let mut table: Vec<(bool, Range)> = ranges
+            .iter()
+            .map(|(_, r)| (true, *r))
+            .chain(candidate_ranges.into_iter().map(|r| (false, r)))
+            .collect();
+        table.sort_by_key(|&(mapped, r)| (r.start, mapped));
+        let table: Vec<Range> = table.into_iter().map(|(_, r)| r).collect();
+        let searched = table.len();
+        self.publish(&table, &fresh, given_back);
+        self.published = ranges;
         self.loaded = keep;
         let mut per_object: Vec<(String, u64)> = self
             .loaded
@@ -545,13 +609,20 @@ impl NativeTables {
             .map(|(((_, path, _), _), l)| (path.clone(), l.evaluated.rows.len() as u64))
             .collect();
         per_object.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        let candidate_rows: u64 = self
+            .candidates
+            .iter()
+            .map(|(_, l, _)| l.evaluated.rows.len() as u64)
+            .sum();
         debug_assert_eq!(
-            per_object.iter().map(|(_, n)| n).sum::<u64>(),
+            per_object.iter().map(|(_, n)| n).sum::<u64>() + candidate_rows,
             self.pool.rows()
         );
         self.stats = NativeStats {
-            ranges: ranges.len(),
+            ranges: searched,
             per_object,
+            candidates: self.candidates.len(),
+            candidate_rows,
             left_out,
             refreshes: refresh,
             ..self.stats.clone()
@@ -559,10 +630,32 @@ impl NativeTables {
         true
     }
 
-    /// Writes the new objects' rows (into slices no published range
-    /// names: those of objects gone in this refresh are given back only
-    /// now) and the ranges, under the odd sequence.
-    fn publish(&mut self, ranges: &[Range], fresh: &[(u32, Arc<Evaluated>)], gone: Vec<Loaded>) {
+    /// The candidate loaded as `key` (the same file at the same bias,
+    /// mapped again), taken out of the candidates: its rows are in place.
+    fn take_candidate(&mut self, key: &ObjectKey) -> Option<Loaded> {
+        let i = self.candidates.iter().position(|(k, _, _)| k == key)?;
+        self.candidates.remove(i).map(|(_, l, _)| l)
+    }
+
+    /// A slice of `count` rows for a newly mapped object, dropping the
+    /// oldest candidates while the pool has no room: their slices go in
+    /// `given_back` (the new ranges no longer name them, and the kernel
+    /// drops a sample whose rows were rewritten while it used them).
+    fn take_rows(&mut self, count: u32, given_back: &mut Vec<u32>) -> Option<u32> {
+        loop {
+            if let Some(first) = self.pool.take(count) {
+                return Some(first);
+            }
+            let (_, l, _) = self.candidates.pop_back()?;
+            self.pool.give_back(l.first);
+            given_back.push(l.first);
+        }
+    }
+
+    /// Writes the new objects' rows and the ranges, under the odd sequence,
+    /// and gives back the slices of candidates dropped (`gone`: their
+    /// first rows) that were not reused already.
+    fn publish(&mut self, ranges: &[Range], fresh: &[(u32, Arc<Evaluated>)], gone: Vec<u32>) {
         let seq = self.state.word(0);
         // Relaxed, then the fence: the odd value is ordered before every
         // write below for a reader that sees any of them (the kernel reads
@@ -572,8 +665,12 @@ impl NativeTables {
         let odd = seq.load(Ordering::Relaxed) | 1;
         seq.store(odd, Ordering::Relaxed);
         fence(Ordering::Release);
-        for l in gone {
-            self.pool.give_back(l.first);
+        for first in gone {
+            // A slice dropped to make room was given back, and may already
+            // hold a new object's rows: that one keeps it.
+            if !fresh.iter().any(|&(f, _)| f == first) {
+                self.pool.give_back(first);
+            }
         }
         for (first, e) in fresh {
             self.rows
@@ -738,8 +835,10 @@ mod tests {
             .into_iter()
             .find(|m| Path::new(&m.path) == path)
             .unwrap_or_else(|| panic!("{path:?} is not mapped"));
+        // At one start, the mapped object's range sorts after candidates'.
         ranges_of(tables)
             .into_iter()
+            .rev()
             .find(|r| r.start == m.start)
             .unwrap_or_else(|| panic!("no range for {path:?}"))
     }
@@ -908,6 +1007,19 @@ mod tests {
         let r = range_of(&tables, &path);
         assert_eq!(rows_of(&tables, &r), rows_bytes(&second.rows));
         assert_eq!(r.check, second.check);
+        // The first version stays a candidate, with its own rows and check
+        // bytes: a walk that finds it mapped again before the next refresh
+        // steps by its rows, and one that finds the second never does.
+        let candidates: Vec<Range> = ranges_of(&tables)
+            .into_iter()
+            .filter(|c| c.check == first.check)
+            .collect();
+        assert_eq!(candidates.len(), 1, "{candidates:?}");
+        assert_eq!(rows_of(&tables, &candidates[0]), rows_bytes(&first.rows));
+        assert_eq!(
+            (tables.stats().candidates, tables.stats().candidate_rows),
+            (1, first.rows.len() as u64)
+        );
         // SAFETY: as above.
         unsafe { libc::dlclose(handle) };
         fs::remove_dir_all(&dir).unwrap();
@@ -933,6 +1045,11 @@ mod tests {
             unsafe { libc::dlclose(handle) };
             fs::remove_file(&path).unwrap();
             most = most.max(tables.evaluated.len());
+            // The candidates are bounded, and their rows are the pool's
+            // rows beyond the mapped objects'.
+            let stats = tables.stats();
+            assert!(stats.candidates <= KEPT_CANDIDATES, "{stats:?}");
+            assert_eq!(stats.rows() + stats.candidate_rows, tables.pool.rows());
         }
         // What this process maps besides (other tests load libraries too),
         // plus the recently unmapped.

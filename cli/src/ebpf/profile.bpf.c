@@ -118,6 +118,10 @@ struct unwind_row {
 // an object's rows in at most OBJECT_ROW_STEPS.
 #define MAX_RANGES 1024
 #define RANGE_STEPS 11
+// Ranges that may hold one pc, tried backwards from the last that starts
+// at or before it: the mapped object's, and candidates' (unmapped objects
+// kept with their rows, whose ranges may overlap the mapped ones).
+#define CANDIDATE_STEPS 8
 #define MAX_OBJECT_ROWS (1 << 22)
 #define OBJECT_ROW_STEPS 23
 #define CHECK_BYTES 16
@@ -806,21 +810,45 @@ INLINE int native_row(struct scratch *s, u64 pc, u16 *reads)
 		else
 			hi = mid;
 	}
-	struct native_range *r = bpf_map_lookup_elem(&NATIVE_RANGES, &lo);
-	if (!r || pc < r->start || pc >= r->end)
-		return 0;
+	// The ranges holding pc, from the last one that starts at or before it
+	// backwards: the mapped object's first, then candidates (objects
+	// unmapped since, kept with their rows), each tried by its check bytes.
+	// The first that matches gives the rows; if every one that holds pc
+	// fails its check, another object is mapped there than any the tables
+	// know (stale rows).
+	struct native_range *r = 0;
+	u32 mismatched = 0;
+#pragma clang loop unroll(disable)
+	for (int k = 0; k < CANDIDATE_STEPS; k++) {
+		if (lo < (u32)k)
+			break;
+		u32 at = lo - (u32)k;
+		struct native_range *c = bpf_map_lookup_elem(&NATIVE_RANGES, &at);
+		if (!c)
+			return 0;
+		if (pc < c->start || pc >= c->end)
+			continue;
+		if (s->checked == (u64)at + 1) {
+			r = c;
+			break;
+		}
+		*reads += 1;
+		if (bpf_probe_read_user(s->check, CHECK_BYTES, (const void *)c->check_addr) ||
+		    *(u64 *)s->check != *(u64 *)c->check ||
+		    *(u64 *)(s->check + 8) != *(u64 *)(c->check + 8)) {
+			mismatched = 1;
+			continue;
+		}
+		s->checked = (u64)at + 1;
+		r = c;
+		break;
+	}
+	if (!r)
+		return mismatched;
 	u64 rel = pc - r->bias;
 	u64 first = r->first, count = r->count;
 	if (rel >> 32 || count == 0 || count > MAX_OBJECT_ROWS)
 		return 0;
-	if (s->checked != (u64)lo + 1) {
-		*reads += 1;
-		if (bpf_probe_read_user(s->check, CHECK_BYTES, (const void *)r->check_addr) ||
-		    *(u64 *)s->check != *(u64 *)r->check ||
-		    *(u64 *)(s->check + 8) != *(u64 *)(r->check + 8))
-			return 1;
-		s->checked = (u64)lo + 1;
-	}
 	// The last row whose offset is at most rel.
 	u32 a = 0, b = (u32)count;
 #pragma clang loop unroll(disable)
