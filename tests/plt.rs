@@ -106,7 +106,7 @@ fn objdump_plt(object: &std::path::Path) -> BTreeMap<u64, String> {
 
 /// `plt_stubs` of `object`, by address.
 fn stubs(object: &std::path::Path) -> BTreeMap<u64, String> {
-    plt_stubs(&std::fs::read(object).unwrap())
+    plt_stubs(&*std::fs::read(object).unwrap())
         .into_iter()
         .map(|s| (s.addr, s.name))
         .collect()

@@ -54,10 +54,11 @@ pub(crate) struct NativeNames {
 }
 
 /// A native frame's names, innermost first; `later` holds the address to
-/// resolve while it waits (its names are then the frame's address in hex).
+/// resolve, and its object, while it waits (its names are then the frame's
+/// address in hex).
 struct Chain {
     names: Vec<String>,
-    later: Option<usize>,
+    later: Option<(usize, Object)>,
 }
 
 impl Default for NativeNames {
@@ -128,16 +129,16 @@ impl NativeNames {
             addr
         };
         let object = object_of(at);
-        let plt = object.as_ref().and_then(|o| self.plt_name(o, at));
         let id = match &object {
-            Some(o) if plt.is_none() && self.initial.contains(o) => {
+            Some(o) if self.initial.contains(o) => {
                 self.chains.push(Chain {
                     names: vec![format!("{addr:#x}")],
-                    later: Some(at),
+                    later: Some((at, o.clone())),
                 });
                 self.chains.len() - 1
             }
             _ => {
+                let plt = object.as_ref().and_then(|o| self.plt_name(o, at));
                 let names = match &object {
                     _ if plt.is_some() => plt,
                     Some(o) if self.resolver_objects.contains(o) => {
@@ -167,7 +168,12 @@ impl NativeNames {
             } else {
                 &object.1
             };
-            std::fs::read(path).map_or_else(|_| Vec::new(), |elf| plt_stubs(&elf))
+            // Of a large executable, only its headers, PLT and dynamic
+            // tables are read.
+            std::fs::File::open(path).map_or_else(
+                |_| Vec::new(),
+                |file| plt_stubs(&object::ReadCache::new(file)),
+            )
         });
         let stub = plt_stub_at(stubs, at.wrapping_sub(object.0) as u64)?;
         let name = stub.name.strip_suffix("@plt").unwrap_or(&stub.name);
@@ -177,11 +183,14 @@ impl NativeNames {
 
     /// Resolves every address still waiting: before a profile is named.
     pub(crate) fn resolve_waiting(&mut self) {
-        for chain in &mut self.chains {
-            if let Some(at) = chain.later.take()
-                && let Some(names) = resolve(at).or_else(|| dynamic_symbol(at))
+        for i in 0..self.chains.len() {
+            if let Some((at, object)) = self.chains[i].later.take()
+                && let Some(names) = self
+                    .plt_name(&object, at)
+                    .or_else(|| resolve(at))
+                    .or_else(|| dynamic_symbol(at))
             {
-                chain.names = names;
+                self.chains[i].names = names;
             }
         }
     }

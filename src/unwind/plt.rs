@@ -13,7 +13,7 @@ use std::collections::HashMap;
 
 use object::read::elf::{ElfFile64, ElfSection64};
 use object::{
-    LittleEndian, Object, ObjectSection, ObjectSymbol, ObjectSymbolTable, RelocationTarget,
+    LittleEndian, Object, ObjectSection, ObjectSymbol, ObjectSymbolTable, ReadRef, RelocationTarget,
 };
 
 use crate::arch::{PLT_ENTRY, plt_slot};
@@ -38,10 +38,13 @@ pub struct PltStub {
 ///
 /// ```
 /// // Not an ELF file: no entries.
-/// assert!(jitmap::unwind::plt_stubs(b"not an object").is_empty());
+/// assert!(jitmap::unwind::plt_stubs(&b"not an object"[..]).is_empty());
 /// ```
-pub fn plt_stubs(elf: &[u8]) -> Vec<PltStub> {
-    let Ok(file) = ElfFile64::<LittleEndian>::parse(elf) else {
+///
+/// `elf` may be the bytes, or a [`object::ReadCache`] over the file, which
+/// reads only the headers, the PLT sections and the dynamic tables.
+pub fn plt_stubs<'data, R: ReadRef<'data>>(elf: R) -> Vec<PltStub> {
+    let Ok(file) = ElfFile64::<LittleEndian, R>::parse(elf) else {
         return Vec::new();
     };
     let (Some(relocations), Some(symbols)) =
@@ -121,7 +124,7 @@ pub fn preferred(name: &str) -> (usize, std::cmp::Reverse<usize>, &str) {
 
 /// The section's entry size (`sh_entsize`), or the architecture's PLT
 /// entry where the linker left it 0 or unlikely.
-fn entry_size(section: &ElfSection64<'_, '_, LittleEndian>) -> u64 {
+fn entry_size<'data, R: ReadRef<'data>>(section: &ElfSection64<'data, '_, LittleEndian, R>) -> u64 {
     let size = section.elf_section_header().sh_entsize.get(LittleEndian);
     if (4..=64).contains(&size) {
         size

@@ -406,7 +406,7 @@ fn plt_table(pid: i32, path: &str) -> Option<PltTable> {
         })
         .map(|p| (p.p_offset(endian), p.p_vaddr(endian), p.p_filesz(endian)))
         .collect();
-    Some((segments, jitmap::unwind::plt_stubs(&data)))
+    Some((segments, jitmap::unwind::plt_stubs(&*data)))
 }
 
 impl NativeNames {
