@@ -15,7 +15,7 @@ pub struct StackEnds {
     /// `.eh_frame`).
     pub no_unwind_info: u64,
     /// CFI the handler does not evaluate: a CFA computed by a DWARF
-    /// expression (signal trampolines), or a frame that needs a frame
+    /// expression other than the PLT's (signal trampolines), or a frame that needs a frame
     /// pointer whose value an inner frame's CFI lost.
     pub unsupported: u64,
     /// A step would have read off the thread's stack or misaligned, or did

@@ -36,8 +36,8 @@ pub(crate) enum StackEnd {
     /// A native pc outside every loaded object's unwind tables.
     NoUnwindInfo,
     /// CFI the handler does not evaluate (a CFA computed by a DWARF
-    /// expression, such as a signal trampoline's, or a return address kept
-    /// in a register).
+    /// expression other than the PLT's, such as a signal trampoline's, or a
+    /// return address kept in a register).
     Unsupported,
     /// A step would read off the stack or misaligned, or would not move
     /// towards the stack's base.
