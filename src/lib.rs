@@ -19,8 +19,12 @@
 //! let heap = manager.create_heap(HeapConfig { span: 1 << 20, ..HeapConfig::default() })?;
 //!
 //! // Compile: reserve, write, publish. Until publish, no reader can see the code.
-//! let mut r = heap.reserve(6)?;
-//! r.code_mut().copy_from_slice(&[0xB8, 0x2A, 0, 0, 0, 0xC3]); // mov eax, 42; ret
+//! #[cfg(target_arch = "x86_64")]
+//! let bytes = [0xB8, 0x2A, 0, 0, 0, 0xC3]; // mov eax, 42; ret
+//! #[cfg(target_arch = "aarch64")]
+//! let bytes = [0x40, 0x05, 0x80, 0x52, 0xC0, 0x03, 0x5F, 0xD6]; // mov w0, #42; ret
+//! let mut r = heap.reserve(bytes.len() as u64)?;
+//! r.code_mut().copy_from_slice(&bytes);
 //! let code = r.publish(CodeInfo::new(7, "answer", JitKind::Optimized))?;
 //!
 //! // Look up: register a reader once per thread (outside any signal handler),
@@ -29,7 +33,7 @@
 //! let guard = manager.pin(&reader)?;
 //! let block = guard.find(code.start() + 3).expect("inside the method");
 //! assert_eq!((block.method_id(), block.start(), block.offset()), (7, code.start(), 3));
-//! assert!(guard.find(code.start() + 6).is_none()); // exact: past the end is nothing
+//! assert!(guard.find(code.start() + bytes.len()).is_none()); // exact: past the end is nothing
 //! drop(guard);
 //!
 //! // Free unpublishes at once; the bytes are reused after every reader has unpinned.

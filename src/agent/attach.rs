@@ -136,7 +136,7 @@ impl AttachedThread {
     /// host (or a test) that wants a number of samples waits for them, not
     /// for a time, which a busy machine stretches.
     ///
-    /// ```
+    /// ```rust,standalone_crate
     /// # use jitmap::{ExecutionManager, agent::{Agent, AgentConfig, Clock}};
     /// # let manager = ExecutionManager::new(4);
     /// let agent = Agent::start(&manager, AgentConfig { clock: Clock::Wall, ..AgentConfig::default() })?;
@@ -170,7 +170,7 @@ impl AttachedThread {
     /// the frame pointer it was called with, so a caller that keeps no frame
     /// pointer of its own is skipped there.
     ///
-    /// ```
+    /// ```rust,standalone_crate
     /// # use std::sync::Arc;
     /// # use jitmap::{ExecutionManager, agent::{Agent, AgentConfig}};
     /// # let manager = ExecutionManager::new(4);

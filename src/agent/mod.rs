@@ -9,7 +9,7 @@
 //! signalled. [`Agent::stop`] returns the [`Profile`]: its report, folded
 //! stacks and, with the `export` feature, a flamegraph and a pprof file.
 //!
-//! ```
+//! ```rust,standalone_crate
 //! use std::sync::Arc;
 //! use jitmap::ExecutionManager;
 //! use jitmap::agent::{Agent, AgentConfig, Clock};
@@ -409,7 +409,7 @@ impl Agent {
     /// ends early, with what it took, if the agent stops. This is what the
     /// pprof endpoint serves (feature `serve`).
     ///
-    /// ```
+    /// ```rust,standalone_crate
     /// use std::time::Duration;
     /// use jitmap::ExecutionManager;
     /// use jitmap::agent::{Agent, AgentConfig, Clock};
@@ -439,7 +439,7 @@ impl Agent {
     /// agent forgets them, and [`Agent::stop`]'s profile holds only what
     /// came after the last take. Empty unless samples are kept.
     ///
-    /// ```
+    /// ```rust,standalone_crate
     /// use jitmap::ExecutionManager;
     /// use jitmap::agent::{Agent, AgentConfig, Clock};
     ///
@@ -469,7 +469,7 @@ impl Agent {
     /// See [`serve`] for what it serves. One endpoint per agent; stopping
     /// the agent stops it.
     ///
-    /// ```no_run
+    /// ```no_run,standalone_crate
     /// use jitmap::ExecutionManager;
     /// use jitmap::agent::{Agent, AgentConfig};
     ///
@@ -517,7 +517,7 @@ impl Agent {
     /// pushed out of a full waiting list, or accepted only to be closed when
     /// the process had no file descriptor left. 0 when not serving.
     ///
-    /// ```
+    /// ```rust,standalone_crate
     /// use jitmap::ExecutionManager;
     /// use jitmap::agent::{Agent, AgentConfig};
     ///
