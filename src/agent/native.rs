@@ -61,11 +61,55 @@ impl Module {
         frame_addr: usize,
         frame: &[u8],
     ) -> Self {
+        let mut rows = evaluate(frame, frame_addr);
+        add_plt_entry_rules(&mut rows, &name, base);
         Self {
             name,
             base,
             hdr_addr,
-            rows: evaluate(frame, frame_addr).into_boxed_slice(),
+            rows: rows.into_boxed_slice(),
+        }
+    }
+}
+
+/// Gives the object's PLT entries that no FDE covers the entry rule
+/// ([`crate::unwind::plt_entry_rule_ranges`], read from the object's file:
+/// sections are not in memory). A range any row already starts in, or
+/// whose start has a rule, is left as it is.
+fn add_plt_entry_rules(rows: &mut Vec<Row>, name: &str, base: usize) {
+    let path = if name.is_empty() {
+        "/proc/self/exe"
+    } else {
+        name
+    };
+    let Ok(file) = std::fs::File::open(path) else {
+        return;
+    };
+    let ranges = crate::unwind::plt_entry_rule_ranges(&object::ReadCache::new(file));
+    for (vaddr, size) in ranges {
+        let lo = base.wrapping_add(vaddr as usize);
+        let hi = lo.wrapping_add(size as usize);
+        let i = rows.partition_point(|r| r.addr <= lo);
+        let uncovered = i == 0 || rows[i - 1].rule == Err(StackEnd::NoUnwindInfo);
+        if !uncovered || rows.get(i).is_some_and(|r| r.addr < hi) {
+            continue;
+        }
+        let end = rows.get(i).is_some_and(|r| r.addr == hi);
+        rows.insert(
+            i,
+            Row {
+                addr: lo,
+                rule: Ok(Rule::AT_ENTRY),
+            },
+        );
+        if !end {
+            rows.insert(
+                i + 1,
+                Row {
+                    addr: hi,
+                    rule: Err(StackEnd::NoUnwindInfo),
+                },
+            );
         }
     }
 }

@@ -105,6 +105,13 @@ pub(crate) fn plt_push_offset(_expression: &[u8]) -> Option<u64> {
     None
 }
 
+/// PLT sections whose entries change no register a step reads, with the
+/// bytes at their start that do: stepped by the entry rule (CFA = sp, the
+/// return address in x30) where no FDE covers them, as linkers write none.
+/// `.plt`'s first 32 bytes (PLT0) save x16 and x30 on the stack for the lazy
+/// resolver; every later entry is `adrp; ldr; add; br x17`.
+pub(crate) const PLT_ENTRY_RULE_SECTIONS: &[(&str, u64)] = &[(".plt", 32)];
+
 /// The address of the GOT slot a PLT entry loads its target from: `adrp
 /// x16, page` then `ldr x17, [x16, #off]`. `None` for an entry without
 /// that pair (the first entry, which calls the resolver).

@@ -25,7 +25,9 @@
 //! - `ticks()`: a cycle or timer counter readable in one instruction;
 //! - `PLT_ENTRY`, `plt_push_offset(expression)` and `plt_slot(entry, addr)`:
 //!   the PLT's entry size, the CFA expression a linker writes for lazy PLT
-//!   entries (if it writes one), and the GOT slot an entry jumps through.
+//!   entries (if it writes one), and the GOT slot an entry jumps through;
+//!   `PLT_ENTRY_RULE_SECTIONS`: the PLT sections stepped by the entry rule
+//!   where no FDE covers them.
 //!
 //! Frame records have the same shape on both: the caller's frame pointer at
 //! the frame pointer, the return address one word above it, and the caller's

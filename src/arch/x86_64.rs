@@ -96,6 +96,13 @@ pub(crate) fn plt_push_offset(expression: &[u8]) -> Option<u64> {
     }
 }
 
+/// PLT sections whose entries change no register a step reads, with the
+/// bytes at their start that do: stepped by the entry rule where no FDE
+/// covers them. `.plt.sec` and `.plt.got` entries only jump through their
+/// slot; the lazy `.plt` pushes, and GNU ld describes it with an
+/// expression (above).
+pub(crate) const PLT_ENTRY_RULE_SECTIONS: &[(&str, u64)] = &[(".plt.sec", 0), (".plt.got", 0)];
+
 /// The address of the GOT slot a PLT entry jumps through: its `jmp
 /// *disp32(%rip)` (`ff 25`, after an `endbr64` or a `bnd` prefix in the
 /// IBT forms). `None` for an entry without one (the lazy `.plt`'s first

@@ -20,7 +20,7 @@ pub mod plt;
 pub mod rows;
 pub(crate) mod rule;
 
-pub use plt::{PltStub, plt_stub_at, plt_stubs, preferred};
+pub use plt::{PltStub, plt_entry_rule_ranges, plt_stub_at, plt_stubs, preferred};
 pub use rows::{UnwindRow, object_rows};
 pub(crate) use rule::{Ra, Rule};
 

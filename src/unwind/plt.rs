@@ -16,7 +16,7 @@ use object::{
     LittleEndian, Object, ObjectSection, ObjectSymbol, ObjectSymbolTable, ReadRef, RelocationTarget,
 };
 
-use crate::arch::{PLT_ENTRY, plt_slot};
+use crate::arch::{PLT_ENTRY, PLT_ENTRY_RULE_SECTIONS, plt_slot};
 
 /// One named PLT entry of an object.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -145,4 +145,26 @@ fn entry_size<'data, R: ReadRef<'data>>(section: &ElfSection64<'data, '_, Little
 pub fn plt_stub_at(stubs: &[PltStub], addr: u64) -> Option<&PltStub> {
     let i = stubs.partition_point(|s| s.addr <= addr).checked_sub(1)?;
     stubs.get(i).filter(|s| addr - s.addr < s.len)
+}
+
+/// The ranges (address in the object, size) of `elf`'s PLT entries that no
+/// FDE may describe and that change no register a step reads, so that a
+/// walker steps them by the entry rule: the architecture's
+/// `PLT_ENTRY_RULE_SECTIONS`, less the bytes at their start that do.
+///
+/// ```
+/// assert!(jitmap::unwind::plt_entry_rule_ranges(&b"not an object"[..]).is_empty());
+/// ```
+pub fn plt_entry_rule_ranges<'data, R: ReadRef<'data>>(elf: R) -> Vec<(u64, u64)> {
+    let Ok(file) = ElfFile64::<LittleEndian, R>::parse(elf) else {
+        return Vec::new();
+    };
+    PLT_ENTRY_RULE_SECTIONS
+        .iter()
+        .filter_map(|&(name, skip)| {
+            let section = file.section_by_name(name)?;
+            let size = section.size().checked_sub(skip).filter(|&n| n > 0)?;
+            Some((section.address() + skip, size))
+        })
+        .collect()
 }
