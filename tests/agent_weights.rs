@@ -106,6 +106,13 @@ fn check(what: &str, m: &Measured, period_ns: u64) {
         m.profile.dropped,
     );
     assert!((0.85..=1.15).contains(&ratio), "{what}: {ratio:.3}");
+    // The walks' ends count periods as the stacks do: they add up alike.
+    assert_eq!(
+        m.profile.stack_ends.total(),
+        m.profile.periods,
+        "{what}: {:?}",
+        m.profile.stack_ends
+    );
 }
 
 #[test]

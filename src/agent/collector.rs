@@ -856,7 +856,7 @@ impl Collector {
             if !current {
                 sample.frames.truncate(rows.from as usize + 1);
                 if let Some(record) = records.get(rows.record) {
-                    record.recount_end(rows.end, StackEnd::NoUnwindInfo);
+                    record.recount_end(rows.end, StackEnd::NoUnwindInfo, sample.weight);
                 }
             }
         }

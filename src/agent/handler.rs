@@ -193,7 +193,7 @@ fn push_sample(record: &ThreadRecord, regs: Registers, weight: u32) {
     unsafe {
         record.samples.push(|header, frames| {
             let walked = walk(&guard, record, regs, frames);
-            record.count_end(walked.end);
+            record.count_end(walked.end, weight);
             lookups = walked.depth as u64;
             *header = SampleHeader {
                 begin_ns,

@@ -162,7 +162,8 @@ pub struct ProbeCounts {
 pub struct Stack {
     /// Frame names, innermost first.
     pub frames: Vec<String>,
-    /// Samples.
+    /// The timer periods its samples stand for: each sample counts 1 plus
+    /// its signal's overrun.
     pub count: u64,
 }
 
@@ -225,7 +226,8 @@ pub struct Profile {
     pub unattributed: u64,
     /// Lookups the handlers made (one per frame).
     pub lookups: u64,
-    /// Why the stack walks ended (one per sample the handlers recorded).
+    /// Why the stack walks ended: each walk counts the periods its sample
+    /// stands for (1 + its signal's overrun), as [`Stack::count`] does.
     pub stack_ends: StackEnds,
     /// Threads that were attached.
     pub threads: usize,

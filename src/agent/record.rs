@@ -155,21 +155,22 @@ impl ThreadRecord {
         self.lookups.load(Ordering::Relaxed)
     }
 
-    /// Counts one walk's end.
+    /// Counts one walk's end, for the `weight` periods its sample stands
+    /// for (as the stacks count them).
     #[inline]
-    pub(crate) fn count_end(&self, end: StackEnd) {
+    pub(crate) fn count_end(&self, end: StackEnd, weight: u32) {
         // Relaxed: a statistic; `fetch_add` as for `taken`.
-        self.ends[end as usize].fetch_add(1, Ordering::Relaxed);
+        self.ends[end as usize].fetch_add(u64::from(weight), Ordering::Relaxed);
     }
 
-    /// Moves one walk's end, counted as `from` (a [`StackEnd`] as `u8`), to
-    /// `to`: the collector cut the sample short.
-    pub(crate) fn recount_end(&self, from: u8, to: StackEnd) {
+    /// Moves one walk's end, counted as `from` (a [`StackEnd`] as `u8`) for
+    /// `weight` periods, to `to`: the collector cut the sample short.
+    pub(crate) fn recount_end(&self, from: u8, to: StackEnd, weight: u32) {
         if let Some(counter) = self.ends.get(usize::from(from)) {
             // Relaxed: statistics; read-modify-writes, so the handler's own
             // increments are kept.
-            counter.fetch_sub(1, Ordering::Relaxed);
-            self.ends[to as usize].fetch_add(1, Ordering::Relaxed);
+            counter.fetch_sub(u64::from(weight), Ordering::Relaxed);
+            self.ends[to as usize].fetch_add(u64::from(weight), Ordering::Relaxed);
         }
     }
 

@@ -1,6 +1,8 @@
 //! Why stack walks ended, as a profile counts them.
 
-/// Why the handlers' stack walks ended, counted over a profile. Only
+/// Why the handlers' stack walks ended, counted over a profile in timer
+/// periods (a walk counts 1 plus its signal's overrun, as its stack does).
+/// Only
 /// `root` is a complete stack; every other end is a stack cut short, and
 /// the walk says so here rather than guessing a frame.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -38,7 +40,7 @@ impl std::ops::AddAssign for StackEnds {
 }
 
 impl StackEnds {
-    /// Walks counted.
+    /// Periods counted: the walks, each with its weight.
     pub fn total(&self) -> u64 {
         self.root
             + self.depth_limit
