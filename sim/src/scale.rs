@@ -63,8 +63,9 @@ pub struct Row {
 
 /// Bytes the allocator has handed out and not had back: glibc's
 /// `mallinfo2`, over every arena, chunks it mapped on their own included.
-/// Tests that read [`heap_in_use`] take turns: another's allocations and
-/// frees would land in their figures (and the agent runs one at a time).
+/// This crate's unit tests take turns: the figures of one that reads
+/// [`heap_in_use`] would take in another's allocations and frees (and the
+/// agent runs one at a time).
 #[cfg(test)]
 pub(crate) fn measuring() -> std::sync::MutexGuard<'static, ()> {
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
