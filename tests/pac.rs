@@ -5,13 +5,10 @@
 //! address for a miss. Run under `qemu-aarch64 -cpu max`, which implements
 //! pointer authentication; on x86-64 there is nothing to strip.
 
-use std::time::{Duration, Instant};
-
-use jitmap::agent::{Agent, AgentConfig, Clock, Unwind};
-use jitmap::{CodeInfo, ExecutionManager, HeapConfig, JitKind};
+use jitmap::{ExecutionManager, HeapConfig};
 use jitmap_testkit::e2e::one_run;
-use jitmap_testkit::frameless::{build_shared_object_with, load};
-use jitmap_testkit::profile::exact_stacks;
+use jitmap_testkit::frameless::{JitCaller, build_shared_object_with, load};
+use jitmap_testkit::profile::{exact_stacks, sample_mixed, shown};
 
 /// A helper that spends its time in a loop that calls a leaf: the helper
 /// saves its signed x30 on the stack; the leaf keeps its signed x30 in the
@@ -57,42 +54,16 @@ fn samples_in_signed_native_frames_keep_their_jit_caller() {
             ..HeapConfig::default()
         })
         .unwrap();
-    let body = jitmap_testkit::arch::call_in_frame(helper);
-    let mut r = heap.reserve(body.len() as u64).unwrap();
-    r.code_mut().copy_from_slice(&body);
-    let caller = r
-        .publish(CodeInfo::new(1, "pac_caller", JitKind::Optimized))
-        .unwrap();
-    // SAFETY: `call_in_frame` emits a complete C function of one u64 that
-    // calls the helper, a C function of one u64.
-    let call: extern "C" fn(u64) -> u64 = unsafe { std::mem::transmute(caller.start()) };
-    assert_ne!(call(10), 0);
+    let caller = JitCaller::publish(&heap, "pac_caller", helper).unwrap();
+    assert_ne!(caller.call(10), 0);
 
     // The agent starts after the helper is loaded: its table has the
     // helper's rows.
-    let agent = Agent::start(
-        &manager,
-        AgentConfig {
-            hz: 1000,
-            clock: Clock::Wall,
-            unwind: Unwind::Mixed,
-            ..AgentConfig::default()
-        },
-    )
+    let profile = sample_mixed(&manager, 400, || {
+        std::hint::black_box(caller.call(std::hint::black_box(5_000)));
+    })
     .unwrap();
-    let attached = agent.attach_current_thread().unwrap();
-    let cap = Instant::now() + Duration::from_secs(300);
-    while attached.samples_taken() < 400 && Instant::now() < cap {
-        std::hint::black_box(call(std::hint::black_box(5_000)));
-    }
-    drop(attached);
-    let profile = agent.stop();
-    let shown: String = profile
-        .stacks
-        .iter()
-        .take(8)
-        .map(|s| format!("{} {}\n", s.count, s.frames.join(" <- ")))
-        .collect();
+    let shown = shown(&profile, 8);
     let (in_helper, helper_exact) = exact_stacks(&profile, &["pac_helper", "pac_caller"]);
     let (in_step, step_exact) = exact_stacks(&profile, &["pac_step", "pac_helper", "pac_caller"]);
     println!(

@@ -9,17 +9,14 @@
 //!   stepped by its CFI expression's rows; on aarch64, which has no CFI for
 //!   it, by the entry rule over the `.plt` section.
 
-use std::collections::BTreeMap;
-use std::process::Command;
-use std::time::{Duration, Instant};
-
-use jitmap::agent::{Agent, AgentConfig, Clock, Unwind};
 use jitmap::unwind::{UnwindRow, object_rows, plt_stubs, preferred};
 use jitmap::{ExecutionManager, HeapConfig};
 use jitmap_testkit::e2e::one_run;
 use jitmap_testkit::plt::{PLT_STACK, PltCaller, build};
-use jitmap_testkit::profile::exact_stacks;
+use jitmap_testkit::profile::{exact_stacks, sample_mixed, shown};
 use object::{Object, ObjectSection};
+use std::collections::BTreeMap;
+use std::process::Command;
 
 fn temp(name: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("jitmap-plt-{name}-{}", std::process::id()));
@@ -186,38 +183,19 @@ fn samples_in_a_plt_entry_keep_their_callers() {
     assert_ne!(caller.call(10), 0);
 
     // The agent starts after the helper is loaded: its table has the
-    // helper's rows.
-    let agent = Agent::start(
-        &manager,
-        AgentConfig {
-            hz: 1000,
-            clock: Clock::Wall,
-            unwind: Unwind::Mixed,
-            ..AgentConfig::default()
-        },
-    )
-    .unwrap();
-    let attached = agent.attach_current_thread().unwrap();
-    // Until 4,000 samples: a few hundred of them in the PLT entry (under
-    // qemu-user, whose translation makes the one-instruction entry cheaper
-    // than the helper's loop, about 3 %: twice as many).
+    // helper's rows. Until 4,000 samples: a few hundred of them in the PLT
+    // entry (under qemu-user, whose translation makes the one-instruction
+    // entry cheaper than the helper's loop, about 3 %: twice as many).
     let goal = if cfg!(target_arch = "x86_64") {
         4000
     } else {
         8000
     };
-    let cap = Instant::now() + Duration::from_secs(300);
-    while attached.samples_taken() < goal && Instant::now() < cap {
+    let profile = sample_mixed(&manager, goal, || {
         std::hint::black_box(caller.call(std::hint::black_box(100_000)));
-    }
-    drop(attached);
-    let profile = agent.stop();
-    let shown: String = profile
-        .stacks
-        .iter()
-        .take(8)
-        .map(|s| format!("{} {}\n", s.count, s.frames.join(" <- ")))
-        .collect();
+    })
+    .unwrap();
+    let shown = shown(&profile, 8);
     let (in_plt, exact) = exact_stacks(&profile, &PLT_STACK);
     let (in_target, target_exact) =
         exact_stacks(&profile, &["plt_target", PLT_STACK[1], PLT_STACK[2]]);

@@ -203,6 +203,23 @@ fn to_main(frames: &[String]) -> Vec<String> {
     }
 }
 
+/// (samples whose leaf is `stack[0]`, those whose innermost frames are
+/// `stack` with more below): how a test checks that samples in a leaf kept
+/// their callers, from outside.
+fn kept_callers(stacks: &[(Vec<String>, u64)], stack: &[&str]) -> (u64, u64) {
+    let (mut all, mut exact) = (0, 0);
+    for (frames, n) in stacks {
+        if frames[0] != stack[0] {
+            continue;
+        }
+        all += n;
+        if frames.len() > stack.len() && frames[..stack.len()] == *stack {
+            exact += n;
+        }
+    }
+    (all, exact)
+}
+
 /// Of the samples whose leaf is a demo leaf: how many, and how many have
 /// the exact stack down to the host's `main`.
 fn demo_exact(stacks: &[(Vec<String>, u64)]) -> (u64, u64) {
@@ -335,21 +352,8 @@ fn a_frameless_leaf_keeps_its_jit_caller_without_frame_pointers() {
             .any(|o| o.as_str().unwrap().ends_with("jitmap-host: Cap")),
         "{native}"
     );
-    let count = |stack: &[&str]| -> (u64, u64) {
-        let (mut all, mut exact) = (0, 0);
-        for (frames, n) in &stacks {
-            if frames[0] != stack[0] {
-                continue;
-            }
-            all += n;
-            if frames.len() > stack.len() && frames[..stack.len()] == *stack {
-                exact += n;
-            }
-        }
-        (all, exact)
-    };
-    let (leaf, leaf_exact) = count(&NATIVE_STACK);
-    let (jit, jit_exact) = count(&JIT_STACK);
+    let (leaf, leaf_exact) = kept_callers(&stacks, &NATIVE_STACK);
+    let (jit, jit_exact) = kept_callers(&stacks, &JIT_STACK);
     println!(
         "frameless leaf: {leaf_exact} of {leaf} exact; frameless JIT code: {jit_exact} of \
          {jit}; flagged {}; kernel {}",
@@ -383,18 +387,9 @@ fn a_sample_in_a_plt_entry_keeps_its_callers() {
     let want: Vec<&str> = PLT_STACK
         .iter()
         .copied()
-        .chain(["jitmap_testkit::plt::PltCaller::call"])
+        .chain(["jitmap_testkit::frameless::JitCaller::call"])
         .collect();
-    let (mut in_plt, mut exact) = (0, 0);
-    for (frames, n) in &stacks {
-        if frames[0] != want[0] {
-            continue;
-        }
-        in_plt += n;
-        if frames.len() > want.len() && frames[..want.len()] == *want {
-            exact += n;
-        }
-    }
+    let (in_plt, exact) = kept_callers(&stacks, &want);
     let shown: Vec<_> = stacks.iter().take(6).collect();
     println!(
         "plt_target@plt: {exact} of {in_plt} exact; kernel {}",
@@ -424,18 +419,7 @@ fn a_sample_in_a_frameless_trampoline_keeps_its_caller() {
         return;
     };
     drop(host);
-    let (mut in_stub, mut exact) = (0, 0);
-    for (frames, n) in &stacks {
-        if frames[0] != TRAMPOLINE_STACK[0] {
-            continue;
-        }
-        in_stub += n;
-        if frames.len() > TRAMPOLINE_STACK.len()
-            && frames[..TRAMPOLINE_STACK.len()] == TRAMPOLINE_STACK
-        {
-            exact += n;
-        }
-    }
+    let (in_stub, exact) = kept_callers(&stacks, &TRAMPOLINE_STACK);
     let shown: Vec<_> = stacks.iter().take(6).collect();
     println!(
         "trampoline: {exact} of {in_stub} exact; kernel {}",

@@ -166,15 +166,23 @@ pub fn run(
     std::fs::create_dir_all(&dir).map_err(|e| DemoError::Setup(format!("{dir:?}: {e}")))?;
     let frameless = Frameless::build(&heap, &dir, true)?;
     ready();
-    let deadline = std::time::Instant::now() + duration;
-    let mut calls = 0;
-    while std::time::Instant::now() < deadline {
+    let rounds = calls_for(duration, || {
         std::hint::black_box(frameless.native_leaf(200_000));
         std::hint::black_box(frameless.native_leaf(200_000));
         std::hint::black_box(frameless.jit_without_fp(200_000));
-        calls += 3;
+    });
+    Ok(rounds * 3)
+}
+
+/// Calls `f` until `duration` has passed; how many times.
+pub fn calls_for(duration: std::time::Duration, mut f: impl FnMut()) -> u64 {
+    let deadline = std::time::Instant::now() + duration;
+    let mut calls = 0;
+    while std::time::Instant::now() < deadline {
+        f();
+        calls += 1;
     }
-    Ok(calls)
+    calls
 }
 
 /// Where [`run`] in process `pid` builds its C leaf.
@@ -265,6 +273,37 @@ pub fn build_shared_object_with(
         return Err(DemoError::Setup(format!("cc failed: {status}")));
     }
     Ok(object)
+}
+
+/// A native C function of one u64 (`uint64_t f(uint64_t)`) under a JIT
+/// caller: [`crate::arch::call_in_frame`] published as a method.
+pub struct JitCaller {
+    entry: extern "C" fn(u64) -> u64,
+    _code: CodeRef,
+}
+
+impl JitCaller {
+    /// Publishes into `heap`, as `name`, a method that calls `target` (the
+    /// address of a C function of one u64) with its own argument, inside a
+    /// frame record.
+    pub fn publish(heap: &OwnedHeap, name: &str, target: usize) -> Result<Self, DemoError> {
+        let body = crate::arch::call_in_frame(target);
+        let mut r = heap.reserve(body.len() as u64)?;
+        r.code_mut().copy_from_slice(&body);
+        let code = r.publish(CodeInfo::new(1, name, JitKind::Optimized))?;
+        // SAFETY: `call_in_frame` emits a complete C function of one u64
+        // that calls `target`, a C function of one u64 (the caller's word).
+        let entry =
+            unsafe { std::mem::transmute::<usize, extern "C" fn(u64) -> u64>(code.start()) };
+        Ok(Self { entry, _code: code })
+    }
+
+    /// Calls the method with `n`. Not inlined: it is the host's frame
+    /// under the JIT caller.
+    #[inline(never)]
+    pub fn call(&self, n: u64) -> u64 {
+        std::hint::black_box((self.entry)(std::hint::black_box(n)))
+    }
 }
 
 /// `dlopen`s `object` and looks up `symbol`: the handle (for `dlclose`) and

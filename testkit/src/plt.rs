@@ -8,12 +8,12 @@
 //! callers: the helper, then the JIT code that called it ([`PLT_STACK`]).
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use jitmap::{CodeInfo, CodeRef, ExecutionManager, HeapConfig, JitKind, OwnedHeap};
+use jitmap::{ExecutionManager, HeapConfig, OwnedHeap};
 
 use crate::demo::DemoError;
-use crate::frameless::{build_shared_object, build_shared_object_with, load};
+use crate::frameless::{JitCaller, build_shared_object, build_shared_object_with, calls_for, load};
 
 /// The innermost frames of a sample in the PLT entry, leaf first, under a
 /// JIT caller named `plt_caller` ([`PltCaller`]).
@@ -59,10 +59,7 @@ pub fn build(dir: &Path) -> Result<PathBuf, DemoError> {
 }
 
 /// The helper, loaded, under a JIT caller named `plt_caller`.
-pub struct PltCaller {
-    entry: extern "C" fn(u64) -> u64,
-    _code: CodeRef,
-}
+pub struct PltCaller(JitCaller);
 
 impl PltCaller {
     /// Builds the libraries into `dir`, loads the helper (it stays loaded
@@ -70,28 +67,20 @@ impl PltCaller {
     pub fn build(heap: &OwnedHeap, dir: &Path) -> Result<Self, DemoError> {
         let helper = build(dir)?;
         let (_handle, helper) = load(&helper, c"plt_helper")?;
-        let body = crate::arch::call_in_frame(helper);
-        let mut r = heap.reserve(body.len() as u64)?;
-        r.code_mut().copy_from_slice(&body);
-        let code = r.publish(CodeInfo::new(1, "plt_caller", JitKind::Optimized))?;
-        // SAFETY: `call_in_frame` emits a complete C function of one u64
-        // that calls the helper, a C function of one u64.
-        let entry =
-            unsafe { std::mem::transmute::<usize, extern "C" fn(u64) -> u64>(code.start()) };
-        Ok(Self { entry, _code: code })
+        Ok(Self(JitCaller::publish(heap, "plt_caller", helper)?))
     }
 
     /// Calls `plt_caller(n)`: `n` calls of `plt_target` through its PLT
-    /// entry. Not inlined: it is the host's frame under [`PLT_STACK`].
-    #[inline(never)]
+    /// entry, from [`JitCaller::call`] (the host's frame under
+    /// [`PLT_STACK`]).
     pub fn call(&self, n: u64) -> u64 {
-        std::hint::black_box((self.entry)(std::hint::black_box(n)))
+        self.0.call(n)
     }
 }
 
 /// `jitmap-host plt`'s workload: builds the libraries in a temporary
 /// directory, calls `ready`, then calls through the PLT from
-/// [`PltCaller::call`] for `duration`. Returns the calls made.
+/// [`JitCaller::call`] for `duration`. Returns the calls made.
 pub fn run(
     manager: &ExecutionManager,
     duration: Duration,
@@ -105,11 +94,7 @@ pub fn run(
     std::fs::create_dir_all(&dir).map_err(|e| DemoError::Setup(format!("{dir:?}: {e}")))?;
     let caller = PltCaller::build(&heap, &dir)?;
     ready();
-    let deadline = Instant::now() + duration;
-    let mut calls = 0;
-    while Instant::now() < deadline {
+    Ok(calls_for(duration, || {
         caller.call(100_000);
-        calls += 1;
-    }
-    Ok(calls)
+    }))
 }

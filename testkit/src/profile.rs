@@ -39,6 +39,54 @@ pub fn exact_stacks(profile: &Profile, stack: &[&str]) -> (u64, u64) {
     (in_leaf, exact)
 }
 
+/// Samples the calling thread under an agent of `manager` (wall clock,
+/// 1 kHz, the mixed walk) while it calls `work` in a loop, until `samples`
+/// were taken (at most 300 s: a loaded machine takes longer, not fewer);
+/// the agent's profile. Start it after the native code `work` reaches is
+/// loaded: the agent's first table then holds that code's rows.
+pub fn sample_mixed(
+    manager: &ExecutionManager,
+    samples: u64,
+    mut work: impl FnMut(),
+) -> Result<Profile, jitmap::agent::AgentError> {
+    let agent = Agent::start(
+        manager,
+        AgentConfig {
+            hz: 1000,
+            clock: Clock::Wall,
+            unwind: jitmap::agent::Unwind::Mixed,
+            ..AgentConfig::default()
+        },
+    )?;
+    let attached = agent.attach_current_thread()?;
+    let cap = Instant::now() + Duration::from_secs(300);
+    while attached.samples_taken() < samples && Instant::now() < cap {
+        work();
+    }
+    drop(attached);
+    Ok(agent.stop())
+}
+
+/// The profile's `n` most sampled stacks, one a line (`count a <- b`), for
+/// an assertion's message.
+///
+/// ```
+/// use jitmap::agent::{Profile, Stack};
+/// let profile = Profile {
+///     stacks: vec![Stack { frames: vec!["leaf".into(), "main".into()], count: 3 }],
+///     ..Profile::default()
+/// };
+/// assert_eq!(jitmap_testkit::profile::shown(&profile, 8), "3 leaf <- main\n");
+/// ```
+pub fn shown(profile: &Profile, n: usize) -> String {
+    profile
+        .stacks
+        .iter()
+        .take(n)
+        .map(|s| format!("{} {}\n", s.count, s.frames.join(" <- ")))
+        .collect()
+}
+
 /// A profiled run of the demo.
 #[derive(Debug)]
 pub struct ProfileRun {

@@ -77,6 +77,8 @@ pub fn run(
     // returns a constant; it takes one u64 (ignored).
     let f: extern "C" fn(u64) -> u64 = unsafe { std::mem::transmute(stub.start()) };
     ready();
+    // The loop is this function's own (not `calls_for`'s closure): it is
+    // the third frame of TRAMPOLINE_STACK.
     let deadline = Instant::now() + duration;
     let mut calls = 0;
     while Instant::now() < deadline {
