@@ -131,9 +131,9 @@ pub(crate) fn plt_slot(entry: &[u8], entry_addr: u64) -> Option<u64> {
             let immhi = u64::from((adrp >> 5) & 0x7_ffff);
             // A 21-bit signed page count.
             let pages = (((immhi << 2) | immlo) << 43) as i64 >> 43;
-            let pc = entry_addr + i as u64 * 4;
+            let pc = entry_addr.wrapping_add(i as u64 * 4);
             let page = (pc & !0xfff).wrapping_add_signed(pages << 12);
-            return Some(page + u64::from((ldr >> 10) & 0xfff) * 8);
+            return Some(page.wrapping_add(u64::from((ldr >> 10) & 0xfff) * 8));
         }
     }
     None

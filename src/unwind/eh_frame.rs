@@ -139,13 +139,20 @@ fn plt_rows<S: UnwindContextStorage<usize>>(
         }
     };
     push(start, rule_at(start));
+    // Checked: an FDE may claim addresses up to the top of the space.
     let mut entry = start - start % PLT_ENTRY;
     while entry < end {
-        for boundary in [entry, entry + push_at] {
+        for boundary in [Some(entry), entry.checked_add(push_at)]
+            .into_iter()
+            .flatten()
+        {
             if start < boundary && boundary < end {
                 push(boundary, rule_at(boundary));
             }
         }
-        entry += PLT_ENTRY;
+        let Some(next) = entry.checked_add(PLT_ENTRY) else {
+            break;
+        };
+        entry = next;
     }
 }

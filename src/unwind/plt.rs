@@ -94,7 +94,8 @@ pub fn plt_stubs<'data, R: ReadRef<'data>>(elf: R) -> Vec<PltStub> {
         };
         let entry = entry_size(&section);
         for (i, code) in bytes.chunks_exact(entry as usize).enumerate() {
-            let addr = section.address() + i as u64 * entry;
+            // Wrapping: a damaged object may put a section anywhere.
+            let addr = section.address().wrapping_add(i as u64 * entry);
             if let Some(name) = plt_slot(code, addr).and_then(|slot| slots.get(&slot)) {
                 stubs.push(PltStub {
                     addr,
@@ -164,7 +165,7 @@ pub fn plt_entry_rule_ranges<'data, R: ReadRef<'data>>(elf: R) -> Vec<(u64, u64)
         .filter_map(|&(name, skip)| {
             let section = file.section_by_name(name)?;
             let size = section.size().checked_sub(skip).filter(|&n| n > 0)?;
-            Some((section.address() + skip, size))
+            Some((section.address().checked_add(skip)?, size))
         })
         .collect()
 }

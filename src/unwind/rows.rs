@@ -449,6 +449,37 @@ mod tests {
                 [(0x08, UnwindRow::UNSUPPORTED, 0), (0x30, none, 0)]
             );
         }
+        // At the top of the address space: the entries stop where the
+        // addresses do (found by reading: the step past the last entry
+        // overflowed).
+        let top = 0xffff_ffff_ffff_ffe0u64;
+        let frame = frame_with(top, 0x1f, udata8, &[], &[(0, CfaExpression(plt(11)))]);
+        let got: Vec<(usize, Result<i32, StackEnd>)> =
+            super::super::eh_frame::evaluate(&frame, frame.as_ptr() as usize)
+                .into_iter()
+                .map(|r| (r.addr, r.rule.map(|rule| rule.offset)))
+                .collect();
+        let top = top as usize;
+        if cfg!(target_arch = "x86_64") {
+            assert_eq!(
+                got,
+                [
+                    (top, Ok(8)),
+                    (top + 0x0b, Ok(16)),
+                    (top + 0x10, Ok(8)),
+                    (top + 0x1b, Ok(16)),
+                    (top + 0x1f, Err(StackEnd::NoUnwindInfo)),
+                ]
+            );
+        } else {
+            assert_eq!(
+                got,
+                [
+                    (top, Err(StackEnd::Unsupported)),
+                    (top + 0x1f, Err(StackEnd::NoUnwindInfo)),
+                ]
+            );
+        }
         // Any other expression (here `DW_OP_breg7 8` alone) ends the walk.
         let other = Expression::raw(vec![0x77, 0x08]);
         let frame = frame_with(0x1000, 0x10, udata8, &[], &[(0, CfaExpression(other))]);
