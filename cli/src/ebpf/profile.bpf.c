@@ -903,6 +903,18 @@ INLINE int at_entry_or_ret(struct frame *f, u64 ip, u16 *reads)
 	return !bpf_probe_read_user(&insn, 1, (const void *)ip) && insn == 0xC3;
 }
 
+// The rule of a frame that has pushed nothing: the return address on top
+// of the stack, the frame pointer the caller's.
+INLINE void entry_rule(struct unwind_row *row)
+{
+	row->kind = ROW_RULE;
+	row->base = 0;
+	row->cfa = 8;
+	row->ra = -8;
+	row->fp_rule = 0;
+	row->has_ra = 1;
+}
+
 // Steps the walk from frame `at` (of kind `kind`; s->row holds a method's
 // row at its pc) to its caller: by the method's row when it has one, else by
 // the frame pointer. Every read is checked; the stack must rise. Returns 1
@@ -925,12 +937,7 @@ INLINE long step(struct walk *w, struct frame *f, u8 kind, u64 at)
 		    ((s->frameless[s->hit_manager & (MAX_MANAGERS - 1)] >> (f->id & 31)) & 1);
 	if (entry) {
 		ruled = 1;
-		row.kind = ROW_RULE;
-		row.base = 0;
-		row.cfa = 8;
-		row.ra = -8;
-		row.fp_rule = 0;
-		row.has_ra = 1;
+		entry_rule(&row);
 	}
 	// A native object's code that no FDE covers (its .init, say) ends the
 	// walk as CFI no rule expresses does: its frame pointer may be any
@@ -942,13 +949,8 @@ INLINE long step(struct walk *w, struct frame *f, u8 kind, u64 at)
 	if (ruled && row.kind == ROW_RULE) {
 		// (A native object's CFI describes every instruction, its epilogues
 		// included.)
-		if (!native && !entry && at == 0 && at_entry_or_ret(f, w->ip, &reads)) {
-			row.base = 0;
-			row.cfa = 8;
-			row.ra = -8;
-			row.fp_rule = 0;
-			row.has_ra = 1;
-		}
+		if (!native && !entry && at == 0 && at_entry_or_ret(f, w->ip, &reads))
+			entry_rule(&row);
 		if (!row.has_ra)
 			return 1;
 		cfa = (row.base == BASE_FP ? bp : sp) + (s64)row.cfa;
