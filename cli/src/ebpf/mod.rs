@@ -393,10 +393,12 @@ type PltTable = (Vec<(u64, u64, u64)>, Vec<jitmap::unwind::PltStub>);
 /// The PLT entries of the object at `path` in process `pid`, if it reads.
 fn plt_table(pid: i32, path: &str) -> Option<PltTable> {
     use object::read::elf::{ElfFile64, ProgramHeader};
-    let data = std::fs::read(format!("/proc/{pid}/root{path}"))
-        .or_else(|_| std::fs::read(path))
+    // Of a large object, only its headers, PLT and dynamic tables are read.
+    let file = std::fs::File::open(format!("/proc/{pid}/root{path}"))
+        .or_else(|_| std::fs::File::open(path))
         .ok()?;
-    let elf = ElfFile64::<object::LittleEndian>::parse(&*data).ok()?;
+    let data = object::ReadCache::new(file);
+    let elf = ElfFile64::<object::LittleEndian, _>::parse(&data).ok()?;
     let endian = object::LittleEndian;
     let segments = elf
         .elf_program_headers()
@@ -406,7 +408,7 @@ fn plt_table(pid: i32, path: &str) -> Option<PltTable> {
         })
         .map(|p| (p.p_offset(endian), p.p_vaddr(endian), p.p_filesz(endian)))
         .collect();
-    Some((segments, jitmap::unwind::plt_stubs(&*data)))
+    Some((segments, jitmap::unwind::plt_stubs(&data)))
 }
 
 impl NativeNames {
