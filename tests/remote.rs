@@ -440,6 +440,7 @@ fn random_memory_behind_a_good_descriptor_never_misleads() {
 fn frameless_kinds_are_published_beside_the_managers_entry() {
     use jitmap::heap::StubKind;
     use std::sync::atomic::Ordering;
+    // Relaxed: this thread wrote the words it reads.
     let word = |i: usize| remote::jitmap_descriptor.frameless[i].load(Ordering::Relaxed);
     let manager = ExecutionManager::new(2);
     let Some(i) = manager.remote_index() else {
