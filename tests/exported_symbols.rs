@@ -16,7 +16,7 @@ use object::{Object, ObjectSymbol};
 /// Builds the linking host, with `features`, and returns its executable.
 fn build(features: &[&str]) -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let target = root.join("target").join("linking");
+    let target = jitmap_testkit::e2e::cargo_target_dir(root).join("linking");
     let mut cargo = Command::new(env!("CARGO"));
     cargo
         .args(["build", "--locked", "--quiet", "--manifest-path"])

@@ -57,7 +57,7 @@ fn host_binary() -> &'static Path {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT.get_or_init(|| {
         let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-        let target = workspace.join("target").join("no-frame-pointers");
+        let target = jitmap_testkit::e2e::cargo_target_dir(workspace).join("no-frame-pointers");
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
         let status = Command::new(cargo)
             .current_dir(workspace)

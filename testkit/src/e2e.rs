@@ -14,6 +14,27 @@ pub fn must_run() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true")
 }
 
+/// The target directory of the cargo run that built the calling test: its
+/// `CARGO_TARGET_DIR` when one is set (`.ci/run` keeps every build in a
+/// cache outside the clone), a relative one taken from `workspace`, as cargo
+/// does, and otherwise `workspace/target`. Tests that build a host of their
+/// own in a nested cargo run put it under this, so that it is cached too.
+///
+/// ```
+/// use std::path::Path;
+/// let dir = jitmap_testkit::e2e::cargo_target_dir(Path::new("/src/jitmap"));
+/// match std::env::var_os("CARGO_TARGET_DIR") {
+///     None => assert_eq!(dir, Path::new("/src/jitmap/target")),
+///     Some(set) => assert!(dir.ends_with(set)),
+/// }
+/// ```
+pub fn cargo_target_dir(workspace: &Path) -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(dir) if !dir.is_empty() => workspace.join(dir),
+        _ => workspace.join("target"),
+    }
+}
+
 /// The demo backend that runs on this machine: the iced demo on x86-64,
 /// Cranelift's elsewhere (`jitmap-sim profile --backend`).
 pub const NATIVE_DEMO_BACKEND: &str = if cfg!(target_arch = "x86_64") {
