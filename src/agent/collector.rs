@@ -583,6 +583,10 @@ impl Collector {
     /// as an alias of that key, dropped when the version is freed.
     fn apply(&mut self, entry: LogEntry) {
         match entry {
+            // A block published while the agent started is both listed and
+            // announced: it is placed once (a block id is never reused, so
+            // a known one is that block).
+            LogEntry::Loaded { block: key, .. } if self.known.contains_key(&key) => {}
             LogEntry::Loaded {
                 block: key,
                 info,
@@ -1118,6 +1122,37 @@ mod tests {
             tag: 100,
         });
         assert!(c.known.is_empty() && c.occupants.is_empty());
+    }
+
+    /// A block published while the agent started is both in the listing and
+    /// announced by its load event: it is placed once, and forgotten whole
+    /// after its free. (On the old code the event placed it a second time,
+    /// and that placement never left: `occupants` kept it for good.)
+    #[test]
+    fn a_block_listed_and_announced_is_placed_once() {
+        let key = BlockId {
+            heap: 2,
+            generation: 1,
+        };
+        let info = Arc::new(CodeInfo::new(7, "k", JitKind::Baseline));
+        let mut c = Collector::new(
+            false,
+            16,
+            [(Arc::clone(&info), key, 0x1000, 64)],
+            Vec::new(),
+        );
+        c.apply(LogEntry::Loaded {
+            block: key,
+            info,
+            start: 0x1000,
+            size: 64,
+            at_ns: 5,
+        });
+        assert_eq!(c.occupants[&0x1000].len(), 1);
+        assert_eq!(c.known[&key].placements, 1);
+        c.apply(LogEntry::Freed { block: key, tag: 9 });
+        c.forget(10);
+        assert!(c.occupants.is_empty() && c.known.is_empty() && c.leaving.is_empty());
     }
 
     /// A drained sample whose only frame is `kind` at `addr` (`key`: a JIT

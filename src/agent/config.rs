@@ -5,8 +5,19 @@ use std::time::Duration;
 
 use super::AgentError;
 
-/// Highest sampling frequency accepted.
-pub const MAX_HZ: u32 = 100_000;
+/// The shortest timer period the agent accepts: 100 µs.
+///
+/// A timer whose period is shorter than signal delivery plus the handler
+/// keeps its thread in the handler: the next expiration is pending when the
+/// handler returns, and the thread's own code never runs again. On a 2-vCPU
+/// VM an empty handler cost about 19 µs of delivery per signal on a 10 µs
+/// wall timer. At 100 µs delivery takes a fifth of the thread at worst, and a
+/// handler that still falls behind backs its own thread off (see
+/// [`AgentConfig::hz`]). async-profiler refuses wall intervals under 100 µs
+/// for the same reason.
+pub const MIN_PERIOD: Duration = Duration::from_micros(100);
+/// Highest sampling frequency accepted: one sample per [`MIN_PERIOD`].
+pub const MAX_HZ: u32 = 10_000;
 /// Deepest stack walk accepted.
 pub const MAX_DEPTH: usize = 256;
 /// Start-map words the signal handler reads, at most, to find a frame's start
@@ -50,7 +61,16 @@ pub enum Unwind {
 /// How the agent samples. Start from [`AgentConfig::default`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AgentConfig {
-    /// Samples per second per thread, 1 to [`MAX_HZ`]. Default 1000.
+    /// Samples per second per thread, 1 to [`MAX_HZ`] (a period of at least
+    /// [`MIN_PERIOD`]). Default 1000.
+    ///
+    /// This is the rate asked for. A thread whose handler cannot keep up
+    /// backs off: when one walk takes more than a quarter of the period, or
+    /// two wall-clock signals in a row arrive late (with an overrun), its
+    /// handler re-arms the thread's timer at twice the period, up to 1024
+    /// times this one. Its samples then weigh the configured periods they
+    /// stand for, and [`super::Profile::slowest_period`] says where the
+    /// slowest thread ended.
     pub hz: u32,
     /// The timers' clock. Default [`Clock::Cpu`]. The kernel checks CPU-time
     /// timers on its scheduler tick (`CONFIG_HZ`, often 250 or 1000 Hz), so a

@@ -97,7 +97,11 @@ impl fmt::Display for AgentError {
         match self {
             Self::ZeroFrequency => write!(f, "the sampling frequency must be at least 1 Hz"),
             Self::FrequencyTooHigh { hz } => {
-                write!(f, "{hz} Hz is over the agent's limit of {MAX_HZ} Hz")
+                write!(
+                    f,
+                    "{hz} Hz is over the agent's limit of {MAX_HZ} Hz: a timer period under \
+                     100 µs keeps a thread in its signal handler"
+                )
             }
             Self::ZeroDepth => write!(f, "the stack depth must be at least 1"),
             Self::DepthTooLarge { depth } => {

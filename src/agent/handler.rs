@@ -2,14 +2,15 @@
 //! validated frame-pointer walk, one lookup per frame under a pinned guard, one
 //! record into the thread's ring.
 //!
-//! It allocates nothing, takes no lock and makes one call outside its own code,
-//! `clock_gettime` (async-signal-safe, and a vDSO read on Linux). It reaches
+//! It allocates nothing, takes no lock and makes two calls outside its own
+//! code, both async-signal-safe: `clock_gettime` (a vDSO read on Linux), and
+//! `timer_settime` when it backs its thread off ([`super::pace`]). It reaches
 //! everything through the thread's record, which it finds by the salted token
 //! the timer's `sigev_value` carries, checked against the agent's table of
 //! attached threads ([`super::registry`]) before anything is read, so it
 //! needs no thread-local storage.
 
-use std::sync::atomic::{AtomicUsize, Ordering, compiler_fence};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering, compiler_fence};
 
 use crate::manager::{CodeBlock, Lookup, ManagerGuard};
 
@@ -55,11 +56,13 @@ pub(crate) extern "C" fn on_signal(
     // SAFETY: errno is a thread-local the C library keeps at a fixed address;
     // reading it is async-signal-safe.
     let errno = unsafe { *libc::__errno_location() };
-    // `stop` and `unregister` see this handler in flight before they go on,
-    // or it sees their changes (the registry's fence handshake).
-    super::registry::enter();
+    let began_ns = crate::events::monotonic_ns();
     // SAFETY: an SA_SIGINFO handler receives a valid siginfo_t.
     let (code, value) = unsafe { ((*info).si_code, (*info).si_value().sival_ptr as u64) };
+    // Whoever detaches or stops sees this handler in flight on the value's
+    // slot before it goes on, or it sees their changes (the registry's fence
+    // handshake).
+    let in_flight = super::registry::enter(value);
     // SAFETY: this handler is in flight (`enter` above) until after its last
     // use of the record.
     let record = (code == libc::SI_TIMER)
@@ -74,8 +77,10 @@ pub(crate) extern "C" fn on_signal(
             // pending (a thread waiting for a CPU, a CPU timer that fires
             // once per scheduler tick). SAFETY: an SI_TIMER siginfo has its
             // timer fields.
-            let overrun = unsafe { (*info).si_overrun() };
-            let weight = 1u32.saturating_add(u32::try_from(overrun).unwrap_or(0));
+            let overrun = u32::try_from(unsafe { (*info).si_overrun() }).unwrap_or(0);
+            // In configured periods: a backed-off timer's signal stands for
+            // several.
+            let weight = record.pace.weight(overrun);
             if record.owns_stack_of(regs) {
                 sample(record, regs, weight);
             } else {
@@ -84,21 +89,47 @@ pub(crate) extern "C" fn on_signal(
                 // that stack, so the sample is counted and dropped.
                 record.samples.count_drop();
             }
+            delay_for_tests(began_ns);
+            record.pace.after_sample(
+                overrun,
+                crate::events::monotonic_ns().saturating_sub(began_ns),
+            );
             // The sample's writes happen before `stop` sees no handler in
             // flight.
-            super::registry::leave();
+            super::registry::leave(in_flight);
         }
         _ => {
             // Not ours: done with the registry before the host's handler
             // runs, since that one may never come back here (it may
             // `siglongjmp` out, call `pthread_exit` or block), and a count
             // left raised would hang every later detach and `stop`.
-            super::registry::leave();
+            super::registry::leave(in_flight);
             pass_on(signal, info, context);
         }
     }
     // SAFETY: as above; restoring the interrupted code's errno.
     unsafe { *libc::__errno_location() = errno };
+}
+
+/// A test's stand-in for a slow handler: nanoseconds each of the agent's
+/// handlers spins before it returns (0, the default, spins not at all).
+static DELAY_NS: AtomicU64 = AtomicU64::new(0);
+
+/// Sets [`DELAY_NS`] (`jitmap::agent::testing::slow_handler`).
+pub(crate) fn set_delay_for_tests(delay_ns: u64) {
+    // Relaxed: a test knob; the handler may see a change a little late.
+    DELAY_NS.store(delay_ns, Ordering::Relaxed);
+}
+
+/// Spins until [`DELAY_NS`] have passed since `began_ns`; only reads the
+/// clock (async-signal-safe).
+#[inline]
+fn delay_for_tests(began_ns: u64) {
+    // Relaxed: as in `set_delay_for_tests`.
+    let delay = DELAY_NS.load(Ordering::Relaxed);
+    while delay != 0 && crate::events::monotonic_ns().saturating_sub(began_ns) < delay {
+        std::hint::spin_loop();
+    }
 }
 
 /// Hands a signal that is not the agent's to the disposition it replaced.

@@ -101,7 +101,9 @@ pub mod export;
 pub mod fuzzing;
 mod handler;
 mod loader;
+mod mask;
 mod native;
+mod pace;
 pub mod probes;
 mod profile;
 mod record;
@@ -116,7 +118,7 @@ mod timer;
 
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering, fence};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -127,12 +129,13 @@ use crate::events::CodeListener;
 
 use attach::Attachment;
 use collector::{Collector, EventListener, EventLog};
+use mask::Blocked;
 use native::ModuleSlot;
 use record::ThreadRecord;
 
 pub use attach::AttachedThread;
 pub use config::{
-    AgentConfig, Clock, HANDLER_V1_WORDS, MAX_DEPTH, MAX_HZ, MAX_RING_CAPACITY, Unwind,
+    AgentConfig, Clock, HANDLER_V1_WORDS, MAX_DEPTH, MAX_HZ, MAX_RING_CAPACITY, MIN_PERIOD, Unwind,
 };
 pub use error::AgentError;
 pub use registry::MAX_ATTACHED;
@@ -145,6 +148,18 @@ pub use profile::{
     Kept, MethodSummary, MethodVersion, ProbeCounts, ProbeEvent, Profile, Sample, SampleFrame,
     Stack, version_labels,
 };
+
+/// Hooks for tests of the agent's behaviour under conditions a test cannot
+/// make on demand. Not a stable API.
+#[doc(hidden)]
+pub mod testing {
+    /// Makes each of the agent's signal handlers spin for `delay` before it
+    /// returns, as a slow handler would (a debug build's, a deep stack's, a
+    /// loaded machine's); zero turns it off. Process-wide.
+    pub fn slow_handler(delay: std::time::Duration) {
+        super::handler::set_delay_for_tests(u64::try_from(delay.as_nanos()).unwrap_or(u64::MAX));
+    }
+}
 
 /// Whether an agent is running in this process.
 static ACTIVE: AtomicBool = AtomicBool::new(false);
@@ -159,6 +174,18 @@ struct Totals {
     lookups: u64,
     ends: StackEnds,
     cpu: Duration,
+    /// The longest period a thread's timer ended at, in nanoseconds.
+    slowest_period_ns: u64,
+    /// Threads whose handler had backed them off when they left.
+    backed_off: usize,
+}
+
+impl Totals {
+    /// Adds a thread's pace as it ends.
+    fn add_pace(&mut self, pace: &pace::Pace) {
+        self.slowest_period_ns = self.slowest_period_ns.max(pace.period_ns());
+        self.backed_off += usize::from(pace.backed_off());
+    }
 }
 
 struct Shared {
@@ -210,6 +237,8 @@ impl Shared {
         let begin = crate::events::monotonic_ns();
         let started = Instant::now();
         {
+            // The agent's locks are taken with its signal blocked (`mask`).
+            let _blocked = Blocked::new(self.config.signal);
             // Samples already drained ended before `begin`: collect first,
             // so that the window sees only samples that end from now on.
             self.collect();
@@ -228,6 +257,7 @@ impl Shared {
             std::thread::sleep((deadline - now).min(Duration::from_millis(20)));
         }
         let end = crate::events::monotonic_ns();
+        let _blocked = Blocked::new(self.config.signal);
         if let Some(c) = self.collector.lock().as_mut() {
             c.end_window(end);
         }
@@ -246,6 +276,9 @@ impl Shared {
 
     /// One collection pass; drops the records of threads that have detached.
     fn collect(&self) {
+        // On an attached thread (`take_kept`, a window), its timer must not
+        // find it holding the collector's lock (`mask`).
+        let _blocked = Blocked::new(self.config.signal);
         let mut collector = self.collector.lock();
         let Some(collector) = collector.as_mut() else {
             return;
@@ -276,6 +309,7 @@ impl Shared {
                 threads.totals.lookups += a.record.lookups();
                 threads.totals.ends += a.record.ends();
                 threads.totals.cpu += a.cpu.lock().unwrap_or_default();
+                threads.totals.add_pace(&a.record.pace);
                 threads.list.retain(|x| !Arc::ptr_eq(x, a));
             }
         }
@@ -459,6 +493,7 @@ impl Agent {
     /// # Ok::<(), jitmap::agent::AgentError>(())
     /// ```
     pub fn take_kept(&self) -> Result<Kept, AgentError> {
+        let _blocked = Blocked::new(self.shared.config.signal);
         self.shared.collect();
         let mut collector = self.shared.collector.lock();
         Ok(collector.as_mut().ok_or(AgentError::Stopped)?.take_kept())
@@ -555,16 +590,41 @@ impl Agent {
             return Profile::default();
         };
         let signal = self.shared.config.signal;
+        // Called on an attached thread, its own timer must not keep it in
+        // its handler while this waits below (`mask`).
+        let _blocked = Blocked::new(signal);
+        // The timers are taken out under the agent's lock and deleted after
+        // it is released, so that no thread waits on the lock while a timer
+        // operation runs.
+        let (timers, attached): (Vec<_>, Vec<_>) = {
+            let mut threads = self.shared.threads.lock();
+            threads.running = false;
+            threads
+                .list
+                .iter()
+                .filter_map(|a| Some((a.timer.lock().take()?, Arc::clone(a))))
+                .unzip()
+        };
+        // Disarmed first, which ends any storm of signals at once; then no
+        // handler may re-arm its timer (`pace`): SeqCst pairs with the fence
+        // of a handler's `registry::enter`, so each handler either sees the
+        // withdrawal or is seen in flight, and waited for, before its timer
+        // is deleted.
+        for (timer, a) in timers.iter().zip(&attached) {
+            a.record.pace.withdraw();
+            // Disarming cannot fail for a live timer; a failure leaves it
+            // armed until its deletion below.
+            let _ = timer.set(0);
+        }
+        fence(Ordering::SeqCst);
+        registry::wait_for_handlers();
+        drop(timers);
+        // With every timer gone, no thread is kept in its handler: a pprof
+        // worker waiting on a lock such a thread held can finish, and be
+        // joined.
         #[cfg(feature = "serve")]
         if let Some(mut server) = self.server.lock().take() {
             server.stop();
-        }
-        {
-            let mut threads = self.shared.threads.lock();
-            threads.running = false;
-            for a in &threads.list {
-                drop(a.timer.lock().take());
-            }
         }
         // No timer is left to send the signal. Setting it to be ignored drops
         // any instance still pending for any thread, so none reaches the
@@ -587,6 +647,12 @@ impl Agent {
         self.shared.manager.listeners().remove(&self.listener);
         let collector = self.shared.collector.lock().take();
         let threads = self.shared.threads.lock();
+        let period_ns = self.shared.config.interval_ns();
+        let mut paces = Totals {
+            slowest_period_ns: threads.totals.slowest_period_ns.max(period_ns),
+            backed_off: threads.totals.backed_off,
+            ..Totals::default()
+        };
         let mut base = Profile {
             duration: self.started.elapsed(),
             clock: self.shared.config.clock,
@@ -610,8 +676,12 @@ impl Agent {
             base.lookups += a.record.lookups();
             base.stack_ends += a.record.ends();
             base.cpu += a.cpu.lock().unwrap_or_else(|| a.record.cpu_since_attach());
+            paces.add_pace(&a.record.pace);
         }
         drop(threads);
+        base.period = Duration::from_nanos(period_ns);
+        base.slowest_period = Duration::from_nanos(paces.slowest_period_ns);
+        base.backed_off = paces.backed_off;
         // Release: this agent's teardown happens before the next start.
         ACTIVE.store(false, Ordering::Release);
         collector.map_or(base.clone(), |c| c.finish(base))

@@ -238,6 +238,16 @@ pub struct Profile {
     pub cpu: Duration,
     /// Ring memory per attached thread, in bytes (samples and probes).
     pub ring_bytes_per_thread: usize,
+    /// The timers' configured period ([`super::AgentConfig::interval_ns`]);
+    /// zero in a profile built by hand or a window's.
+    pub period: Duration,
+    /// The longest period any thread's timer ended at: [`Profile::period`]
+    /// unless a handler that could not keep up backed its thread off (see
+    /// [`super::AgentConfig::hz`]). The stacks count configured periods
+    /// either way.
+    pub slowest_period: Duration,
+    /// Threads whose handler had backed them off when they stopped.
+    pub backed_off: usize,
     /// Distinct stacks, most samples first.
     pub stacks: Vec<Stack>,
     /// The JIT method versions the stacks name.
@@ -331,6 +341,44 @@ impl Profile {
         out
     }
 
+    /// The report's rate line: the rate asked for, and the slowest a
+    /// thread's handler backed off to; `None` without a period.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use jitmap::agent::Profile;
+    /// let profile = Profile {
+    ///     period: Duration::from_micros(100),
+    ///     slowest_period: Duration::from_micros(800),
+    ///     backed_off: 1,
+    ///     threads: 2,
+    ///     ..Profile::default()
+    /// };
+    /// assert_eq!(
+    ///     profile.rate_line().unwrap(),
+    ///     "rate: 10000 Hz asked; 1 of 2 thread(s) backed off, the slowest to 1250 Hz \
+    ///      (its handler could not keep up)\n"
+    /// );
+    /// ```
+    pub fn rate_line(&self) -> Option<String> {
+        let hz = |d: Duration| 1.0 / d.as_secs_f64().max(1e-9);
+        if self.period.is_zero() {
+            return None;
+        }
+        Some(if self.backed_off == 0 {
+            format!("rate: {:.0} Hz asked, and kept\n", hz(self.period))
+        } else {
+            format!(
+                "rate: {:.0} Hz asked; {} of {} thread(s) backed off, the slowest to {:.0} Hz \
+                 (its handler could not keep up)\n",
+                hz(self.period),
+                self.backed_off,
+                self.threads,
+                hz(self.slowest_period)
+            )
+        })
+    }
+
     /// Lookups per second of the agent's run.
     pub fn lookups_per_second(&self) -> f64 {
         self.lookups as f64 / self.duration.as_secs_f64().max(1e-9)
@@ -352,6 +400,9 @@ impl Profile {
             self.counted(),
             self.coalesced()
         );
+        if let Some(rate) = self.rate_line() {
+            out.push_str(&rate);
+        }
         let _ = writeln!(
             out,
             "cpu: {:.2} s used by the attached threads while attached ({:.0}% of {:.2} s per thread)",

@@ -11,35 +11,51 @@
 //! 2^-54, and a stale token of a detached thread never matches again.
 //!
 //! Detaching is a handshake with the handlers: a handler counts itself in
-//! flight, then reads the token; [`Registry::unregister`] clears the token,
-//! then waits until no handler is in flight. A SeqCst fence on each side,
-//! between its store and its load, makes at least one of them see the
-//! other's store: the handler sees the cleared token and takes nothing, or
-//! the detaching thread sees the handler and waits for it. Only then is the
-//! slot free for another record. The loom model
-//! `a_late_signal_never_writes_into_another_threads_record` checks it.
+//! flight on the slot its value names, then reads the token;
+//! [`Registry::unregister`] clears the token, then waits until no handler is
+//! in flight on that slot. A SeqCst fence on each side, between its store and
+//! its load, makes at least one of them see the other's store: the handler
+//! sees the cleared token and takes nothing, or the detaching thread sees the
+//! handler and waits for it. Only then is the slot free for another record.
+//! The loom model `a_late_signal_never_writes_into_another_threads_record`
+//! checks it.
+//!
+//! The counts are per slot, not per process: a detaching thread waits only
+//! for handlers that can still hold its record, never for other threads'
+//! handlers. Under a rate that keeps several threads in their handlers most
+//! of the time, a process-wide count is rarely zero, and a detach that
+//! waited for it could wait for seconds.
 
 use crate::sync::{AtomicPtr, AtomicU64, AtomicUsize, Ordering, defect, fence};
 
 /// Low bits of a token: its slot.
 const SLOT_BITS: u32 = 10;
 
-/// One table entry: a record and the token that names it; both null/zero
-/// when free.
+/// One table entry: a record and the token that names it (both null/zero
+/// when free), and the handlers in flight on it.
 struct Slot<R> {
     token: AtomicU64,
     record: AtomicPtr<R>,
+    /// Handlers between [`Registry::enter`] and [`Registry::leave`] whose
+    /// signal's value names this slot.
+    in_flight: AtomicUsize,
 }
 
-/// A table of `N` (at most 2^10) records by token, with the count of
+/// A table of `N` (at most 2^10) records by token, with the counts of
 /// handlers in flight that detaching waits for.
 pub struct Registry<R, const N: usize> {
     slots: [Slot<R>; N],
     /// Counts registrations, so that a slot's next token differs from its
     /// last.
     generation: AtomicU64,
-    /// Handlers running now: [`Registry::unregister`] waits for zero.
-    in_flight: AtomicUsize,
+}
+
+/// A handler's place in flight, from [`Registry::enter`]; hand it back to
+/// [`Registry::leave`].
+#[derive(Debug)]
+#[must_use = "a handler in flight must leave"]
+pub struct InFlight {
+    slot: usize,
 }
 
 /// A record's place in a table; [`Registry::unregister`] ends it.
@@ -66,10 +82,10 @@ impl<R, const N: usize> Registry<R, N> {
                 Slot {
                     token: AtomicU64::new(0),
                     record: AtomicPtr::new(std::ptr::null_mut()),
+                    in_flight: AtomicUsize::new(0),
                 }
             }; N],
             generation: AtomicU64::new(0),
-            in_flight: AtomicUsize::new(0),
         }
     }
 
@@ -81,9 +97,9 @@ impl<R, const N: usize> Registry<R, N> {
             slots: std::array::from_fn(|_| Slot {
                 token: AtomicU64::new(0),
                 record: AtomicPtr::new(std::ptr::null_mut()),
+                in_flight: AtomicUsize::new(0),
             }),
             generation: AtomicU64::new(0),
-            in_flight: AtomicUsize::new(0),
         }
     }
 
@@ -119,8 +135,8 @@ impl<R, const N: usize> Registry<R, N> {
     }
 
     /// Takes the record out of the table, then waits until no handler that
-    /// might have found it is still running; after this the record may be
-    /// freed and the slot reused.
+    /// might have found it is still running (those in flight on its slot
+    /// alone); after this the record may be freed and the slot reused.
     pub fn unregister(&self, registration: Registration) {
         let entry = &self.slots[registration.slot];
         // Relaxed: the fence below orders it before the count is read.
@@ -130,34 +146,55 @@ impl<R, const N: usize> Registry<R, N> {
             // handler in flight, or the handler sees the cleared token.
             fence(Ordering::SeqCst);
         }
-        self.wait_for_handlers();
+        Self::wait_for_slot(entry);
         // Release: hands the slot to the next `register`, whose CAS is Acquire.
         entry.record.store(std::ptr::null_mut(), Ordering::Release);
     }
 
-    /// Counts a handler in flight; call first thing in the handler, and
-    /// [`Registry::leave`] after its last use of a record.
+    /// The slot a signal's `value` counts on: the one [`Registry::lookup`]
+    /// reads for it (any value maps to some slot; a count on a slot that the
+    /// value does not name only makes a waiter wait a little longer).
     #[inline]
-    pub fn enter(&self) {
+    fn slot_of(value: u64) -> usize {
+        (value & ((1 << SLOT_BITS) - 1)) as usize % N
+    }
+
+    /// Counts a handler in flight on the slot `value` names; call in the
+    /// handler before [`Registry::lookup`], and [`Registry::leave`] after its
+    /// last use of a record.
+    #[inline]
+    pub fn enter(&self, value: u64) -> InFlight {
+        let slot = Self::slot_of(value);
         // Relaxed: the fence below orders it before the handler's reads.
-        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        self.slots[slot].in_flight.fetch_add(1, Ordering::Relaxed);
         // SeqCst: pairs with the fence in `unregister` (see the module docs).
         fence(Ordering::SeqCst);
+        InFlight { slot }
     }
 
     /// Ends what [`Registry::enter`] began.
     #[inline]
-    pub fn leave(&self) {
+    pub fn leave(&self, in_flight: InFlight) {
         // Release: the handler's writes happen before a waiter sees zero.
-        self.in_flight.fetch_sub(1, Ordering::Release);
+        self.slots[in_flight.slot]
+            .in_flight
+            .fetch_sub(1, Ordering::Release);
     }
 
-    /// Spins until no handler is in flight.
-    pub fn wait_for_handlers(&self) {
+    /// Spins until no handler is in flight on `entry`.
+    fn wait_for_slot(entry: &Slot<R>) {
         // Acquire: pairs with `leave`'s Release, so the handlers' writes are
         // visible to whoever waited.
-        while self.in_flight.load(Ordering::Acquire) != 0 {
+        while entry.in_flight.load(Ordering::Acquire) != 0 {
             crate::sync::yield_now();
+        }
+    }
+
+    /// Waits, slot by slot, until each has had no handler in flight: every
+    /// handler that was running when this began has finished.
+    pub fn wait_for_handlers(&self) {
+        for entry in &self.slots {
+            Self::wait_for_slot(entry);
         }
     }
 
@@ -197,7 +234,7 @@ pub(crate) use process::{enter, leave, lookup, register, unregister, wait_for_ha
 /// The process's one table, which the agent's handler reads.
 #[cfg(not(loom))]
 mod process {
-    use super::{Registration, Registry};
+    use super::{InFlight, Registration, Registry};
     use crate::agent::record::ThreadRecord;
     use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -246,17 +283,17 @@ mod process {
 
     /// [`Registry::enter`] on the process's table.
     #[inline]
-    pub(crate) fn enter() {
-        TABLE.enter();
+    pub(crate) fn enter(value: u64) -> InFlight {
+        TABLE.enter(value)
     }
 
     /// [`Registry::leave`] on the process's table.
     #[inline]
-    pub(crate) fn leave() {
-        TABLE.leave();
+    pub(crate) fn leave(in_flight: InFlight) {
+        TABLE.leave(in_flight);
     }
 
-    /// Spins until no handler is running.
+    /// [`Registry::wait_for_handlers`] on the process's table.
     pub(crate) fn wait_for_handlers() {
         TABLE.wait_for_handlers();
     }

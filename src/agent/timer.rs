@@ -43,20 +43,33 @@ impl Timer {
 
     /// Fires every `interval_ns` nanoseconds (0 disarms).
     pub(crate) fn set(&self, interval_ns: u64) -> Result<(), AgentError> {
-        let ts = libc::timespec {
-            tv_sec: (interval_ns / 1_000_000_000) as libc::time_t,
-            tv_nsec: (interval_ns % 1_000_000_000) as libc::c_long,
-        };
-        let spec = libc::itimerspec {
-            it_interval: ts,
-            it_value: ts,
-        };
-        // SAFETY: `self.0` is a live timer; `spec` is valid; no old value wanted.
-        if unsafe { libc::timer_settime(self.0, 0, &spec, std::ptr::null_mut()) } != 0 {
+        if !set_period(self.0, interval_ns) {
             return Err(AgentError::os("timer_settime"));
         }
         Ok(())
     }
+
+    /// The kernel's handle, for the handler's back-off ([`set_period`]).
+    pub(crate) fn id(&self) -> libc::timer_t {
+        self.0
+    }
+}
+
+/// Re-arms timer `id` to fire every `interval_ns` nanoseconds from now (0
+/// disarms); false if the kernel refused. Async-signal-safe: one
+/// `timer_settime`, which signal-safety(7) lists.
+pub(crate) fn set_period(id: libc::timer_t, interval_ns: u64) -> bool {
+    let ts = libc::timespec {
+        tv_sec: (interval_ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (interval_ns % 1_000_000_000) as libc::c_long,
+    };
+    let spec = libc::itimerspec {
+        it_interval: ts,
+        it_value: ts,
+    };
+    // SAFETY: `spec` is valid; no old value wanted. A stale id makes the
+    // kernel refuse the call (EINVAL), which the caller sees.
+    unsafe { libc::timer_settime(id, 0, &spec, std::ptr::null_mut()) == 0 }
 }
 
 impl Drop for Timer {

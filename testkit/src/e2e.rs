@@ -16,8 +16,10 @@ pub fn must_run() -> bool {
 
 /// The target directory of the cargo run that built the calling test: its
 /// `CARGO_TARGET_DIR` when one is set (`.ci/run` keeps every build in a
-/// cache outside the clone), a relative one taken from `workspace`, as cargo
-/// does, and otherwise `workspace/target`. Tests that build a host of their
+/// cache outside the clone), a relative one taken from `workspace` (where
+/// `.ci/run` and the README run cargo; cargo itself resolves it against the
+/// directory it was started in, which a test cannot see), and otherwise
+/// `workspace/target`. Tests that build a host of their
 /// own in a nested cargo run put it under this, so that it is cached too.
 ///
 /// ```

@@ -83,10 +83,14 @@ pub fn run(o: Options) -> CliResult {
     if !cfg!(target_arch = "x86_64") && o.backend == DemoBackend::Iced {
         return Err(x86_only("the iced demo (the default backend) is"));
     }
+    let (hz, notice) = o.hz.for_agent();
+    if let Some(notice) = notice {
+        eprintln!("jitmap-sim profile: {notice}");
+    }
     let run = profile::run_with(
         &manager,
         o.backend,
-        o.hz.get(),
+        hz,
         clock,
         o.seconds.duration(),
         |agent| {

@@ -77,6 +77,10 @@ pub fn run(o: Options) -> CliResult {
         ));
     }
     let out = o.out.as_ref().map(OutDir::prepare).transpose()?;
+    let (hz, notice) = o.hz.for_agent();
+    if let Some(notice) = notice {
+        eprintln!("jitmap-sim run: {notice}");
+    }
     let config = RunConfig {
         scenario: o.scenario,
         backend: o.backend,
@@ -89,7 +93,7 @@ pub fn run(o: Options) -> CliResult {
             _ => MemoryMode::Rwx,
         },
         threads: o.threads.get(),
-        hz: o.hz.get(),
+        hz,
         serve: loopback(o.serve)?,
         until_events: o.until_events,
     };

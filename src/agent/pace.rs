@@ -1,0 +1,184 @@
+//! The handler's back-off: a thread whose handler cannot keep up with its
+//! timer samples at a longer period instead of never leaving its handler.
+//!
+//! A timer whose period is shorter than signal delivery plus the handler
+//! keeps its thread in the handler: the next expiration is pending when the
+//! handler returns, and no instruction of the thread's own runs. The agent
+//! refuses periods under [`super::MIN_PERIOD`] outright, and each thread's
+//! handler watches itself. A signal is late when its walk took more than a
+//! quarter of the period, or, on the wall clock, when it arrived with an
+//! overrun (expirations that came while it was still pending). After two
+//! late signals in a row the handler re-arms its own timer at twice the
+//! period (`timer_settime` is async-signal-safe), up to [`MAX_BACKOFF`]
+//! times the configured one; after [`ON_TIME_TO_RECOVER`] on time in a row
+//! it halves it again, down to the configured period, so a passing spike of
+//! load does not slow the profile for good. A CPU-clock timer's overruns say
+//! nothing about the handler (the kernel checks such timers on its tick),
+//! so only slow walks back it off.
+//!
+//! Each sample's weight is in configured periods: one signal at twice the
+//! period stands for two. The profile reports the period each thread ended
+//! at ([`super::Profile::slowest_period`]).
+//!
+//! The handler re-arms only while [`Pace::handler_may_rearm`] says so. Whoever
+//! deletes the timer from another thread (`Agent::stop`) first withdraws
+//! that ([`Pace::withdraw`]), then waits for the record's handlers (the
+//! registry's slot count): the registry's SeqCst fences on both sides make
+//! either the handler see the withdrawal, or the deleting thread see the
+//! handler in flight and wait for it, so no handler re-arms a deleted timer.
+
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
+
+use super::timer::{self, Timer};
+
+/// The most a thread's period grows: 1024 times the configured one.
+pub(crate) const MAX_BACKOFF: u64 = 1024;
+
+/// Late signals in a row that double a thread's period.
+const LATE_TO_BACK_OFF: u32 = 2;
+
+/// Signals on time in a row that halve a backed-off thread's period.
+pub(crate) const ON_TIME_TO_RECOVER: u32 = 64;
+
+/// One attached thread's timer, as its handler sees it.
+pub(crate) struct Pace {
+    /// The configured period.
+    base_ns: u64,
+    /// The timers run on the wall clock (overruns then mean a late handler).
+    wall: bool,
+    /// The period in force, a power of two times `base_ns`.
+    period_ns: AtomicU64,
+    /// The thread's timer (its `timer_t`), for the handler to re-arm.
+    timer: AtomicUsize,
+    /// Whether the handler may re-arm `timer`: set once it is armed,
+    /// withdrawn before it is deleted.
+    armed: AtomicBool,
+    /// Late signals in a row (positive), or signals on time in a row
+    /// (negative), as the handler last counted them.
+    streak: AtomicI32,
+}
+
+impl Pace {
+    /// A thread's pace before its timer is armed, at `base_ns`.
+    pub(crate) fn new(base_ns: u64, wall: bool) -> Self {
+        Self {
+            base_ns,
+            wall,
+            period_ns: AtomicU64::new(base_ns),
+            timer: AtomicUsize::new(0),
+            armed: AtomicBool::new(false),
+            streak: AtomicI32::new(0),
+        }
+    }
+
+    /// Arms `timer` at the configured period and lets the handler re-arm it.
+    /// Call on the thread the timer signals, with the agent's signal blocked,
+    /// so that its handler does not run before this returns.
+    pub(crate) fn arm(&self, timer: &Timer) -> Result<(), super::AgentError> {
+        // Relaxed: the handler runs on this thread, after this returns and
+        // the signal is unblocked; program order publishes both.
+        self.timer.store(timer.id() as usize, Ordering::Relaxed);
+        self.armed.store(true, Ordering::Relaxed);
+        timer.set(self.base_ns)
+    }
+
+    /// Takes the timer back from the handler. The caller then issues a
+    /// SeqCst fence (the registry's wait does not) and waits for the
+    /// thread's handlers before it deletes the timer.
+    pub(crate) fn withdraw(&self) {
+        // Relaxed: the caller's SeqCst fence orders it before the wait for
+        // handlers in flight; a handler's fence orders its load after its
+        // count (the registry's handshake).
+        self.armed.store(false, Ordering::Relaxed);
+    }
+
+    /// The period in force now, in nanoseconds.
+    pub(crate) fn period_ns(&self) -> u64 {
+        // Relaxed: a statistic, exact once the handler has stopped running.
+        self.period_ns.load(Ordering::Relaxed)
+    }
+
+    /// Whether the handler has backed this thread off.
+    pub(crate) fn backed_off(&self) -> bool {
+        self.period_ns() > self.base_ns
+    }
+
+    /// In the handler, for a signal with `overrun` coalesced expirations:
+    /// the configured periods the sample stands for.
+    #[inline]
+    pub(crate) fn weight(&self, overrun: u32) -> u32 {
+        let factor = (self.period_ns() / self.base_ns.max(1)).max(1);
+        let weight = u64::from(overrun) + 1;
+        u32::try_from(weight.saturating_mul(factor)).unwrap_or(u32::MAX)
+    }
+
+    /// In the handler, after its walk of `took_ns` for a signal with
+    /// `overrun` coalesced expirations: re-arms the timer at twice the
+    /// period if the handler cannot keep up, or at half a backed-off one
+    /// once it keeps up again. The caller is counted in flight in the
+    /// registry (its fence orders the `armed` load).
+    #[inline]
+    pub(crate) fn after_sample(&self, overrun: u32, took_ns: u64) {
+        let period = self.period_ns();
+        let late = took_ns > period / 4 || (self.wall && overrun > 0);
+        // Relaxed, here and below: only this thread's handler reads and
+        // writes the streak (the signal does not nest).
+        let streak = self.streak.load(Ordering::Relaxed);
+        let streak = match (late, streak) {
+            (true, s) => s.max(0).saturating_add(1),
+            (false, s) => s.min(0).saturating_sub(1),
+        };
+        self.streak.store(streak, Ordering::Relaxed);
+        let next = if streak >= LATE_TO_BACK_OFF as i32 {
+            period.saturating_mul(2)
+        } else if streak <= -(ON_TIME_TO_RECOVER as i32) {
+            period / 2
+        } else {
+            return;
+        };
+        let next = next.clamp(self.base_ns, self.base_ns.saturating_mul(MAX_BACKOFF));
+        // Relaxed: the registry's fence in `enter` orders it after this
+        // handler's count, which a withdrawing thread waits for.
+        if next == period || !self.armed.load(Ordering::Relaxed) {
+            return;
+        }
+        // Relaxed: as `arm`.
+        let id = self.timer.load(Ordering::Relaxed) as libc::timer_t;
+        if timer::set_period(id, next) {
+            self.period_ns.store(next, Ordering::Relaxed);
+            self.streak.store(0, Ordering::Relaxed);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sample_weighs_its_overrun_times_the_backed_off_factor() {
+        let pace = Pace::new(1000, true);
+        assert_eq!((pace.weight(0), pace.weight(3)), (1, 4));
+        pace.period_ns.store(8000, Ordering::Relaxed);
+        assert_eq!((pace.weight(0), pace.weight(3)), (8, 32));
+        assert!(pace.backed_off());
+        pace.period_ns.store(1000 * MAX_BACKOFF, Ordering::Relaxed);
+        assert_eq!(pace.weight(u32::MAX), u32::MAX);
+    }
+
+    #[test]
+    fn an_unarmed_pace_never_backs_off_but_counts_its_streak() {
+        // Not armed: no timer to re-arm, however slow the walk.
+        let pace = Pace::new(1000, true);
+        pace.after_sample(5, 0);
+        pace.after_sample(0, 1_000_000);
+        assert_eq!(pace.period_ns(), 1000);
+        assert_eq!(pace.streak.load(Ordering::Relaxed), 2);
+        pace.after_sample(0, 250);
+        assert_eq!(pace.streak.load(Ordering::Relaxed), -1);
+        // A CPU clock's overruns are not late.
+        let cpu = Pace::new(1000, false);
+        cpu.after_sample(5, 0);
+        assert_eq!(cpu.streak.load(Ordering::Relaxed), -1);
+    }
+}
