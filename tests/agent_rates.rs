@@ -43,6 +43,16 @@ fn fastest() -> AgentConfig {
     }
 }
 
+/// A cap, not a timing: `x86_64` seconds natively; under qemu-user, where
+/// every signal costs tens of times more, more.
+fn cap(x86_64: u64) -> Duration {
+    Duration::from_secs(if cfg!(target_arch = "x86_64") {
+        x86_64
+    } else {
+        x86_64 * 10
+    })
+}
+
 /// Runs `f` on a thread of its own and returns its result, or panics if it
 /// has not returned within `cap` (the thread is left behind).
 fn within<R: Send + 'static>(
@@ -116,24 +126,29 @@ fn attach_and_a_window_both_return_when_the_handler_outlasts_the_period() {
     let stop = Arc::new(AtomicBool::new(false));
     let attached_ok = {
         let (tx, rx) = mpsc::channel();
+        let (attaching, about_to) = mpsc::channel();
         let worker = {
             let (agent, stop) = (Arc::clone(&agent), Arc::clone(&stop));
             std::thread::spawn(move || {
+                let _ = attaching.send(());
                 let attached = agent.attach_current_thread();
                 let _ = tx.send(attached.is_ok());
                 spin_until(&stop);
                 drop(attached);
             })
         };
+        // The window begins once the attach does (and, on the old code,
+        // its collection then waited on the list the attach held).
+        about_to.recv().unwrap();
         let window = {
             let agent = Arc::clone(&agent);
-            within(Duration::from_secs(5), "profile_window", move || {
+            within(cap(5), "profile_window", move || {
                 agent.profile_window(Duration::ZERO).map(|p| p.duration)
             })
         };
         assert!(window.is_ok(), "{window:?}");
         let attached = rx
-            .recv_timeout(Duration::from_secs(5))
+            .recv_timeout(cap(5))
             .expect("attach_current_thread did not return within 5 s");
         stop.store(true, Ordering::Relaxed);
         worker.join().unwrap();
@@ -141,7 +156,7 @@ fn attach_and_a_window_both_return_when_the_handler_outlasts_the_period() {
     };
     assert!(attached_ok);
     let agent = Arc::into_inner(agent).unwrap();
-    let profile = within(Duration::from_secs(5), "stop", move || agent.stop());
+    let profile = within(cap(5), "stop", move || agent.stop());
     assert_eq!(profile.period, MIN_PERIOD);
 }
 
@@ -170,7 +185,7 @@ fn a_detach_waits_only_for_its_own_handlers() {
     ready.wait();
     let fifth = {
         let agent = Arc::clone(&agent);
-        within(Duration::from_secs(5), "the fifth thread", move || {
+        within(cap(5), "the fifth thread", move || {
             let attached = agent.attach_current_thread().unwrap();
             // Its own timer's samples, so that its handlers ran too.
             while attached.samples_taken() < 3 {
@@ -185,12 +200,10 @@ fn a_detach_waits_only_for_its_own_handlers() {
     for thread in busy {
         thread.join().unwrap();
     }
-    // A cap, not a timing: the old detach waited for seconds. Under
-    // qemu-user every signal costs tens of times more.
-    let cap = Duration::from_secs(if cfg!(target_arch = "x86_64") { 1 } else { 20 });
-    assert!(fifth < cap, "the fifth thread's detach took {fifth:?}");
+    // A cap, not a timing: the old detach waited for seconds.
+    assert!(fifth < cap(1), "the fifth thread's detach took {fifth:?}");
     let agent = Arc::into_inner(agent).unwrap();
-    let profile = within(Duration::from_secs(5), "stop", move || agent.stop());
+    let profile = within(cap(5), "stop", move || agent.stop());
     assert_eq!(profile.threads, 5);
 }
 
@@ -202,7 +215,7 @@ fn a_detach_waits_only_for_its_own_handlers() {
 fn stop_on_an_attached_thread_returns_and_reports_the_back_off() {
     let _one = one_at_a_time();
     let _slow = SlowHandler::new(2 * MIN_PERIOD);
-    let profile = within(Duration::from_secs(5), "stop on an attached thread", || {
+    let profile = within(cap(5), "stop on an attached thread", || {
         let manager = ExecutionManager::new(4);
         let agent = Agent::start(&manager, fastest()).unwrap();
         let attached = agent.attach_current_thread().unwrap();

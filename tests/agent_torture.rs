@@ -225,9 +225,13 @@ fn sampling_malloc_panics_and_heap_writers_is_safe() {
         profile.dropped,
         profile.probes.enters + profile.probes.values
     );
+    // Periods, not signals: a thread whose handler fell behind (qemu-user's
+    // deep walks, a loaded machine) backs off, and its fewer signals each
+    // stand for several periods. A dropped sample counts as one.
+    let periods = profile.counted() + profile.dropped;
     assert!(
-        profile.taken as f64 >= 0.8 * expected,
-        "{} samples of {expected:.0} expected",
+        periods as f64 >= 0.8 * expected,
+        "{periods} periods of {expected:.0} expected ({} signals)",
         profile.taken
     );
     assert_eq!(profile.samples + profile.dropped, profile.taken);

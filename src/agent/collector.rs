@@ -615,6 +615,18 @@ impl Collector {
                 tag,
             } => {
                 let key = self.aliases.remove(&from).unwrap_or(from);
+                if self.known.contains_key(&to) {
+                    // Moved while the agent started: the listing already
+                    // holds the new block, as the same version. The old
+                    // copy leaves (and its entry goes with it once safe);
+                    // the listed one stays, freed by its own block's event.
+                    if let Some(k) = self.known.get_mut(&key) {
+                        k.freed = Some(tag);
+                        let old = k.start;
+                        self.leave(old, key, tag);
+                    }
+                    return;
+                }
                 if let Some(k) = self.known.get_mut(&key) {
                     let (old, size) = (k.start, k.size);
                     k.start = start;
@@ -1153,6 +1165,51 @@ mod tests {
         c.apply(LogEntry::Freed { block: key, tag: 9 });
         c.forget(10);
         assert!(c.occupants.is_empty() && c.known.is_empty() && c.leaving.is_empty());
+    }
+
+    /// A block published and then moved while the agent started: the
+    /// listing holds its new block, the log its load and its move. Each
+    /// copy is placed once, and after the free everything is forgotten.
+    /// (Before, the move placed the new block's bytes a second time, and
+    /// the listed entry was never freed.)
+    #[test]
+    fn a_block_moved_while_the_agent_started_is_forgotten_after_its_free() {
+        let block = |generation| BlockId {
+            heap: 2,
+            generation,
+        };
+        let info = Arc::new(CodeInfo::new(7, "k", JitKind::Baseline));
+        let mut c = Collector::new(
+            false,
+            16,
+            [(Arc::clone(&info), block(2), 0x2000, 64)],
+            Vec::new(),
+        );
+        c.apply(LogEntry::Loaded {
+            block: block(1),
+            info,
+            start: 0x1000,
+            size: 64,
+            at_ns: 5,
+        });
+        c.apply(LogEntry::Moved {
+            from: block(1),
+            to: block(2),
+            start: 0x2000,
+            at_ns: 6,
+            tag: 7,
+        });
+        assert_eq!(
+            (c.occupants[&0x1000].len(), c.occupants[&0x2000].len()),
+            (1, 1)
+        );
+        c.apply(LogEntry::Freed {
+            block: block(2),
+            tag: 9,
+        });
+        c.forget(10);
+        assert!(c.occupants.is_empty() && c.known.is_empty() && c.leaving.is_empty());
+        assert!(c.aliases.is_empty());
     }
 
     /// A drained sample whose only frame is `kind` at `addr` (`key`: a JIT

@@ -64,13 +64,14 @@ pub struct AgentConfig {
     /// Samples per second per thread, 1 to [`MAX_HZ`] (a period of at least
     /// [`MIN_PERIOD`]). Default 1000.
     ///
-    /// This is the rate asked for. A thread whose handler cannot keep up
-    /// backs off: when one walk takes more than a quarter of the period, or
-    /// two wall-clock signals in a row arrive late (with an overrun), its
+    /// This is the rate asked for. A thread whose signals come late backs
+    /// off: after two late signals in a row (a walk that took more than a
+    /// quarter of the period, or a wall-clock signal with an overrun), its
     /// handler re-arms the thread's timer at twice the period, up to 1024
-    /// times this one. Its samples then weigh the configured periods they
-    /// stand for, and [`super::Profile::slowest_period`] says where the
-    /// slowest thread ended.
+    /// times this one; 64 on time in a row halve it again. Its samples weigh
+    /// the configured periods they stand for, and
+    /// [`super::Profile::slowest_period`] says how far the slowest thread
+    /// backed off.
     pub hz: u32,
     /// The timers' clock. Default [`Clock::Cpu`]. The kernel checks CPU-time
     /// timers on its scheduler tick (`CONFIG_HZ`, often 250 or 1000 Hz), so a

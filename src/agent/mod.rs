@@ -61,7 +61,8 @@
 //! - writes one fixed-size record into the thread's ring, or counts a drop.
 //!
 //! It allocates nothing, takes no lock, uses no thread-local storage and calls
-//! nothing but `clock_gettime`. Names, symbols and aggregation happen later, in
+//! nothing but `clock_gettime`, and `timer_settime` when it backs its thread
+//! off (both async-signal-safe). Names, symbols and aggregation happen later, in
 //! the collector thread. It names a native frame in an object loaded after
 //! the agent started as it drains the rings (so code in an object unloaded
 //! later is still named), the others when a profile is named; each with the
@@ -174,7 +175,7 @@ struct Totals {
     lookups: u64,
     ends: StackEnds,
     cpu: Duration,
-    /// The longest period a thread's timer ended at, in nanoseconds.
+    /// The longest period a thread's timer reached, in nanoseconds.
     slowest_period_ns: u64,
     /// Threads whose handler had backed them off when they left.
     backed_off: usize,
@@ -183,7 +184,7 @@ struct Totals {
 impl Totals {
     /// Adds a thread's pace as it ends.
     fn add_pace(&mut self, pace: &pace::Pace) {
-        self.slowest_period_ns = self.slowest_period_ns.max(pace.period_ns());
+        self.slowest_period_ns = self.slowest_period_ns.max(pace.longest_ns());
         self.backed_off += usize::from(pace.backed_off());
     }
 }
@@ -251,7 +252,12 @@ impl Shared {
         let deadline = started + duration;
         loop {
             let now = Instant::now();
-            if now >= deadline || cancel() || *self.stopping.lock() {
+            let stopping = {
+                // The lock is taken with the agent's signal blocked (`mask`).
+                let _blocked = Blocked::new(self.config.signal);
+                *self.stopping.lock()
+            };
+            if now >= deadline || cancel() || stopping {
                 break;
             }
             std::thread::sleep((deadline - now).min(Duration::from_millis(20)));
@@ -275,10 +281,9 @@ impl Shared {
     }
 
     /// One collection pass; drops the records of threads that have detached.
+    /// A caller that may be an attached thread blocks the agent's signal
+    /// around it (`mask`); the collector's own thread is never attached.
     fn collect(&self) {
-        // On an attached thread (`take_kept`, a window), its timer must not
-        // find it holding the collector's lock (`mask`).
-        let _blocked = Blocked::new(self.config.signal);
         let mut collector = self.collector.lock();
         let Some(collector) = collector.as_mut() else {
             return;
@@ -532,6 +537,7 @@ impl Agent {
         &self,
         address: std::net::SocketAddr,
     ) -> Result<std::net::SocketAddr, AgentError> {
+        let _blocked = Blocked::new(self.shared.config.signal);
         let mut server = self.server.lock();
         if server.is_some() {
             return Err(AgentError::Serve {
@@ -565,6 +571,7 @@ impl Agent {
     #[cfg(feature = "serve")]
     #[cfg_attr(docsrs, doc(cfg(feature = "serve")))]
     pub fn connections_shed(&self) -> u64 {
+        let _blocked = Blocked::new(self.shared.config.signal);
         self.server.lock().as_ref().map_or(0, serve::Server::shed)
     }
 
@@ -590,35 +597,38 @@ impl Agent {
             return Profile::default();
         };
         let signal = self.shared.config.signal;
-        // Called on an attached thread, its own timer must not keep it in
-        // its handler while this waits below (`mask`).
-        let _blocked = Blocked::new(signal);
-        // The timers are taken out under the agent's lock and deleted after
-        // it is released, so that no thread waits on the lock while a timer
-        // operation runs.
-        let (timers, attached): (Vec<_>, Vec<_>) = {
+        let attached: Vec<Arc<Attachment>> = {
             let mut threads = self.shared.threads.lock();
             threads.running = false;
-            threads
-                .list
-                .iter()
-                .filter_map(|a| Some((a.timer.lock().take()?, Arc::clone(a))))
-                .unzip()
+            threads.list.clone()
         };
-        // Disarmed first, which ends any storm of signals at once; then no
-        // handler may re-arm its timer (`pace`): SeqCst pairs with the fence
-        // of a handler's `registry::enter`, so each handler either sees the
-        // withdrawal or is seen in flight, and waited for, before its timer
-        // is deleted.
-        for (timer, a) in timers.iter().zip(&attached) {
-            a.record.pace.withdraw();
-            // Disarming cannot fail for a live timer; a failure leaves it
-            // armed until its deletion below.
-            let _ = timer.set(0);
+        {
+            // Called on an attached thread, its own timer must not keep it
+            // in its handler while this waits below (`mask`).
+            let _blocked = Blocked::new(signal);
+            // Each timer is taken, disarmed and deleted under its
+            // attachment's own lock, not the agent's: only that thread's
+            // detach contends for it, with the signal blocked on its thread,
+            // and it must not drain its pending signals while the timer can
+            // still send one. Disarmed first, which ends any storm of signals
+            // at once; then no handler may re-arm it (`pace`): SeqCst pairs
+            // with the fence of a handler's `registry::enter`, so each
+            // handler either sees the withdrawal or is seen in flight, and
+            // waited for, before the timer is deleted.
+            for a in &attached {
+                let mut timer = a.timer.lock();
+                let Some(live) = timer.as_ref() else {
+                    continue;
+                };
+                // Disarming cannot fail for a live timer; if it did, the
+                // timer stays armed until its deletion just below.
+                let _ = live.set(0);
+                a.record.pace.withdraw();
+                fence(Ordering::SeqCst);
+                a.wait_for_handlers();
+                drop(timer.take());
+            }
         }
-        fence(Ordering::SeqCst);
-        registry::wait_for_handlers();
-        drop(timers);
         // With every timer gone, no thread is kept in its handler: a pprof
         // worker waiting on a lock such a thread held can finish, and be
         // joined.

@@ -17,15 +17,19 @@
 //! so only slow walks back it off.
 //!
 //! Each sample's weight is in configured periods: one signal at twice the
-//! period stands for two. The profile reports the period each thread ended
-//! at ([`super::Profile::slowest_period`]).
+//! period stands for two. A re-arm starts the new period from that moment,
+//! so the part of a period that had passed is not counted: a thread that
+//! backs off and recovers again and again counts a few percent fewer
+//! periods than it ran. The profile reports the longest period any thread
+//! reached ([`super::Profile::slowest_period`]).
 //!
-//! The handler re-arms only while [`Pace::handler_may_rearm`] says so. Whoever
-//! deletes the timer from another thread (`Agent::stop`) first withdraws
-//! that ([`Pace::withdraw`]), then waits for the record's handlers (the
-//! registry's slot count): the registry's SeqCst fences on both sides make
-//! either the handler see the withdrawal, or the deleting thread see the
-//! handler in flight and wait for it, so no handler re-arms a deleted timer.
+//! The handler re-arms only while the timer is its to re-arm (`armed`).
+//! Whoever deletes the timer from another thread (`Agent::stop`) first
+//! withdraws that ([`Pace::withdraw`]), then waits for the record's handlers
+//! (the registry's slot count): the registry's SeqCst fences on both sides
+//! make either the handler see the withdrawal, or the deleting thread see
+//! the handler in flight and wait for it, so no handler re-arms a deleted
+//! timer.
 
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
 
@@ -48,6 +52,8 @@ pub(crate) struct Pace {
     wall: bool,
     /// The period in force, a power of two times `base_ns`.
     period_ns: AtomicU64,
+    /// The longest period in force so far.
+    longest_ns: AtomicU64,
     /// The thread's timer (its `timer_t`), for the handler to re-arm.
     timer: AtomicUsize,
     /// Whether the handler may re-arm `timer`: set once it is armed,
@@ -65,6 +71,7 @@ impl Pace {
             base_ns,
             wall,
             period_ns: AtomicU64::new(base_ns),
+            longest_ns: AtomicU64::new(base_ns),
             timer: AtomicUsize::new(0),
             armed: AtomicBool::new(false),
             streak: AtomicI32::new(0),
@@ -94,13 +101,19 @@ impl Pace {
 
     /// The period in force now, in nanoseconds.
     pub(crate) fn period_ns(&self) -> u64 {
-        // Relaxed: a statistic, exact once the handler has stopped running.
+        // Relaxed: read by this thread's handler, or as a statistic.
         self.period_ns.load(Ordering::Relaxed)
     }
 
-    /// Whether the handler has backed this thread off.
+    /// The longest period in force so far, in nanoseconds.
+    pub(crate) fn longest_ns(&self) -> u64 {
+        // Relaxed: a statistic, exact once the handler has stopped running.
+        self.longest_ns.load(Ordering::Relaxed)
+    }
+
+    /// Whether the handler has backed this thread off at some point.
     pub(crate) fn backed_off(&self) -> bool {
-        self.period_ns() > self.base_ns
+        self.longest_ns() > self.base_ns
     }
 
     /// In the handler, for a signal with `overrun` coalesced expirations:
@@ -146,6 +159,7 @@ impl Pace {
         let id = self.timer.load(Ordering::Relaxed) as libc::timer_t;
         if timer::set_period(id, next) {
             self.period_ns.store(next, Ordering::Relaxed);
+            self.longest_ns.fetch_max(next, Ordering::Relaxed);
             self.streak.store(0, Ordering::Relaxed);
         }
     }
@@ -161,6 +175,8 @@ mod tests {
         assert_eq!((pace.weight(0), pace.weight(3)), (1, 4));
         pace.period_ns.store(8000, Ordering::Relaxed);
         assert_eq!((pace.weight(0), pace.weight(3)), (8, 32));
+        assert!(!pace.backed_off());
+        pace.longest_ns.store(8000, Ordering::Relaxed);
         assert!(pace.backed_off());
         pace.period_ns.store(1000 * MAX_BACKOFF, Ordering::Relaxed);
         assert_eq!(pace.weight(u32::MAX), u32::MAX);

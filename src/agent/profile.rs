@@ -241,12 +241,14 @@ pub struct Profile {
     /// The timers' configured period ([`super::AgentConfig::interval_ns`]);
     /// zero in a profile built by hand or a window's.
     pub period: Duration,
-    /// The longest period any thread's timer ended at: [`Profile::period`]
-    /// unless a handler that could not keep up backed its thread off (see
-    /// [`super::AgentConfig::hz`]). The stacks count configured periods
-    /// either way.
+    /// The longest period any thread's timer reached: [`Profile::period`]
+    /// unless its signals came late (a handler that could not keep up, or a
+    /// thread waiting for a CPU under the wall clock) and its handler backed
+    /// it off (see [`super::AgentConfig::hz`]). The stacks count configured
+    /// periods either way; [`Profile::coalesced`] counts the periods a
+    /// backed-off signal stands for beyond its one.
     pub slowest_period: Duration,
-    /// Threads whose handler had backed them off when they stopped.
+    /// Threads whose handler backed them off at some point.
     pub backed_off: usize,
     /// Distinct stacks, most samples first.
     pub stacks: Vec<Stack>,
@@ -357,7 +359,7 @@ impl Profile {
     /// assert_eq!(
     ///     profile.rate_line().unwrap(),
     ///     "rate: 10000 Hz asked; 1 of 2 thread(s) backed off, the slowest to 1250 Hz \
-    ///      (its handler could not keep up)\n"
+    ///      (its signals came late: a slow handler, or a busy CPU)\n"
     /// );
     /// ```
     pub fn rate_line(&self) -> Option<String> {
@@ -370,7 +372,7 @@ impl Profile {
         } else {
             format!(
                 "rate: {:.0} Hz asked; {} of {} thread(s) backed off, the slowest to {:.0} Hz \
-                 (its handler could not keep up)\n",
+                 (its signals came late: a slow handler, or a busy CPU)\n",
                 hz(self.period),
                 self.backed_off,
                 self.threads,

@@ -190,6 +190,11 @@ impl<R, const N: usize> Registry<R, N> {
         }
     }
 
+    /// Waits until no handler is in flight on the slot `value` names.
+    pub fn wait_for(&self, value: u64) {
+        Self::wait_for_slot(&self.slots[Self::slot_of(value)]);
+    }
+
     /// Waits, slot by slot, until each has had no handler in flight: every
     /// handler that was running when this began has finished.
     pub fn wait_for_handlers(&self) {
@@ -229,7 +234,7 @@ impl<R, const N: usize> Registry<R, N> {
 #[cfg(not(loom))]
 pub use process::MAX_ATTACHED;
 #[cfg(not(loom))]
-pub(crate) use process::{enter, leave, lookup, register, unregister, wait_for_handlers};
+pub(crate) use process::{enter, leave, lookup, register, unregister, wait_for, wait_for_handlers};
 
 /// The process's one table, which the agent's handler reads.
 #[cfg(not(loom))]
@@ -293,6 +298,11 @@ mod process {
         TABLE.leave(in_flight);
     }
 
+    /// [`Registry::wait_for`] on the process's table.
+    pub(crate) fn wait_for(value: u64) {
+        TABLE.wait_for(value);
+    }
+
     /// [`Registry::wait_for_handlers`] on the process's table.
     pub(crate) fn wait_for_handlers() {
         TABLE.wait_for_handlers();
@@ -307,5 +317,41 @@ mod process {
     pub(crate) unsafe fn lookup<'a>(value: u64) -> Option<&'a ThreadRecord> {
         // SAFETY: the caller's contract is the table's.
         unsafe { TABLE.lookup(value) }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    /// A handler in flight on another record's slot (a thread kept in its
+    /// handler) does not hold up this record's detach. (On the old code,
+    /// which counted handlers process-wide, the detach waited for it: here,
+    /// for good.)
+    #[test]
+    fn unregistering_waits_only_for_its_own_slot() {
+        static TABLE: Registry<u64, 4> = Registry::new();
+        static RECORDS: [u64; 2] = [1, 2];
+        let mine = TABLE.register(&RECORDS[0], 0x5a17 << 20).unwrap();
+        let other = TABLE.register(&RECORDS[1], 0x5a17 << 20).unwrap();
+        let busy = TABLE.enter(other.token());
+        let (done, finished) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            TABLE.unregister(mine);
+            let _ = done.send(());
+        });
+        finished
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("the detach waited for another record's handler");
+        TABLE.leave(busy);
+        TABLE.unregister(other);
+        // Both slots are free again.
+        assert_eq!(
+            (
+                TABLE.register(&RECORDS[0], 0).unwrap().slot,
+                TABLE.register(&RECORDS[1], 0).unwrap().slot
+            ),
+            (0, 1)
+        );
     }
 }

@@ -2,7 +2,8 @@
 //! heap calls, and the calls made while SIGPROF is blocked in the calling
 //! thread, which in those tests means inside a SIGPROF handler (the kernel
 //! blocks a signal while its handler runs, and nothing else there blocks
-//! SIGPROF while allocating). A test installs it with
+//! SIGPROF while allocating: the agent's calls that block it on an attached
+//! thread, `take_kept` and `profile_window`, are not made while checking). A test installs it with
 //! `#[global_allocator] static GLOBAL: SignalCounting = SignalCounting;`.
 
 use std::alloc::{GlobalAlloc, Layout, System};
