@@ -82,7 +82,7 @@ pub(crate) extern "C" fn on_signal(
             // several.
             let weight = record.pace.weight(overrun);
             if record.owns_stack_of(regs) {
-                sample(record, regs, weight);
+                sample(record, regs, weight, began_ns);
             } else {
                 // Not on the thread's own stack (a fiber, a sigaltstack, or
                 // another thread): its ring has one producer, the thread on
@@ -154,13 +154,13 @@ fn pass_on(signal: libc::c_int, info: *mut libc::siginfo_t, context: *mut libc::
 }
 
 /// Takes one sample of the interrupted thread into its ring, standing for
-/// `weight` timer expirations.
-pub(crate) fn sample(record: &ThreadRecord, regs: Registers, weight: u32) {
+/// `weight` timer expirations; the handler began at `begin_ns`.
+pub(crate) fn sample(record: &ThreadRecord, regs: Registers, weight: u32, begin_ns: u64) {
     // Relaxed: a statistic; `fetch_add` because a synchronous sample on the
     // same thread may be between its own load and store.
     record.taken.fetch_add(1, Ordering::Relaxed);
     if enter_producer(record) {
-        push_sample(record, regs, weight);
+        push_sample(record, regs, weight, begin_ns);
         leave_producer(record);
     }
 }
@@ -173,7 +173,8 @@ pub(crate) fn sample_synchronously(record: &ThreadRecord) {
     // Relaxed: as in `sample`.
     record.taken.fetch_add(1, Ordering::Relaxed);
     if enter_producer(record) {
-        push_sample(record, arch::current_registers(), 1);
+        let begin_ns = crate::events::monotonic_ns();
+        push_sample(record, arch::current_registers(), 1, begin_ns);
         leave_producer(record);
     }
 }
@@ -210,13 +211,12 @@ fn leave_producer(record: &ThreadRecord) {
 
 /// Pins, walks and pushes one sample; the caller is the ring's only producer.
 #[inline(always)]
-fn push_sample(record: &ThreadRecord, regs: Registers, weight: u32) {
+fn push_sample(record: &ThreadRecord, regs: Registers, weight: u32, begin_ns: u64) {
     let Ok(guard) = record.manager.pin(&record.reader.0) else {
         // Nested too deeply to pin: count the sample as dropped.
         record.samples.count_drop();
         return;
     };
-    let begin_ns = crate::events::monotonic_ns();
     let mut lookups = 0u64;
     // SAFETY: one producer at a time: every caller entered through
     // `enter_producer`, which refuses a second one on this thread (the only
