@@ -183,14 +183,12 @@ fn samples_in_a_plt_entry_keep_their_callers() {
     assert_ne!(caller.call(10), 0);
 
     // The agent starts after the helper is loaded: its table has the
-    // helper's rows. Until 4,000 samples: a few hundred of them in the PLT
-    // entry (under qemu-user, whose translation makes the one-instruction
-    // entry cheaper than the helper's loop, about 3 %: twice as many).
-    let goal = if cfg!(target_arch = "x86_64") {
-        4000
-    } else {
-        8000
-    };
+    // helper's rows. The share of samples in the one-instruction entry
+    // varies with the libraries' placement, from about 1 % to 40 % on
+    // x86-64 (about 3 % under qemu-user, whose translation makes the entry
+    // cheap): 8,000 samples give at least 40 in it at the lowest share,
+    // with a wide margin.
+    let goal = 8000;
     let profile = sample_mixed(&manager, goal, || {
         std::hint::black_box(caller.call(std::hint::black_box(100_000)));
     })
@@ -203,7 +201,7 @@ fn samples_in_a_plt_entry_keep_their_callers() {
         "plt_target@plt: {exact} of {in_plt} exact; plt_target: {target_exact} of {in_target}; ends {:?}",
         profile.stack_ends
     );
-    assert!(in_plt >= 100, "{in_plt} samples in the PLT entry\n{shown}");
+    assert!(in_plt >= 40, "{in_plt} samples in the PLT entry\n{shown}");
     assert!(
         exact * 100 >= in_plt * 99,
         "{exact} of {in_plt} exact\n{shown}"

@@ -380,7 +380,11 @@ fn a_sample_in_a_plt_entry_keeps_its_callers() {
     let dir = temp_dir("native-plt");
     let host = Host::start(&["plt", "60"]);
     let out = dir.join("out");
-    let Some((report, stacks)) = finished(profile(host.pid(), 4000, &out, &[]), &out) else {
+    // The share of samples that land in the one-instruction entry varies
+    // from run to run with the libraries' placement: from 1.1 % (CI, on
+    // 2026-11-28) to 40 % on this machine kind. 16,000 samples (4 s) give
+    // at least 40 in it at the lowest share seen, with a wide margin.
+    let Some((report, stacks)) = finished(profile(host.pid(), 16_000, &out, &[]), &out) else {
         return;
     };
     drop(host);
@@ -395,10 +399,7 @@ fn a_sample_in_a_plt_entry_keeps_its_callers() {
         "plt_target@plt: {exact} of {in_plt} exact; kernel {}",
         report["kernel"]
     );
-    assert!(
-        in_plt >= 200,
-        "{in_plt} samples in the PLT entry: {shown:?}"
-    );
+    assert!(in_plt >= 40, "{in_plt} samples in the PLT entry: {shown:?}");
     assert!(exact * 100 >= in_plt * 99, "{exact} of {in_plt}: {shown:?}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
