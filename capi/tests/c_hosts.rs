@@ -404,37 +404,35 @@ fn the_header_compiles_cleanly_as_c11_and_as_cpp17() {
     }
 }
 
-/// The guide's C example (`docs/guide/c.md`), built against an install in a
-/// temporary prefix through pkg-config and an rpath, as the guide shows.
-#[test]
-fn the_guide_example_builds_with_pkg_config_after_install() {
-    let _one = one_at_a_time();
-    let readme = std::fs::read_to_string(capi_dir().join("../docs/guide/c.md")).unwrap();
-    let section = &readme[readme.find("# Using jitmap from C").unwrap()..];
+/// The first C example under `heading` in the guide (`docs/guide/c.md`).
+fn guide_example(heading: &str) -> String {
+    let guide = std::fs::read_to_string(capi_dir().join("../docs/guide/c.md")).unwrap();
+    let section = &guide[guide.find(heading).unwrap()..];
     let code = &section[section.find("```c\n").unwrap() + 5..];
-    let code = &code[..code.find("```\n").unwrap()];
-    let dir = tempfile::tempdir().unwrap();
-    let prefix = dir.path().join("prefix");
+    code[..code.find("```\n").unwrap()].to_owned()
+}
+
+/// Installs into `dir`'s `prefix` and builds `code` there against it, with
+/// pkg-config's flags and an rpath, warnings as errors; returns the
+/// executable and the prefix.
+fn build_against_install(dir: &Path, code: &str) -> (PathBuf, PathBuf) {
+    let prefix = dir.join("prefix");
     let install = Command::new(capi_dir().join("install.sh"))
         .arg(&prefix)
         .env("JITMAP_LIB_DIR", lib_dir())
         .output()
         .unwrap();
     assert!(install.status.success(), "{install:?}");
-    let source = dir.path().join("host.c");
+    let source = dir.join("host.c");
     std::fs::write(&source, code).unwrap();
-    let pkg_config = |args: &[&str]| {
-        let out = Command::new("pkg-config")
-            .args(args)
-            .arg("jitmap")
-            .env("PKG_CONFIG_PATH", prefix.join("lib/pkgconfig"))
-            .output()
-            .expect("pkg-config (apt-get install pkg-config)");
-        assert!(out.status.success(), "{out:?}");
-        String::from_utf8(out.stdout).unwrap()
-    };
-    let flags = pkg_config(&["--cflags", "--libs"]);
-    let exe = dir.path().join("host");
+    let out = Command::new("pkg-config")
+        .args(["--cflags", "--libs", "jitmap"])
+        .env("PKG_CONFIG_PATH", prefix.join("lib/pkgconfig"))
+        .output()
+        .expect("pkg-config (apt-get install pkg-config)");
+    assert!(out.status.success(), "{out:?}");
+    let flags = String::from_utf8(out.stdout).unwrap();
+    let exe = dir.join("host");
     let cc = Command::new(jitmap_testkit::frameless::c_compiler())
         .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-pedantic"])
         .arg(&source)
@@ -449,12 +447,65 @@ fn the_guide_example_builds_with_pkg_config_after_install() {
         "{}",
         String::from_utf8_lossy(&cc.stderr)
     );
+    (exe, prefix)
+}
+
+/// The guide's agent example, built as the first one: it profiles its one
+/// JIT leaf for half a second and writes folded stacks in its working
+/// directory, nearly all of them `...;main;spin`, and says how many periods
+/// they hold.
+#[test]
+fn the_guides_agent_example_profiles_its_jit_leaf() {
+    let _one = one_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let code = guide_example("## Profiling a C host with the agent");
+    let (exe, _) = build_against_install(dir.path(), &code);
+    let out = Command::new(&exe).current_dir(dir.path()).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let folded = std::fs::read_to_string(dir.path().join("profile.folded")).unwrap();
+    let (mut all, mut in_spin) = (0u64, 0u64);
+    for line in folded.lines() {
+        let (stack, count) = line.rsplit_once(' ').unwrap();
+        let count: u64 = count.parse().unwrap();
+        all += count;
+        if stack.ends_with(";main;spin") {
+            in_spin += count;
+        }
+    }
+    assert_eq!(stdout, format!("{all} periods of 1 ms in profile.folded\n"));
+    // Half a second at 1 kHz of wall-clock time: about 500 periods, nearly
+    // all in the leaf (the rest in the loop's clock reads).
+    assert!(all >= 100, "{all} periods\n{folded}");
+    assert!(
+        in_spin * 10 >= all * 9,
+        "{in_spin} of {all} in main;spin\n{folded}"
+    );
+}
+
+/// The guide's C example (`docs/guide/c.md`), built against an install in a
+/// temporary prefix through pkg-config and an rpath, as the guide shows.
+#[test]
+fn the_guide_example_builds_with_pkg_config_after_install() {
+    let _one = one_at_a_time();
+    let code = guide_example("# Using jitmap from C");
+    let dir = tempfile::tempdir().unwrap();
+    let (exe, prefix) = build_against_install(dir.path(), &code);
     assert_eq!(
         run(&exe, &[], &[]),
         "answer, method 7, offset 3\nreturns 42\n"
     );
+    let modversion = Command::new("pkg-config")
+        .args(["--modversion", "jitmap"])
+        .env("PKG_CONFIG_PATH", prefix.join("lib/pkgconfig"))
+        .output()
+        .unwrap();
     assert_eq!(
-        pkg_config(&["--modversion"]).trim(),
+        String::from_utf8_lossy(&modversion.stdout).trim(),
         env!("CARGO_PKG_VERSION")
     );
     // The library as distributions ship it: the versioned file, its SONAME

@@ -12,7 +12,10 @@
 //! - `plt`: a sample in a PLT entry keeps its callers;
 //! - `trampoline`: a sample in a stub declared frameless keeps its caller;
 //! - `dlopen-churn`: libraries loaded and unloaded in a loop; no stack is
-//!   built from another object's rows.
+//!   built from another object's rows;
+//! - `overlay`: a large library mapped over many small ones just unloaded
+//!   (whose rows the tables keep as candidates): its samples keep their
+//!   callers.
 //!
 //! Needs root (BPF), x86-64 and a C compiler. With `CI=true` nothing may be
 //! skipped.
@@ -29,6 +32,7 @@ use jitmap_testkit::demo::{LEAVES, MIDDLE, NATIVE_CALLER, TOP};
 use jitmap_testkit::dlopen_churn::DRIVER;
 use jitmap_testkit::e2e::{must_run, one_run, runs_x86_64, temp_dir};
 use jitmap_testkit::frameless::{JIT_STACK, NATIVE_STACK};
+use jitmap_testkit::overlay::LARGE_STACK;
 use jitmap_testkit::plt::PLT_STACK;
 use jitmap_testkit::trampoline::TRAMPOLINE_STACK;
 
@@ -536,5 +540,60 @@ fn a_host_that_loads_and_unloads_libraries_never_gets_another_objects_rows() {
     );
     assert!(report["native"]["refreshes"].as_u64().unwrap() > 0);
     assert!(report["native"]["candidates"].as_u64().unwrap() >= 1);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `overlay`: 16 small libraries are loaded and held while the profiler
+/// attaches and sees them, then unloaded (their rows stay as candidates,
+/// about 13 of whose ranges start inside the large library's code range),
+/// and the large one is loaded over their addresses and runs `large_hot`,
+/// past all their starts. Its samples keep their callers: the kernel's
+/// scan, 8 ranges back from the pc, reaches the large library's range
+/// because the tables let no more than 7 candidates start inside a mapped
+/// range. Until the first refresh after the large one is mapped, its
+/// samples are cut as stale (the tables still hold the small ones as
+/// mapped): up to a fifth of them here. (Before, all 16 candidates stayed,
+/// the scan stopped among them, and every sample in `large_hot` was cut as
+/// stale: each candidate that held the pc failed its check.)
+#[test]
+fn a_library_mapped_over_many_unloaded_ones_keeps_its_callers() {
+    if !runs_x86_64() {
+        return;
+    }
+    let _one = one_run();
+    let dir = temp_dir("native-overlay");
+    let host = Host::start(&["overlay", "60"]);
+    let out = dir.join("out");
+    // 3 s of the large library's CPU at 4 kHz (the 5 s before it, the host
+    // sleeps: no samples).
+    let Some((report, stacks)) = finished(profile(host.pid(), 12_000, &out, &[]), &out) else {
+        return;
+    };
+    drop(host);
+    let want: Vec<&str> = LARGE_STACK
+        .iter()
+        .copied()
+        .chain([jitmap_testkit::overlay::DRIVER])
+        .collect();
+    let (in_hot, exact) = kept_callers(&stacks, &want);
+    let stale: u64 = stacks
+        .iter()
+        .filter(|(frames, _)| frames[0] == LARGE_STACK[0])
+        .filter(|(frames, _)| frames.last().map(String::as_str) == Some("[stale unwind rows]"))
+        .map(|(_, n)| n)
+        .sum();
+    let shown: Vec<_> = stacks.iter().take(4).collect();
+    println!(
+        "large_hot: {exact} of {in_hot} exact, {stale} cut as stale; native {}; kernel {}",
+        report["native"], report["kernel"]
+    );
+    // The small libraries were seen mapped, then kept as candidates.
+    assert!(report["native"]["candidates"].as_u64().unwrap() >= 8);
+    assert!(in_hot >= 6000, "{in_hot} samples in large_hot: {shown:?}");
+    assert_eq!(exact + stale, in_hot, "{shown:?}");
+    assert!(
+        stale * 5 <= in_hot,
+        "{stale} of {in_hot} cut as stale: {shown:?}"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }

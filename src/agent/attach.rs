@@ -123,6 +123,7 @@ impl Agent {
                 probes: Ring::new(config.probe_capacity, 0),
                 taken: Default::default(),
                 lookups: Default::default(),
+                dropped_periods: Default::default(),
                 busy: Default::default(),
                 modules: self.shared.modules.clone(),
                 ends: Default::default(),

@@ -76,9 +76,13 @@ impl CodeListener for EventListener {
                 to: moved.new_block,
                 start: moved.new_start,
                 at_ns: moved.timestamp,
-                // As for a free: the old copy is unpublished, and a thread
-                // may run it until its executor's next quiescent point.
-                tag: self.manager.domain().retire_tag(),
+                // Taken by the heap after it unpublished the old copy: a
+                // handler that pins later cannot find it, and one that
+                // found it, or an executor still running it, holds an
+                // older slot. (A tag taken here could precede the
+                // unpublish, and the old copy be forgotten while a handler
+                // still finds it.)
+                tag: moved.retire_tag,
             },
             CodeEvent::Free(free) => LogEntry::Freed {
                 block: free.block,
@@ -152,8 +156,17 @@ enum FrameKey {
     Unattributed,
 }
 
-/// A drained sample whose JIT versions are not all known yet (its load event
-/// was still on its way).
+/// Passes a drained sample is retried for while a frame in it names what
+/// the collector does not know (a JIT version, an image method, code whose
+/// free it has not seen): a load event can follow the first samples in its
+/// code by a pass. On its third pass a sample takes each such frame as it
+/// is (unattributed; an image method unnamed): one that waited for an event
+/// that never comes would wait for good, and hold with it the placements
+/// and the unloaded images its frames may name.
+const RETRIES: u32 = 2;
+
+/// A drained sample whose frames are not all named yet (an event that
+/// names one may still be on its way; see [`RETRIES`]).
 struct Pending {
     /// Collection passes that could not name it yet.
     attempts: u32,
@@ -217,6 +230,9 @@ pub(crate) struct Collector {
     /// Timer expirations the samples stand for (each 1 + its overrun).
     periods: u64,
     unattributed: u64,
+    /// Samples that gave up waiting for a JIT version the collector never
+    /// heard of ([`RETRIES`]): a frame in them counts as unattributed.
+    gave_up: u64,
     probes: ProbeCounts,
     kept_samples: Vec<Sample>,
     kept_probes: Vec<ProbeEvent>,
@@ -298,6 +314,7 @@ impl Collector {
             samples: 0,
             periods: 0,
             unattributed: 0,
+            gave_up: 0,
             probes: ProbeCounts::default(),
             kept_samples: Vec::new(),
             kept_probes: Vec::new(),
@@ -373,8 +390,17 @@ impl Collector {
         for entry in std::mem::take(&mut *log.events.lock()) {
             self.apply(entry);
         }
+        self.settle(drained, safe);
+    }
+
+    /// The rest of a pass, once the events sent so far are applied: names
+    /// the samples `drained` and those still waiting (a sample that cannot
+    /// be named yet waits for the next pass), forgets what no sample can
+    /// name any more once `safe` ([`Collector::forget`]), and merges retired
+    /// versions past the cap.
+    fn settle(&mut self, drained: Vec<Pending>, safe: u64) {
         let mut waiting = std::mem::take(&mut self.pending);
-        waiting.append(&mut drained);
+        waiting.extend(drained);
         for mut sample in waiting {
             if !self.add(&sample) {
                 sample.attempts += 1;
@@ -696,27 +722,35 @@ impl Collector {
             .map(|(start, p)| (p.key, start))
     }
 
-    /// Aggregates one sample; false if a JIT version in it is not known yet.
-    /// An unattributed frame that may be in freed code is retried once before
-    /// it counts as unattributed (its free event may still be on its way).
+    /// Aggregates one sample; false if a frame in it cannot be named yet
+    /// and it has retries left ([`RETRIES`]). Past them a JIT frame whose
+    /// version the collector never heard of counts as unattributed (and the
+    /// sample as one that gave up), an unattributed frame that may be in
+    /// freed code stays unattributed, and an image method stays unnamed.
     fn add(&mut self, sample: &Pending) -> bool {
         let mut keys = Vec::with_capacity(sample.frames.len());
         let mut kept = Vec::new();
+        let mut gave_up = false;
+        let unattributed_at = |addr| (FrameKey::Unattributed, SampleFrame::Unattributed { addr });
         for f in &sample.frames {
             let (key, frame) = match f.kind {
                 FrameKind::Jit => {
                     let found = self.placed_at(f.key as usize, sample.end_ns);
-                    let Some(method) = found.and_then(|key| self.method_of(key)) else {
-                        return false;
-                    };
-                    (
-                        FrameKey::Jit(method),
-                        SampleFrame::Jit {
-                            addr: f.addr,
-                            method,
-                            offset: f.offset,
-                        },
-                    )
+                    match found.and_then(|key| self.method_of(key)) {
+                        Some(method) => (
+                            FrameKey::Jit(method),
+                            SampleFrame::Jit {
+                                addr: f.addr,
+                                method,
+                                offset: f.offset,
+                            },
+                        ),
+                        None if sample.attempts < RETRIES => return false,
+                        None => {
+                            gave_up = true;
+                            unattributed_at(f.addr)
+                        }
+                    }
                 }
                 FrameKind::Image => {
                     let at = if keys.is_empty() {
@@ -753,26 +787,25 @@ impl Collector {
                     } else {
                         f.addr.saturating_sub(1)
                     };
-                    match self.occupant_at(at, sample.end_ns) {
-                        Some((key, start)) => {
-                            let Some(method) = self.method_of(key) else {
-                                return false;
-                            };
-                            let offset = (at - start) as u32;
-                            (
-                                FrameKey::Jit(method),
-                                SampleFrame::Jit {
-                                    addr: f.addr,
-                                    method,
-                                    offset,
-                                },
-                            )
-                        }
-                        None if sample.attempts < 2 => return false,
-                        None => (
-                            FrameKey::Unattributed,
-                            SampleFrame::Unattributed { addr: f.addr },
+                    let found = self
+                        .occupant_at(at, sample.end_ns)
+                        .map(|(key, start)| (self.method_of(key), start));
+                    match found {
+                        Some((Some(method), start)) => (
+                            FrameKey::Jit(method),
+                            SampleFrame::Jit {
+                                addr: f.addr,
+                                method,
+                                offset: (at - start) as u32,
+                            },
                         ),
+                        _ if sample.attempts < RETRIES => return false,
+                        // A placement whose version is not known.
+                        Some((None, _)) => {
+                            gave_up = true;
+                            unattributed_at(f.addr)
+                        }
+                        None => unattributed_at(f.addr),
                     }
                 }
             };
@@ -784,6 +817,7 @@ impl Collector {
         let weight = u64::from(sample.weight);
         self.samples += 1;
         self.periods += weight;
+        self.gave_up += u64::from(gave_up);
         let unattributed = keys.first() == Some(&FrameKey::Unattributed);
         self.unattributed += u64::from(unattributed);
         if let Some(w) = &mut self.window
@@ -810,7 +844,7 @@ impl Collector {
     /// Learns the name of image method `id`, found at `at`, from the image
     /// that holds it (the newest first: an unloaded image may share its
     /// base). False while its image may not be known yet (its load event
-    /// can follow the first samples in it by a pass); after two passes the
+    /// can follow the first samples in it by a pass); past [`RETRIES`] the
     /// method stays unnamed.
     fn name_image_method(&mut self, at: usize, id: u64, attempts: u32) -> bool {
         if self.image_names.contains_key(&id) {
@@ -822,7 +856,7 @@ impl Collector {
                 self.image_names.insert(id, name.to_owned());
                 true
             }
-            None => attempts >= 2,
+            None => attempts >= RETRIES,
         }
     }
 
@@ -907,6 +941,7 @@ impl Collector {
             samples: self.samples,
             periods: self.periods,
             unattributed: self.unattributed,
+            gave_up: self.gave_up,
             stacks,
             methods: self.methods,
             probes: ProbeCounts {
@@ -1386,6 +1421,56 @@ mod tests {
         assert_eq!(c.occupant_at(0x8010, 40), Some((block(2), 0x8000)));
     }
 
+    /// A move's old copy leaves at the tag the heap took after unpublishing
+    /// it (the event's), not at one the listener takes when the event
+    /// reaches it, which may be before the unpublish (then a handler pinned
+    /// later still finds the old copy, and the collector, having forgotten
+    /// its placement once that earlier tag was safe, never names it).
+    #[test]
+    fn a_moves_old_copy_leaves_at_the_tag_the_heap_retired_it_at() {
+        let manager = ExecutionManager::new(2);
+        for _ in 0..5 {
+            manager.domain().retire_tag();
+        }
+        let log = Arc::new(EventLog::default());
+        let listener = EventListener {
+            log: Arc::clone(&log),
+            manager: manager.clone(),
+        };
+        let block = |generation| BlockId {
+            heap: 1,
+            generation,
+        };
+        listener.on_event(&CodeEvent::Move(crate::events::CodeMove {
+            timestamp: 30,
+            tid: 7,
+            old_block: block(1),
+            new_block: block(2),
+            old_start: 0x4000,
+            new_start: 0x8000,
+            size: 0x80,
+            info: Arc::new(CodeInfo::new(1, "moved", JitKind::Optimized)),
+            retire_tag: 2,
+        }));
+        let events = std::mem::take(&mut *log.events.lock());
+        let [
+            LogEntry::Moved {
+                from,
+                to,
+                start,
+                at_ns,
+                tag,
+            },
+        ] = events.as_slice()
+        else {
+            panic!("one move expected");
+        };
+        assert_eq!(
+            (*from, *to, *start, *at_ns, *tag),
+            (block(1), block(2), 0x8000, 30, 2)
+        );
+    }
+
     /// A sample whose signal the kernel coalesced with others counts each
     /// expiration: its stack, the periods and the coalesced count grow by
     /// its weight; the samples by one.
@@ -1438,6 +1523,37 @@ mod tests {
         c.forget(u64::MAX);
         assert!(c.name_image_method(0x7000_0010, 2, 0));
         assert_eq!(c.image_names[&2], "new");
+    }
+
+    /// A sample whose JIT frame names a version the collector never heard
+    /// of, beside an unloaded image: it waits two passes for the version's
+    /// load event, then counts, its frame unattributed, as a sample that
+    /// gave up; and then the image, no longer held by a waiting sample, is
+    /// forgotten. (On the old code the sample waited for good, and the
+    /// image was never forgotten.)
+    #[test]
+    fn a_sample_of_a_version_never_heard_of_gives_up_on_its_third_pass() {
+        let unloaded = image(0x7000_0000, 1, "gone");
+        let mut c = Collector::new(false, 16, [], vec![Arc::clone(&unloaded)]);
+        c.apply(LogEntry::ImageUnloaded {
+            id: unloaded.id(),
+            tag: 1,
+        });
+        let unknown = one_frame(FrameKind::Jit, 0x50_0010, 0x50_0000, 5);
+        c.settle(vec![unknown], u64::MAX);
+        c.settle(Vec::new(), u64::MAX);
+        // Still waiting after two passes, and holding the image.
+        assert_eq!((c.pending.len(), c.images.len()), (1, 1));
+        c.settle(Vec::new(), u64::MAX);
+        assert_eq!((c.pending.len(), c.images.len()), (0, 0));
+        assert_eq!((c.samples, c.unattributed, c.gave_up), (1, 1, 1));
+        assert_eq!(
+            c.stacks
+                .iter()
+                .map(|(k, &n)| (k.clone(), n))
+                .collect::<Vec<_>>(),
+            [(vec![FrameKey::Unattributed], 1)]
+        );
     }
 
     fn counts(c: &Collector) -> Vec<(String, u64, u64)> {

@@ -87,7 +87,7 @@ pub(crate) extern "C" fn on_signal(
                 // Not on the thread's own stack (a fiber, a sigaltstack, or
                 // another thread): its ring has one producer, the thread on
                 // that stack, so the sample is counted and dropped.
-                record.samples.count_drop();
+                record.drop_sample(weight);
             }
             delay_for_tests(began_ns);
             record.pace.after_sample(
@@ -159,7 +159,7 @@ pub(crate) fn sample(record: &ThreadRecord, regs: Registers, weight: u32, begin_
     // Relaxed: a statistic; `fetch_add` because a synchronous sample on the
     // same thread may be between its own load and store.
     record.taken.fetch_add(1, Ordering::Relaxed);
-    if enter_producer(record) {
+    if enter_producer(record, weight) {
         push_sample(record, regs, weight, begin_ns);
         leave_producer(record);
     }
@@ -172,7 +172,7 @@ pub(crate) fn sample(record: &ThreadRecord, regs: Registers, weight: u32, begin_
 pub(crate) fn sample_synchronously(record: &ThreadRecord) {
     // Relaxed: as in `sample`.
     record.taken.fetch_add(1, Ordering::Relaxed);
-    if enter_producer(record) {
+    if enter_producer(record, 1) {
         let begin_ns = crate::events::monotonic_ns();
         push_sample(record, arch::current_registers(), 1, begin_ns);
         leave_producer(record);
@@ -181,11 +181,12 @@ pub(crate) fn sample_synchronously(record: &ThreadRecord) {
 
 /// Becomes the ring's producer, unless code this one interrupted on the
 /// same thread (a sample, the agent's handler, or another handler's
-/// `sample_now`) is between its own enter and leave: then the sample is
-/// counted as dropped, since a second producer would write the slot the
-/// first is filling. Every path into [`push_sample`] goes through here.
+/// `sample_now`) is between its own enter and leave: then the sample, which
+/// stands for `weight` periods, is counted as dropped, since a second
+/// producer would write the slot the first is filling. Every path into
+/// [`push_sample`] goes through here.
 #[inline(always)]
-fn enter_producer(record: &ThreadRecord) -> bool {
+fn enter_producer(record: &ThreadRecord, weight: u32) -> bool {
     // Relaxed: only this thread and the handlers that interrupt it touch the
     // depth, and one read-modify-write instruction cannot be split by a
     // signal; a handler runs to completion and restores the depth it found.
@@ -195,7 +196,7 @@ fn enter_producer(record: &ThreadRecord) -> bool {
     if outer == 0 {
         return true;
     }
-    record.samples.count_drop();
+    record.drop_sample(weight);
     leave_producer(record);
     false
 }
@@ -214,14 +215,14 @@ fn leave_producer(record: &ThreadRecord) {
 fn push_sample(record: &ThreadRecord, regs: Registers, weight: u32, begin_ns: u64) {
     let Ok(guard) = record.manager.pin(&record.reader.0) else {
         // Nested too deeply to pin: count the sample as dropped.
-        record.samples.count_drop();
+        record.drop_sample(weight);
         return;
     };
     let mut lookups = 0u64;
     // SAFETY: one producer at a time: every caller entered through
     // `enter_producer`, which refuses a second one on this thread (the only
     // thread whose samples go to this ring).
-    unsafe {
+    let pushed = unsafe {
         record.samples.push(|header, frames| {
             let walked = walk(&guard, record, regs, frames);
             record.count_end(walked.end, weight);
@@ -237,6 +238,10 @@ fn push_sample(record: &ThreadRecord, regs: Registers, weight: u32, begin_ns: u6
             };
         })
     };
+    if !pushed {
+        // A full ring: it counted the sample.
+        record.count_dropped_periods(weight);
+    }
     drop(guard);
     // Relaxed: a statistic; `fetch_add` as for `taken`.
     record.lookups.fetch_add(lookups, Ordering::Relaxed);
@@ -513,4 +518,70 @@ fn classify<'g>(
         }
     }
     (frame, code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ExecutionManager;
+    use crate::agent::pace::Pace;
+    use crate::agent::record::{self, HandlerReader};
+    use crate::agent::ring::Ring;
+
+    /// The calling thread's record, unregistered and with no timer, its
+    /// sample ring `capacity` samples long.
+    fn record(capacity: usize) -> ThreadRecord {
+        let manager = ExecutionManager::new(2);
+        let reader = manager.register_reader().unwrap();
+        let (stack_lo, stack_hi) = record::current_stack().unwrap();
+        let cpu_clock = record::current_cpu_clock().unwrap();
+        ThreadRecord {
+            magic: RECORD_MAGIC,
+            tid: crate::events::current_tid(),
+            manager,
+            reader: HandlerReader(reader),
+            stack_lo,
+            stack_hi,
+            samples: Ring::new(capacity, 16),
+            probes: Ring::new(1, 0),
+            taken: Default::default(),
+            lookups: Default::default(),
+            dropped_periods: Default::default(),
+            busy: Default::default(),
+            modules: None,
+            ends: Default::default(),
+            cpu_clock,
+            cpu_at_attach_ns: 0,
+            pace: Pace::new(1_000_000, true),
+        }
+    }
+
+    /// Samples dropped, for a full ring or because another sample of the
+    /// thread is in progress, count the periods they stood for, as the
+    /// samples kept do: 3 and 4 for two timer signals, 1 for a synchronous
+    /// sample. (On the old code they counted as dropped signals only: no
+    /// period.)
+    #[test]
+    fn a_dropped_sample_counts_the_periods_it_stood_for() {
+        let r = record(1);
+        sample(&r, arch::current_registers(), 2, 0);
+        // The ring is full.
+        sample(&r, arch::current_registers(), 3, 0);
+        // As if this thread were interrupted inside a sample of its own.
+        // Relaxed: this thread alone touches the depth.
+        r.busy.store(1, Ordering::Relaxed);
+        sample(&r, arch::current_registers(), 4, 0);
+        sample_synchronously(&r);
+        // Relaxed: as above.
+        r.busy.store(0, Ordering::Relaxed);
+        assert_eq!(
+            (
+                r.taken(),
+                r.samples.len(),
+                r.samples.dropped(),
+                r.dropped_periods()
+            ),
+            (4, 1, 3, 8)
+        );
+    }
 }

@@ -171,6 +171,7 @@ struct Totals {
     threads: usize,
     taken: u64,
     dropped: u64,
+    dropped_periods: u64,
     probe_dropped: u64,
     lookups: u64,
     ends: StackEnds,
@@ -310,6 +311,7 @@ impl Shared {
                 threads.totals.threads += 1;
                 threads.totals.taken += a.record.taken();
                 threads.totals.dropped += a.record.samples.dropped();
+                threads.totals.dropped_periods += a.record.dropped_periods();
                 threads.totals.probe_dropped += a.record.probes.dropped();
                 threads.totals.lookups += a.record.lookups();
                 threads.totals.ends += a.record.ends();
@@ -670,6 +672,7 @@ impl Agent {
             ring_bytes_per_thread: self.ring_bytes,
             taken: threads.totals.taken,
             dropped: threads.totals.dropped,
+            dropped_periods: threads.totals.dropped_periods,
             lookups: threads.totals.lookups,
             stack_ends: threads.totals.ends,
             cpu: threads.totals.cpu,
@@ -682,6 +685,7 @@ impl Agent {
         for a in &threads.list {
             base.taken += a.record.taken();
             base.dropped += a.record.samples.dropped();
+            base.dropped_periods += a.record.dropped_periods();
             base.probes.dropped += a.record.probes.dropped();
             base.lookups += a.record.lookups();
             base.stack_ends += a.record.ends();

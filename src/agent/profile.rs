@@ -215,15 +215,28 @@ pub struct Profile {
     /// it while it was pending (a thread waiting for a CPU under the wall
     /// clock; a CPU timer faster than the scheduler's tick). The stacks'
     /// counts add up to this; 0 in a profile built by hand, whose counts
-    /// are its samples.
+    /// are its samples. The dropped samples' periods are not in it (they
+    /// have no stack): see [`Profile::dropped_periods`].
     pub periods: u64,
     /// The clock the timers ran on: what a period measures (CPU or wall
     /// time), and so the pprof's sample type.
     pub clock: super::Clock,
     /// Samples lost: a full ring, or a handler that could not pin.
     pub dropped: u64,
+    /// The timer expirations the dropped samples stood for, each 1 plus its
+    /// signal's overrun as in [`Profile::periods`]: `periods +
+    /// dropped_periods` is all the time the timers sampled, which under
+    /// load, when signals coalesce and rings fill, `dropped` (signals)
+    /// would undercount.
+    pub dropped_periods: u64,
     /// Samples whose pc was in a heap or image but in no method or stub.
     pub unattributed: u64,
+    /// Samples that gave up waiting for a JIT version the collector never
+    /// heard of: a frame named a version whose load event had not come two
+    /// collection passes later. That frame counts as `[unattributed]` (and
+    /// the sample in [`Profile::unattributed`] when it is the leaf) rather
+    /// than the sample waiting for good.
+    pub gave_up: u64,
     /// Lookups the handlers made (one per frame).
     pub lookups: u64,
     /// Why the stack walks ended: each walk counts the periods its sample
@@ -396,12 +409,24 @@ impl Profile {
             "samples: {} in {:.2} s on {} thread(s); taken {}, dropped {}, unattributed {}",
             self.samples, secs, self.threads, self.taken, self.dropped, self.unattributed
         );
-        let _ = writeln!(
+        let _ = write!(
             out,
             "periods: {} counted, {} of them from coalesced signals (the timer's overrun)",
             self.counted(),
             self.coalesced()
         );
+        if self.dropped_periods > 0 {
+            let _ = write!(out, "; {} more in dropped samples", self.dropped_periods);
+        }
+        out.push('\n');
+        if self.gave_up > 0 {
+            let _ = writeln!(
+                out,
+                "gave up: {} sample(s) named a JIT version the collector never heard of \
+                 (its load event never came); those frames count as [unattributed]",
+                self.gave_up
+            );
+        }
         if let Some(rate) = self.rate_line() {
             out.push_str(&rate);
         }
@@ -550,6 +575,30 @@ mod tests {
         );
         assert!(
             report.contains("      10  100.0%        0    0.0%  main\n"),
+            "{report}"
+        );
+    }
+
+    /// Dropped samples' periods and samples that gave up are reported only
+    /// when there are some.
+    #[test]
+    fn report_tells_dropped_periods_and_samples_that_gave_up_when_there_are_some() {
+        let periods = "periods: 10 counted, 0 of them from coalesced signals (the timer's overrun)";
+        let plain = profile().report(2);
+        assert!(plain.contains(&format!("\n{periods}\n")), "{plain}");
+        assert!(!plain.contains("gave up"), "{plain}");
+        let report = Profile {
+            dropped_periods: 7,
+            gave_up: 2,
+            ..profile()
+        }
+        .report(2);
+        assert!(
+            report.contains(&format!(
+                "\n{periods}; 7 more in dropped samples\n\
+                 gave up: 2 sample(s) named a JIT version the collector never heard of \
+                 (its load event never came); those frames count as [unattributed]\n"
+            )),
             "{report}"
         );
     }

@@ -114,6 +114,9 @@ pub(crate) struct ThreadRecord {
     pub(crate) taken: AtomicU64,
     /// Lookups the handler made.
     pub(crate) lookups: AtomicU64,
+    /// The timer expirations the dropped samples stood for: each one's
+    /// weight (the sample ring counts the samples themselves).
+    pub(crate) dropped_periods: AtomicU64,
     /// How many samples on this thread are between entering and leaving the
     /// ring's producer role (the handler's, `sample_now`'s, nested in any
     /// order): only the outermost pushes, any other is dropped.
@@ -156,6 +159,29 @@ impl ThreadRecord {
     pub(crate) fn lookups(&self) -> u64 {
         // Relaxed: as `taken`.
         self.lookups.load(Ordering::Relaxed)
+    }
+
+    /// The timer expirations this thread's dropped samples stood for.
+    pub(crate) fn dropped_periods(&self) -> u64 {
+        // Relaxed: as `taken`.
+        self.dropped_periods.load(Ordering::Relaxed)
+    }
+
+    /// Counts a sample, standing for `weight` periods, dropped before it
+    /// reached the ring. Async-signal-safe.
+    #[inline]
+    pub(crate) fn drop_sample(&self, weight: u32) {
+        self.samples.count_drop();
+        self.count_dropped_periods(weight);
+    }
+
+    /// Counts the `weight` periods a dropped sample stood for (the ring
+    /// counted the sample when it refused it). Async-signal-safe.
+    #[inline]
+    pub(crate) fn count_dropped_periods(&self, weight: u32) {
+        // Relaxed: a statistic; `fetch_add` as for `taken`.
+        self.dropped_periods
+            .fetch_add(u64::from(weight), Ordering::Relaxed);
     }
 
     /// Counts one walk's end, for the `weight` periods its sample stands

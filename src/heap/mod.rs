@@ -774,7 +774,7 @@ impl CodeHeap {
         let offset = self.offset_of(code)?;
         let mut w = self.writer.lock();
         let live = self.check_live(&w, code, offset)?;
-        if let Some(info) = self.unpublish(&mut w, offset, live) {
+        if let (Some(info), _) = self.unpublish(&mut w, offset, live) {
             self.listeners.emit(CodeEvent::Free(CodeFree {
                 timestamp: monotonic_ns(),
                 block: code.block_id(),
@@ -852,7 +852,7 @@ impl CodeHeap {
             )
         };
         target.code_mut().copy_from_slice(source);
-        let moved = self.publish_locked(
+        let published = self.publish_locked(
             &mut w,
             Publish {
                 start: target.start,
@@ -863,17 +863,35 @@ impl CodeHeap {
                 code: None,
                 rows,
             },
-            Some(code),
+            Announce::Later,
         );
-        let moved = match moved {
-            Ok(moved) => moved,
+        let (moved, notice) = match published {
+            Ok(published) => published,
             Err(e) => {
                 w.free.release(target.extent.clone());
                 return Err(e);
             }
         };
         // The new block is published: nothing below can refuse.
-        self.unpublish(&mut w, offset, live);
+        let (_, retire_tag) = self.unpublish(&mut w, offset, live);
+        // Announced once the old copy is unpublished, with the tag it was
+        // retired at: a reader that pins after that tag cannot find the old
+        // copy, so a profiler may forget it once the tag is safe. A reader
+        // may find the new copy a moment before the event is queued (still
+        // under this lock); the event's timestamp was taken before that.
+        if let Some((timestamp, info)) = notice {
+            self.listeners.emit(CodeEvent::Move(CodeMove {
+                timestamp,
+                tid: current_tid(),
+                old_block: code.block_id(),
+                new_block: moved.block_id(),
+                old_start: code.start,
+                new_start: moved.start,
+                size: code.size,
+                info,
+                retire_tag,
+            }));
+        }
         if w.move_order.len() == MOVES_REMEMBERED
             && let Some(oldest) = w.move_order.pop_front()
         {
@@ -1089,13 +1107,18 @@ impl CodeHeap {
             );
         }
         let mut w = self.writer.lock();
-        let result = self.publish_locked(&mut w, publish, None);
+        let result = self
+            .publish_locked(&mut w, publish, Announce::Now)
+            .map(|(code, _)| code);
         drop(w);
         self.listeners.throttle();
         result
     }
 
-    /// Publishes a block; `moved_from` names the original of a move. On error
+    /// Publishes a block, announcing a load now, or for a move returning what
+    /// its event needs (the timestamp taken before the copy became visible,
+    /// and the info; none without listeners) for `move_block` to announce
+    /// once the original is unpublished. On error
     /// the extent stays reserved (the caller gives it back or keeps it) and
     /// no event was queued. The block is recorded as live before any event
     /// is queued, so the heap's state never depends on a listener.
@@ -1103,8 +1126,8 @@ impl CodeHeap {
         &self,
         w: &mut Writer,
         publish: Publish,
-        moved_from: Option<CodeRef>,
-    ) -> Result<CodeRef, HeapError> {
+        announce: Announce,
+    ) -> Result<(CodeRef, Option<MoveNotice>), HeapError> {
         let Publish {
             start,
             size,
@@ -1192,31 +1215,25 @@ impl CodeHeap {
             generation,
         };
         let is_stub = header.is_none();
-        // The event goes out before the code is visible: a profiler that finds
-        // the block and then waits for the events delivered so far knows it.
-        if let Some(info) = &info {
-            self.listeners.emit(match moved_from {
-                None => CodeEvent::Load(CodeLoad {
+        // A load's event goes out before the code is visible: a profiler that
+        // finds the block and then waits for the events delivered so far
+        // knows it. A move's goes out later, from `move_block`.
+        let notice = match (announce, info) {
+            (Announce::Now, Some(info)) => {
+                self.listeners.emit(CodeEvent::Load(CodeLoad {
                     timestamp,
                     tid: current_tid(),
                     block,
                     start: new_start,
                     code: code.unwrap_or_default(),
-                    info: Arc::clone(info),
+                    info,
                     room: self.room_after(start + size, extent.end),
-                }),
-                Some(old) => CodeEvent::Move(CodeMove {
-                    timestamp,
-                    tid: current_tid(),
-                    old_block: old.block_id(),
-                    new_block: block,
-                    old_start: old.start,
-                    new_start,
-                    size,
-                    info: Arc::clone(info),
-                }),
-            });
-        }
+                }));
+                None
+            }
+            (Announce::Later, info) => info.map(|info| (timestamp, info)),
+            (Announce::Now, None) => None,
+        };
         self.seq().begin();
         self.ends.writer().mark(start, size, is_stub);
         w.map.set_checked(start, size);
@@ -1228,12 +1245,15 @@ impl CodeHeap {
                 w.stubs.insert(start, StubRecord { generation, align });
             }
         }
-        Ok(CodeRef {
-            heap: self.id,
-            start: new_start,
-            size,
-            generation,
-        })
+        Ok((
+            CodeRef {
+                heap: self.id,
+                start: new_start,
+                size,
+                generation,
+            },
+            notice,
+        ))
     }
 
     /// What the heap registers outside itself for a method about to be published
@@ -1324,11 +1344,13 @@ impl CodeHeap {
     }
 
     /// Unpublishes the live block at `offset` and retires it; returns the
-    /// method's info for listeners (None for a stub, or without listeners).
+    /// method's info for listeners (None for a stub, or without listeners)
+    /// and the tag it was retired at (a reader pinned after it cannot find
+    /// the block).
     /// It cannot fail: `live` came from [`CodeHeap::live_at`] under the lock
     /// `w` holds, so the map names a start at `offset` (aligned, in range)
     /// and its delete succeeds.
-    fn unpublish(&self, w: &mut Writer, offset: u64, live: Live) -> Option<Arc<CodeInfo>> {
+    fn unpublish(&self, w: &mut Writer, offset: u64, live: Live) -> (Option<Arc<CodeInfo>>, u64) {
         self.seq().begin();
         let deleted = w.map.delete(offset);
         self.seq().end();
@@ -1336,7 +1358,7 @@ impl CodeHeap {
             // Unreachable (see above). Were it reached, the block would stay
             // published and its memory never reused: safe, if not tidy.
             debug_assert_eq!(deleted, Ok(()), "live_at found the start under this lock");
-            return None;
+            return (None, self.domain.retire_tag());
         }
         match live.header {
             Some(_) => w.methods -= 1,
@@ -1359,8 +1381,21 @@ impl CodeHeap {
             extent,
             header: live.header,
         });
-        info
+        (info, tag)
     }
+}
+
+/// What a move's event needs from its publish: the timestamp taken before
+/// the copy became visible, and the method's info.
+type MoveNotice = (u64, Arc<CodeInfo>);
+
+/// When a publish announces its block: a load at once, before the code is
+/// visible; a move after its original is unpublished, with the tag the
+/// original was retired at ([`CodeMove::retire_tag`]).
+#[derive(Clone, Copy)]
+enum Announce {
+    Now,
+    Later,
 }
 
 /// Everything a publish needs about the block.

@@ -81,3 +81,69 @@ fn a_move_refused_at_the_map_store_tells_listeners_nothing() {
     heap.listeners().flush();
     assert_eq!(*recorder.0.lock().unwrap(), [('M', moved.start())]);
 }
+
+/// The move events a listener heard, whole.
+#[derive(Default)]
+struct Moves(Mutex<Vec<crate::events::CodeMove>>);
+
+impl CodeListener for Moves {
+    fn on_event(&self, event: &CodeEvent) {
+        if let CodeEvent::Move(m) = event {
+            self.0.lock().unwrap().push(m.clone());
+        }
+    }
+}
+
+/// A move's event carries the tag its old copy was retired at, taken by the
+/// heap after the unpublish: between the tags taken just before and just
+/// after the move, and not safe while a reader pinned before the move
+/// holds its guard. On the old code the event had no tag, and the agent's
+/// listener took one when the event reached it, which could be before the
+/// old copy was unpublished (then a handler pinned later could still find
+/// the old copy, whose placement the collector had already forgotten).
+#[test]
+fn a_move_carries_the_tag_its_old_copy_was_retired_at() {
+    let domain = Domain::new(2);
+    let listeners = Arc::new(Listeners::default());
+    let moves = Arc::new(Moves::default());
+    listeners.add(moves.clone()).unwrap();
+    let heap = CodeHeap::with_listeners(
+        HeapConfig {
+            span: 1 << 16,
+            ..HeapConfig::default()
+        },
+        &domain,
+        listeners,
+    )
+    .unwrap();
+    let mut r = heap.reserve(64).unwrap();
+    r.code_mut().fill(0xC3);
+    let code = r
+        .publish(CodeInfo::new(1, "moved", JitKind::Optimized))
+        .unwrap();
+    let reader = domain.register().unwrap();
+    let guard = reader.pin().unwrap();
+    let before = domain.retire_tag();
+    let moved = heap.move_block(code).unwrap();
+    let after = domain.retire_tag();
+    heap.listeners().flush();
+    let heard = moves.0.lock().unwrap().clone();
+    assert_eq!(heard.len(), 1);
+    let m = &heard[0];
+    assert_eq!(
+        (m.old_block, m.new_block, m.old_start, m.new_start, m.size),
+        (
+            code.block_id(),
+            moved.block_id(),
+            code.start(),
+            moved.start(),
+            64
+        )
+    );
+    assert_eq!(m.retire_tag, before + 1);
+    assert_eq!(after, before + 2);
+    assert!(heap.find(&guard, code.start()).unwrap().is_none());
+    assert!(!domain.is_safe(m.retire_tag));
+    drop(guard);
+    assert!(domain.is_safe(m.retire_tag));
+}

@@ -27,6 +27,7 @@ pub mod inlined;
 pub mod jitcode;
 pub mod model;
 pub mod overhead;
+pub mod overlay;
 pub mod plt;
 pub mod profile;
 pub use jitmap_demo::rng;

@@ -175,7 +175,9 @@ pub fn run_with(
 }
 
 /// The run as one JSON object: `samples`, `periods` (the timer expirations
-/// they stand for), `coalesced`, `dropped`, `unattributed`, and
+/// they stand for), `coalesced`, `dropped`, `dropped_periods` (the
+/// expirations the dropped samples stood for), `unattributed`, `gave_up`
+/// (samples whose JIT version was never heard of), and
 /// `methods` (`name`, `self_samples`, `total_samples`, `self_share`), plus the
 /// other counters.
 pub fn json(run: &ProfileRun) -> serde_json::Value {
@@ -186,7 +188,9 @@ pub fn json(run: &ProfileRun) -> serde_json::Value {
         "periods": p.counted(),
         "coalesced": p.coalesced(),
         "dropped": p.dropped,
+        "dropped_periods": p.dropped_periods,
         "unattributed": p.unattributed,
+        "gave_up": p.gave_up,
         "taken": p.taken,
         "lookups": p.lookups,
         "lookups_per_second": p.lookups_per_second(),

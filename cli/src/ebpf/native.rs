@@ -582,23 +582,14 @@ impl NativeTables {
                 given_back.push(l.first);
             }
         }
-        // The table: the mapped objects' ranges, then as many candidates'
-        // as fit. At one start, a mapped object's range sorts last, so the
-        // kernel's backward scan tries it first.
-        let room = self.max_ranges - ranges.len();
-        let candidate_ranges: Vec<Range> = self
-            .candidates
-            .iter()
-            .flat_map(|(_, _, had)| had.iter().copied())
-            .take(room)
-            .collect();
-        let mut table: Vec<(bool, Range)> = ranges
-            .iter()
-            .map(|(_, r)| (true, *r))
-            .chain(candidate_ranges.into_iter().map(|r| (false, r)))
-            .collect();
-        table.sort_by_key(|&(mapped, r)| (r.start, mapped));
-        let table: Vec<Range> = table.into_iter().map(|(_, r)| r).collect();
+        let mapped: Vec<Range> = ranges.iter().map(|(_, r)| *r).collect();
+        let table = table_of(
+            &mapped,
+            self.candidates
+                .iter()
+                .flat_map(|(_, _, had)| had.iter().copied()),
+            self.max_ranges,
+        );
         let searched = table.len();
         self.publish(&table, &fresh, given_back);
         self.published = ranges;
@@ -759,6 +750,50 @@ impl NativeTables {
 }
 
 /// Rows as the kernel reads them (`struct unwind_row`, little-endian).
+/// Ranges the kernel tries for one pc, from the last that starts at or
+/// before it backwards (`CANDIDATE_STEPS`).
+const CANDIDATE_STEPS: usize = 8;
+
+/// The table the kernel searches: the mapped objects' ranges (`mapped`,
+/// which do not overlap), then as many candidates' (`candidates`, most
+/// recently unmapped first) as fit in `max_ranges`, sorted by start. At
+/// one start, a mapped object's range sorts last, so the kernel's backward
+/// scan tries it first.
+///
+/// The scan tries [`CANDIDATE_STEPS`] ranges, so no more than one fewer
+/// candidates may start inside a mapped range past its start: with more,
+/// a pc high in the mapped object would never reach its range, and its
+/// frame would be stepped by its frame pointer or cut as stale. A
+/// candidate's range that would be one too many is left out, the oldest
+/// first (its samples, taken before the unmap, lose their rows; the mapped
+/// object's keep theirs).
+fn table_of(
+    mapped: &[Range],
+    candidates: impl IntoIterator<Item = Range>,
+    max_ranges: usize,
+) -> Vec<Range> {
+    let mut inside = vec![0usize; mapped.len()];
+    let mut table: Vec<(bool, Range)> = mapped.iter().map(|r| (true, *r)).collect();
+    for r in candidates {
+        if table.len() == max_ranges {
+            break;
+        }
+        // The mapped range this one starts inside, past its start.
+        let i = mapped.partition_point(|m| m.start < r.start);
+        if let Some(j) = i.checked_sub(1)
+            && r.start < mapped[j].end
+        {
+            if inside[j] == CANDIDATE_STEPS - 1 {
+                continue;
+            }
+            inside[j] += 1;
+        }
+        table.push((false, r));
+    }
+    table.sort_by_key(|&(mapped, r)| (r.start, mapped));
+    table.into_iter().map(|(_, r)| r).collect()
+}
+
 fn rows_bytes(rows: &[UnwindRow]) -> Vec<u8> {
     let mut out = Vec::with_capacity(rows.len() * ROW_BYTES);
     for r in rows {
@@ -1127,6 +1162,80 @@ mod tests {
             let _ = Evaluated::of(&flipped);
             flipped[at] ^= 0xFF;
         }
+    }
+
+    /// The ranges the kernel tries for `pc`, in its order: from the last
+    /// one that starts at or before it, [`CANDIDATE_STEPS`] backwards,
+    /// those that hold it (as `profile.bpf.c` scans).
+    fn tried(table: &[Range], pc: u64) -> Vec<Range> {
+        let last = table.partition_point(|r| r.start <= pc);
+        table[..last]
+            .iter()
+            .rev()
+            .take(CANDIDATE_STEPS)
+            .filter(|r| r.start <= pc && pc < r.end)
+            .copied()
+            .collect()
+    }
+
+    fn range(start: u64, end: u64, first: u32) -> Range {
+        Range {
+            start,
+            end,
+            bias: 0,
+            check_addr: start,
+            first,
+            count: 1,
+            check: [first as u8; CHECK_BYTES],
+        }
+    }
+
+    #[test]
+    fn the_programs_scan_is_as_wide_as_the_tables_assume() {
+        let program = include_str!("profile.bpf.c");
+        assert!(
+            program.contains(&format!("#define CANDIDATE_STEPS {CANDIDATE_STEPS}\n")),
+            "profile.bpf.c's CANDIDATE_STEPS is not {CANDIDATE_STEPS}"
+        );
+    }
+
+    /// Nine unmapped objects' ranges start inside a larger object mapped
+    /// over their addresses since: the seven most recently unmapped stay,
+    /// and every pc of the mapped object reaches its range. On the
+    /// old code all nine stayed, and a pc past the eighth's start never
+    /// reached the mapped range (the scan stopped at eight).
+    #[test]
+    fn no_more_candidates_start_inside_a_mapped_range_than_the_scan_passes() {
+        let mapped = [range(0x1000, 0x2000, 100), range(0x10_000, 0x20_000, 200)];
+        // Most recently unmapped first: 0x11000 .. 0x19000.
+        let candidates: Vec<Range> = (0..9u32)
+            .map(|i| {
+                range(
+                    0x11_000 + u64::from(i) * 0x1000,
+                    0x12_000 + u64::from(i) * 0x1000,
+                    i,
+                )
+            })
+            .chain([range(0x20_000, 0x21_000, 50), range(0x10_000, 0x10_800, 60)])
+            .collect();
+        let table = table_of(&mapped, candidates.iter().copied(), 64);
+        let kept: Vec<u32> = table.iter().map(|r| r.first).collect();
+        // The two oldest inside (first 7, 8) left out; one outside every
+        // mapped range and one at the mapped range's own start kept (it
+        // sorts before it, so it is tried after it).
+        assert_eq!(kept, [100, 60, 200, 0, 1, 2, 3, 4, 5, 6, 50]);
+        // (A candidate that holds the pc is tried before it, and fails its
+        // check: another object is mapped there now.)
+        for pc in (0x10_000..0x20_000).step_by(0x100) {
+            let tried: Vec<u32> = tried(&table, pc).iter().map(|r| r.first).collect();
+            assert!(tried.contains(&200), "{pc:#x}: {tried:?}");
+        }
+        // The cap: the mapped ranges first, then candidates while room is left.
+        let capped = table_of(&mapped, candidates.iter().copied(), 4);
+        assert_eq!(
+            capped.iter().map(|r| r.first).collect::<Vec<_>>(),
+            [100, 200, 0, 1]
+        );
     }
 
     #[test]

@@ -815,7 +815,9 @@ INLINE int native_row(struct scratch *s, u64 pc, u16 *reads)
 	// unmapped since, kept with their rows), each tried by its check bytes.
 	// The first that matches gives the rows; if every one that holds pc
 	// fails its check, another object is mapped there than any the tables
-	// know (stale rows).
+	// know (stale rows). User space lets no more than CANDIDATE_STEPS - 1
+	// candidates start inside a mapped range (native.rs, `table_of`), so
+	// the mapped object's range is always within reach.
 	struct native_range *r = 0;
 	u32 mismatched = 0;
 #pragma clang loop unroll(disable)

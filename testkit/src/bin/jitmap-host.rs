@@ -13,10 +13,13 @@
 //!   ([`jitmap_testkit::trampoline`]).
 //! - `jitmap-host dlopen-churn SECONDS`: two libraries loaded and unloaded
 //!   in turn ([`jitmap_testkit::dlopen_churn`]).
+//! - `jitmap-host overlay SECONDS`: many small libraries loaded and held for
+//!   5 s, unloaded, then a large one loaded over their addresses and run
+//!   ([`jitmap_testkit::overlay`]).
 //!
 //! Each prints `ready` once its code is in place (the demo and `frameless`
 //! and `trampoline` once published, `plt` and `dlopen-churn` once their
-//! libraries are built).
+//! libraries are built, `overlay` once its small libraries are loaded).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -81,9 +84,15 @@ fn run(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
             let loads = jitmap_testkit::dlopen_churn::run(seconds(1)?)?;
             println!("loads={loads}");
         }
+        Some("overlay") => {
+            let calls = jitmap_testkit::overlay::run(Duration::from_secs(5), seconds(1)?, || {
+                println!("ready")
+            })?;
+            println!("calls={calls}");
+        }
         _ => {
             return Err(
-                "usage: jitmap-host demo|frameless|plt|trampoline|dlopen-churn SECONDS [OUT]"
+                "usage: jitmap-host demo|frameless|plt|trampoline|dlopen-churn|overlay SECONDS [OUT]"
                     .into(),
             );
         }
