@@ -2,10 +2,11 @@
 //! freed.
 //!
 //! Writers only *enqueue* an event, under the heap lock, so the events of one heap
-//! are queued in the order they happened and a Load's timestamp is taken before its
-//! code became visible. A Load is queued before its code becomes visible; a Move
-//! after the old copy is unpublished (the new copy became visible just before,
-//! under the same lock), so that it can carry the old copy's retire tag. A dispatcher thread, one per [`Listeners`], delivers them
+//! are queued in the order they happened. A Load is queued, with its timestamp,
+//! before its code becomes visible; a Move after its old copy is unpublished (the
+//! new copy became visible just before, under the same lock; the timestamp was
+//! taken before that), so that it can carry the old copy's retire tag, in the
+//! heap's domain. A dispatcher thread, one per [`Listeners`], delivers them
 //! in queue order, off every heap lock: a listener may do file I/O, take its time,
 //! call [`crate::CodeHeap::stats`] or even publish code, and a listener that panics
 //! is contained and counted. The queue is bounded: a writer whose event finds it
@@ -111,7 +112,7 @@ pub struct CodeMove {
     pub size: u64,
     /// The method's info.
     pub info: Arc<CodeInfo>,
-    /// The grace-period tag the old copy was retired at
+    /// The grace-period tag the old copy was retired at in the heap's domain
     /// ([`crate::epoch::Domain::retire_tag`]), taken after it was
     /// unpublished: a reader pinned after it cannot find the old copy, and
     /// once [`crate::epoch::Domain::is_safe`] says so for it, no reader can

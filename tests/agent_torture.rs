@@ -227,8 +227,8 @@ fn sampling_malloc_panics_and_heap_writers_is_safe() {
     );
     // Periods, not signals: a thread whose handler fell behind (qemu-user's
     // deep walks, a loaded machine) backs off, and its fewer signals each
-    // stand for several periods. A dropped sample counts as one.
-    let periods = profile.counted() + profile.dropped;
+    // stand for several periods, dropped ones too.
+    let periods = profile.counted() + profile.dropped_periods;
     assert!(
         periods as f64 >= 0.8 * expected,
         "{periods} periods of {expected:.0} expected ({} signals)",

@@ -550,6 +550,21 @@ enum jitmap_status jitmap_profile_periods(struct jitmap_profile *profile,
                                           uint64_t *periods,
                                           uint64_t *coalesced);
 
+// What the profile lost or could not name: `dropped_periods`, the timer
+// expirations its dropped samples stood for (so that the periods of
+// `jitmap_profile_periods` plus these are all the time the timers
+// sampled), and `gave_up`, the samples that named a JIT version whose
+// event never came (those frames are `[unattributed]`). Either output may
+// be NULL.
+//
+// Not async-signal-safe.
+//
+// # Safety
+// Each of `dropped_periods`, `gave_up`: NULL or writable.
+enum jitmap_status jitmap_profile_losses(struct jitmap_profile *profile,
+                                         uint64_t *dropped_periods,
+                                         uint64_t *gave_up);
+
 // Destroys a profile.
 //
 // Not async-signal-safe.

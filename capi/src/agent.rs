@@ -357,6 +357,37 @@ pub unsafe extern "C" fn jitmap_profile_periods(
     })
 }
 
+/// What the profile lost or could not name: `dropped_periods`, the timer
+/// expirations its dropped samples stood for (so that the periods of
+/// `jitmap_profile_periods` plus these are all the time the timers
+/// sampled), and `gave_up`, the samples that named a JIT version whose
+/// event never came (those frames are `[unattributed]`). Either output may
+/// be NULL.
+///
+/// Not async-signal-safe.
+///
+/// # Safety
+/// Each of `dropped_periods`, `gave_up`: NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn jitmap_profile_losses(
+    profile: *mut jitmap_profile,
+    dropped_periods: *mut u64,
+    gave_up: *mut u64,
+) -> jitmap_status {
+    call(|| {
+        let p = handles::take::<ProfileObject>(bits(profile), Kind::Profile)?;
+        let profile = &p.get().profile;
+        // SAFETY (both): checked not NULL; writable by the caller's contract.
+        if !dropped_periods.is_null() {
+            unsafe { dropped_periods.write(profile.dropped_periods) };
+        }
+        if !gave_up.is_null() {
+            unsafe { gave_up.write(profile.gave_up) };
+        }
+        Ok(())
+    })
+}
+
 /// Destroys a profile.
 ///
 /// Not async-signal-safe.

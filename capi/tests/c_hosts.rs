@@ -460,7 +460,13 @@ fn the_guides_agent_example_profiles_its_jit_leaf() {
     let dir = tempfile::tempdir().unwrap();
     let code = guide_example("## Profiling a C host with the agent");
     let (exe, _) = build_against_install(dir.path(), &code);
-    let out = Command::new(&exe).current_dir(dir.path()).output().unwrap();
+    // The installed library, as the guide's build finds it (by the rpath),
+    // not the one cargo's library path names.
+    let out = Command::new(&exe)
+        .current_dir(dir.path())
+        .env_remove("LD_LIBRARY_PATH")
+        .output()
+        .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),

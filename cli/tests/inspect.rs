@@ -236,7 +236,8 @@ fn a_churning_host_is_never_misnamed() {
         assert!(matches!(out.status.code(), Some(0 | 1)), "{out:?}");
         retries += json["retries"].as_u64().unwrap();
         // Every placement the child published is in its perf map by now
-        // (events go out before the code is visible, and are flushed soon).
+        // (a load event goes out before its code is visible, a move's just
+        // after, under the same heap lock; both are flushed soon).
         std::thread::sleep(Duration::from_millis(100));
         let published: HashSet<(u64, u64, String)> = host.perf_map(32).into_iter().collect();
         for a in json["answers"].as_array().unwrap() {

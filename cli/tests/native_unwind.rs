@@ -552,9 +552,11 @@ fn a_host_that_loads_and_unloads_libraries_never_gets_another_objects_rows() {
 /// because the tables let no more than 7 candidates start inside a mapped
 /// range. Until the first refresh after the large one is mapped, its
 /// samples are cut as stale (the tables still hold the small ones as
-/// mapped): up to a fifth of them here. (Before, all 16 candidates stayed,
-/// the scan stopped among them, and every sample in `large_hot` was cut as
-/// stale: each candidate that held the pc failed its check.)
+/// mapped): up to a fifth of them here. (Before, all 16 candidates stayed
+/// and the scan stopped among them: every sample in `large_hot` was cut as
+/// stale here, where a small library's code range held its pc and failed
+/// its check; where none holds it, the walk would step by the frame
+/// pointer instead.)
 #[test]
 fn a_library_mapped_over_many_unloaded_ones_keeps_its_callers() {
     if !runs_x86_64() {
@@ -569,7 +571,22 @@ fn a_library_mapped_over_many_unloaded_ones_keeps_its_callers() {
     let Some((report, stacks)) = finished(profile(host.pid(), 12_000, &out, &[]), &out) else {
         return;
     };
+    // The layout the test needs: at least 8 of the small libraries' code
+    // ranges start inside the large one's, before `large_hot`.
+    let mut host = host;
+    let mut line = String::new();
+    host.stdout.read_line(&mut line).unwrap();
     drop(host);
+    let overlaid: usize = line
+        .trim()
+        .strip_prefix("overlaid=")
+        .unwrap_or_else(|| panic!("{line:?}"))
+        .parse()
+        .unwrap();
+    assert!(
+        overlaid >= 8,
+        "{overlaid} small code ranges start inside the large one's"
+    );
     let want: Vec<&str> = LARGE_STACK
         .iter()
         .copied()

@@ -45,6 +45,9 @@ enum LogEntry {
     Freed {
         block: BlockId,
         tag: u64,
+        /// CLOCK_MONOTONIC ns, taken after the unpublish: a handler that
+        /// began later cannot have found the block through the maps.
+        at_ns: u64,
     },
     ImageLoaded(Arc<ImageSection>),
     ImageUnloaded {
@@ -90,6 +93,7 @@ impl CodeListener for EventListener {
                 // executor that could still run it, holds a slot older than this
                 // tag; once it is safe, their samples are in the rings.
                 tag: self.manager.domain().retire_tag(),
+                at_ns: free.timestamp,
             },
             CodeEvent::ImageLoad(load) => LogEntry::ImageLoaded(Arc::clone(&load.image)),
             // As for a free: handlers that found the image are older.
@@ -127,6 +131,11 @@ struct Placement {
     /// The retire tag taken when the version left (freed, or moved away):
     /// once it is safe, no sample can still be running in these bytes.
     left: Option<u64>,
+    /// When a free unpublished it (CLOCK_MONOTONIC ns): a handler that
+    /// began later found another block at this start, not this one. (A
+    /// move's old copy has none: it stays findable until just after the
+    /// move's timestamp.)
+    freed_ns: Option<u64>,
 }
 
 /// An image the collector can name methods of.
@@ -159,11 +168,18 @@ enum FrameKey {
 /// Passes a drained sample is retried for while a frame in it names what
 /// the collector does not know (a JIT version, an image method, code whose
 /// free it has not seen): a load event can follow the first samples in its
-/// code by a pass. On its third pass a sample takes each such frame as it
-/// is (unattributed; an image method unnamed): one that waited for an event
-/// that never comes would wait for good, and hold with it the placements
-/// and the unloaded images its frames may name.
+/// code by a pass, and a move's event follows its new copy's first
+/// samples. Past these passes and [`WAIT_NS`] after it ended, a sample
+/// takes each such frame as it is (unattributed; an image method unnamed):
+/// one that waited for an event that never comes would wait for good, and
+/// hold with it the placements and the unloaded images its frames may name.
 const RETRIES: u32 = 2;
+
+/// How long after it ended a sample may wait for its events, whatever the
+/// passes (two can run back to back: `profile_window(Duration::ZERO)`).
+/// A heap sends an event within its publish, under its lock; a second
+/// covers a heap thread that was preempted there on a loaded machine.
+const WAIT_NS: u64 = 1_000_000_000;
 
 /// A drained sample whose frames are not all named yet (an event that
 /// names one may still be on its way; see [`RETRIES`]).
@@ -255,6 +271,7 @@ struct Window {
     samples: u64,
     periods: u64,
     unattributed: u64,
+    gave_up: u64,
 }
 
 impl Collector {
@@ -275,6 +292,7 @@ impl Collector {
                     placed_ns: 0,
                     key,
                     left: None,
+                    freed_ns: None,
                 });
                 max_size = max_size.max(size);
                 (
@@ -385,7 +403,9 @@ impl Collector {
         self.check_native_rows(records, &mut drained);
         // Then the events: a version's load was sent before any handler could
         // find it, so waiting for the events sent so far covers every frame
-        // drained above.
+        // drained above, but for a moved method's new copy found in the
+        // moment before its move's event was sent (it waits for the next
+        // pass: `placed_at`).
         manager.listeners().flush();
         for entry in std::mem::take(&mut *log.events.lock()) {
             self.apply(entry);
@@ -482,8 +502,9 @@ impl Collector {
         }
     }
 
-    /// Marks `key`'s placement at `start` as left at `tag`.
-    fn leave(&mut self, start: usize, key: BlockId, tag: u64) {
+    /// Marks `key`'s placement at `start` as left at `tag` (and freed at
+    /// `freed_ns`, for a free).
+    fn leave(&mut self, start: usize, key: BlockId, tag: u64, freed_ns: Option<u64>) {
         let current = self.occupants.get_mut(&start).and_then(|list| {
             list.iter_mut()
                 .rev()
@@ -491,6 +512,7 @@ impl Collector {
         });
         if let Some(p) = current {
             p.left = Some(tag);
+            p.freed_ns = freed_ns;
             self.leaving.push_back((start, key, tag));
         }
     }
@@ -502,6 +524,7 @@ impl Collector {
             placed_ns,
             key,
             left: None,
+            freed_ns: None,
         });
         self.max_size = self.max_size.max(size);
     }
@@ -649,7 +672,7 @@ impl Collector {
                     if let Some(k) = self.known.get_mut(&key) {
                         k.freed = Some(tag);
                         let old = k.start;
-                        self.leave(old, key, tag);
+                        self.leave(old, key, tag, None);
                     }
                     return;
                 }
@@ -660,17 +683,17 @@ impl Collector {
                     // The old copy stays a placement of the version until
                     // the move's grace period ends: a thread may still run
                     // it, and its samples name the moved method.
-                    self.leave(old, key, tag);
+                    self.leave(old, key, tag, None);
                     self.place(start, size, at_ns, key);
                     self.aliases.insert(to, key);
                 }
             }
-            LogEntry::Freed { block, tag } => {
+            LogEntry::Freed { block, tag, at_ns } => {
                 let key = self.aliases.remove(&block).unwrap_or(block);
                 if let Some(k) = self.known.get_mut(&key) {
                     k.freed = Some(tag);
                     let start = k.start;
-                    self.leave(start, key, tag);
+                    self.leave(start, key, tag, Some(at_ns));
                 }
             }
             // One image may be both listed at the start and announced.
@@ -694,13 +717,18 @@ impl Collector {
         }
     }
 
-    /// The version a handler found at `start` in a sample that ended at
-    /// `end_ns`: the one placed there last before then.
-    fn placed_at(&self, start: usize, end_ns: u64) -> Option<BlockId> {
+    /// The version a handler found at `start` in a sample that began at
+    /// `begin_ns` and ended at `end_ns`: the one placed there last before
+    /// the end, but not one freed before the beginning (the handler found
+    /// a block the maps still held). A move's event is sent just after its
+    /// new copy became visible, so a sample may find the new copy before
+    /// the collector knows it: then no placement answers (the sample waits
+    /// for the event), rather than a freed one placed there earlier.
+    fn placed_at(&self, start: usize, begin_ns: u64, end_ns: u64) -> Option<BlockId> {
         self.occupants
             .get(&start)?
             .iter()
-            .filter(|p| p.placed_ns <= end_ns)
+            .filter(|p| p.placed_ns <= end_ns && p.freed_ns.is_none_or(|f| begin_ns < f))
             .max_by_key(|p| p.placed_ns)
             .map(|p| p.key)
     }
@@ -731,11 +759,13 @@ impl Collector {
         let mut keys = Vec::with_capacity(sample.frames.len());
         let mut kept = Vec::new();
         let mut gave_up = false;
+        let may_wait = sample.attempts < RETRIES
+            || crate::events::monotonic_ns().saturating_sub(sample.end_ns) < WAIT_NS;
         let unattributed_at = |addr| (FrameKey::Unattributed, SampleFrame::Unattributed { addr });
         for f in &sample.frames {
             let (key, frame) = match f.kind {
                 FrameKind::Jit => {
-                    let found = self.placed_at(f.key as usize, sample.end_ns);
+                    let found = self.placed_at(f.key as usize, sample.begin_ns, sample.end_ns);
                     match found.and_then(|key| self.method_of(key)) {
                         Some(method) => (
                             FrameKey::Jit(method),
@@ -745,7 +775,7 @@ impl Collector {
                                 offset: f.offset,
                             },
                         ),
-                        None if sample.attempts < RETRIES => return false,
+                        None if may_wait => return false,
                         None => {
                             gave_up = true;
                             unattributed_at(f.addr)
@@ -758,7 +788,7 @@ impl Collector {
                     } else {
                         f.addr.saturating_sub(1)
                     };
-                    if !self.name_image_method(at, f.key, sample.attempts) {
+                    if !self.name_image_method(at, f.key, may_wait) {
                         return false;
                     }
                     (
@@ -799,7 +829,7 @@ impl Collector {
                                 offset: (at - start) as u32,
                             },
                         ),
-                        _ if sample.attempts < RETRIES => return false,
+                        _ if may_wait => return false,
                         // A placement whose version is not known.
                         Some((None, _)) => {
                             gave_up = true;
@@ -826,6 +856,7 @@ impl Collector {
             w.samples += 1;
             w.periods += weight;
             w.unattributed += u64::from(unattributed);
+            w.gave_up += u64::from(gave_up);
             *w.stacks.entry(keys.clone()).or_default() += weight;
         }
         *self.stacks.entry(keys).or_default() += weight;
@@ -844,9 +875,9 @@ impl Collector {
     /// Learns the name of image method `id`, found at `at`, from the image
     /// that holds it (the newest first: an unloaded image may share its
     /// base). False while its image may not be known yet (its load event
-    /// can follow the first samples in it by a pass); past [`RETRIES`] the
-    /// method stays unnamed.
-    fn name_image_method(&mut self, at: usize, id: u64, attempts: u32) -> bool {
+    /// can follow the first samples in it by a pass); once the sample may
+    /// wait no longer ([`RETRIES`]), the method stays unnamed.
+    fn name_image_method(&mut self, at: usize, id: u64, may_wait: bool) -> bool {
         if self.image_names.contains_key(&id) {
             return true;
         }
@@ -856,7 +887,7 @@ impl Collector {
                 self.image_names.insert(id, name.to_owned());
                 true
             }
-            None => attempts >= RETRIES,
+            None => !may_wait,
         }
     }
 
@@ -919,6 +950,7 @@ impl Collector {
             self.samples += 1;
             self.periods += u64::from(sample.weight);
             self.unattributed += 1;
+            self.gave_up += 1;
             let keys = sample
                 .frames
                 .iter()
@@ -988,6 +1020,7 @@ impl Collector {
             samples: 0,
             periods: 0,
             unattributed: 0,
+            gave_up: 0,
         });
     }
 
@@ -1013,6 +1046,7 @@ impl Collector {
             periods: w.periods,
             taken: w.samples,
             unattributed: w.unattributed,
+            gave_up: w.gave_up,
             stacks,
             methods,
             ..Profile::default()
@@ -1142,12 +1176,17 @@ mod tests {
         c.apply(LogEntry::Freed {
             block: block(3),
             tag: 99,
+            at_ns: u64::MAX,
         });
         let known = &c.known[&block(1)];
         assert_eq!((known.start, known.freed), (0x3000, Some(99)));
         assert!(c.aliases.is_empty());
         for (start, at_ns) in [(0x1000, 5), (0x2000, 15), (0x3000, 25)] {
-            assert_eq!(c.placed_at(start, at_ns), Some(block(1)), "{start:#x}");
+            assert_eq!(
+                c.placed_at(start, at_ns, at_ns),
+                Some(block(1)),
+                "{start:#x}"
+            );
             assert_eq!(
                 c.occupant_at(start + 8, at_ns),
                 Some((block(1), start)),
@@ -1167,6 +1206,7 @@ mod tests {
         c.apply(LogEntry::Freed {
             block: block(8),
             tag: 100,
+            at_ns: u64::MAX,
         });
         assert!(c.known.is_empty() && c.occupants.is_empty());
     }
@@ -1197,7 +1237,11 @@ mod tests {
         });
         assert_eq!(c.occupants[&0x1000].len(), 1);
         assert_eq!(c.known[&key].placements, 1);
-        c.apply(LogEntry::Freed { block: key, tag: 9 });
+        c.apply(LogEntry::Freed {
+            block: key,
+            tag: 9,
+            at_ns: u64::MAX,
+        });
         c.forget(10);
         assert!(c.occupants.is_empty() && c.known.is_empty() && c.leaving.is_empty());
     }
@@ -1241,6 +1285,7 @@ mod tests {
         c.apply(LogEntry::Freed {
             block: block(2),
             tag: 9,
+            at_ns: u64::MAX,
         });
         c.forget(10);
         assert!(c.occupants.is_empty() && c.known.is_empty() && c.leaving.is_empty());
@@ -1290,6 +1335,7 @@ mod tests {
             c.apply(LogEntry::Freed {
                 block: block(g),
                 tag: g,
+                at_ns: u64::MAX,
             });
             // Always one sample waiting, in a big method's bytes elsewhere
             // (a version-1 frame too deep for the handler's scan).
@@ -1308,6 +1354,7 @@ mod tests {
         c.apply(LogEntry::Freed {
             block: block(5000),
             tag: 2000,
+            at_ns: u64::MAX,
         });
         c.pending = vec![one_frame(FrameKind::Unattributed, 0x20_0010, 0, 20_001)];
         c.forget(3000);
@@ -1395,6 +1442,7 @@ mod tests {
         c.apply(LogEntry::Freed {
             block: block(1),
             tag: 1,
+            at_ns: u64::MAX,
         });
         load(&mut c, 2, "moved", 20);
         c.apply(LogEntry::Moved {
@@ -1521,7 +1569,7 @@ mod tests {
         assert_eq!(c.images.len(), 1);
         assert_eq!(c.images[0].unloaded, None);
         c.forget(u64::MAX);
-        assert!(c.name_image_method(0x7000_0010, 2, 0));
+        assert!(c.name_image_method(0x7000_0010, 2, true));
         assert_eq!(c.image_names[&2], "new");
     }
 
@@ -1554,6 +1602,76 @@ mod tests {
                 .collect::<Vec<_>>(),
             [(vec![FrameKey::Unattributed], 1)]
         );
+    }
+
+    /// A sample that found a moved method's new copy before the move's
+    /// event came (the heap sends it just after the copy is visible) is
+    /// not named by a version freed at that start before the sample began:
+    /// it waits, and the event names it. A sample that ended less than
+    /// [`WAIT_NS`] ago keeps waiting past its passes. (Before, the freed
+    /// version's placement answered, and the sample was billed to it.)
+    #[test]
+    fn a_sample_in_a_new_copy_waits_for_its_move_not_for_a_freed_version() {
+        let b = |generation| BlockId {
+            heap: 5,
+            generation,
+        };
+        let mut c = Collector::new(false, 16, [], Vec::new());
+        let load = |c: &mut Collector, g, name: &str, start, at_ns| {
+            c.apply(LogEntry::Loaded {
+                block: b(g),
+                info: Arc::new(CodeInfo::new(g, name, JitKind::Optimized)),
+                start,
+                size: 0x80,
+                at_ns,
+            });
+        };
+        load(&mut c, 1, "earlier", 0x8000, 10);
+        c.apply(LogEntry::Freed {
+            block: b(1),
+            tag: 1,
+            at_ns: 15,
+        });
+        load(&mut c, 2, "moved", 0x4000, 20);
+        // Moved to 0x8000 at 30, sampled there from 40 (the sample began
+        // after the free), before the move's event.
+        let mut sample = one_frame(FrameKind::Jit, 0x8010, 0x8000, 45);
+        sample.begin_ns = 40;
+        c.settle(vec![sample], 0);
+        assert_eq!((c.pending.len(), c.samples), (1, 0));
+        // A sample that began before the free may have found the freed
+        // version: it names it.
+        let mut before = one_frame(FrameKind::Jit, 0x8010, 0x8000, 14);
+        before.begin_ns = 12;
+        c.settle(vec![before], 0);
+        c.apply(LogEntry::Moved {
+            from: b(2),
+            to: b(3),
+            start: 0x8000,
+            at_ns: 30,
+            tag: 2,
+        });
+        c.settle(Vec::new(), 0);
+        assert_eq!((c.pending.len(), c.samples), (0, 2));
+        let mut named: Vec<&str> = c
+            .stacks
+            .keys()
+            .map(|keys| {
+                let FrameKey::Jit(m) = keys[0] else {
+                    panic!("{keys:?}")
+                };
+                c.methods[m].name.as_str()
+            })
+            .collect();
+        named.sort();
+        assert_eq!(named, ["earlier", "moved"]);
+        // A sample of unknown code that ended just now waits past its
+        // passes: its event may still be on its way.
+        let now = crate::events::monotonic_ns();
+        c.settle(vec![one_frame(FrameKind::Jit, 0xA010, 0xA000, now)], 0);
+        c.settle(Vec::new(), 0);
+        c.settle(Vec::new(), 0);
+        assert_eq!((c.pending.len(), c.pending[0].attempts), (1, 3));
     }
 
     fn counts(c: &Collector) -> Vec<(String, u64, u64)> {

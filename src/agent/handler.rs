@@ -86,7 +86,10 @@ pub(crate) extern "C" fn on_signal(
             } else {
                 // Not on the thread's own stack (a fiber, a sigaltstack, or
                 // another thread): its ring has one producer, the thread on
-                // that stack, so the sample is counted and dropped.
+                // that stack, so the sample is counted (taken, as every
+                // signal the handler ran for) and dropped.
+                // Relaxed: a statistic, as in `sample`.
+                record.taken.fetch_add(1, Ordering::Relaxed);
                 record.drop_sample(weight);
             }
             delay_for_tests(began_ns);

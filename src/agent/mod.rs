@@ -74,11 +74,14 @@
 //! never a pointer into its header. To step the frame it reads, under the
 //! pinned guard that keeps both mapped, the method's unwind rows in its
 //! header (the mixed walk) and, at the leaf, two code bytes (is the pc at
-//! the method's first instruction or at a `ret`?). A heap sends a method's load (or move) event before the
-//! method becomes visible, and the collector drains the rings before it waits
-//! for the events sent so far; so by the time it names a frame, it has seen
-//! the load of the version placed at that start last before the sample, which
-//! is the version the handler found. It keeps every version it learns of (and
+//! the method's first instruction or at a `ret`?). A heap sends a method's load
+//! event before the method becomes visible, and the collector drains the rings
+//! before it waits for the events sent so far; so by the time it names a frame,
+//! it has seen the load of the version placed at that start last before the
+//! sample, which is the version the handler found. A move's event follows its
+//! new copy's visibility by a moment (it carries the old copy's retire tag): a
+//! sample that found the new copy first waits for it, a pass or a second, and is
+//! never named by a version freed at that start before the sample began. It keeps every version it learns of (and
 //! the code already live when it started), and forgets a freed version only
 //! after the epoch says that no handler can still be recording it. So a method
 //! freed after it was sampled is still named, and a re-jitted method's versions

@@ -232,10 +232,12 @@ pub struct Profile {
     /// Samples whose pc was in a heap or image but in no method or stub.
     pub unattributed: u64,
     /// Samples that gave up waiting for a JIT version the collector never
-    /// heard of: a frame named a version whose load event had not come two
-    /// collection passes later. That frame counts as `[unattributed]` (and
-    /// the sample in [`Profile::unattributed`] when it is the leaf) rather
-    /// than the sample waiting for good.
+    /// heard of: a frame named a version whose event had not come two
+    /// collection passes and a second after the sample. That frame counts
+    /// as `[unattributed]` (and the sample in [`Profile::unattributed`] when
+    /// it is the leaf) rather than the sample waiting for good. Samples
+    /// still waiting when the agent stopped count here too (all their
+    /// frames `[unattributed]`).
     pub gave_up: u64,
     /// Lookups the handlers made (one per frame).
     pub lookups: u64,
@@ -356,12 +358,19 @@ impl Profile {
         out
     }
 
-    /// The report's rate line: the rate asked for, and the slowest a
-    /// thread's handler backed off to; `None` without a period.
+    /// The report's rate line: the rate asked for; the slowest a thread's
+    /// handler backed off to, if one did; otherwise, if signals came at
+    /// under three quarters of it, the rate they came at and why. `None`
+    /// without a period.
+    ///
+    /// A CPU-time timer fires at most once per scheduler tick (250 Hz on
+    /// many kernels), so at 1 kHz on [`super::Clock::Cpu`] each signal
+    /// stands for about four periods (its overrun): the profile counts
+    /// them all, but its stacks come from a quarter as many walks.
     ///
     /// ```
     /// use std::time::Duration;
-    /// use jitmap::agent::Profile;
+    /// use jitmap::agent::{Clock, Profile};
     /// let profile = Profile {
     ///     period: Duration::from_micros(100),
     ///     slowest_period: Duration::from_micros(800),
@@ -374,24 +383,63 @@ impl Profile {
     ///     "rate: 10000 Hz asked; 1 of 2 thread(s) backed off, the slowest to 1250 Hz \
     ///      (its signals came late: a slow handler, or a busy CPU)\n"
     /// );
+    /// let tick = Profile {
+    ///     period: Duration::from_millis(1),
+    ///     slowest_period: Duration::from_millis(1),
+    ///     clock: Clock::Cpu,
+    ///     samples: 500,
+    ///     periods: 2000,
+    ///     cpu: Duration::from_secs(2),
+    ///     threads: 1,
+    ///     ..Profile::default()
+    /// };
+    /// assert_eq!(
+    ///     tick.rate_line().unwrap(),
+    ///     "rate: 1000 Hz asked; signals came at 250 Hz of CPU time, each standing for \
+    ///      4.0 periods on average (a CPU-time timer fires at most once per scheduler tick)\n"
+    /// );
     /// ```
     pub fn rate_line(&self) -> Option<String> {
         let hz = |d: Duration| 1.0 / d.as_secs_f64().max(1e-9);
         if self.period.is_zero() {
             return None;
         }
-        Some(if self.backed_off == 0 {
-            format!("rate: {:.0} Hz asked, and kept\n", hz(self.period))
-        } else {
-            format!(
-                "rate: {:.0} Hz asked; {} of {} thread(s) backed off, the slowest to {:.0} Hz \
+        let asked = hz(self.period);
+        if self.backed_off > 0 {
+            return Some(format!(
+                "rate: {asked:.0} Hz asked; {} of {} thread(s) backed off, the slowest to {:.0} Hz \
                  (its signals came late: a slow handler, or a busy CPU)\n",
-                hz(self.period),
                 self.backed_off,
                 self.threads,
                 hz(self.slowest_period)
-            )
-        })
+            ));
+        }
+        // The time the timers measured: the threads' CPU time, or their
+        // wall time while attached (the run's, for each thread).
+        let measured = match self.clock {
+            super::Clock::Cpu => self.cpu.as_secs_f64(),
+            super::Clock::Wall => self.duration.as_secs_f64() * self.threads as f64,
+        };
+        let signals = (self.samples + self.dropped) as f64;
+        let came = signals / measured;
+        if measured <= 0.0 || signals == 0.0 || came * 4.0 >= asked * 3.0 {
+            return Some(format!("rate: {asked:.0} Hz asked, and kept\n"));
+        }
+        let (time, why) = match self.clock {
+            super::Clock::Cpu => (
+                "CPU time",
+                "a CPU-time timer fires at most once per scheduler tick",
+            ),
+            super::Clock::Wall => (
+                "attached time",
+                "the threads waited for a CPU, or blocked the signal",
+            ),
+        };
+        let each = (self.counted() + self.dropped_periods) as f64 / signals;
+        Some(format!(
+            "rate: {asked:.0} Hz asked; signals came at {came:.0} Hz of {time}, each standing for \
+             {each:.1} periods on average ({why})\n"
+        ))
     }
 
     /// Lookups per second of the agent's run.
@@ -531,6 +579,41 @@ mod tests {
             ],
             ..Profile::default()
         }
+    }
+
+    /// Signals at three quarters of the rate asked or more: kept. Under
+    /// it, the rate they came at, per second of the time the clock
+    /// measures, and the periods each stood for; on the wall clock, per
+    /// second of each thread's attached time.
+    #[test]
+    fn the_rate_line_says_when_signals_came_slower_than_asked() {
+        use std::time::Duration;
+        let wall = |samples| Profile {
+            period: Duration::from_millis(1),
+            slowest_period: Duration::from_millis(1),
+            clock: super::super::Clock::Wall,
+            duration: Duration::from_secs(2),
+            threads: 2,
+            samples,
+            dropped: 100,
+            periods: 3900,
+            dropped_periods: 100,
+            ..Profile::default()
+        };
+        assert_eq!(
+            wall(2900).rate_line().unwrap(),
+            "rate: 1000 Hz asked, and kept\n"
+        );
+        assert_eq!(
+            wall(1900).rate_line().unwrap(),
+            "rate: 1000 Hz asked; signals came at 500 Hz of attached time, each standing for \
+             2.0 periods on average (the threads waited for a CPU, or blocked the signal)\n"
+        );
+        let none = Profile {
+            period: Duration::from_millis(1),
+            ..Profile::default()
+        };
+        assert_eq!(none.rate_line().unwrap(), "rate: 1000 Hz asked, and kept\n");
     }
 
     #[test]

@@ -1346,7 +1346,7 @@ impl CodeHeap {
     /// Unpublishes the live block at `offset` and retires it; returns the
     /// method's info for listeners (None for a stub, or without listeners)
     /// and the tag it was retired at (a reader pinned after it cannot find
-    /// the block).
+    /// the block; 0 in the unreachable case where nothing was retired).
     /// It cannot fail: `live` came from [`CodeHeap::live_at`] under the lock
     /// `w` holds, so the map names a start at `offset` (aligned, in range)
     /// and its delete succeeds.
@@ -1358,7 +1358,7 @@ impl CodeHeap {
             // Unreachable (see above). Were it reached, the block would stay
             // published and its memory never reused: safe, if not tidy.
             debug_assert_eq!(deleted, Ok(()), "live_at found the start under this lock");
-            return (None, self.domain.retire_tag());
+            return (None, 0);
         }
         match live.header {
             Some(_) => w.methods -= 1,

@@ -82,40 +82,53 @@ fn a_move_refused_at_the_map_store_tells_listeners_nothing() {
     assert_eq!(*recorder.0.lock().unwrap(), [('M', moved.start())]);
 }
 
-/// The move events a listener heard, whole.
+/// The move events a listener heard, whole, and whether, when each came,
+/// the heap still found its old copy and found its new one.
 #[derive(Default)]
-struct Moves(Mutex<Vec<crate::events::CodeMove>>);
+struct Moves {
+    heard: Mutex<Vec<(crate::events::CodeMove, bool, bool)>>,
+    seen: std::sync::OnceLock<(Arc<Domain>, Arc<CodeHeap>)>,
+}
 
 impl CodeListener for Moves {
     fn on_event(&self, event: &CodeEvent) {
-        if let CodeEvent::Move(m) = event {
-            self.0.lock().unwrap().push(m.clone());
+        if let (CodeEvent::Move(m), Some((domain, heap))) = (event, self.seen.get()) {
+            let reader = domain.register().unwrap();
+            let guard = reader.pin().unwrap();
+            let old = heap.find(&guard, m.old_start).unwrap().is_some();
+            let new = heap.find(&guard, m.new_start).unwrap().is_some();
+            self.heard.lock().unwrap().push((m.clone(), old, new));
         }
     }
 }
 
-/// A move's event carries the tag its old copy was retired at, taken by the
-/// heap after the unpublish: between the tags taken just before and just
-/// after the move, and not safe while a reader pinned before the move
-/// holds its guard. On the old code the event had no tag, and the agent's
-/// listener took one when the event reached it, which could be before the
-/// old copy was unpublished (then a handler pinned later could still find
-/// the old copy, whose placement the collector had already forgotten).
+/// A move's event comes once its old copy is unpublished (a listener finds
+/// the new copy and not the old), and carries the tag the old copy was
+/// retired at, taken by the heap: between the tags taken just before and
+/// just after the move, and not safe while a reader pinned before the move
+/// holds its guard. On the old code the event was queued before the new
+/// copy was visible and had no tag: the agent's listener took one when the
+/// event reached it, which could be before the old copy was unpublished
+/// (then a handler pinned later could still find the old copy, whose
+/// placement the collector had already forgotten).
 #[test]
 fn a_move_carries_the_tag_its_old_copy_was_retired_at() {
-    let domain = Domain::new(2);
+    let domain = Domain::new(3);
     let listeners = Arc::new(Listeners::default());
     let moves = Arc::new(Moves::default());
     listeners.add(moves.clone()).unwrap();
-    let heap = CodeHeap::with_listeners(
-        HeapConfig {
-            span: 1 << 16,
-            ..HeapConfig::default()
-        },
-        &domain,
-        listeners,
-    )
-    .unwrap();
+    let heap = Arc::new(
+        CodeHeap::with_listeners(
+            HeapConfig {
+                span: 1 << 16,
+                ..HeapConfig::default()
+            },
+            &domain,
+            listeners,
+        )
+        .unwrap(),
+    );
+    assert!(moves.seen.set((domain.clone(), heap.clone())).is_ok());
     let mut r = heap.reserve(64).unwrap();
     r.code_mut().fill(0xC3);
     let code = r
@@ -127,9 +140,9 @@ fn a_move_carries_the_tag_its_old_copy_was_retired_at() {
     let moved = heap.move_block(code).unwrap();
     let after = domain.retire_tag();
     heap.listeners().flush();
-    let heard = moves.0.lock().unwrap().clone();
+    let heard = moves.heard.lock().unwrap().clone();
     assert_eq!(heard.len(), 1);
-    let m = &heard[0];
+    let (m, old_found, new_found) = &heard[0];
     assert_eq!(
         (m.old_block, m.new_block, m.old_start, m.new_start, m.size),
         (
@@ -140,9 +153,9 @@ fn a_move_carries_the_tag_its_old_copy_was_retired_at() {
             64
         )
     );
+    assert_eq!((*old_found, *new_found), (false, true));
     assert_eq!(m.retire_tag, before + 1);
     assert_eq!(after, before + 2);
-    assert!(heap.find(&guard, code.start()).unwrap().is_none());
     assert!(!domain.is_safe(m.retire_tag));
     drop(guard);
     assert!(domain.is_safe(m.retire_tag));

@@ -89,22 +89,48 @@ fn call(library: &Path, symbol: &std::ffi::CStr, n: u64) -> Result<*mut libc::c_
     Ok(handle)
 }
 
+/// The executable mappings of this process whose path contains `part`:
+/// (start, end), from `/proc/self/maps`.
+fn code_ranges(part: &str) -> Result<Vec<(usize, usize)>, DemoError> {
+    let maps = std::fs::read_to_string("/proc/self/maps")
+        .map_err(|e| DemoError::Setup(format!("/proc/self/maps: {e}")))?;
+    Ok(maps
+        .lines()
+        .filter(|l| l.contains(part))
+        .filter_map(|l| {
+            let mut fields = l.split_whitespace();
+            let (range, perms) = (fields.next()?, fields.next()?);
+            let (start, end) = range.split_once('-')?;
+            (perms.as_bytes().get(2) == Some(&b'x')).then_some((
+                usize::from_str_radix(start, 16).ok()?,
+                usize::from_str_radix(end, 16).ok()?,
+            ))
+        })
+        .collect())
+}
+
 /// Loads the small libraries, calls each, and holds them for `hold` (long
 /// enough for a profiler that attaches meanwhile to see them mapped), then
-/// unloads them, loads the large one and runs it until `duration` has
-/// passed since the start. Returns the large one's calls.
+/// unloads them, loads the large one, calls `overlaid` with how many of the
+/// small ones' code ranges start inside the large one's code range, past
+/// its start and at or below `large_hot` (the candidates a profiler's scan
+/// back from a pc in `large_hot` meets before the large one's range), and
+/// runs it until `duration` has passed since the start. Returns the large
+/// one's calls.
 #[inline(never)]
 pub fn drive(
     libraries: &Libraries,
     hold: Duration,
     duration: Duration,
     loaded: impl FnOnce(),
+    overlaid: impl FnOnce(usize),
 ) -> Result<u64, DemoError> {
     let deadline = Instant::now() + duration;
     let mut handles = Vec::with_capacity(SMALL);
     for library in &libraries.small {
         handles.push(call(library, c"small_work", 1000)?);
     }
+    let small = code_ranges("liboverlay_small_")?;
     loaded();
     std::thread::sleep(hold);
     for handle in handles.into_iter().rev() {
@@ -113,6 +139,19 @@ pub fn drive(
         unsafe { libc::dlclose(handle) };
     }
     let (handle, work) = load(&libraries.large, c"large_work")?;
+    // SAFETY: the handle is open; a NUL-terminated name.
+    let hot = unsafe { libc::dlsym(handle, c"large_hot".as_ptr()) } as usize;
+    let large = code_ranges("liboverlay_large")?;
+    overlaid(
+        small
+            .iter()
+            .filter(|&&(start, _)| {
+                large
+                    .iter()
+                    .any(|&(l_start, l_end)| l_start < start && start <= hot && hot < l_end)
+            })
+            .count(),
+    );
     // SAFETY: `large_work` takes and returns a u64, and the library stays
     // loaded until the handle is closed below.
     let work: extern "C" fn(u64) -> u64 = unsafe { std::mem::transmute(work) };
@@ -127,13 +166,18 @@ pub fn drive(
 }
 
 /// Builds the libraries in a fresh directory under the temp dir and runs
-/// [`drive`], calling `ready` once the small libraries are loaded; returns
-/// the large one's calls.
-pub fn run(hold: Duration, duration: Duration, ready: impl FnOnce()) -> Result<u64, DemoError> {
+/// [`drive`], calling `ready` once the small libraries are loaded and
+/// `overlaid` with their overlap; returns the large one's calls.
+pub fn run(
+    hold: Duration,
+    duration: Duration,
+    ready: impl FnOnce(),
+    overlaid: impl FnOnce(usize),
+) -> Result<u64, DemoError> {
     let dir = std::env::temp_dir().join(format!("jitmap-overlay-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| DemoError::Setup(format!("{dir:?}: {e}")))?;
     let libraries = build(&dir)?;
-    let calls = drive(&libraries, hold, duration, ready);
+    let calls = drive(&libraries, hold, duration, ready, overlaid);
     // A profiler reads a library's rows from its mapping while it is loaded.
     let _ = std::fs::remove_dir_all(&dir);
     calls

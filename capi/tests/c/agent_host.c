@@ -138,6 +138,16 @@ int main(int argc, char **argv) {
                 (unsigned long long)coalesced);
         return 1;
     }
+    /* Each dropped sample stood for one period or more; none gave up
+     * (every leaf's load event came). */
+    uint64_t dropped_periods, gave_up;
+    CHECK(jitmap_profile_losses(profile, &dropped_periods, &gave_up));
+    if (dropped_periods < dropped || gave_up != 0) {
+        fprintf(stderr, "dropped %llu samples standing for %llu periods; %llu gave up\n",
+                (unsigned long long)dropped, (unsigned long long)dropped_periods,
+                (unsigned long long)gave_up);
+        return 1;
+    }
     CHECK(jitmap_profile_destroy(profile));
     CHECK(jitmap_counters_destroy(counters));
     for (int i = 0; i < 3; i++) {

@@ -370,6 +370,8 @@ pub fn profile(stacks: Vec<Stack>, counts: &Counts, duration: std::time::Duratio
         taken: counts.samples + counts.stale_samples + counts.empty_samples,
         samples: counts.samples,
         dropped: counts.stale_samples + counts.empty_samples,
+        // One period each: the kernel's samples carry no overrun.
+        dropped_periods: counts.stale_samples + counts.empty_samples,
         unattributed: counts.unattributed,
         lookups: counts.frames(),
         stacks,
@@ -521,7 +523,10 @@ mod tests {
         assert_eq!(counts, expected);
         assert_eq!((counts.frames(), counts.jit_frames()), (10, 5));
         let p = profile(stacks, &counts, std::time::Duration::from_secs(1));
-        assert_eq!((p.taken, p.samples, p.dropped, p.lookups), (7, 4, 3, 10));
+        assert_eq!(
+            (p.taken, p.samples, p.dropped, p.dropped_periods, p.lookups),
+            (7, 4, 3, 3, 10)
+        );
         assert_eq!(p.summary()[0].name, "f");
     }
 

@@ -749,7 +749,6 @@ impl NativeTables {
     }
 }
 
-/// Rows as the kernel reads them (`struct unwind_row`, little-endian).
 /// Ranges the kernel tries for one pc, from the last that starts at or
 /// before it backwards (`CANDIDATE_STEPS`).
 const CANDIDATE_STEPS: usize = 8;
@@ -772,6 +771,7 @@ fn table_of(
     candidates: impl IntoIterator<Item = Range>,
     max_ranges: usize,
 ) -> Vec<Range> {
+    debug_assert!(mapped.windows(2).all(|w| w[0].end <= w[1].start));
     let mut inside = vec![0usize; mapped.len()];
     let mut table: Vec<(bool, Range)> = mapped.iter().map(|r| (true, *r)).collect();
     for r in candidates {
@@ -794,6 +794,7 @@ fn table_of(
     table.into_iter().map(|(_, r)| r).collect()
 }
 
+/// Rows as the kernel reads them (`struct unwind_row`, little-endian).
 fn rows_bytes(rows: &[UnwindRow]) -> Vec<u8> {
     let mut out = Vec::with_capacity(rows.len() * ROW_BYTES);
     for r in rows {

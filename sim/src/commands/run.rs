@@ -50,7 +50,7 @@ pub struct Options {
     json: bool,
     /// After --seconds, run on until every event the scenario makes has
     /// happened (tier-ups, and aborts, unloads and de-optimizations where it
-    /// makes them), for at most 60 s more.
+    /// makes them), for at most 300 s more.
     #[arg(long)]
     until_events: bool,
     /// Serve the agent's profiles over HTTP on this loopback address while

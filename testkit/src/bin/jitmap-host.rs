@@ -14,8 +14,9 @@
 //! - `jitmap-host dlopen-churn SECONDS`: two libraries loaded and unloaded
 //!   in turn ([`jitmap_testkit::dlopen_churn`]).
 //! - `jitmap-host overlay SECONDS`: many small libraries loaded and held for
-//!   5 s, unloaded, then a large one loaded over their addresses and run
-//!   ([`jitmap_testkit::overlay`]).
+//!   5 s, unloaded, then a large one loaded over their addresses (it prints
+//!   `overlaid=N`, how many of their code ranges start inside its own below
+//!   its hot function) and run ([`jitmap_testkit::overlay`]).
 //!
 //! Each prints `ready` once its code is in place (the demo and `frameless`
 //! and `trampoline` once published, `plt` and `dlopen-churn` once their
@@ -85,9 +86,12 @@ fn run(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
             println!("loads={loads}");
         }
         Some("overlay") => {
-            let calls = jitmap_testkit::overlay::run(Duration::from_secs(5), seconds(1)?, || {
-                println!("ready")
-            })?;
+            let calls = jitmap_testkit::overlay::run(
+                Duration::from_secs(5),
+                seconds(1)?,
+                || println!("ready"),
+                |n| println!("overlaid={n}"),
+            )?;
             println!("calls={calls}");
         }
         _ => {
