@@ -66,7 +66,8 @@ pub struct AgentConfig {
     ///
     /// This is the rate asked for. A thread whose signals come late backs
     /// off: after two late signals in a row (a walk that took more than a
-    /// quarter of the period, or a wall-clock signal with an overrun), its
+    /// quarter of the period, or a wall-clock signal with an overrun less
+    /// than a period after the thread's previous handler returned), its
     /// handler re-arms the thread's timer at twice the period, up to 1024
     /// times this one; 64 on time in a row halve it again. Its samples weigh
     /// the configured periods they stand for, and

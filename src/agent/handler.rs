@@ -93,10 +93,9 @@ pub(crate) extern "C" fn on_signal(
                 record.drop_sample(weight);
             }
             delay_for_tests(began_ns);
-            record.pace.after_sample(
-                overrun,
-                crate::events::monotonic_ns().saturating_sub(began_ns),
-            );
+            record
+                .pace
+                .after_sample(overrun, began_ns, crate::events::monotonic_ns());
             // The sample's writes happen before `stop` sees no handler in
             // flight.
             super::registry::leave(in_flight);

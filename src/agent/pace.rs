@@ -7,7 +7,11 @@
 //! refuses periods under [`super::MIN_PERIOD`] outright, and each thread's
 //! handler watches itself. A signal is late when its walk took more than a
 //! quarter of the period, or, on the wall clock, when it arrived with an
-//! overrun (expirations that came while it was still pending). After two
+//! overrun (expirations that came while it was still pending) less than a
+//! period after the thread's previous handler returned: the thread was
+//! kept in its handlers. A thread that waited for a CPU comes back with an
+//! overrun too, but after a gap of a period or more; that signal is on
+//! time (its sample counts every period it stands for). After two
 //! late signals in a row the handler re-arms its own timer at twice the
 //! period (`timer_settime` is async-signal-safe), up to [`MAX_BACKOFF`]
 //! times the configured one; after [`ON_TIME_TO_RECOVER`] on time in a row
@@ -56,6 +60,9 @@ pub(crate) struct Pace {
     longest_ns: AtomicU64,
     /// The thread's timer (its `timer_t`), for the handler to re-arm.
     timer: AtomicUsize,
+    /// When the thread's previous handler returned (CLOCK_MONOTONIC ns; 0:
+    /// none yet).
+    last_end_ns: AtomicU64,
     /// Whether the handler may re-arm `timer`: set once it is armed,
     /// withdrawn before it is deleted.
     armed: AtomicBool,
@@ -72,6 +79,7 @@ impl Pace {
             wall,
             period_ns: AtomicU64::new(base_ns),
             longest_ns: AtomicU64::new(base_ns),
+            last_end_ns: AtomicU64::new(0),
             timer: AtomicUsize::new(0),
             armed: AtomicBool::new(false),
             streak: AtomicI32::new(0),
@@ -125,15 +133,22 @@ impl Pace {
         u32::try_from(weight.saturating_mul(factor)).unwrap_or(u32::MAX)
     }
 
-    /// In the handler, after its walk of `took_ns` for a signal with
-    /// `overrun` coalesced expirations: re-arms the timer at twice the
-    /// period if the handler cannot keep up, or at half a backed-off one
-    /// once it keeps up again. The caller is counted in flight in the
-    /// registry (its fence orders the `armed` load).
+    /// In the handler that began at `began_ns` and walked until `ended_ns`,
+    /// for a signal with `overrun` coalesced expirations: re-arms the timer
+    /// at twice the period if the handler cannot keep up, or at half a
+    /// backed-off one once it keeps up again. The caller is counted in
+    /// flight in the registry (its fence orders the `armed` load).
     #[inline]
-    pub(crate) fn after_sample(&self, overrun: u32, took_ns: u64) {
+    pub(crate) fn after_sample(&self, overrun: u32, began_ns: u64, ended_ns: u64) {
         let period = self.period_ns();
-        let late = took_ns > period / 4 || (self.wall && overrun > 0);
+        let took_ns = ended_ns.saturating_sub(began_ns);
+        // Relaxed: only this thread's handler reads and writes it.
+        let last_end = self.last_end_ns.swap(ended_ns, Ordering::Relaxed);
+        // Less than a period of the thread's own since its previous
+        // handler: an overrun then means handlers that cannot keep up, not
+        // a thread that waited for a CPU.
+        let crowded = last_end != 0 && began_ns.saturating_sub(last_end) < period;
+        let late = took_ns > period / 4 || (self.wall && overrun > 0 && crowded);
         // Relaxed, here and below: only this thread's handler reads and
         // writes the streak (the signal does not nest).
         let streak = self.streak.load(Ordering::Relaxed);
@@ -184,17 +199,23 @@ mod tests {
 
     #[test]
     fn an_unarmed_pace_never_backs_off_but_counts_its_streak() {
-        // Not armed: no timer to re-arm, however slow the walk.
+        // Not armed: no timer to re-arm, however late the signals.
         let pace = Pace::new(1000, true);
-        pace.after_sample(5, 0);
-        pace.after_sample(0, 1_000_000);
+        pace.after_sample(0, 0, 100);
+        assert_eq!(pace.streak.load(Ordering::Relaxed), -1);
+        // An overrun 500 ns after the previous handler: kept in handlers.
+        pace.after_sample(5, 600, 650);
+        // A walk over a quarter of the period.
+        pace.after_sample(0, 700, 1_000_700);
         assert_eq!(pace.period_ns(), 1000);
         assert_eq!(pace.streak.load(Ordering::Relaxed), 2);
-        pace.after_sample(0, 250);
+        // An overrun after a gap of periods: the thread waited for a CPU.
+        pace.after_sample(5, 5_000_000, 5_000_050);
         assert_eq!(pace.streak.load(Ordering::Relaxed), -1);
         // A CPU clock's overruns are not late.
         let cpu = Pace::new(1000, false);
-        cpu.after_sample(5, 0);
-        assert_eq!(cpu.streak.load(Ordering::Relaxed), -1);
+        cpu.after_sample(0, 0, 10);
+        cpu.after_sample(5, 20, 30);
+        assert_eq!(cpu.streak.load(Ordering::Relaxed), -2);
     }
 }
