@@ -421,8 +421,10 @@ impl Collector {
     fn settle(&mut self, drained: Vec<Pending>, safe: u64) {
         let mut waiting = std::mem::take(&mut self.pending);
         waiting.extend(drained);
+        // Read once a pass: how long each waiting sample has waited.
+        let now_ns = crate::events::monotonic_ns();
         for mut sample in waiting {
-            if !self.add(&sample) {
+            if !self.add(&sample, now_ns) {
                 sample.attempts += 1;
                 self.pending.push(sample);
             }
@@ -755,12 +757,13 @@ impl Collector {
     /// version the collector never heard of counts as unattributed (and the
     /// sample as one that gave up), an unattributed frame that may be in
     /// freed code stays unattributed, and an image method stays unnamed.
-    fn add(&mut self, sample: &Pending) -> bool {
+    /// `now_ns` is the pass's time, against which the sample's wait is
+    /// measured ([`WAIT_NS`]).
+    fn add(&mut self, sample: &Pending, now_ns: u64) -> bool {
         let mut keys = Vec::with_capacity(sample.frames.len());
         let mut kept = Vec::new();
         let mut gave_up = false;
-        let may_wait = sample.attempts < RETRIES
-            || crate::events::monotonic_ns().saturating_sub(sample.end_ns) < WAIT_NS;
+        let may_wait = sample.attempts < RETRIES || now_ns.saturating_sub(sample.end_ns) < WAIT_NS;
         let unattributed_at = |addr| (FrameKey::Unattributed, SampleFrame::Unattributed { addr });
         for f in &sample.frames {
             let (key, frame) = match f.kind {
@@ -1456,7 +1459,7 @@ mod tests {
         c.pending = vec![one_frame(FrameKind::Unattributed, 0x4010, 0, 40)];
         c.forget(2);
         let sample = std::mem::take(&mut c.pending).remove(0);
-        assert!(c.add(&sample));
+        assert!(c.add(&sample, u64::MAX));
         let (keys, _) = c.stacks.iter().next().unwrap();
         let FrameKey::Jit(m) = keys[0] else {
             panic!("{keys:?}")
@@ -1531,7 +1534,7 @@ mod tests {
             weight: 4,
             ..one_frame(FrameKind::Native, 0x10, 0, 6)
         };
-        assert!(c.add(&plain) && c.add(&coalesced));
+        assert!(c.add(&plain, u64::MAX) && c.add(&coalesced, u64::MAX));
         assert_eq!((c.samples, c.periods), (2, 5));
         assert_eq!(c.stacks.values().copied().collect::<Vec<_>>(), [5]);
         assert_eq!(
@@ -1745,14 +1748,14 @@ mod tests {
             image: image(base, 2, "b::f"),
             unloaded: None,
         });
-        assert!(c.add(&image_sample(1, base + 0x10, base + 0x40)));
-        assert!(c.add(&image_sample(2, base + 0x3f, base + 0x11)));
+        assert!(c.add(&image_sample(1, base + 0x10, base + 0x40), u64::MAX));
+        assert!(c.add(&image_sample(2, base + 0x3f, base + 0x11), u64::MAX));
         // A method id no image has there waits two passes for its image,
         // then stays unnamed.
         let mut unknown = image_sample(3, base + 0x20, base + 0x20);
-        assert!(!c.add(&unknown));
+        assert!(!c.add(&unknown, u64::MAX));
         unknown.attempts = 2;
-        assert!(c.add(&unknown));
+        assert!(c.add(&unknown, u64::MAX));
         let stacks = named_stacks(&c.methods, &c.image_names, &c.names, &c.stacks);
         let mut named: Vec<(Vec<String>, u64)> =
             stacks.into_iter().map(|s| (s.frames, s.count)).collect();
