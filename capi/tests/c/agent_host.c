@@ -69,8 +69,11 @@ int main(int argc, char **argv) {
     const jitmap_probe_context *context;
     CHECK(jitmap_thread_probe_context(thread, &context));
 
+    /* Each leaf's counter crosses at its 100th call; the loop below runs
+     * at least that many rounds whatever the machine's speed. */
+    enum { CROSS_AT = 100 };
     jitmap_counters *counters;
-    CHECK(jitmap_counters_create(3, 1000, &counters));
+    CHECK(jitmap_counters_create(3, CROSS_AT, &counters));
     const jitmap_counter_cell *cells[3];
     for (uint32_t i = 0; i < 3; i++) {
         CHECK(jitmap_counters_cell(counters, i, &cells[i]));
@@ -99,9 +102,12 @@ int main(int argc, char **argv) {
     unsigned long wrong = 0, calls = 0;
     /* Three seconds of this thread's CPU (three on an idle machine, longer
      * on a busy one), at most two minutes; looked at every 64 rounds (the
-     * clock is a system call, where pending signals land). */
+     * clock is a system call, where pending signals land), and never
+     * fewer than CROSS_AT rounds (under qemu-user on a loaded machine,
+     * three seconds once gave 831). */
     double cpu_end = thread_cpu_s() + 3.0, cap = now_s() + 120.0;
-    for (unsigned long round = 1; round % 64 != 0 || (thread_cpu_s() < cpu_end && now_s() < cap);
+    for (unsigned long round = 1;
+         round <= CROSS_AT || round % 64 != 0 || (thread_cpu_s() < cpu_end && now_s() < cap);
          round++) {
         rng ^= rng << 13;
         rng ^= rng >> 7;
