@@ -74,6 +74,9 @@ fn sampling_malloc_panics_and_heap_writers_is_safe() {
             hz: HZ,
             clock: Clock::Wall,
             ring_capacity: 1024,
+            // A pass every 20 ms (the default waits 100): an object loaded
+            // for 50 ms is unwound from the pass after its load on.
+            collect_every: Duration::from_millis(20),
             ..AgentConfig::default()
         },
     )

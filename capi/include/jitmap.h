@@ -255,7 +255,8 @@ typedef struct jitmap_agent_config {
   uint32_t probe_capacity;
   // The signal the timers send (SIGPROF by default).
   int32_t signal;
-  // How often the collector drains the rings, in milliseconds.
+  // The longest the collector waits between passes, in milliseconds
+  // (it passes sooner when a ring passes half full).
   uint32_t collect_every_ms;
   // A `jitmap_unwind`.
   uint32_t unwind;
@@ -451,8 +452,8 @@ extern "C" {
 #endif // __cplusplus
 
 // Writes the default agent configuration: 1,000 Hz of CPU time, 64 frames,
-// rings of 256 samples and 4,096 probe records, SIGPROF, collected every
-// 20 ms.
+// rings of 256 samples and 4,096 probe records, SIGPROF, collected at
+// least every 100 ms (sooner when a ring passes half full).
 //
 // Async-signal-safe.
 //
@@ -564,6 +565,21 @@ enum jitmap_status jitmap_profile_periods(struct jitmap_profile *profile,
 enum jitmap_status jitmap_profile_losses(struct jitmap_profile *profile,
                                          uint64_t *dropped_periods,
                                          uint64_t *gave_up);
+
+// What the agent cost: `handler_ns`, its handlers' time over the samples
+// kept (each from its signal's arrival to the end of its walk), and
+// `collector_ns`, its collector thread's CPU time. Their sum over the
+// samples of `jitmap_profile_samples` is the agent's own CPU a sample; the
+// kernel's cost of delivering the signals is not in it. Either output may
+// be NULL.
+//
+// Not async-signal-safe.
+//
+// # Safety
+// Each of `handler_ns`, `collector_ns`: NULL or writable.
+enum jitmap_status jitmap_profile_agent_cpu(struct jitmap_profile *profile,
+                                            uint64_t *handler_ns,
+                                            uint64_t *collector_ns);
 
 // Destroys a profile.
 //

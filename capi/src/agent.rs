@@ -33,8 +33,8 @@ struct ProfileObject {
 }
 
 /// Writes the default agent configuration: 1,000 Hz of CPU time, 64 frames,
-/// rings of 256 samples and 4,096 probe records, SIGPROF, collected every
-/// 20 ms.
+/// rings of 256 samples and 4,096 probe records, SIGPROF, collected at
+/// least every 100 ms (sooner when a ring passes half full).
 ///
 /// Async-signal-safe.
 ///
@@ -383,6 +383,38 @@ pub unsafe extern "C" fn jitmap_profile_losses(
         }
         if !gave_up.is_null() {
             unsafe { gave_up.write(profile.gave_up) };
+        }
+        Ok(())
+    })
+}
+
+/// What the agent cost: `handler_ns`, its handlers' time over the samples
+/// kept (each from its signal's arrival to the end of its walk), and
+/// `collector_ns`, its collector thread's CPU time. Their sum over the
+/// samples of `jitmap_profile_samples` is the agent's own CPU a sample; the
+/// kernel's cost of delivering the signals is not in it. Either output may
+/// be NULL.
+///
+/// Not async-signal-safe.
+///
+/// # Safety
+/// Each of `handler_ns`, `collector_ns`: NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn jitmap_profile_agent_cpu(
+    profile: *mut jitmap_profile,
+    handler_ns: *mut u64,
+    collector_ns: *mut u64,
+) -> jitmap_status {
+    call(|| {
+        let p = handles::take::<ProfileObject>(bits(profile), Kind::Profile)?;
+        let profile = &p.get().profile;
+        let ns = |d: std::time::Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        // SAFETY (both): checked not NULL; writable by the caller's contract.
+        if !handler_ns.is_null() {
+            unsafe { handler_ns.write(ns(profile.handler_time)) };
+        }
+        if !collector_ns.is_null() {
+            unsafe { collector_ns.write(ns(profile.collector_cpu)) };
         }
         Ok(())
     })

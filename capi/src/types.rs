@@ -326,7 +326,8 @@ pub struct jitmap_agent_config {
     pub probe_capacity: u32,
     /// The signal the timers send (SIGPROF by default).
     pub signal: i32,
-    /// How often the collector drains the rings, in milliseconds.
+    /// The longest the collector waits between passes, in milliseconds
+    /// (it passes sooner when a ring passes half full).
     pub collect_every_ms: u32,
     /// A `jitmap_unwind`.
     pub unwind: u32,

@@ -128,6 +128,8 @@ impl Agent {
                 modules: self.shared.modules.clone(),
                 ends: Default::default(),
                 pace: Pace::new(config.interval_ns(), config.clock == Clock::Wall),
+                doorbell: Arc::clone(&self.shared.doorbell),
+                rules: Default::default(),
             },
             timer: Mutex::new(None),
             detached: AtomicBool::new(false),

@@ -2,7 +2,9 @@
 //! heaps' code events, and aggregates the profile. It runs on its own thread
 //! (and once more when the agent stops), never in a handler.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
+
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -221,14 +223,14 @@ pub(crate) struct Collector {
     /// cap is not scanned on every pass.
     merge_at: usize,
     /// Versions by the block each was first known in.
-    known: HashMap<BlockId, Known>,
+    known: FxHashMap<BlockId, Known>,
     /// A moved version's current block → the block it is known by.
-    aliases: HashMap<BlockId, BlockId>,
+    aliases: FxHashMap<BlockId, BlockId>,
     /// Loaded images, and unloaded ones a handler may still have found.
     images: Vec<KnownImage>,
     /// The names of the image methods samples named, by method id (empty:
     /// none), kept for the profile after their image is forgotten.
-    image_names: HashMap<u64, String>,
+    image_names: FxHashMap<u64, String>,
     /// Where versions are and were, by start, oldest first: the current
     /// placement of every known version, and each one it left (freed or
     /// moved away) until its grace period ends and no waiting sample holds
@@ -240,7 +242,7 @@ pub(crate) struct Collector {
     /// Placements left, in tag order (the tags only grow): start, key, tag.
     leaving: VecDeque<(usize, BlockId, u64)>,
     methods: Vec<MethodVersion>,
-    stacks: HashMap<Vec<FrameKey>, u64>,
+    stacks: FxHashMap<Vec<FrameKey>, u64>,
     pending: Vec<Pending>,
     samples: u64,
     /// Timer expirations the samples stand for (each 1 + its overrun).
@@ -250,6 +252,9 @@ pub(crate) struct Collector {
     /// heard of ([`RETRIES`]): a frame in them counts as unattributed.
     gave_up: u64,
     probes: ProbeCounts,
+    /// The handlers' time in the samples drained: each walk's end less its
+    /// signal's arrival, in ns.
+    handler_ns: u64,
     kept_samples: Vec<Sample>,
     kept_probes: Vec<ProbeEvent>,
     /// (ticks, ns) at the start, for converting probe times.
@@ -259,6 +264,12 @@ pub(crate) struct Collector {
     window: Option<Window>,
     /// Native frames' names, resolved as samples are drained.
     names: NativeNames,
+    /// The frame keys of the sample being added, kept between samples.
+    scratch: Vec<FrameKey>,
+    /// The last native frame's address and name id at each depth, this pass
+    /// (ids hold within a pass: the names follow the loader only at its
+    /// start).
+    same_native: Vec<Option<(usize, usize)>>,
 }
 
 /// A window of the profile taken on demand (the pprof endpoint): the stacks
@@ -267,7 +278,7 @@ struct Window {
     begin_ns: u64,
     /// Set when the window closes; samples that end later are not its own.
     end_ns: u64,
-    stacks: HashMap<Vec<FrameKey>, u64>,
+    stacks: FxHashMap<Vec<FrameKey>, u64>,
     samples: u64,
     periods: u64,
     unattributed: u64,
@@ -314,7 +325,7 @@ impl Collector {
             max_versions,
             merge_at: max_versions,
             known,
-            aliases: HashMap::new(),
+            aliases: FxHashMap::default(),
             images: images
                 .into_iter()
                 .map(|image| KnownImage {
@@ -322,24 +333,27 @@ impl Collector {
                     unloaded: None,
                 })
                 .collect(),
-            image_names: HashMap::new(),
+            image_names: FxHashMap::default(),
             occupants,
             max_size,
             leaving: VecDeque::new(),
             methods: Vec::new(),
-            stacks: HashMap::new(),
+            stacks: FxHashMap::default(),
             pending: Vec::new(),
             samples: 0,
             periods: 0,
             unattributed: 0,
             gave_up: 0,
             probes: ProbeCounts::default(),
+            handler_ns: 0,
             kept_samples: Vec::new(),
             kept_probes: Vec::new(),
             clock_origin: (super::probes::ticks(), crate::events::monotonic_ns()),
             ns_per_tick: 1.0,
             window: None,
             names: NativeNames::default(),
+            scratch: Vec::new(),
+            same_native: Vec::new(),
         }
     }
 
@@ -360,11 +374,14 @@ impl Collector {
         let safe = manager.domain().safe_before();
         self.calibrate();
         self.names.follow_loader(loader);
-        let mut drained = Vec::new();
+        self.same_native.clear();
+        let waiting: usize = records.iter().map(|r| r.samples.len()).sum();
+        let mut drained = Vec::with_capacity(waiting);
         for (index, record) in records.iter().enumerate() {
             // SAFETY: the caller holds the collector lock: the one consumer.
             unsafe {
                 record.samples.drain(|h, frames| {
+                    self.handler_ns += h.end_ns.saturating_sub(h.begin_ns);
                     drained.push(Pending {
                         attempts: 0,
                         native: (h.native_from < h.depth).then_some(NativeRows {
@@ -537,7 +554,7 @@ impl Collector {
     /// later sample, so only counts change hands. Versions still known, or
     /// named by a kept sample not yet taken, stay as they are.
     fn merge_retired(&mut self) {
-        let mut held: HashSet<usize> = self.known.values().filter_map(|k| k.method).collect();
+        let mut held: FxHashSet<usize> = self.known.values().filter_map(|k| k.method).collect();
         for frame in self.kept_samples.iter().flat_map(|s| &s.frames) {
             if let SampleFrame::Jit { method, .. } = *frame {
                 held.insert(method);
@@ -589,8 +606,9 @@ impl Collector {
             FrameKey::Jit(m) => FrameKey::Jit(remap[m]),
             other => other,
         };
-        let rekey = |stacks: &mut HashMap<Vec<FrameKey>, u64>| {
-            let mut merged: HashMap<Vec<FrameKey>, u64> = HashMap::with_capacity(stacks.len());
+        let rekey = |stacks: &mut FxHashMap<Vec<FrameKey>, u64>| {
+            let mut merged: FxHashMap<Vec<FrameKey>, u64> =
+                FxHashMap::with_capacity_and_hasher(stacks.len(), Default::default());
             for (keys, count) in stacks.drain() {
                 *merged
                     .entry(keys.into_iter().map(key).collect())
@@ -760,7 +778,10 @@ impl Collector {
     /// `now_ns` is the pass's time, against which the sample's wait is
     /// measured ([`WAIT_NS`]).
     fn add(&mut self, sample: &Pending, now_ns: u64) -> bool {
-        let mut keys = Vec::with_capacity(sample.frames.len());
+        // The previous sample's buffer: a stack already counted costs no
+        // allocation (a sample that must wait drops it, rarely).
+        let mut keys = std::mem::take(&mut self.scratch);
+        keys.clear();
         let mut kept = Vec::new();
         let mut gave_up = false;
         let may_wait = sample.attempts < RETRIES || now_ns.saturating_sub(sample.end_ns) < WAIT_NS;
@@ -811,7 +832,7 @@ impl Collector {
                     },
                 ),
                 FrameKind::Native => (
-                    FrameKey::Native(self.names.id(f.addr, !keys.is_empty())),
+                    FrameKey::Native(self.native_id(keys.len(), f.addr)),
                     SampleFrame::Native { addr: f.addr },
                 ),
                 FrameKind::Unattributed => {
@@ -860,9 +881,10 @@ impl Collector {
             w.periods += weight;
             w.unattributed += u64::from(unattributed);
             w.gave_up += u64::from(gave_up);
-            *w.stacks.entry(keys.clone()).or_default() += weight;
+            count_stack(&mut w.stacks, &keys, weight);
         }
-        *self.stacks.entry(keys).or_default() += weight;
+        count_stack(&mut self.stacks, &keys, weight);
+        self.scratch = keys;
         if self.keep {
             self.kept_samples.push(Sample {
                 tid: sample.tid,
@@ -873,6 +895,25 @@ impl Collector {
             });
         }
         true
+    }
+
+    /// The chain of names of native frame `addr` at depth `depth` (the
+    /// leaf at 0; deeper frames are return addresses). Samples of one
+    /// thread share most of their native frames, at the same depths, so the
+    /// pass remembers the last address and id at each depth
+    /// ([`Collector::same_native`]) and looks up only what differs.
+    fn native_id(&mut self, depth: usize, addr: usize) -> usize {
+        if let Some(&Some((seen, id))) = self.same_native.get(depth)
+            && seen == addr
+        {
+            return id;
+        }
+        let id = self.names.id(addr, depth != 0);
+        if depth >= self.same_native.len() {
+            self.same_native.resize(depth + 1, None);
+        }
+        self.same_native[depth] = Some((addr, id));
+        id
     }
 
     /// Learns the name of image method `id`, found at `at`, from the image
@@ -961,7 +1002,7 @@ impl Collector {
                 .collect();
             *self.stacks.entry(keys).or_default() += u64::from(sample.weight);
         }
-        let live: std::collections::HashSet<usize> = self
+        let live: FxHashSet<usize> = self
             .known
             .values()
             .filter_map(|k| k.method.filter(|_| k.freed.is_none()))
@@ -985,6 +1026,7 @@ impl Collector {
             },
             kept_samples: self.kept_samples,
             kept_probes: self.kept_probes,
+            handler_time: std::time::Duration::from_nanos(self.handler_ns),
             ..base
         }
     }
@@ -1019,7 +1061,7 @@ impl Collector {
         self.window = Some(Window {
             begin_ns,
             end_ns: u64::MAX,
-            stacks: HashMap::new(),
+            stacks: FxHashMap::default(),
             samples: 0,
             periods: 0,
             unattributed: 0,
@@ -1057,17 +1099,27 @@ impl Collector {
     }
 }
 
+/// Adds `weight` to `keys`' count, copying the keys only for a new stack.
+fn count_stack(stacks: &mut FxHashMap<Vec<FrameKey>, u64>, keys: &[FrameKey], weight: u64) {
+    match stacks.get_mut(keys) {
+        Some(count) => *count += weight,
+        None => {
+            stacks.insert(keys.to_vec(), weight);
+        }
+    }
+}
+
 /// The stacks of `keys` by name, most samples first: JIT frames by their
 /// version's label, image methods by their name (`[image method <id>]` if
 /// they have none), native frames by their chain of names (see
 /// [`super::symbols`]).
 fn named_stacks(
     methods: &[MethodVersion],
-    image_names: &HashMap<u64, String>,
+    image_names: &FxHashMap<u64, String>,
     names: &NativeNames,
-    keys: &HashMap<Vec<FrameKey>, u64>,
+    keys: &FxHashMap<Vec<FrameKey>, u64>,
 ) -> Vec<Stack> {
-    let mut named: HashMap<Vec<String>, u64> = HashMap::new();
+    let mut named: FxHashMap<Vec<String>, u64> = FxHashMap::default();
     for (keys, count) in keys {
         let mut frames = Vec::with_capacity(keys.len());
         for key in keys {

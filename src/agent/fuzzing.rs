@@ -53,14 +53,18 @@ pub unsafe fn walk(
     let mut frames = vec![RawFrame::default(); max_depth];
     let frameless = manager.frameless_stubs();
     let (depth, end) = if mixed {
-        let walked = walk_mixed(
-            &guard,
-            Some(modules()),
-            frameless,
-            &stack,
-            regs,
-            &mut frames,
-        );
+        // SAFETY: no rule cache is given.
+        let walked = unsafe {
+            walk_mixed(
+                &guard,
+                Some(modules()),
+                None,
+                frameless,
+                &stack,
+                regs,
+                &mut frames,
+            )
+        };
         (walked.depth, walked.end)
     } else {
         walk_frame_pointers(&guard, frameless, &stack, regs, &mut frames)

@@ -16,6 +16,8 @@ use crate::manager::{CodeBlock, Lookup, ManagerGuard};
 
 use super::native::ModuleTable;
 use super::record::{FrameKind, RECORD_MAGIC, RawFrame, SampleHeader, ThreadRecord};
+use super::ring::Pushed;
+use super::rule_cache::RuleCache;
 use crate::unwind::{self, Regs, Rule, Stack, StackEnd};
 
 pub(crate) use crate::arch::Registers;
@@ -223,7 +225,8 @@ fn push_sample(record: &ThreadRecord, regs: Registers, weight: u32, begin_ns: u6
     let mut lookups = 0u64;
     // SAFETY: one producer at a time: every caller entered through
     // `enter_producer`, which refuses a second one on this thread (the only
-    // thread whose samples go to this ring).
+    // thread whose samples go to this ring); so the walk inside is that one
+    // producer too, as `walk` asks.
     let pushed = unsafe {
         record.samples.push(|header, frames| {
             let walked = walk(&guard, record, regs, frames);
@@ -240,9 +243,11 @@ fn push_sample(record: &ThreadRecord, regs: Registers, weight: u32, begin_ns: u6
             };
         })
     };
-    if !pushed {
+    match pushed {
         // A full ring: it counted the sample.
-        record.count_dropped_periods(weight);
+        Pushed::Dropped => record.count_dropped_periods(weight),
+        Pushed::KeptHalfFull => record.doorbell.ring(),
+        Pushed::Kept => {}
     }
     drop(guard);
     // Relaxed: a statistic; `fetch_add` as for `taken`.
@@ -263,7 +268,11 @@ pub(crate) struct Walked {
 
 /// Walks the stack from `regs` into `frames` the way the agent is
 /// configured to.
-pub(crate) fn walk(
+///
+/// # Safety
+/// The caller is `record`'s thread's one sample producer (inside
+/// `push_sample`'s push): the walk uses the thread's rule cache.
+pub(crate) unsafe fn walk(
     guard: &ManagerGuard<'_>,
     record: &ThreadRecord,
     regs: Registers,
@@ -275,7 +284,19 @@ pub(crate) fn walk(
     };
     let frameless = record.manager.frameless_stubs();
     match &record.modules {
-        Some(modules) => walk_mixed(guard, modules.get(guard), frameless, &stack, regs, frames),
+        // SAFETY: the record's rule cache, and the caller is its thread's
+        // one producer (`walk`'s contract).
+        Some(modules) => unsafe {
+            walk_mixed(
+                guard,
+                modules.get(guard),
+                Some(&record.rules),
+                frameless,
+                &stack,
+                regs,
+                frames,
+            )
+        },
         None => {
             let (depth, end) = walk_frame_pointers(guard, frameless, &stack, regs, frames);
             Walked {
@@ -300,9 +321,14 @@ fn frameless_stub(frame: &RawFrame, frameless: u32) -> bool {
 /// The mixed walk: every frame is stepped with a rule, from the JIT method's
 /// unwind rows (its CFI), the native object's `.eh_frame`, or the
 /// frame-pointer convention for JIT code without CFI.
-pub(super) fn walk_mixed(
+///
+/// # Safety
+/// `rules`, when given, is the calling thread's own cache, and the caller
+/// its one sample producer.
+pub(super) unsafe fn walk_mixed(
     guard: &ManagerGuard<'_>,
     modules: Option<&ModuleTable>,
+    rules: Option<&RuleCache>,
     frameless: u32,
     stack: &Stack,
     regs: Registers,
@@ -327,7 +353,12 @@ pub(super) fn walk_mixed(
         *slot = frame;
         let rule = match (frame.kind, code) {
             (FrameKind::Native, _) => {
-                let rule = modules.map_or(Err(StackEnd::NoUnwindInfo), |t| t.rule(at));
+                let rule = match (modules, rules) {
+                    // SAFETY: the caller's contract.
+                    (Some(t), Some(cache)) => unsafe { cache.rule(t, at) },
+                    (Some(t), None) => t.rule(at),
+                    (None, _) => Err(StackEnd::NoUnwindInfo),
+                };
                 if rule.is_ok() && walked.native_from == u32::MAX {
                     walked.native_from = n as u32;
                 }
@@ -555,6 +586,8 @@ mod tests {
             cpu_clock,
             cpu_at_attach_ns: 0,
             pace: Pace::new(1_000_000, true),
+            doorbell: std::sync::Arc::new(crate::agent::doorbell::Doorbell::new().unwrap()),
+            rules: Default::default(),
         }
     }
 

@@ -96,6 +96,7 @@ mod attach;
 mod collector;
 mod config;
 pub mod counters;
+mod doorbell;
 mod error;
 #[cfg(feature = "export")]
 #[cfg_attr(docsrs, doc(cfg(feature = "export")))]
@@ -113,6 +114,8 @@ mod profile;
 mod record;
 mod registry;
 mod ring;
+mod row_index;
+mod rule_cache;
 #[cfg(feature = "serve")]
 #[cfg_attr(docsrs, doc(cfg(feature = "serve")))]
 pub mod serve;
@@ -126,13 +129,14 @@ use std::sync::atomic::{AtomicBool, Ordering, fence};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Mutex;
 
 use crate::ExecutionManager;
 use crate::events::CodeListener;
 
 use attach::Attachment;
 use collector::{Collector, EventListener, EventLog};
+use doorbell::Doorbell;
 use mask::Blocked;
 use native::ModuleSlot;
 use record::ThreadRecord;
@@ -202,7 +206,9 @@ struct Shared {
     log: Arc<EventLog>,
     /// Set to stop the collector thread.
     stopping: Mutex<bool>,
-    wake: Condvar,
+    /// Rung by a ring's producer at half full, and by `stop`: ends the
+    /// collector's wait.
+    doorbell: Arc<Doorbell>,
     /// Whether a window is being profiled ([`Agent::profile_window`]).
     window_busy: AtomicBool,
     /// The native unwind tables ([`Unwind::Mixed`] only).
@@ -330,7 +336,7 @@ impl Shared {
 pub struct Agent {
     shared: Arc<Shared>,
     listener: Arc<dyn CodeListener>,
-    collector_thread: Option<JoinHandle<()>>,
+    collector_thread: Option<JoinHandle<Duration>>,
     previous: libc::sigaction,
     started: Instant,
     ring_bytes: usize,
@@ -370,6 +376,7 @@ impl Agent {
     }
 
     fn start_active(manager: &ExecutionManager, config: AgentConfig) -> Result<Self, AgentError> {
+        let doorbell = Arc::new(Doorbell::new()?);
         let log = Arc::new(EventLog::default());
         let listener: Arc<dyn CodeListener> = Arc::new(EventListener {
             log: Arc::clone(&log),
@@ -404,7 +411,7 @@ impl Agent {
             collector: Mutex::new(Some(collector)),
             log,
             stopping: Mutex::new(false),
-            wake: Condvar::new(),
+            doorbell,
             window_busy: AtomicBool::new(false),
             modules: (config.unwind == Unwind::Mixed)
                 .then(|| Arc::new(ModuleSlot::loaded(Arc::clone(manager.domain())))),
@@ -655,9 +662,9 @@ impl Agent {
         registry::wait_for_handlers();
         restore_handler(signal, &self.previous);
         *self.shared.stopping.lock() = true;
-        self.shared.wake.notify_all();
+        self.shared.doorbell.ring();
         // The collector loop cannot panic short of a bug; its state is below.
-        let _ = collector_thread.join();
+        let collector_cpu = collector_thread.join().unwrap_or_default();
         self.shared.collect();
         self.shared.manager.listeners().remove(&self.listener);
         let collector = self.shared.collector.lock().take();
@@ -679,6 +686,7 @@ impl Agent {
             lookups: threads.totals.lookups,
             stack_ends: threads.totals.ends,
             cpu: threads.totals.cpu,
+            collector_cpu,
             probes: ProbeCounts {
                 dropped: threads.totals.probe_dropped,
                 ..ProbeCounts::default()
@@ -711,21 +719,19 @@ impl Drop for Agent {
     }
 }
 
-fn collector_loop(shared: &Shared) {
-    loop {
-        {
-            let mut stopping = shared.stopping.lock();
-            if !*stopping {
-                shared
-                    .wake
-                    .wait_for(&mut stopping, shared.config.collect_every);
-            }
-            if *stopping {
-                return;
-            }
+/// The collector's thread: a pass every `collect_every`, or sooner when a
+/// ring's producer rings the doorbell at half full ([`doorbell`]), until the
+/// agent stops. Returns the CPU time the thread used, the agent's own cost
+/// beside its handlers' ([`Profile::collector_cpu`]).
+fn collector_loop(shared: &Shared) -> Duration {
+    while !*shared.stopping.lock() {
+        shared.doorbell.wait(shared.config.collect_every);
+        if *shared.stopping.lock() {
+            break;
         }
         shared.collect();
     }
+    record::cpu_clock_ns(libc::CLOCK_THREAD_CPUTIME_ID).map_or(Duration::ZERO, Duration::from_nanos)
 }
 
 fn install_handler(signal: i32) -> Result<libc::sigaction, AgentError> {

@@ -4,7 +4,8 @@
 //! each one's `.eh_frame` (found through its `PT_GNU_EH_FRAME` header) and
 //! evaluates every FDE into [`Rule`] rows: one row per address where a
 //! function's rule changes, sorted, with an end row after each function. A
-//! native frame's rule is then one binary search in the handler: no DWARF is
+//! native frame's rule is then a bucket read and a search among the few
+//! rows of its 256 bytes in the handler ([`super::row_index`]): no DWARF is
 //! parsed or evaluated there, in a release build or a debug one. An
 //! object's rows keep their addresses, so nothing the handler reads belongs
 //! to the object: one unloaded by `dlclose` while a handler runs takes
@@ -27,6 +28,7 @@ use std::sync::Arc;
 use gimli::{BaseAddresses, EhFrameHdr, LittleEndian, Pointer};
 
 use crate::agent::loader;
+use crate::agent::row_index::RowIndex;
 use crate::manager::ManagerGuard;
 use crate::swap::Swap;
 use crate::{Domain, ExecutionManager};
@@ -41,16 +43,22 @@ pub(crate) struct Module {
     base: usize,
     /// Where its `.eh_frame_hdr` is mapped (tells a reloaded object apart).
     hdr_addr: usize,
-    /// Sorted by address: the rule from each row's address to the next's.
-    rows: Box<[Row]>,
+    /// The rows' addresses, sorted: the rule `rules[i]` holds from
+    /// `addrs[i]` to the next address. Apart from the rules, so that a
+    /// lookup reads addresses only until it has its row.
+    addrs: Box<[usize]>,
+    rules: Box<[Result<Rule, StackEnd>]>,
+    /// Where each 256 bytes of code start among `addrs`.
+    index: RowIndex,
 }
 
 impl Module {
     /// The rule at `at`, an address in this object's code.
+    #[inline]
     fn rule(&self, at: usize) -> Result<Rule, StackEnd> {
-        let i = self.rows.partition_point(|r| r.addr <= at);
+        let i = self.index.count_at_or_below(&self.addrs, at);
         i.checked_sub(1)
-            .map_or(Err(StackEnd::NoUnwindInfo), |i| self.rows[i].rule)
+            .map_or(Err(StackEnd::NoUnwindInfo), |i| self.rules[i])
     }
 
     /// Evaluates the object's `.eh_frame`, `frame`, mapped at `frame_addr`.
@@ -63,11 +71,14 @@ impl Module {
     ) -> Self {
         let mut rows = evaluate(frame, frame_addr);
         add_plt_entry_rules(&mut rows, &name, base);
+        let addrs: Box<[usize]> = rows.iter().map(|r| r.addr).collect();
         Self {
             name,
             base,
             hdr_addr,
-            rows: rows.into_boxed_slice(),
+            index: RowIndex::new(&addrs),
+            addrs,
+            rules: rows.iter().map(|r| r.rule).collect(),
         }
     }
 }
@@ -189,6 +200,16 @@ impl ModuleTable {
     /// The loader's counts of loads and unloads when the table was made.
     pub(crate) fn loader(&self) -> (u64, u64) {
         self.loader
+    }
+
+    /// A table of no objects, as if made at loader counts `loader`.
+    #[cfg(test)]
+    pub(crate) fn empty(loader: (u64, u64)) -> Self {
+        Self {
+            loader,
+            segments: Vec::new(),
+            modules: Vec::new(),
+        }
     }
 
     /// The objects the table covers: name (empty for the main program) and
@@ -356,7 +377,7 @@ mod tests {
     fn the_table_covers_this_function_and_libc() {
         let started = std::time::Instant::now();
         let table = ModuleTable::load(None);
-        let rows: usize = table.modules.iter().map(|m| m.rows.len()).sum();
+        let rows: usize = table.modules.iter().map(|m| m.addrs.len()).sum();
         println!("{rows} rows in {:?}", started.elapsed());
         let here = the_table_covers_this_function_and_libc as *const () as usize;
         let rule = table.rule(here).unwrap();

@@ -25,6 +25,7 @@
 //! | [`jitmap_probe_value`] | context, method id, value | records a 64-bit value with its method id |
 
 use super::record::{ProbeKind, ProbeRecord, RECORD_MAGIC, ThreadRecord};
+use super::ring::Pushed;
 
 /// A thread's probe context: JIT code receives it from its host (in a register
 /// or a frame slot, as runtimes pass their thread object) and hands it to
@@ -64,7 +65,7 @@ pub unsafe extern "C" fn jitmap_probe_enter(context: *const ProbeContext, method
     if let Some(record) = unsafe { record(context) } {
         // SAFETY: only the owning thread calls probes with its context, and a
         // signal handler never writes the probe ring: one producer.
-        unsafe {
+        let pushed = unsafe {
             record.probes.push(|r, _| {
                 *r = ProbeRecord {
                     kind: ProbeKind::Enter,
@@ -74,6 +75,9 @@ pub unsafe extern "C" fn jitmap_probe_enter(context: *const ProbeContext, method
                 }
             })
         };
+        if pushed == Pushed::KeptHalfFull {
+            record.doorbell.ring();
+        }
     }
 }
 
@@ -90,7 +94,7 @@ pub unsafe extern "C" fn jitmap_probe_value(
     // SAFETY: the caller's contract.
     if let Some(record) = unsafe { record(context) } {
         // SAFETY: as in `jitmap_probe_enter`.
-        unsafe {
+        let pushed = unsafe {
             record.probes.push(|r, _| {
                 *r = ProbeRecord {
                     kind: ProbeKind::Value,
@@ -100,5 +104,8 @@ pub unsafe extern "C" fn jitmap_probe_value(
                 }
             })
         };
+        if pushed == Pushed::KeptHalfFull {
+            record.doorbell.ring();
+        }
     }
 }

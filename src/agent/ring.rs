@@ -10,6 +10,19 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use crossbeam_utils::CachePadded;
 
+/// What a push did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Pushed {
+    /// The ring was full: the record was dropped, and counted.
+    Dropped,
+    /// The record waits for the consumer.
+    Kept,
+    /// Kept, and it made the ring half full (rounded up): once each time
+    /// the ring fills from empty, since the consumer drains it whole. The
+    /// producer then asks for a drain ([`super::doorbell`]).
+    KeptHalfFull,
+}
+
 /// A ring of `capacity` records of type `T`, each with `width` trailing items of
 /// type `F` (a sample's frames; zero for probe records).
 pub(crate) struct Ring<T, F> {
@@ -74,23 +87,24 @@ impl<T: Copy + Default, F: Copy + Default> Ring<T, F> {
         self.dropped.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Producer: fills the next free slot with `fill` and publishes it. Returns
-    /// false, and counts a drop, when the ring is full.
+    /// Producer: fills the next free slot with `fill` and publishes it. A
+    /// full ring drops the record and counts it ([`Pushed`]).
     ///
     /// # Safety
     /// Only one producer at a time: one thread, or its signal handler for a
     /// signal that cannot nest, but never both for the same ring.
     #[inline]
-    pub(crate) unsafe fn push(&self, fill: impl FnOnce(&mut T, &mut [F])) -> bool {
+    pub(crate) unsafe fn push(&self, fill: impl FnOnce(&mut T, &mut [F])) -> Pushed {
         // Relaxed: only this producer writes `tail`.
         let tail = self.tail.load(Ordering::Relaxed);
         // Acquire: the consumer's reads of a slot happen before it advanced
         // `head` past it (Release), so the slot may be overwritten now.
         let head = self.head.load(Ordering::Acquire);
         let capacity = self.records.len();
-        if tail.wrapping_sub(head) >= capacity {
+        let waiting = tail.wrapping_sub(head);
+        if waiting >= capacity {
             self.count_drop();
-            return false;
+            return Pushed::Dropped;
         }
         let index = tail % capacity;
         // SAFETY: slot `index` lies outside [head, tail), so the consumer does not
@@ -106,7 +120,13 @@ impl<T: Copy + Default, F: Copy + Default> Ring<T, F> {
         // Release: the slot's contents happen before the consumer's Acquire load
         // of `tail` that lets it read them.
         self.tail.store(tail.wrapping_add(1), Ordering::Release);
-        true
+        // Counted from the `head` read above: a drain since then only means
+        // the consumer is already at work.
+        if waiting + 1 == capacity.div_ceil(2) {
+            Pushed::KeptHalfFull
+        } else {
+            Pushed::Kept
+        }
     }
 
     /// Consumer: hands every published record to `take`, oldest first, then
@@ -143,7 +163,7 @@ impl<T: Copy + Default, F: Copy + Default> Ring<T, F> {
 
 #[cfg(test)]
 mod tests {
-    use super::Ring;
+    use super::{Pushed, Ring};
 
     #[test]
     fn fills_drops_and_drains_in_order() {
@@ -156,7 +176,13 @@ mod tests {
                     items.copy_from_slice(&[i as u32, i as u32 * 10]);
                 })
             };
-            assert_eq!(pushed, i < 3);
+            // Half of 3, rounded up, is 2: the second push says so.
+            let expected = match i {
+                1 => Pushed::KeptHalfFull,
+                0 | 2 => Pushed::Kept,
+                _ => Pushed::Dropped,
+            };
+            assert_eq!(pushed, expected, "push {i}");
         }
         assert_eq!(ring.dropped(), 2);
         let mut seen = Vec::new();
@@ -167,10 +193,12 @@ mod tests {
             seen,
             vec![(0, vec![0, 0]), (1, vec![1, 10]), (2, vec![2, 20])]
         );
-        // Space again after the drain, and wrapping keeps the order.
-        for i in 10..12u64 {
+        // Wrapping keeps the order.
+        // Space again after the drain, and the ring says half full again at
+        // the second record of this filling.
+        for (i, expected) in [(10u64, Pushed::Kept), (11, Pushed::KeptHalfFull)] {
             // SAFETY: one producer.
-            assert!(unsafe { ring.push(|r, _| *r = i) });
+            assert_eq!(unsafe { ring.push(|r, _| *r = i) }, expected);
         }
         seen.clear();
         // SAFETY: one consumer.

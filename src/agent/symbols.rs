@@ -20,7 +20,7 @@
 //! host that loads and unloads objects briefly does not pay for it each
 //! time. A name is kept until the object holding its address is unloaded.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::ffi::CStr;
 use std::time::{Duration, Instant};
 
@@ -44,13 +44,13 @@ pub(crate) struct NativeNames {
     /// Objects loaded since, with when they were first seen.
     newer: Vec<(Object, Instant)>,
     /// (address, is a return address) → (chain, the object holding it).
-    by_addr: HashMap<(usize, bool), (usize, Option<Object>)>,
+    by_addr: FxHashMap<(usize, bool), (usize, Option<Object>)>,
     /// Chains resolved now, by their names, for sharing a number.
-    ids: HashMap<Vec<String>, usize>,
+    ids: FxHashMap<Vec<String>, usize>,
     chains: Vec<Chain>,
     /// Each object's named PLT entries, read from its file when an address
     /// in it is first named.
-    plt: HashMap<Object, Vec<PltStub>>,
+    plt: FxHashMap<Object, Vec<PltStub>>,
 }
 
 /// A native frame's names, innermost first; `later` holds the address to
@@ -72,10 +72,10 @@ impl Default for NativeNames {
             resolver_objects: initial.clone(),
             initial,
             newer: Vec::new(),
-            by_addr: HashMap::new(),
-            ids: HashMap::new(),
+            by_addr: FxHashMap::default(),
+            ids: FxHashMap::default(),
             chains: Vec::new(),
-            plt: HashMap::new(),
+            plt: FxHashMap::default(),
         }
     }
 }

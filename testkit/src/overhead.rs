@@ -104,6 +104,14 @@ pub struct Cost {
     /// The mixed agent's ratio minus the empty handler's, per round: the
     /// agent's own cost beyond delivering signals.
     pub beyond_empty: Interval,
+    /// The mixed agent's process CPU time beyond the empty handler's, per
+    /// sample it took, in µs: a difference of two measurements, so as noisy
+    /// as the machine.
+    pub per_sample_us: Interval,
+    /// The mixed agent's own CPU a sample, in µs, as it measured it: its
+    /// handlers' time and its collector thread's CPU clock
+    /// ([`jitmap::agent::Profile::agent_cpu_line`]), over the whole run.
+    pub agent_cpu_us: Interval,
 }
 
 /// The process's CPU time, in ns.
@@ -178,7 +186,17 @@ fn with_empty_timer<R>(clock: Clock, hz: u32, f: impl FnOnce() -> R) -> std::io:
     }
 }
 
-/// One measurement: the CPU time of `calls` calls under `config`.
+/// One measurement under `config`.
+struct Measured {
+    /// The CPU time of the timed calls.
+    cpu_ns: u64,
+    /// The samples the agent took in that time (0 without an agent).
+    samples: u64,
+    /// The agent's own CPU a sample over its whole run, in µs.
+    agent_cpu_us: f64,
+}
+
+/// One measurement: `calls` calls under `config`.
 fn measure_one(
     manager: &ExecutionManager,
     demo: &Demo,
@@ -187,7 +205,7 @@ fn measure_one(
     hz: u32,
     calls: u64,
     seed: u64,
-) -> Result<u64, Box<dyn std::error::Error>> {
+) -> Result<Measured, Box<dyn std::error::Error>> {
     // Every configuration first makes a quarter of the calls untimed: the
     // agent's steady state, in which its collector has already named this
     // process's native frames once (addr2line inflates and parses the debug
@@ -196,13 +214,22 @@ fn measure_one(
     let unwind = match config {
         Config::Bare => {
             cpu_of(demo, warm_up, seed ^ 1);
-            return Ok(cpu_of(demo, calls, seed));
+            return Ok(Measured {
+                cpu_ns: cpu_of(demo, calls, seed),
+                samples: 0,
+                agent_cpu_us: 0.0,
+            });
         }
         Config::EmptyHandler => {
-            return Ok(with_empty_timer(clock, hz, || {
+            let cpu = with_empty_timer(clock, hz, || {
                 cpu_of(demo, warm_up, seed ^ 1);
                 cpu_of(demo, calls, seed)
-            })?);
+            })?;
+            return Ok(Measured {
+                cpu_ns: cpu,
+                samples: 0,
+                agent_cpu_us: 0.0,
+            });
         }
         Config::FramePointers => Unwind::FramePointer,
         Config::Mixed => Unwind::Mixed,
@@ -220,10 +247,17 @@ fn measure_one(
     cpu_of(demo, warm_up, seed ^ 1);
     // A collection now: the warm-up's samples drained and named.
     agent.profile_window(Duration::ZERO)?;
+    let before = attached.samples_taken();
     let cpu = cpu_of(demo, calls, seed);
+    let samples = attached.samples_taken() - before;
     drop(attached);
-    agent.stop();
-    Ok(cpu)
+    let profile = agent.stop();
+    let own = profile.handler_time + profile.collector_cpu;
+    Ok(Measured {
+        cpu_ns: cpu,
+        samples,
+        agent_cpu_us: own.as_secs_f64() * 1e6 / profile.samples.max(1) as f64,
+    })
 }
 
 /// Measures the agent's cost on the iced demo (x86-64) at each rate of
@@ -253,6 +287,8 @@ pub fn measure(
         for &hz in rates {
             let mut ratios: [Vec<f64>; 3] = Default::default();
             let mut beyond = Vec::with_capacity(rounds);
+            let mut per_sample = Vec::with_capacity(rounds);
+            let mut agent_cpu = Vec::with_capacity(rounds);
             for round in 0..rounds {
                 let mut order = [
                     Config::Bare,
@@ -267,15 +303,22 @@ pub fn measure(
                 }
                 let seed = 0x5eed + round as u64;
                 let mut cpu = [0u64; 4];
+                let mut samples = [0u64; 4];
                 for config in order {
-                    cpu[config as usize] =
-                        measure_one(manager, &demo, config, clock, hz, calls, seed)?;
+                    let m = measure_one(manager, &demo, config, clock, hz, calls, seed)?;
+                    (cpu[config as usize], samples[config as usize]) = (m.cpu_ns, m.samples);
+                    if config == Config::Mixed {
+                        agent_cpu.push(m.agent_cpu_us);
+                    }
                 }
                 let ratio = |c: Config| cpu[c as usize] as f64 / cpu[Config::Bare as usize] as f64;
                 ratios[0].push(ratio(Config::EmptyHandler));
                 ratios[1].push(ratio(Config::FramePointers));
                 ratios[2].push(ratio(Config::Mixed));
                 beyond.push(ratio(Config::Mixed) - ratio(Config::EmptyHandler));
+                let extra_ns =
+                    cpu[Config::Mixed as usize] as f64 - cpu[Config::EmptyHandler as usize] as f64;
+                per_sample.push(extra_ns / 1e3 / samples[Config::Mixed as usize].max(1) as f64);
             }
             out.push(Cost {
                 clock,
@@ -285,6 +328,8 @@ pub fn measure(
                 frame_pointers: Interval::bootstrap(&ratios[1]),
                 mixed: Interval::bootstrap(&ratios[2]),
                 beyond_empty: Interval::bootstrap(&beyond),
+                per_sample_us: Interval::bootstrap(&per_sample),
+                agent_cpu_us: Interval::bootstrap(&agent_cpu),
             });
         }
     }

@@ -154,6 +154,14 @@ int main(int argc, char **argv) {
                 (unsigned long long)gave_up);
         return 1;
     }
+    /* The agent measured its own cost: handlers and collector both ran. */
+    uint64_t handler_ns, collector_ns;
+    CHECK(jitmap_profile_agent_cpu(profile, &handler_ns, &collector_ns));
+    if (handler_ns == 0 || collector_ns == 0) {
+        fprintf(stderr, "agent cpu: handlers %llu ns, collector %llu ns\n",
+                (unsigned long long)handler_ns, (unsigned long long)collector_ns);
+        return 1;
+    }
     CHECK(jitmap_profile_destroy(profile));
     CHECK(jitmap_counters_destroy(counters));
     for (int i = 0; i < 3; i++) {

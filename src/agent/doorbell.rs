@@ -1,0 +1,102 @@
+//! The collector's doorbell: an `eventfd` that a ring's producer writes when
+//! its ring passes half full, so that the collector can sleep long between
+//! passes and still drain every ring before it fills.
+//!
+//! Each pass costs the collector a wake-up whatever it drains (on the 2-vCPU
+//! VM of BENCHMARKS.md, about 50 µs of its thread's CPU for the timed wait
+//! and 25 µs for an empty pass), so the collector waits
+//! [`super::AgentConfig::collect_every`] (100 ms by default) and is rung
+//! sooner only when a thread samples or probes fast enough to need it.
+//! Ringing is one `write(2)`, which signal-safety(7) lists; a handler rings
+//! at most once each time its ring fills from empty to half.
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::time::Duration;
+
+use super::AgentError;
+
+/// An `eventfd`, non-blocking and closed on exec.
+#[derive(Debug)]
+pub(crate) struct Doorbell {
+    fd: OwnedFd,
+}
+
+impl Doorbell {
+    /// A doorbell no one has rung.
+    pub(crate) fn new() -> Result<Self, AgentError> {
+        // SAFETY: plain system call; the flags are valid.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if fd < 0 {
+            return Err(AgentError::os("eventfd"));
+        }
+        // SAFETY: `fd` is a new descriptor this process owns and nothing
+        // else closes.
+        Ok(Self {
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+        })
+    }
+
+    /// Rings: the next (or current) [`Doorbell::wait`] returns at once.
+    /// Async-signal-safe: one `write(2)`, and `errno` is left as it was
+    /// (the probes call this from JIT code, between the host's own calls).
+    pub(crate) fn ring(&self) {
+        let one = 1u64.to_ne_bytes();
+        // SAFETY: `__errno_location` is the calling thread's errno, always
+        // valid; reading and restoring it is what a handler must do around
+        // a system call.
+        let errno = unsafe { *libc::__errno_location() };
+        // SAFETY: the descriptor is open for as long as `self` lives; 8
+        // readable bytes. A full counter (EAGAIN, after 2^64 - 2 rings) or
+        // any other failure leaves the doorbell rung or the collector on its
+        // timer: nothing to do about it here.
+        unsafe { libc::write(self.fd.as_raw_fd(), one.as_ptr().cast(), one.len()) };
+        // SAFETY: as above.
+        unsafe { *libc::__errno_location() = errno };
+    }
+
+    /// Waits until the doorbell is rung or `timeout` passes, then clears
+    /// it. True if it was rung.
+    pub(crate) fn wait(&self, timeout: Duration) -> bool {
+        let mut poll = libc::pollfd {
+            fd: self.fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let timeout = libc::timespec {
+            tv_sec: libc::time_t::try_from(timeout.as_secs()).unwrap_or(libc::time_t::MAX),
+            // Under 10^9: fits every c_long.
+            tv_nsec: timeout.subsec_nanos() as libc::c_long,
+        };
+        // SAFETY: one valid pollfd and a valid timeout; no signal mask. An
+        // interrupted or failed wait returns early: the collector makes a
+        // pass sooner, nothing worse.
+        unsafe { libc::ppoll(&mut poll, 1, &timeout, std::ptr::null()) };
+        let mut count = [0u8; 8];
+        // SAFETY: 8 writable bytes; non-blocking, so an unrung doorbell
+        // returns EAGAIN at once.
+        let read = unsafe { libc::read(self.fd.as_raw_fd(), count.as_mut_ptr().cast(), 8) };
+        read == 8
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ring_ends_the_wait_once_and_keeps_errno() {
+        let bell = Doorbell::new().unwrap();
+        // Unrung: the wait runs out (1 ms) and says so.
+        assert!(!bell.wait(Duration::from_millis(1)));
+        // SAFETY: this thread's errno.
+        unsafe { *libc::__errno_location() = libc::EINTR };
+        bell.ring();
+        bell.ring();
+        // SAFETY: as above.
+        assert_eq!(unsafe { *libc::__errno_location() }, libc::EINTR);
+        // Rung twice before the wait: one wait clears both, at once (a
+        // minute's timeout would hang the test if it did not).
+        assert!(bell.wait(Duration::from_secs(60)));
+        assert!(!bell.wait(Duration::from_millis(1)));
+    }
+}
