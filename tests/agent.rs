@@ -287,15 +287,15 @@ fn entry_and_value_probes_land_in_the_thread_ring_in_order() {
         hz: 1,
         probe_capacity: 8,
         keep_samples: true,
-        // The collector passes only when the ring passes half full (its
-        // doorbell), which may happen mid-test or not: 8 records fit either
-        // way.
+        // No pass on a timer; the doorbell's are held off below.
         collect_every: Duration::from_secs(60),
         ..AgentConfig::default()
     };
     let agent = Agent::start(&manager, config).unwrap();
     let attached = agent.attach_current_thread().unwrap();
     let context = attached.probe_context();
+    // No pass drains the ring while this is held: the ring of 8 fills.
+    let held = jitmap::agent::testing::hold_collector(&agent);
     // Called through plain function pointers, as JIT code calls them.
     let enter: unsafe extern "C" fn(*const _, u64) = jitmap_probe_enter;
     let value: unsafe extern "C" fn(*const _, u64, u64) = jitmap_probe_value;
@@ -307,17 +307,18 @@ fn entry_and_value_probes_land_in_the_thread_ring_in_order() {
         enter(context, 8);
         enter(std::ptr::null(), 9); // ignored
     }
-    // 5 more fill the ring of 8.
-    for i in 0..5 {
+    // 7 more fill the ring of 8; the last 2 are dropped.
+    for i in 0..7 {
         // SAFETY: as above.
         unsafe { value(context, 100, i) };
     }
     let end = jitmap::events::monotonic_ns();
+    drop(held);
     drop(attached);
     let profile = agent.stop();
     assert_eq!(profile.probes.enters, 2);
     assert_eq!(profile.probes.values, 6);
-    assert_eq!(profile.probes.dropped, 0);
+    assert_eq!(profile.probes.dropped, 2);
     let tid = jitmap::events::current_tid();
     let seen: Vec<(u32, u64, Option<u64>)> = profile
         .kept_probes
@@ -386,8 +387,55 @@ fn a_ring_half_full_wakes_the_collector_before_its_interval() {
         profile.dropped,
         profile.taken
     );
-    // The collector ran: a thread's CPU clock counts it.
-    assert!(!profile.collector_cpu.is_zero());
+    // The doorbell, not the minute-long timer, made the passes: one per
+    // 32 samples (the ring's half), and one more as the agent stopped.
+    assert!(
+        profile.passes >= profile.taken / 64,
+        "{} passes for {} samples",
+        profile.passes,
+        profile.taken
+    );
+}
+
+/// A ring of one record rings the doorbell at every record; the collector
+/// still makes at most a pass a millisecond (`MIN_RUNG_INTERVAL`), not one
+/// per record.
+#[test]
+fn a_ring_of_one_costs_at_most_a_pass_a_millisecond() {
+    let _one = one_agent();
+    let manager = manager();
+    let config = AgentConfig {
+        hz: 1,
+        probe_capacity: 1,
+        collect_every: Duration::from_secs(60),
+        ..AgentConfig::default()
+    };
+    let agent = Agent::start(&manager, config).unwrap();
+    let attached = agent.attach_current_thread().unwrap();
+    let context = attached.probe_context();
+    let enter: unsafe extern "C" fn(*const _, u64) = jitmap_probe_enter;
+    let started = Instant::now();
+    let mut calls = 0u64;
+    while started.elapsed() < Duration::from_millis(300) {
+        // SAFETY: this thread's own context, attached.
+        unsafe { enter(context, calls) };
+        calls += 1;
+    }
+    let elapsed = started.elapsed();
+    drop(attached);
+    let profile = agent.stop();
+    println!("{calls} probe calls, {} passes in {elapsed:?}", profile.passes);
+    // At most one a millisecond of the loop, one before it, and stop's.
+    assert!(
+        profile.passes <= elapsed.as_millis() as u64 + 2,
+        "{} passes in {elapsed:?}",
+        profile.passes
+    );
+    assert_eq!(
+        profile.probes.enters + profile.probes.dropped,
+        calls,
+        "every call kept or counted"
+    );
 }
 
 /// A version the churn thread published: when, where, and when it was freed.

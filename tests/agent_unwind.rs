@@ -467,7 +467,8 @@ fn rows_of_an_unloaded_object_never_step_the_object_loaded_in_its_place() {
             clock: Clock::Wall,
             max_depth: 16,
             ring_capacity: 1 << 15,
-            // No collection pass (and so no new table) until the agent stops.
+            // No collection pass (and so no new table) until the agent stops:
+            // no timer's, and no doorbell's before 16,384 samples (1.6 s).
             collect_every: Duration::from_secs(3600),
             ..AgentConfig::default()
         },

@@ -567,11 +567,11 @@ enum jitmap_status jitmap_profile_losses(struct jitmap_profile *profile,
                                          uint64_t *gave_up);
 
 // What the agent cost: `handler_ns`, its handlers' time over the samples
-// kept (each from its signal's arrival to the end of its walk), and
-// `collector_ns`, its collector thread's CPU time. Their sum over the
-// samples of `jitmap_profile_samples` is the agent's own CPU a sample; the
-// kernel's cost of delivering the signals is not in it. Either output may
-// be NULL.
+// kept (each from the handler's entry to the end of its walk, on the
+// monotonic clock), and `collector_ns`, the CPU time of the collector's
+// work on every thread. Their sum over the samples of
+// `jitmap_profile_samples` is the agent's own cost a sample; the kernel's
+// cost of delivering the signals is not in it. Either output may be NULL.
 //
 // Not async-signal-safe.
 //

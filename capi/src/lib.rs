@@ -20,8 +20,9 @@
 //!   `JITMAP_STATUS_IN_USE`.
 //! - The async-signal-safe calls are marked so in the header: pin, find,
 //!   find the return address, unpin, the executor's quiescent points, the
-//!   probes, `jitmap_status_name`. They take no lock, allocate nothing and
-//!   make no system call.
+//!   probes, `jitmap_status_name`. They take no lock and allocate nothing;
+//!   the one system call among them is the probes' `write` to the agent's
+//!   eventfd when a thread's probe ring passes half full.
 //!
 //! The Rust items here are the C functions themselves, callable from Rust
 //! too (the benches compare them with the Rust API):

@@ -9,6 +9,12 @@
 //! sooner only when a thread samples or probes fast enough to need it.
 //! Ringing is one `write(2)`, which signal-safety(7) lists; a handler rings
 //! at most once each time its ring fills from empty to half.
+//!
+//! The descriptor is close-on-exec, and lives as long as any thread's
+//! record does. A child forked from an attached thread inherits it and the
+//! thread's record: a probe called in the child writes this eventfd (or
+//! whatever file the child has put at its number since). A forked child
+//! runs no timer of the agent's and should call no probe.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::Duration;

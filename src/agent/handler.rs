@@ -2,9 +2,11 @@
 //! validated frame-pointer walk, one lookup per frame under a pinned guard, one
 //! record into the thread's ring.
 //!
-//! It allocates nothing, takes no lock and makes two calls outside its own
-//! code, both async-signal-safe: `clock_gettime` (a vDSO read on Linux), and
-//! `timer_settime` when it backs its thread off ([`super::pace`]). It reaches
+//! It allocates nothing, takes no lock and makes three calls outside its own
+//! code, all async-signal-safe: `clock_gettime` (a vDSO read on Linux),
+//! `timer_settime` when it backs its thread off ([`super::pace`]), and
+//! `write` to the collector's eventfd when its ring passes half full
+//! ([`super::doorbell`]; errno kept). It reaches
 //! everything through the thread's record, which it finds by the salted token
 //! the timer's `sigev_value` carries, checked against the agent's table of
 //! attached threads ([`super::registry`]) before anything is read, so it

@@ -61,8 +61,9 @@
 //! - writes one fixed-size record into the thread's ring, or counts a drop.
 //!
 //! It allocates nothing, takes no lock, uses no thread-local storage and calls
-//! nothing but `clock_gettime`, and `timer_settime` when it backs its thread
-//! off (both async-signal-safe). Names, symbols and aggregation happen later, in
+//! nothing but `clock_gettime`, `timer_settime` when it backs its thread off,
+//! and `write` to the collector's eventfd when its ring passes half full (all
+//! async-signal-safe). Names, symbols and aggregation happen later, in
 //! the collector thread. It names a native frame in an object loaded after
 //! the agent started as it drains the rings (so code in an object unloaded
 //! later is still named), the others when a profile is named; each with the
@@ -125,7 +126,7 @@ mod timer;
 
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering, fence};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -166,6 +167,14 @@ pub mod testing {
     /// loaded machine's); zero turns it off. Process-wide.
     pub fn slow_handler(delay: std::time::Duration) {
         super::handler::set_delay_for_tests(u64::try_from(delay.as_nanos()).unwrap_or(u64::MAX));
+    }
+
+    /// Holds `agent`'s collector until the guard drops: no pass drains a
+    /// ring meanwhile (the collector's thread waits at its next pass), so a
+    /// test can fill a ring past its capacity. Drop it before stopping the
+    /// agent, and call no agent method that collects while it is held.
+    pub fn hold_collector(agent: &super::Agent) -> impl Drop + '_ {
+        agent.shared.collector.lock()
     }
 }
 
@@ -209,6 +218,11 @@ struct Shared {
     /// Rung by a ring's producer at half full, and by `stop`: ends the
     /// collector's wait.
     doorbell: Arc<Doorbell>,
+    /// Collection passes made, on any thread.
+    passes: AtomicU64,
+    /// The CPU time of the passes made on other threads than the
+    /// collector's, in ns.
+    other_pass_cpu_ns: AtomicU64,
     /// Whether a window is being profiled ([`Agent::profile_window`]).
     window_busy: AtomicBool,
     /// The native unwind tables ([`Unwind::Mixed`] only).
@@ -290,10 +304,27 @@ impl Shared {
             .ok_or(AgentError::Stopped)
     }
 
+    /// One collection pass made on a thread other than the collector's (a
+    /// window, `take_kept`, `stop`): its CPU time is counted into
+    /// [`Profile::collector_cpu`] beside the collector thread's own.
+    fn collect(&self) {
+        let before = record::cpu_clock_ns(libc::CLOCK_THREAD_CPUTIME_ID);
+        self.pass();
+        if let (Some(before), Some(after)) =
+            (before, record::cpu_clock_ns(libc::CLOCK_THREAD_CPUTIME_ID))
+        {
+            // Relaxed: a statistic, read after the collector is joined.
+            self.other_pass_cpu_ns
+                .fetch_add(after.saturating_sub(before), Ordering::Relaxed);
+        }
+    }
+
     /// One collection pass; drops the records of threads that have detached.
     /// A caller that may be an attached thread blocks the agent's signal
     /// around it (`mask`); the collector's own thread is never attached.
-    fn collect(&self) {
+    fn pass(&self) {
+        // Relaxed: a statistic, read after the collector is joined.
+        self.passes.fetch_add(1, Ordering::Relaxed);
         let mut collector = self.collector.lock();
         let Some(collector) = collector.as_mut() else {
             return;
@@ -412,6 +443,8 @@ impl Agent {
             log,
             stopping: Mutex::new(false),
             doorbell,
+            passes: AtomicU64::new(0),
+            other_pass_cpu_ns: AtomicU64::new(0),
             window_busy: AtomicBool::new(false),
             modules: (config.unwind == Unwind::Mixed)
                 .then(|| Arc::new(ModuleSlot::loaded(Arc::clone(manager.domain())))),
@@ -664,8 +697,9 @@ impl Agent {
         *self.shared.stopping.lock() = true;
         self.shared.doorbell.ring();
         // The collector loop cannot panic short of a bug; its state is below.
-        let collector_cpu = collector_thread.join().unwrap_or_default();
-        self.shared.collect();
+        let collector_thread_cpu = collector_thread.join().unwrap_or_default();
+        let finish_began = record::cpu_clock_ns(libc::CLOCK_THREAD_CPUTIME_ID);
+        self.shared.pass();
         self.shared.manager.listeners().remove(&self.listener);
         let collector = self.shared.collector.lock().take();
         let threads = self.shared.threads.lock();
@@ -686,7 +720,7 @@ impl Agent {
             lookups: threads.totals.lookups,
             stack_ends: threads.totals.ends,
             cpu: threads.totals.cpu,
-            collector_cpu,
+            passes: self.shared.passes.load(Ordering::Relaxed),
             probes: ProbeCounts {
                 dropped: threads.totals.probe_dropped,
                 ..ProbeCounts::default()
@@ -709,7 +743,18 @@ impl Agent {
         base.backed_off = paces.backed_off;
         // Release: this agent's teardown happens before the next start.
         ACTIVE.store(false, Ordering::Release);
-        collector.map_or(base.clone(), |c| c.finish(base))
+        let mut profile = collector.map_or(base.clone(), |c| c.finish(base));
+        // The collector's work on every thread: its own thread's CPU (its
+        // waits' wake-ups included), the passes windows and `take_kept`
+        // made elsewhere (Relaxed: those callers have returned), and this
+        // last pass and the naming in `finish`.
+        let finish_ns = finish_began
+            .zip(record::cpu_clock_ns(libc::CLOCK_THREAD_CPUTIME_ID))
+            .map_or(0, |(began, ended)| ended.saturating_sub(began));
+        let elsewhere_ns = self.shared.other_pass_cpu_ns.load(Ordering::Relaxed);
+        profile.collector_cpu = collector_thread_cpu
+            .saturating_add(Duration::from_nanos(elsewhere_ns.saturating_add(finish_ns)));
+        profile
     }
 }
 
@@ -724,15 +769,26 @@ impl Drop for Agent {
 /// agent stops. Returns the CPU time the thread used, the agent's own cost
 /// beside its handlers' ([`Profile::collector_cpu`]).
 fn collector_loop(shared: &Shared) -> Duration {
+    // The shortest time between a pass and the next one a doorbell asks
+    // for: tiny rings (a capacity of 1 rings for every record) cost at most
+    // a pass a millisecond.
+    let least = shared.config.collect_every.min(MIN_RUNG_INTERVAL);
+    let mut last = Instant::now();
     while !*shared.stopping.lock() {
-        shared.doorbell.wait(shared.config.collect_every);
+        if shared.doorbell.wait(shared.config.collect_every) {
+            std::thread::sleep(least.saturating_sub(last.elapsed()));
+        }
         if *shared.stopping.lock() {
             break;
         }
-        shared.collect();
+        last = Instant::now();
+        shared.pass();
     }
     record::cpu_clock_ns(libc::CLOCK_THREAD_CPUTIME_ID).map_or(Duration::ZERO, Duration::from_nanos)
 }
+
+/// The least time between two passes when a doorbell asks for the second.
+const MIN_RUNG_INTERVAL: Duration = Duration::from_millis(1);
 
 fn install_handler(signal: i32) -> Result<libc::sigaction, AgentError> {
     // SAFETY: an all-zero sigaction is valid; the fields used are set below.

@@ -2,9 +2,11 @@
 //!
 //! JIT code calls them like any C function (`extern "C"`, the System V ABI on
 //! x86-64), usually from a tier-0 method's prologue. They follow the rules for
-//! native code called from JIT code: no allocation, no lock, no system call, no
-//! call back into the runtime or the heap's writer side, and a short, bounded
-//! path. Each uses only its arguments and memory allocated before the JIT code
+//! native code called from JIT code: no allocation, no lock, no call back into
+//! the runtime or the heap's writer side, and a short, bounded path. The
+//! one system call is a `write` to the collector's eventfd when the thread's
+//! probe ring passes half full (once each time it fills from empty; errno
+//! kept). Each uses only its arguments and memory allocated before the JIT code
 //! ran: a [`super::CounterCell`] of a [`super::CallCounters`] table, or the calling thread's
 //! [`ProbeContext`] (its attached record, see
 //! [`super::AttachedThread::probe_context`]).

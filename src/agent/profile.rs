@@ -251,15 +251,23 @@ pub struct Profile {
     /// samples than its duration suggests explains itself (a loaded
     /// machine gives its threads less CPU).
     pub cpu: Duration,
-    /// CPU time the agent's collector thread used: draining the rings,
-    /// naming and aggregating the samples (zero in a window's profile).
-    /// With the handlers' own time it is what the agent costs the process;
-    /// divided by [`Profile::samples`], its cost per sample.
+    /// CPU time the collector's work used, on every thread: the collector
+    /// thread's (its passes and their wake-ups), the passes windows and
+    /// [`super::Agent::take_kept`] made, and `stop`'s last pass and naming
+    /// (zero in a window's profile). With [`Profile::handler_time`], what
+    /// the agent costs the process; divided by [`Profile::samples`], its
+    /// cost a sample.
     pub collector_cpu: Duration,
-    /// The time the agent's handlers took over the samples kept: from each
-    /// signal's arrival to the end of its walk (zero in a window's
-    /// profile). With [`Profile::collector_cpu`], the agent's own CPU time;
-    /// what delivering the signals costs the kernel is not in it.
+    /// Collection passes made (zero in a window's profile): one per
+    /// [`super::AgentConfig::collect_every`], one per ring that passed half
+    /// full (at most one a millisecond), and one per window, take and stop.
+    pub passes: u64,
+    /// The time the agent's handlers spent on the samples kept, on the
+    /// monotonic clock: from each handler's entry to the end of its walk
+    /// (zero in a window's profile). The kernel's delivery of the signal is
+    /// not in it, nor the handler's last steps (its timer's pacing, the
+    /// doorbell), nor the handlers of dropped samples; a handler preempted
+    /// mid-walk counts its wait.
     pub handler_time: Duration,
     /// Ring memory per attached thread, in bytes (samples and probes).
     pub ring_bytes_per_thread: usize,
@@ -464,13 +472,18 @@ impl Profile {
     ///     samples: 1000,
     ///     handler_time: Duration::from_micros(500),
     ///     collector_cpu: Duration::from_micros(1500),
+    ///     passes: 12,
     ///     ..Profile::default()
     /// };
     /// assert_eq!(
     ///     profile.agent_cpu_line().unwrap(),
-    ///     "agent cpu: 0.5 ms in the handlers and 1.5 ms in the collector: 2.00 µs a sample\n"
+    ///     "agent cpu: 0.5 ms in the handlers and 1.5 ms in the collector's 12 passes: \
+    ///      2.00 µs a sample\n"
     /// );
     /// assert_eq!(Profile::default().agent_cpu_line(), None);
+    /// // Any field values, even absurd ones, give a line.
+    /// let absurd = Profile { handler_time: Duration::MAX, collector_cpu: Duration::MAX, ..profile };
+    /// assert!(absurd.agent_cpu_line().unwrap().starts_with("agent cpu: "));
     /// ```
     pub fn agent_cpu_line(&self) -> Option<String> {
         if self.collector_cpu.is_zero() && self.handler_time.is_zero() {
@@ -478,10 +491,15 @@ impl Profile {
         }
         let ms = |d: Duration| d.as_secs_f64() * 1e3;
         Some(format!(
-            "agent cpu: {:.1} ms in the handlers and {:.1} ms in the collector: {:.2} µs a sample\n",
+            "agent cpu: {:.1} ms in the handlers and {:.1} ms in the collector's {} passes: \
+             {:.2} µs a sample\n",
             ms(self.handler_time),
             ms(self.collector_cpu),
-            (self.handler_time + self.collector_cpu).as_secs_f64() * 1e6
+            self.passes,
+            self.handler_time
+                .saturating_add(self.collector_cpu)
+                .as_secs_f64()
+                * 1e6
                 / self.samples.max(1) as f64
         ))
     }

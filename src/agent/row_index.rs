@@ -14,6 +14,10 @@
 /// Bytes of code per bucket.
 pub(crate) const BUCKET: usize = 256;
 
+/// The most buckets an index has per row: past it, the rows are too sparse
+/// for an index to pay (or one of them is bogus), and none is made.
+const MAX_BUCKETS_PER_ROW: usize = 16;
+
 /// For rows sorted by address: per bucket of [`BUCKET`] bytes from the
 /// first row's address, the count of rows at or below the bucket's start.
 #[derive(Debug, Default)]
@@ -24,14 +28,18 @@ pub(crate) struct RowIndex {
 
 impl RowIndex {
     /// The index of `addrs`, sorted ascending. Empty (every lookup searches
-    /// the whole table) past `u32::MAX` rows or when the rows span more
-    /// than 2^40 bytes, which no object's code does.
+    /// the whole table) past `u32::MAX` rows, or when the rows are sparser
+    /// than one per [`MAX_BUCKETS_PER_ROW`] buckets: an object's code has
+    /// rows every few dozen bytes, and one bogus FDE reaching far past it
+    /// must not cost the collector gigabytes of index.
     pub(crate) fn new(addrs: &[usize]) -> Self {
         let (Some(&first), Some(&last)) = (addrs.first(), addrs.last()) else {
             return Self::default();
         };
         let buckets = (last - first) / BUCKET + 1;
-        if u32::try_from(addrs.len()).is_err() || buckets > 1 << 32 {
+        if u32::try_from(addrs.len()).is_err()
+            || buckets > addrs.len().saturating_mul(MAX_BUCKETS_PER_ROW)
+        {
             return Self::default();
         }
         let mut counts = Vec::with_capacity(buckets);
@@ -107,6 +115,23 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Two rows 512 GiB apart: no 8 GiB index, and the plain search still
+    /// counts right.
+    #[test]
+    fn rows_too_sparse_for_an_index_get_none() {
+        let addrs = [0x1000, 0x1000 + (1 << 39)];
+        let index = RowIndex::new(&addrs);
+        assert!(index.counts.is_empty());
+        assert_eq!(
+            [0xfff, 0x1000, 0x2000, 0x1000 + (1 << 39)]
+                .map(|at| index.count_at_or_below(&addrs, at)),
+            [0, 1, 1, 2]
+        );
+        // Dense enough: indexed.
+        let dense: Vec<usize> = (0..64).map(|i| 0x1000 + 40 * i).collect();
+        assert_eq!(RowIndex::new(&dense).counts.len(), (63 * 40) / BUCKET + 1);
     }
 
     #[test]
