@@ -390,8 +390,9 @@ pub unsafe extern "C" fn jitmap_profile_losses(
 
 /// What the agent cost: `handler_ns`, its handlers' time over the samples
 /// kept (each from the handler's entry to the end of its walk, on the
-/// monotonic clock), and `collector_ns`, the CPU time of the collector's
-/// work on every thread. Their sum over the samples of
+/// monotonic clock), and `collector_ns`, the CPU time of the collection
+/// passes on every thread (`stop`'s naming of the profile, a one-time cost,
+/// is not in it). Their sum over the samples of
 /// `jitmap_profile_samples` is the agent's own cost a sample; the kernel's
 /// cost of delivering the signals is not in it. Either output may be NULL.
 ///

@@ -698,8 +698,7 @@ impl Agent {
         self.shared.doorbell.ring();
         // The collector loop cannot panic short of a bug; its state is below.
         let collector_thread_cpu = collector_thread.join().unwrap_or_default();
-        let finish_began = record::cpu_clock_ns(libc::CLOCK_THREAD_CPUTIME_ID);
-        self.shared.pass();
+        self.shared.collect();
         self.shared.manager.listeners().remove(&self.listener);
         let collector = self.shared.collector.lock().take();
         let threads = self.shared.threads.lock();
@@ -743,17 +742,19 @@ impl Agent {
         base.backed_off = paces.backed_off;
         // Release: this agent's teardown happens before the next start.
         ACTIVE.store(false, Ordering::Release);
+        let naming_began = record::cpu_clock_ns(libc::CLOCK_THREAD_CPUTIME_ID);
         let mut profile = collector.map_or(base.clone(), |c| c.finish(base));
-        // The collector's work on every thread: its own thread's CPU (its
-        // waits' wake-ups included), the passes windows and `take_kept`
-        // made elsewhere (Relaxed: those callers have returned), and this
-        // last pass and the naming in `finish`.
-        let finish_ns = finish_began
+        profile.naming_cpu = naming_began
             .zip(record::cpu_clock_ns(libc::CLOCK_THREAD_CPUTIME_ID))
-            .map_or(0, |(began, ended)| ended.saturating_sub(began));
+            .map_or(Duration::ZERO, |(began, ended)| {
+                Duration::from_nanos(ended.saturating_sub(began))
+            });
+        // The passes on every thread: the collector thread's CPU (its waits'
+        // wake-ups included), and the passes windows, `take_kept` and this
+        // stop made elsewhere (Relaxed: those callers have returned).
         let elsewhere_ns = self.shared.other_pass_cpu_ns.load(Ordering::Relaxed);
-        profile.collector_cpu = collector_thread_cpu
-            .saturating_add(Duration::from_nanos(elsewhere_ns.saturating_add(finish_ns)));
+        profile.collector_cpu =
+            collector_thread_cpu.saturating_add(Duration::from_nanos(elsewhere_ns));
         profile
     }
 }

@@ -251,13 +251,18 @@ pub struct Profile {
     /// samples than its duration suggests explains itself (a loaded
     /// machine gives its threads less CPU).
     pub cpu: Duration,
-    /// CPU time the collector's work used, on every thread: the collector
-    /// thread's (its passes and their wake-ups), the passes windows and
-    /// [`super::Agent::take_kept`] made, and `stop`'s last pass and naming
-    /// (zero in a window's profile). With [`Profile::handler_time`], what
-    /// the agent costs the process; divided by [`Profile::samples`], its
-    /// cost a sample.
+    /// CPU time the collection passes used, on every thread: the collector
+    /// thread's (its passes and their wake-ups), and the passes windows,
+    /// [`super::Agent::take_kept`] and `stop` made (zero in a window's
+    /// profile). With [`Profile::handler_time`], what the agent costs the
+    /// process while it samples; divided by [`Profile::samples`], its cost
+    /// a sample.
     pub collector_cpu: Duration,
+    /// CPU time `stop` spent naming the profile: the native frames of the
+    /// objects loaded before the agent started are symbolized only then,
+    /// from their debug info (addr2line), which makes most of `stop`'s
+    /// cost, once per profile (zero in a window's profile).
+    pub naming_cpu: Duration,
     /// Collection passes made (zero in a window's profile): one per
     /// [`super::AgentConfig::collect_every`], one per ring that passed half
     /// full (at most one a millisecond), and one per window, take and stop.
@@ -478,7 +483,7 @@ impl Profile {
     /// assert_eq!(
     ///     profile.agent_cpu_line().unwrap(),
     ///     "agent cpu: 0.5 ms in the handlers and 1.5 ms in the collector's 12 passes: \
-    ///      2.00 µs a sample\n"
+    ///      2.00 µs a sample; 0.0 ms naming the profile at stop\n"
     /// );
     /// assert_eq!(Profile::default().agent_cpu_line(), None);
     /// // Any field values, even absurd ones, give a line.
@@ -492,7 +497,7 @@ impl Profile {
         let ms = |d: Duration| d.as_secs_f64() * 1e3;
         Some(format!(
             "agent cpu: {:.1} ms in the handlers and {:.1} ms in the collector's {} passes: \
-             {:.2} µs a sample\n",
+             {:.2} µs a sample; {:.1} ms naming the profile at stop\n",
             ms(self.handler_time),
             ms(self.collector_cpu),
             self.passes,
@@ -500,7 +505,8 @@ impl Profile {
                 .saturating_add(self.collector_cpu)
                 .as_secs_f64()
                 * 1e6
-                / self.samples.max(1) as f64
+                / self.samples.max(1) as f64,
+            ms(self.naming_cpu)
         ))
     }
 
