@@ -424,7 +424,10 @@ fn a_ring_of_one_costs_at_most_a_pass_a_millisecond() {
     let elapsed = started.elapsed();
     drop(attached);
     let profile = agent.stop();
-    println!("{calls} probe calls, {} passes in {elapsed:?}", profile.passes);
+    println!(
+        "{calls} probe calls, {} passes in {elapsed:?}",
+        profile.passes
+    );
     // At most one a millisecond of the loop, one before it, and stop's.
     assert!(
         profile.passes <= elapsed.as_millis() as u64 + 2,

@@ -568,8 +568,9 @@ enum jitmap_status jitmap_profile_losses(struct jitmap_profile *profile,
 
 // What the agent cost: `handler_ns`, its handlers' time over the samples
 // kept (each from the handler's entry to the end of its walk, on the
-// monotonic clock), and `collector_ns`, the CPU time of the collector's
-// work on every thread. Their sum over the samples of
+// monotonic clock), and `collector_ns`, the CPU time of the collection
+// passes on every thread (`stop`'s naming of the profile, a one-time cost,
+// is not in it). Their sum over the samples of
 // `jitmap_profile_samples` is the agent's own cost a sample; the kernel's
 // cost of delivering the signals is not in it. Either output may be NULL.
 //
@@ -798,7 +799,11 @@ enum jitmap_status jitmap_heap_move(struct jitmap_heap *heap,
                                     struct jitmap_code *moved);
 
 // Writes `len` bytes at `offset` into published code, with the
-// instruction-cache maintenance. Refused in flip-mode heaps
+// instruction-cache maintenance and the cross-core sync. Each aligned word
+// holding a changed byte (8 bytes on x86-64, a 32-bit instruction on
+// aarch64) is written by one store, so a thread running the code sees it
+// old or new, never a mix: a `call rel32` within one aligned 8-byte word,
+// or a `b`/`bl`/`nop`, is switched whole. Refused in flip-mode heaps
 // (`JITMAP_STATUS_NOT_PATCHABLE`) and past the block's end
 // (`JITMAP_STATUS_BAD_ARGUMENT`).
 //

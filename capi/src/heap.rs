@@ -524,7 +524,11 @@ pub unsafe extern "C" fn jitmap_heap_move(
 }
 
 /// Writes `len` bytes at `offset` into published code, with the
-/// instruction-cache maintenance. Refused in flip-mode heaps
+/// instruction-cache maintenance and the cross-core sync. Each aligned word
+/// holding a changed byte (8 bytes on x86-64, a 32-bit instruction on
+/// aarch64) is written by one store, so a thread running the code sees it
+/// old or new, never a mix: a `call rel32` within one aligned 8-byte word,
+/// or a `b`/`bl`/`nop`, is switched whole. Refused in flip-mode heaps
 /// (`JITMAP_STATUS_NOT_PATCHABLE`) and past the block's end
 /// (`JITMAP_STATUS_BAD_ARGUMENT`).
 ///

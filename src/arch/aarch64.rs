@@ -2,6 +2,8 @@
 //! address in x30 until the prologue saves it, pointer authentication codes
 //! in saved return addresses, and explicit instruction-cache maintenance.
 
+use std::sync::atomic::{AtomicU32, Ordering};
+
 use super::{LeafState, Registers};
 
 /// Reads pc, frame pointer (x29), stack pointer and link register (x30) from
@@ -179,6 +181,32 @@ pub(crate) fn flush_icache(start: *const u8, len: usize) {
     // SAFETY: `[start, start+len)` is committed code memory owned by the
     // caller; the call only maintains caches for that range.
     unsafe { __clear_cache(start.cast_mut().cast(), start.add(len).cast_mut().cast()) };
+}
+
+/// A patch of live code is written one aligned 32-bit instruction word at
+/// a time ([`store_patch_word`]): each word that holds a changed byte, once.
+pub(crate) const PATCH_WORD: usize = 4;
+
+/// Writes one instruction word of a patch with one aligned 32-bit store
+/// (`str w`). The architecture lets another core execute an instruction
+/// while it is replaced only by such a store, and only between `B`, `BL`,
+/// `NOP`, `BRK`, `SVC`, `HVC`, `SMC` and `ISB` (Arm ARM B2.2.5, concurrent
+/// modification and execution): retargeting a running `bl`, or turning a
+/// `nop` into a `b`, is safe this way; other instructions changed under a
+/// running thread are the host's to make safe. The cache maintenance and
+/// the cross-core sync follow the patch.
+///
+/// # Safety
+/// `at` is 4-aligned and valid for writes, and no Rust reference to those
+/// bytes is alive.
+pub(crate) unsafe fn store_patch_word(at: *mut u8, bytes: [u8; PATCH_WORD]) {
+    // SAFETY: the caller's contract: aligned and valid for writes;
+    // `AtomicU32` has `u32`'s size and alignment.
+    let word = unsafe { AtomicU32::from_ptr(at.cast()) };
+    // Relaxed: what matters is that the store is one access; the patch's
+    // cache maintenance and cross-core sync that follow order it before the
+    // executors' next fetches.
+    word.store(u32::from_ne_bytes(bytes), Ordering::Relaxed);
 }
 
 /// Code published over bytes that held other code makes every other core

@@ -19,6 +19,9 @@
 //!   is none);
 //! - `flush_icache(start, len)`: instruction-cache maintenance after code is
 //!   written, on the executing core's addresses;
+//! - `PATCH_WORD` and `store_patch_word(at, bytes)`: the unit a patch of
+//!   live code is written in, and the one store that writes it, with what a
+//!   running thread may see meanwhile;
 //! - `REUSE_NEEDS_CORE_SYNC`: whether code published over bytes that held
 //!   other code must make every other core serialize its instruction stream;
 //! - `ELF_MACHINE`: the ELF `e_machine` of the host (jitdump, GDB's objects);

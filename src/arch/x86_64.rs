@@ -1,6 +1,8 @@
 //! x86-64: `ucontext_t` registers, the `push rbp` prologue, return addresses
 //! on the stack, no pointer authentication, coherent instruction fetch.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use super::{LeafState, Registers};
 
 /// Reads pc, frame pointer and stack pointer from an x86-64 `ucontext_t`.
@@ -126,6 +128,32 @@ pub(crate) fn strip_code_address(addr: usize) -> usize {
 /// x86-64 keeps instruction fetch coherent with stores to the same
 /// addresses, through either view of a W^X heap: nothing to do.
 pub(crate) fn flush_icache(_start: *const u8, _len: usize) {}
+
+/// A patch of live code is written one aligned 8-byte word at a time
+/// ([`store_patch_word`]): each word that holds a changed byte, once.
+pub(crate) const PATCH_WORD: usize = 8;
+
+/// Writes one word of a patch with one aligned 8-byte store (a `mov`). A
+/// naturally aligned 8-byte store is single-copy atomic on x86-64 and never
+/// crosses a cache line (Intel SDM vol. 3, 9.1.1), so a thread that runs
+/// the word's instructions meanwhile fetches the old word or the new one,
+/// never a mix of the two. A patch whose changed bytes span two words is
+/// two stores, in ascending order: an instruction across the boundary can
+/// be fetched half old, half new, and such a patch is the host's to make
+/// safe (first a jump over it, for example).
+///
+/// # Safety
+/// `at` is 8-aligned and valid for writes, and no Rust reference to those
+/// bytes is alive.
+pub(crate) unsafe fn store_patch_word(at: *mut u8, bytes: [u8; PATCH_WORD]) {
+    // SAFETY: the caller's contract: aligned and valid for writes;
+    // `AtomicU64` has `u64`'s size and alignment.
+    let word = unsafe { AtomicU64::from_ptr(at.cast()) };
+    // Relaxed: what matters is that the store is one access; the patch's
+    // instruction-cache maintenance and cross-core sync that follow order
+    // it before the executors' next fetches.
+    word.store(u64::from_ne_bytes(bytes), Ordering::Relaxed);
+}
 
 /// x86-64 needs no cross-core serialization for code written over freed
 /// code: the heap reuses bytes only after a grace period in which every

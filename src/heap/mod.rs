@@ -60,7 +60,7 @@ use end_storage::EndMap;
 use lookup::prefix_at;
 pub(crate) use lookup::{HeapLookup, Hit};
 use memory::CodeMemory;
-use patch::changed_runs;
+use patch::word_stores;
 
 /// Granularity of committing memory as the heap grows (small pages).
 const COMMIT_CHUNK: u64 = 64 * 1024;
@@ -918,17 +918,23 @@ impl CodeHeap {
     /// (another patch, a lookup, even a free of this block, after which this
     /// patch returns the free's typed error and writes nothing), and a closure
     /// that panics leaves the live code untouched: the panic reaches the caller
-    /// and there is nothing to roll back or flush. Only the bytes the closure
-    /// changed are written, each run of them with one copy, so a concurrent
-    /// patch of other bytes of the same block is kept.
+    /// and there is nothing to roll back or flush. Only the aligned words that
+    /// hold a byte the closure changed are written, each by one store of the
+    /// word's width (8 bytes on x86-64, one 32-bit instruction on aarch64),
+    /// with its other bytes as the live code holds them: a concurrent patch
+    /// of other bytes of the same block is kept.
     ///
-    /// In W^X mode the bytes are written through the writable view; in RWX mode
-    /// in place. Flip mode keeps no writable alias of published code (a thread
-    /// running it would fault while its pages were writable), so it refuses with
-    /// [`HeapError::NotPatchable`]. What other threads may see *while* the bytes
-    /// are written is the host's design: on x86-64 a naturally aligned store of
-    /// up to 8 bytes inside one cache line is seen whole by a concurrent
-    /// executor. Nothing changes when an error is returned.
+    /// So a thread running the code meanwhile fetches each word old or new,
+    /// never a mix: a `call rel32` or a `mov imm32` whose changed bytes lie
+    /// in one aligned 8-byte word on x86-64, or a `b`/`bl`/`nop` replaced
+    /// by another on aarch64, is switched whole. A change spanning words is
+    /// written word by word in ascending order, and an instruction across a
+    /// word boundary may be fetched half old, half new: that patch is the
+    /// host's to make safe. In W^X mode the words are written through the
+    /// writable view; in RWX mode in place. Flip mode keeps no writable alias
+    /// of published code (a thread running it would fault while its pages
+    /// were writable), so it refuses with [`HeapError::NotPatchable`].
+    /// Nothing changes when an error is returned.
     ///
     /// ```
     /// # #[cfg(target_arch = "x86_64")] {
@@ -968,24 +974,32 @@ impl CodeHeap {
         };
         let mut after = before.clone();
         patch(&mut after);
-        let runs = changed_runs(&before, &after);
-        if runs.is_empty() {
+        if before == after {
             return Ok(());
         }
         let w = self.writer.lock();
         self.check_live(&w, code, offset)?;
         memory::sync_cores_ready()?;
-        for run in runs {
-            // SAFETY: the block is still live (checked again under the lock),
-            // `run` lies inside it, the writable view lives as long as `self`,
-            // and the lock makes this the only writer.
-            let live = unsafe {
-                std::slice::from_raw_parts_mut(
-                    self.memory.write_base().add(offset as usize + run.start),
-                    run.len(),
-                )
-            };
-            live.copy_from_slice(&after[run]);
+        let block = self.memory.write_base().wrapping_add(offset as usize);
+        let stores = {
+            // The block's bytes through the end of its last word: the block
+            // starts on a multiple of the heap's alignment (at least 8) and
+            // its extent ends on a multiple of 8, so its last word holds no
+            // other block's bytes.
+            let len = (code.size as usize).next_multiple_of(crate::arch::PATCH_WORD);
+            // SAFETY: the block is still live (checked again under the
+            // lock), so these bytes of its extent are committed and
+            // readable through the writable view, which lives as long as
+            // `self`; the reference ends before the stores below.
+            let live = unsafe { std::slice::from_raw_parts(block, len) };
+            word_stores::<{ crate::arch::PATCH_WORD }>(&before, &after, live)
+        };
+        for (at, word) in stores {
+            // SAFETY: `at` is a multiple of the word size inside the block's
+            // extent (above), the block's start is aligned to at least 8,
+            // the lock makes this the only writer, and no reference to these
+            // bytes is alive.
+            unsafe { crate::arch::store_patch_word(block.add(at), word) };
         }
         self.memory
             .flush_icache(offset as usize, code.size as usize);
