@@ -17,8 +17,16 @@ fi
 here=$(cd "$(dirname "$0")" && pwd)
 prefix=$1
 if [ -z "${JITMAP_LIB_DIR:-}" ]; then
-    (cd "$here/.." && cargo build --release -p jitmap-capi)
-    JITMAP_LIB_DIR=$here/../target/release
+    # Where cargo put it, wherever CARGO_TARGET_DIR or a config sends it:
+    # the last artifact line naming the shared library.
+    lib=$(cd "$here/.." && cargo build --release -p jitmap-capi \
+        --message-format=json-render-diagnostics \
+        | sed -n 's/.*"\([^"]*libjitmap_capi\.so\)".*/\1/p' | tail -n 1)
+    if [ -z "$lib" ]; then
+        echo "capi/install.sh: cargo named no libjitmap_capi.so" >&2
+        exit 1
+    fi
+    JITMAP_LIB_DIR=$(dirname "$lib")
 fi
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' "$here/Cargo.toml" | head -n 1)
 install -d "$prefix/include" "$prefix/lib/pkgconfig"

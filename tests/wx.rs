@@ -244,3 +244,71 @@ fn a_panicking_patch_closure_changes_nothing() {
         assert_eq!(call(code.start()), 8);
     }
 }
+
+/// Code rewritten in place through the write address, as a C JIT rewrites
+/// a constant, is made visible by `make_visible`; an unchanged patch makes
+/// its block coherent too (it used to return at once, with no cache
+/// maintenance and no cross-core sync). Each counts one core sync; a
+/// refused call changes nothing and syncs nothing.
+#[test]
+fn code_written_in_place_is_made_visible_and_an_unchanged_patch_still_syncs() {
+    for mode in patch_modes() {
+        let h = heap(mode);
+        let code = returns(&h, 7);
+        let syncs = || h.stats().core_syncs;
+        let start = syncs();
+        h.patch(code, |_| {}).unwrap();
+        assert_eq!(syncs(), start + 1, "{mode:?}: an unchanged patch");
+        // Rewritten in place: the constant only, through the write address.
+        let mut bytes = arch::returns(7);
+        arch::set_returned(&mut bytes, 42);
+        let write = h.write_address(code).unwrap() as *mut u8;
+        // SAFETY: the block is live and `bytes.len()` long; nothing else
+        // writes it.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), write, bytes.len()) };
+        h.make_visible(code, 0..code.size()).unwrap();
+        assert_eq!(syncs(), start + 2);
+        assert_eq!(call(code.start()), 42, "{mode:?}");
+        // Refused: past the end, reversed, a freed block.
+        let size = code.size();
+        assert_eq!(
+            h.make_visible(code, size..size + 1),
+            Err(HeapError::OutsideBlock {
+                start: code.start(),
+                begin: size,
+                end: size + 1,
+                size,
+            })
+        );
+        assert!(matches!(
+            h.make_visible(code, std::ops::Range { start: 3, end: 2 }),
+            Err(HeapError::OutsideBlock {
+                begin: 3,
+                end: 2,
+                ..
+            })
+        ));
+        h.free(code).unwrap();
+        assert!(matches!(
+            h.make_visible(code, 0..1),
+            Err(HeapError::DoubleFree { .. })
+        ));
+        assert_eq!(syncs(), start + 2);
+    }
+    // Flip mode has no writable alias.
+    let h = heap(MemoryMode::FlipOnPublish);
+    let code = returns(&h, 7);
+    assert_eq!(
+        h.write_address(code),
+        Err(HeapError::NotPatchable {
+            start: code.start()
+        })
+    );
+    assert_eq!(
+        h.make_visible(code, 0..1),
+        Err(HeapError::NotPatchable {
+            start: code.start()
+        })
+    );
+    assert_eq!(h.stats().core_syncs, 0);
+}

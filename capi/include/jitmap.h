@@ -817,6 +817,38 @@ enum jitmap_status jitmap_heap_patch(struct jitmap_heap *heap,
                                      const uint8_t *bytes,
                                      uintptr_t len);
 
+// Makes `len` bytes at `offset` of a published block, written in place
+// through its write address (`jitmap_heap_write_address`), visible to
+// every thread that runs them: the instruction-cache maintenance and the
+// cross-core sync that `jitmap_heap_patch` does. A JIT that rewrites a
+// constant or a jump target in finished code calls this after its writes.
+// What a running thread sees while the bytes are written is the host's to
+// make safe. Refused in flip-mode heaps (`JITMAP_STATUS_NOT_PATCHABLE`)
+// and past the block's end (`JITMAP_STATUS_BAD_ARGUMENT`).
+//
+// Not async-signal-safe.
+enum jitmap_status jitmap_heap_make_visible(struct jitmap_heap *heap,
+                                            struct jitmap_code code,
+                                            uint64_t offset,
+                                            uintptr_t len);
+
+// Writes the address through which a published block's code can be
+// written in place: the writable alias in W^X mode, the code itself in
+// RWX mode. It stays valid while the block is live: until it is freed or
+// moved (a moved block has a new one; ask again). A reservation's write
+// pointer is not promised past its publish: use this. After writing
+// through it, call `jitmap_heap_make_visible`. Refused in flip-mode heaps
+// (`JITMAP_STATUS_NOT_PATCHABLE`), which keep no writable alias: a store
+// to published code there faults.
+//
+// Not async-signal-safe.
+//
+// # Safety
+// `out` is NULL or writable.
+enum jitmap_status jitmap_heap_write_address(struct jitmap_heap *heap,
+                                             struct jitmap_code code,
+                                             uint8_t **out);
+
 // Reclaims what freed blocks' grace periods allow now, and writes the
 // bytes given back (`bytes` may be NULL).
 //

@@ -562,6 +562,61 @@ pub unsafe extern "C" fn jitmap_heap_patch(
     })
 }
 
+/// Makes `len` bytes at `offset` of a published block, written in place
+/// through its write address (`jitmap_heap_write_address`), visible to
+/// every thread that runs them: the instruction-cache maintenance and the
+/// cross-core sync that `jitmap_heap_patch` does. A JIT that rewrites a
+/// constant or a jump target in finished code calls this after its writes.
+/// What a running thread sees while the bytes are written is the host's to
+/// make safe. Refused in flip-mode heaps (`JITMAP_STATUS_NOT_PATCHABLE`)
+/// and past the block's end (`JITMAP_STATUS_BAD_ARGUMENT`).
+///
+/// Not async-signal-safe.
+#[unsafe(no_mangle)]
+pub extern "C" fn jitmap_heap_make_visible(
+    heap: *mut jitmap_heap,
+    code: jitmap_code,
+    offset: u64,
+    len: usize,
+) -> jitmap_status {
+    call(|| {
+        let h = self::heap(heap)?;
+        let end = offset.saturating_add(len as u64);
+        h.get().heap.make_visible(code.into(), offset..end)?;
+        Ok(())
+    })
+}
+
+/// Writes the address through which a published block's code can be
+/// written in place: the writable alias in W^X mode, the code itself in
+/// RWX mode. It stays valid while the block is live: until it is freed or
+/// moved (a moved block has a new one; ask again). A reservation's write
+/// pointer is not promised past its publish: use this. After writing
+/// through it, call `jitmap_heap_make_visible`. Refused in flip-mode heaps
+/// (`JITMAP_STATUS_NOT_PATCHABLE`), which keep no writable alias: a store
+/// to published code there faults.
+///
+/// Not async-signal-safe.
+///
+/// # Safety
+/// `out` is NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn jitmap_heap_write_address(
+    heap: *mut jitmap_heap,
+    code: jitmap_code,
+    out: *mut *mut u8,
+) -> jitmap_status {
+    call(|| {
+        let h = self::heap(heap)?;
+        let address = h.get().heap.write_address(code.into())?;
+        if !out.is_null() {
+            // SAFETY: checked not NULL; writable by the caller's contract.
+            unsafe { out.write(address as *mut u8) };
+        }
+        Ok(())
+    })
+}
+
 /// Reclaims what freed blocks' grace periods allow now, and writes the
 /// bytes given back (`bytes` may be NULL).
 ///

@@ -93,6 +93,17 @@ pub enum HeapError {
         /// Address of the block's first code byte.
         start: usize,
     },
+    /// A byte range that is not inside the block.
+    OutsideBlock {
+        /// Address of the block's first code byte.
+        start: usize,
+        /// The range's first offset in the block.
+        begin: u64,
+        /// Its end (exclusive).
+        end: u64,
+        /// The block's size.
+        size: u64,
+    },
     /// The heap keeps no writable alias of published code (flip mode).
     NotPatchable {
         /// Address of the block's first code byte.
@@ -152,6 +163,15 @@ impl fmt::Display for HeapError {
             Self::NotPatchable { start } => write!(
                 f,
                 "block at {start:#x} is in a flip-mode heap, which cannot patch published code"
+            ),
+            Self::OutsideBlock {
+                start,
+                begin,
+                end,
+                size,
+            } => write!(
+                f,
+                "bytes {begin}..{end} are not inside the block at {start:#x} ({size} bytes)"
             ),
         }
     }
@@ -231,6 +251,18 @@ impl fmt::Debug for HeapError {
                 hex_struct!(f, "PositionDependent", "start" => start)
             }
             Self::NotPatchable { start } => hex_struct!(f, "NotPatchable", "start" => start),
+            Self::OutsideBlock {
+                start,
+                begin,
+                end,
+                size,
+            } => f
+                .debug_struct("OutsideBlock")
+                .field("start", &format_args!("{start:#x}"))
+                .field("begin", &begin)
+                .field("end", &end)
+                .field("size", &size)
+                .finish(),
         }
     }
 }

@@ -354,6 +354,11 @@ pub struct HeapStats {
     pub retired_blocks: usize,
     /// Extent bytes given back by reclamation so far.
     pub reclaimed_bytes: u64,
+    /// Times the heap made every other thread serialize its instruction
+    /// stream (`membarrier` `SYNC_CORE`): once per patch, per
+    /// [`CodeHeap::make_visible`], and per publish over reused bytes where
+    /// the architecture needs it.
+    pub core_syncs: u64,
 }
 
 /// A header stored in the heap's slab, owned by the block it describes.
@@ -432,6 +437,8 @@ struct Writer {
     move_order: VecDeque<u64>,
     next_generation: u64,
     reclaimed_bytes: u64,
+    /// Cross-core syncs made ([`HeapStats::core_syncs`]).
+    core_syncs: u64,
     /// The end of the highest extent ever published: bytes below it may have
     /// held code that a core executed (see `arch::REUSE_NEEDS_CORE_SYNC`).
     published_end: u64,
@@ -575,6 +582,7 @@ impl CodeHeap {
                 move_order: VecDeque::new(),
                 next_generation: 1,
                 reclaimed_bytes: 0,
+                core_syncs: 0,
                 published_end: 0,
             }),
         })
@@ -974,18 +982,18 @@ impl CodeHeap {
         };
         let mut after = before.clone();
         patch(&mut after);
-        if before == after {
-            return Ok(());
-        }
-        let w = self.writer.lock();
+        // Even unchanged, the block is made coherent below: a host that
+        // wrote it in place through its write address calls this to make
+        // its bytes visible (or [`CodeHeap::make_visible`]).
+        let mut w = self.writer.lock();
         self.check_live(&w, code, offset)?;
         memory::sync_cores_ready()?;
         let block = self.memory.write_base().wrapping_add(offset as usize);
         let stores = {
             // The block's bytes through the end of its last word: the block
-            // starts on a multiple of the heap's alignment (at least 8) and
-            // its extent ends on a multiple of 8, so its last word holds no
-            // other block's bytes.
+            // starts on a multiple of its reservation's alignment (at least
+            // 8), in a view that starts on a page, and its extent ends on a
+            // multiple of 8, so its last word holds no other block's bytes.
             let len = (code.size as usize).next_multiple_of(crate::arch::PATCH_WORD);
             // SAFETY: the block is still live (checked again under the
             // lock), so these bytes of its extent are committed and
@@ -996,23 +1004,83 @@ impl CodeHeap {
         };
         for (at, word) in stores {
             // SAFETY: `at` is a multiple of the word size inside the block's
-            // extent (above), the block's start is aligned to at least 8,
-            // the lock makes this the only writer, and no reference to these
-            // bytes is alive.
+            // extent (above), the block's address in the page-aligned
+            // writable view is a multiple of 8, the lock makes this the
+            // only writer, and no reference to these bytes is alive.
             unsafe { crate::arch::store_patch_word(block.add(at), word) };
         }
         self.memory
             .flush_icache(offset as usize, code.size as usize);
+        w.core_syncs += 1;
         memory::sync_cores()?;
         drop(w);
         Ok(())
     }
 
+    /// Makes bytes `range` (offsets in the block) of a live block, written
+    /// in place through its [`CodeHeap::write_address`], visible to every
+    /// thread that runs them: the instruction-cache maintenance for their
+    /// executable addresses (aarch64), then every other thread made to
+    /// serialize its instruction stream before it next runs user code, as
+    /// [`CodeHeap::patch`] does. What a running thread sees while the host
+    /// writes is the host's to make safe (`patch` writes whole words).
+    /// Flip mode has no writable alias ([`HeapError::NotPatchable`]); a
+    /// range not inside the block is [`HeapError::OutsideBlock`]. Nothing
+    /// is done when an error is returned.
+    ///
+    /// ```
+    /// # #[cfg(target_arch = "x86_64")] {
+    /// use jitmap::{CodeHeap, CodeInfo, Domain, HeapConfig, JitKind};
+    /// let heap = CodeHeap::new(HeapConfig { span: 1 << 20, ..HeapConfig::default() }, &Domain::new(1))?;
+    /// let mut r = heap.reserve(6)?;
+    /// r.code_mut().copy_from_slice(&[0xB8, 1, 0, 0, 0, 0xC3]); // mov eax, 1; ret
+    /// let code = r.publish(CodeInfo::new(1, "one", JitKind::Optimized))?;
+    /// // The host rewrites the constant in place, then makes it visible.
+    /// let write = heap.write_address(code)? as *mut u8;
+    /// // SAFETY: the block is live and 6 bytes long; byte 1 is the imm32's low byte.
+    /// unsafe { write.add(1).write(7) };
+    /// heap.make_visible(code, 1..5)?;
+    /// // SAFETY: the bytes are a complete sysv64 function taking nothing.
+    /// let f: extern "sysv64" fn() -> u32 = unsafe { code.entry() };
+    /// assert_eq!(f(), 7);
+    /// # }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn make_visible(&self, code: CodeRef, range: Range<u64>) -> Result<(), HeapError> {
+        let offset = self.offset_of(code)?;
+        if self.memory.mode() == MemoryMode::FlipOnPublish {
+            return Err(HeapError::NotPatchable { start: code.start });
+        }
+        if range.start > range.end || range.end > code.size {
+            return Err(HeapError::OutsideBlock {
+                start: code.start,
+                begin: range.start,
+                end: range.end,
+                size: code.size,
+            });
+        }
+        let mut w = self.writer.lock();
+        self.check_live(&w, code, offset)?;
+        memory::sync_cores_ready()?;
+        self.memory.flush_icache(
+            (offset + range.start) as usize,
+            (range.end - range.start) as usize,
+        );
+        w.core_syncs += 1;
+        memory::sync_cores()?;
+        Ok(())
+    }
+
     /// The writable address of a live block's first code byte: the random,
     /// unrelated alias in W^X mode, the code itself in RWX mode. Flip mode keeps
-    /// no writable alias ([`HeapError::NotPatchable`]). Writing through it skips
-    /// the cache and cross-core handling that [`CodeHeap::patch`] does, so it is
-    /// for inspection and for hosts that do that handling themselves.
+    /// no writable alias ([`HeapError::NotPatchable`]). It stays valid while
+    /// the block is live: until it is freed, or moved (the moved block has a
+    /// new one). Writing through it skips the cache and cross-core handling,
+    /// so a host that writes code in place follows with
+    /// [`CodeHeap::make_visible`] (or patches with [`CodeHeap::patch`]).
+    /// Such writes must not overlap a [`CodeHeap::patch`] of the same
+    /// aligned word: a patch writes whole words, and would put back the
+    /// word's other bytes as it read them under its lock.
     pub fn write_address(&self, code: CodeRef) -> Result<usize, HeapError> {
         let offset = self.offset_of(code)?;
         if self.memory.mode() == MemoryMode::FlipOnPublish {
@@ -1063,6 +1131,7 @@ impl CodeHeap {
             live_blocks: w.methods + w.stubs.len(),
             retired_blocks: w.retired.len(),
             reclaimed_bytes: w.reclaimed_bytes,
+            core_syncs: w.core_syncs,
         }
     }
 
@@ -1208,6 +1277,7 @@ impl CodeHeap {
         // becomes reachable (the reason is at `arch::REUSE_NEEDS_CORE_SYNC`).
         let reused = crate::arch::REUSE_NEEDS_CORE_SYNC && extent.start < w.published_end;
         let synced = if reused {
+            w.core_syncs += 1;
             memory::sync_cores_ready().and_then(|()| memory::sync_cores())
         } else {
             Ok(())

@@ -322,6 +322,21 @@ int main(void) {
     uint8_t nop = 0x90;
     OK(jitmap_heap_patch(heap, moved, 0, &nop, 1));
     CHECK(*(const uint8_t *)moved.start == 0x90);
+    /* In place: written through the write address, then made visible; a
+     * range past the end, or the moved block's old handle, is refused. */
+    uint8_t *in_place;
+    OK(jitmap_heap_write_address(heap, moved, &in_place));
+    in_place[0] = 0xC3;
+    OK(jitmap_heap_make_visible(heap, moved, 0, 1));
+    CHECK(*(const uint8_t *)moved.start == 0xC3);
+    in_place[0] = 0x90;
+    OK(jitmap_heap_make_visible(heap, moved, 0, moved.size));
+    CHECK(*(const uint8_t *)moved.start == 0x90);
+    EXPECT(jitmap_heap_make_visible(heap, moved, moved.size, 1), JITMAP_STATUS_BAD_ARGUMENT);
+    EXPECT(jitmap_heap_make_visible(heap, moved, UINT64_MAX, 2), JITMAP_STATUS_BAD_ARGUMENT);
+    EXPECT(jitmap_heap_make_visible(heap, a, 0, 1), JITMAP_STATUS_MOVED);
+    EXPECT(jitmap_heap_write_address(heap, a, &in_place), JITMAP_STATUS_MOVED);
+    EXPECT(jitmap_heap_make_visible(NULL, moved, 0, 1), JITMAP_STATUS_NULL_POINTER);
 
     OK(jitmap_heap_reserve(heap, 16, 0, &r, NULL));
     EXPECT(jitmap_reservation_publish_stub(r, 0, &b), JITMAP_STATUS_BAD_STUB_KIND);
@@ -346,6 +361,10 @@ int main(void) {
     OK(jitmap_heap_create(m, &flip, &flip_heap));
     jitmap_code f = publish_ret(flip_heap, 5);
     EXPECT(jitmap_heap_patch(flip_heap, f, 0, &nop, 1), JITMAP_STATUS_NOT_PATCHABLE);
+    uint8_t *no_alias = NULL;
+    EXPECT(jitmap_heap_write_address(flip_heap, f, &no_alias), JITMAP_STATUS_NOT_PATCHABLE);
+    CHECK(no_alias == NULL);
+    EXPECT(jitmap_heap_make_visible(flip_heap, f, 0, 1), JITMAP_STATUS_NOT_PATCHABLE);
     CHECK(*(const uint8_t *)f.start == 0xC3);
     OK(jitmap_heap_free(flip_heap, f));
     OK(jitmap_heap_destroy(flip_heap));
