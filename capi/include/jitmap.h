@@ -849,6 +849,20 @@ enum jitmap_status jitmap_heap_write_address(struct jitmap_heap *heap,
                                              struct jitmap_code code,
                                              uint8_t **out);
 
+// Writes the handle of the live block whose code starts at `start`: for a
+// JIT that keeps the addresses it runs, not handles, to free, patch or
+// move a block by its address. `JITMAP_STATUS_UNKNOWN_REF` when no live
+// block of this heap starts there (an address inside a block, a freed
+// block's start, another heap's code); `*out` is then unchanged.
+//
+// Not async-signal-safe.
+//
+// # Safety
+// `out` is NULL or writable.
+enum jitmap_status jitmap_heap_code_at(struct jitmap_heap *heap,
+                                       uintptr_t start,
+                                       struct jitmap_code *out);
+
 // Reclaims what freed blocks' grace periods allow now, and writes the
 // bytes given back (`bytes` may be NULL).
 //

@@ -617,6 +617,33 @@ pub unsafe extern "C" fn jitmap_heap_write_address(
     })
 }
 
+/// Writes the handle of the live block whose code starts at `start`: for a
+/// JIT that keeps the addresses it runs, not handles, to free, patch or
+/// move a block by its address. `JITMAP_STATUS_UNKNOWN_REF` when no live
+/// block of this heap starts there (an address inside a block, a freed
+/// block's start, another heap's code); `*out` is then unchanged.
+///
+/// Not async-signal-safe.
+///
+/// # Safety
+/// `out` is NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn jitmap_heap_code_at(
+    heap: *mut jitmap_heap,
+    start: usize,
+    out: *mut jitmap_code,
+) -> jitmap_status {
+    call(|| {
+        let h = self::heap(heap)?;
+        let code = h.get().heap.code_at(start)?;
+        if !out.is_null() {
+            // SAFETY: checked not NULL; writable by the caller's contract.
+            unsafe { out.write(code.into()) };
+        }
+        Ok(())
+    })
+}
+
 /// Reclaims what freed blocks' grace periods allow now, and writes the
 /// bytes given back (`bytes` may be NULL).
 ///

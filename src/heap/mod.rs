@@ -1119,6 +1119,36 @@ impl CodeHeap {
             .collect()
     }
 
+    /// The reference of the live block whose code starts at `start`: for a
+    /// host that keeps code addresses, not references (a C JIT that frees
+    /// by the address it runs), to free, patch or move it.
+    /// [`HeapError::UnknownRef`] when no live block starts there (an
+    /// address inside a block, a freed block's start, another heap's).
+    ///
+    /// ```
+    /// use jitmap::{CodeHeap, CodeInfo, Domain, HeapConfig, HeapError, JitKind};
+    /// let heap = CodeHeap::new(HeapConfig { span: 1 << 20, ..HeapConfig::default() }, &Domain::new(1))?;
+    /// let mut r = heap.reserve(16)?;
+    /// r.code_mut().fill(0xC3);
+    /// let code = r.publish(CodeInfo::new(1, "f", JitKind::Optimized))?;
+    /// assert_eq!(heap.code_at(code.start())?, code);
+    /// heap.free(heap.code_at(code.start())?)?;
+    /// assert_eq!(heap.code_at(code.start()), Err(HeapError::UnknownRef { start: code.start() }));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn code_at(&self, start: usize) -> Result<CodeRef, HeapError> {
+        let unknown = HeapError::UnknownRef { start };
+        let offset = start.checked_sub(self.base()).ok_or(unknown)? as u64;
+        let w = self.writer.lock();
+        let live = self.live_at(&w, offset).ok_or(unknown)?;
+        Ok(CodeRef {
+            heap: self.id,
+            start,
+            size: live.size,
+            generation: live.generation,
+        })
+    }
+
     /// Current usage.
     pub fn stats(&self) -> HeapStats {
         let w = self.writer.lock();

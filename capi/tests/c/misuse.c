@@ -337,6 +337,18 @@ int main(void) {
     EXPECT(jitmap_heap_make_visible(heap, a, 0, 1), JITMAP_STATUS_MOVED);
     EXPECT(jitmap_heap_write_address(heap, a, &in_place), JITMAP_STATUS_MOVED);
     EXPECT(jitmap_heap_make_visible(NULL, moved, 0, 1), JITMAP_STATUS_NULL_POINTER);
+    /* By address: the live block's handle, exactly; none inside a block, at
+     * a moved block's old start, or for another heap's code. */
+    jitmap_code by_address = {0};
+    OK(jitmap_heap_code_at(heap, moved.start, &by_address));
+    CHECK(by_address.start == moved.start && by_address.size == moved.size &&
+          by_address.heap_id == moved.heap_id && by_address.generation == moved.generation);
+    jitmap_code untouched = by_address;
+    EXPECT(jitmap_heap_code_at(heap, moved.start + 1, &by_address), JITMAP_STATUS_UNKNOWN_REF);
+    EXPECT(jitmap_heap_code_at(heap, a.start, &by_address), JITMAP_STATUS_UNKNOWN_REF);
+    EXPECT(jitmap_heap_code_at(other, moved.start, &by_address), JITMAP_STATUS_UNKNOWN_REF);
+    EXPECT(jitmap_heap_code_at(heap, 0, &by_address), JITMAP_STATUS_UNKNOWN_REF);
+    CHECK(memcmp(&untouched, &by_address, sizeof by_address) == 0);
 
     OK(jitmap_heap_reserve(heap, 16, 0, &r, NULL));
     EXPECT(jitmap_reservation_publish_stub(r, 0, &b), JITMAP_STATUS_BAD_STUB_KIND);
