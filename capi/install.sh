@@ -19,11 +19,13 @@ prefix=$1
 if [ -z "${JITMAP_LIB_DIR:-}" ]; then
     # Where cargo put it, wherever CARGO_TARGET_DIR or a config sends it:
     # the last artifact line naming the shared library.
-    lib=$(cd "$here/.." && cargo build --release -p jitmap-capi \
-        --message-format=json-render-diagnostics \
-        | sed -n 's/.*"\([^"]*libjitmap_capi\.so\)".*/\1/p' | tail -n 1)
+    messages=$(mktemp)
+    trap 'rm -f "$messages"' EXIT
+    (cd "$here/.." && cargo build --release -p jitmap-capi \
+        --message-format=json-render-diagnostics) > "$messages"
+    lib=$(sed -n 's/.*"\([^"]*libjitmap_capi\.so\)".*/\1/p' "$messages" | tail -n 1)
     if [ -z "$lib" ]; then
-        echo "capi/install.sh: cargo named no libjitmap_capi.so" >&2
+        echo "capi/install.sh: cargo built no libjitmap_capi.so" >&2
         exit 1
     fi
     JITMAP_LIB_DIR=$(dirname "$lib")

@@ -259,7 +259,9 @@ fn code_written_in_place_is_made_visible_and_an_unchanged_patch_still_syncs() {
         let start = syncs();
         h.patch(code, |_| {}).unwrap();
         assert_eq!(syncs(), start + 1, "{mode:?}: an unchanged patch");
-        // Rewritten in place: the constant only, through the write address.
+        // Rewritten in place through the write address, after the old code
+        // ran: the function's bytes, its constant changed.
+        assert_eq!(call(code.start()), 7, "{mode:?}");
         let mut bytes = arch::returns(7);
         arch::set_returned(&mut bytes, 42);
         let write = h.write_address(code).unwrap() as *mut u8;

@@ -799,7 +799,10 @@ enum jitmap_status jitmap_heap_move(struct jitmap_heap *heap,
                                     struct jitmap_code *moved);
 
 // Writes `len` bytes at `offset` into published code, with the
-// instruction-cache maintenance and the cross-core sync. Each aligned word
+// instruction-cache maintenance and the cross-core sync (done even when
+// the bytes are those already there, or `len` is 0: it then makes bytes
+// written in place visible, as `jitmap_heap_make_visible` does for a
+// range). Each aligned word
 // holding a changed byte (8 bytes on x86-64, a 32-bit instruction on
 // aarch64) is written by one store, so a thread running the code sees it
 // old or new, never a mix: a `call rel32` within one aligned 8-byte word,
@@ -844,7 +847,7 @@ enum jitmap_status jitmap_heap_make_visible(struct jitmap_heap *heap,
 // Not async-signal-safe.
 //
 // # Safety
-// `out` is NULL or writable.
+// `out` is writable (NULL is refused with `JITMAP_STATUS_NULL_POINTER`).
 enum jitmap_status jitmap_heap_write_address(struct jitmap_heap *heap,
                                              struct jitmap_code code,
                                              uint8_t **out);
@@ -858,7 +861,7 @@ enum jitmap_status jitmap_heap_write_address(struct jitmap_heap *heap,
 // Not async-signal-safe.
 //
 // # Safety
-// `out` is NULL or writable.
+// `out` is writable (NULL is refused with `JITMAP_STATUS_NULL_POINTER`).
 enum jitmap_status jitmap_heap_code_at(struct jitmap_heap *heap,
                                        uintptr_t start,
                                        struct jitmap_code *out);

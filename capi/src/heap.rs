@@ -524,7 +524,10 @@ pub unsafe extern "C" fn jitmap_heap_move(
 }
 
 /// Writes `len` bytes at `offset` into published code, with the
-/// instruction-cache maintenance and the cross-core sync. Each aligned word
+/// instruction-cache maintenance and the cross-core sync (done even when
+/// the bytes are those already there, or `len` is 0: it then makes bytes
+/// written in place visible, as `jitmap_heap_make_visible` does for a
+/// range). Each aligned word
 /// holding a changed byte (8 bytes on x86-64, a 32-bit instruction on
 /// aarch64) is written by one store, so a thread running the code sees it
 /// old or new, never a mix: a `call rel32` within one aligned 8-byte word,
@@ -599,7 +602,7 @@ pub extern "C" fn jitmap_heap_make_visible(
 /// Not async-signal-safe.
 ///
 /// # Safety
-/// `out` is NULL or writable.
+/// `out` is writable (NULL is refused with `JITMAP_STATUS_NULL_POINTER`).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn jitmap_heap_write_address(
     heap: *mut jitmap_heap,
@@ -607,12 +610,11 @@ pub unsafe extern "C" fn jitmap_heap_write_address(
     out: *mut *mut u8,
 ) -> jitmap_status {
     call(|| {
+        required(out)?;
         let h = self::heap(heap)?;
         let address = h.get().heap.write_address(code.into())?;
-        if !out.is_null() {
-            // SAFETY: checked not NULL; writable by the caller's contract.
-            unsafe { out.write(address as *mut u8) };
-        }
+        // SAFETY: checked not NULL; writable by the caller's contract.
+        unsafe { out.write(address as *mut u8) };
         Ok(())
     })
 }
@@ -626,7 +628,7 @@ pub unsafe extern "C" fn jitmap_heap_write_address(
 /// Not async-signal-safe.
 ///
 /// # Safety
-/// `out` is NULL or writable.
+/// `out` is writable (NULL is refused with `JITMAP_STATUS_NULL_POINTER`).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn jitmap_heap_code_at(
     heap: *mut jitmap_heap,
@@ -634,12 +636,11 @@ pub unsafe extern "C" fn jitmap_heap_code_at(
     out: *mut jitmap_code,
 ) -> jitmap_status {
     call(|| {
+        required(out)?;
         let h = self::heap(heap)?;
         let code = h.get().heap.code_at(start)?;
-        if !out.is_null() {
-            // SAFETY: checked not NULL; writable by the caller's contract.
-            unsafe { out.write(code.into()) };
-        }
+        // SAFETY: checked not NULL; writable by the caller's contract.
+        unsafe { out.write(code.into()) };
         Ok(())
     })
 }

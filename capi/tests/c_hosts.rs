@@ -265,7 +265,7 @@ fn agent_host(build: Build) {
     // JIT code's entry-probe calls, one per leaf call (or dropped).
     let report = std::fs::read_to_string(out.join("report.txt")).unwrap();
     assert!(
-        report.starts_with(&format!("samples: {samples} ")),
+        report.starts_with(&format!("signals: {samples} kept ")),
         "{report}"
     );
     let probes = report

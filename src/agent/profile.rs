@@ -522,23 +522,24 @@ impl Profile {
         let secs = self.duration.as_secs_f64();
         let _ = writeln!(
             out,
-            "samples: {} in {:.2} s on {} thread(s); taken {}, dropped {}, unattributed {}",
+            "signals: {} kept in {:.2} s on {} thread(s); taken {}, dropped {}, unattributed {}",
             self.samples, secs, self.threads, self.taken, self.dropped, self.unattributed
         );
         let _ = write!(
             out,
-            "periods: {} counted, {} of them from coalesced signals (the timer's overrun)",
+            "samples: {}, one per timer period, what every count below counts; {} of them \
+             from coalesced signals (the timer's overrun)",
             self.counted(),
             self.coalesced()
         );
         if self.dropped_periods > 0 {
-            let _ = write!(out, "; {} more in dropped samples", self.dropped_periods);
+            let _ = write!(out, "; {} more in dropped signals", self.dropped_periods);
         }
         out.push('\n');
         if self.gave_up > 0 {
             let _ = writeln!(
                 out,
-                "gave up: {} sample(s) named a JIT version the collector never heard of \
+                "gave up: {} signal(s) named a JIT version the collector never heard of \
                  (its load event never came); those frames count as [unattributed]",
                 self.gave_up
             );
@@ -718,11 +719,9 @@ mod tests {
     #[test]
     fn report_lists_shares() {
         let report = profile().report(2);
-        assert!(
-            report.contains(
-                "samples: 10 in 0.00 s on 0 thread(s); taken 0, dropped 0, unattributed 0"
-            )
-        );
+        assert!(report.contains(
+            "signals: 10 kept in 0.00 s on 0 thread(s); taken 0, dropped 0, unattributed 0"
+        ));
         assert!(
             report.contains("       6   60.0%        6   60.0%  leaf\n"),
             "{report}"
@@ -737,7 +736,8 @@ mod tests {
     /// when there are some.
     #[test]
     fn report_tells_dropped_periods_and_samples_that_gave_up_when_there_are_some() {
-        let periods = "periods: 10 counted, 0 of them from coalesced signals (the timer's overrun)";
+        let periods = "samples: 10, one per timer period, what every count below counts; 0 of them \
+                       from coalesced signals (the timer's overrun)";
         let plain = profile().report(2);
         assert!(plain.contains(&format!("\n{periods}\n")), "{plain}");
         assert!(!plain.contains("gave up"), "{plain}");
@@ -749,8 +749,8 @@ mod tests {
         .report(2);
         assert!(
             report.contains(&format!(
-                "\n{periods}; 7 more in dropped samples\n\
-                 gave up: 2 sample(s) named a JIT version the collector never heard of \
+                "\n{periods}; 7 more in dropped signals\n\
+                 gave up: 2 signal(s) named a JIT version the collector never heard of \
                  (its load event never came); those frames count as [unattributed]\n"
             )),
             "{report}"

@@ -355,9 +355,9 @@ pub struct HeapStats {
     /// Extent bytes given back by reclamation so far.
     pub reclaimed_bytes: u64,
     /// Times the heap made every other thread serialize its instruction
-    /// stream (`membarrier` `SYNC_CORE`): once per patch, per
-    /// [`CodeHeap::make_visible`], and per publish over reused bytes where
-    /// the architecture needs it.
+    /// stream (`membarrier` `SYNC_CORE`), counted when it succeeded: once
+    /// per patch (an unchanged one too), per [`CodeHeap::make_visible`],
+    /// and per publish over reused bytes where the architecture needs it.
     pub core_syncs: u64,
 }
 
@@ -944,6 +944,11 @@ impl CodeHeap {
     /// were writable), so it refuses with [`HeapError::NotPatchable`].
     /// Nothing changes when an error is returned.
     ///
+    /// A patch that changes nothing still flushes the block and syncs the
+    /// cores (a `membarrier`), so it is not free: a host that wrote the
+    /// block in place and calls it to make those bytes visible gets what it
+    /// asked for. [`CodeHeap::make_visible`] does that for a range.
+    ///
     /// ```
     /// # #[cfg(target_arch = "x86_64")] {
     /// use jitmap::{CodeHeap, CodeInfo, Domain, HeapConfig, JitKind, MemoryMode};
@@ -982,9 +987,7 @@ impl CodeHeap {
         };
         let mut after = before.clone();
         patch(&mut after);
-        // Even unchanged, the block is made coherent below: a host that
-        // wrote it in place through its write address calls this to make
-        // its bytes visible (or [`CodeHeap::make_visible`]).
+        // Even unchanged, the block is made coherent below (see the doc).
         let mut w = self.writer.lock();
         self.check_live(&w, code, offset)?;
         memory::sync_cores_ready()?;
@@ -1011,8 +1014,8 @@ impl CodeHeap {
         }
         self.memory
             .flush_icache(offset as usize, code.size as usize);
-        w.core_syncs += 1;
         memory::sync_cores()?;
+        w.core_syncs += 1;
         drop(w);
         Ok(())
     }
@@ -1025,8 +1028,10 @@ impl CodeHeap {
     /// [`CodeHeap::patch`] does. What a running thread sees while the host
     /// writes is the host's to make safe (`patch` writes whole words).
     /// Flip mode has no writable alias ([`HeapError::NotPatchable`]); a
-    /// range not inside the block is [`HeapError::OutsideBlock`]. Nothing
-    /// is done when an error is returned.
+    /// range not inside `code`'s size is [`HeapError::OutsideBlock`],
+    /// checked before whether the block is still live (as `patch` checks its
+    /// bounds first). Nothing is done when an error is returned, but for a
+    /// failed sync after the flush (a flush changes no byte).
     ///
     /// ```
     /// # #[cfg(target_arch = "x86_64")] {
@@ -1066,8 +1071,8 @@ impl CodeHeap {
             (offset + range.start) as usize,
             (range.end - range.start) as usize,
         );
-        w.core_syncs += 1;
         memory::sync_cores()?;
+        w.core_syncs += 1;
         Ok(())
     }
 
@@ -1307,7 +1312,6 @@ impl CodeHeap {
         // becomes reachable (the reason is at `arch::REUSE_NEEDS_CORE_SYNC`).
         let reused = crate::arch::REUSE_NEEDS_CORE_SYNC && extent.start < w.published_end;
         let synced = if reused {
-            w.core_syncs += 1;
             memory::sync_cores_ready().and_then(|()| memory::sync_cores())
         } else {
             Ok(())
@@ -1323,6 +1327,8 @@ impl CodeHeap {
             return Err(e.into());
         }
         w.published_end = w.published_end.max(extent.end);
+        // Counted once it happened, with the publish that needed it.
+        w.core_syncs += u64::from(reused);
         let new_start = self.base() + start as usize;
         let block = BlockId {
             heap: self.id,

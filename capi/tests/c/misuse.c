@@ -348,6 +348,8 @@ int main(void) {
     EXPECT(jitmap_heap_code_at(heap, a.start, &by_address), JITMAP_STATUS_UNKNOWN_REF);
     EXPECT(jitmap_heap_code_at(other, moved.start, &by_address), JITMAP_STATUS_UNKNOWN_REF);
     EXPECT(jitmap_heap_code_at(heap, 0, &by_address), JITMAP_STATUS_UNKNOWN_REF);
+    EXPECT(jitmap_heap_code_at(heap, moved.start, NULL), JITMAP_STATUS_NULL_POINTER);
+    EXPECT(jitmap_heap_write_address(heap, moved, NULL), JITMAP_STATUS_NULL_POINTER);
     CHECK(memcmp(&untouched, &by_address, sizeof by_address) == 0);
 
     OK(jitmap_heap_reserve(heap, 16, 0, &r, NULL));

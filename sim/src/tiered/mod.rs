@@ -1009,7 +1009,7 @@ pub fn run(
         map_resident_bytes,
         lookups: load(&c.lookups),
         results_checked: load(&c.results),
-        samples: profile.samples,
+        samples: profile.counted(),
         samples_taken: profile.taken,
         samples_dropped: profile.dropped,
         frames_checked,

@@ -182,7 +182,8 @@ pub struct Report {
     pub lookups: u64,
     /// Method results checked.
     pub results_checked: u64,
-    /// Samples the agent took.
+    /// The agent's samples: one per timer period (a signal whose timer
+    /// overran stands for several), what the shares below count.
     pub samples: u64,
     /// Signals the agent's handlers ran for.
     pub samples_taken: u64,
