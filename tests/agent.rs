@@ -338,17 +338,6 @@ fn entry_and_value_probes_land_in_the_thread_ring_in_order() {
     }
 }
 
-/// The CPU time the calling thread has used, in ns.
-fn thread_cpu_ns() -> u64 {
-    let mut t = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid out-pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
-    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
-}
-
 /// A ring that passes half full rings the collector's doorbell: it is
 /// drained long before the collector's minute-long wait ends, so a thread
 /// sampled at 1 kHz into a ring of 64 loses (next to) nothing. Without the
@@ -368,9 +357,9 @@ fn a_ring_half_full_wakes_the_collector_before_its_interval() {
     let attached = agent.attach_current_thread().unwrap();
     // A second of this thread's CPU: about 1,000 samples, 32 to a doorbell
     // (a collector that takes up to 32 ms to answer one loses nothing).
-    let end = thread_cpu_ns() + 1_000_000_000;
+    let end = thread_cpu() + Duration::from_secs(1);
     let mut spins = 0u64;
-    while thread_cpu_ns() < end {
+    while thread_cpu() < end {
         spins = std::hint::black_box(spins + 1);
     }
     drop(attached);
