@@ -1,0 +1,376 @@
+//! The collector: drains the rings, names what the handlers recorded from the
+//! heaps' code events, and aggregates the profile. It runs on its own thread
+//! (and once more when the agent stops), never in a handler.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use rustc_hash::{FxHashMap, FxHashSet};
+use std::sync::Arc;
+
+use crate::events::BlockId;
+use crate::image::ImageSection;
+use crate::{CodeInfo, ExecutionManager};
+
+use super::profile::{Kept, MethodVersion, ProbeCounts, ProbeEvent, Profile, Sample, SampleFrame};
+use super::record::{ProbeKind, ThreadRecord};
+use super::symbols::NativeNames;
+
+mod events;
+mod naming;
+mod pending;
+mod placements;
+#[cfg(test)]
+mod tests;
+
+pub(crate) use events::{EventListener, EventLog};
+use naming::{FrameKey, label_versions, named_stacks};
+use pending::{NativeRows, Pending};
+use placements::{Known, KnownImage, Placement};
+
+/// The collector's state.
+pub(crate) struct Collector {
+    /// The loader's counts after the previous pass's drain, and when.
+    loader_seen: Option<((u64, u64), u64)>,
+    keep: bool,
+    /// Versions the profile names one by one before it merges retired ones
+    /// ([`super::AgentConfig::profile_versions`]).
+    max_versions: usize,
+    /// The profile size past which the next merge is tried: the cap, or
+    /// half a cap past a merge that could not reach half the cap (every
+    /// version still held), so that a host whose live versions exceed the
+    /// cap is not scanned on every pass.
+    merge_at: usize,
+    /// Versions by the block each was first known in.
+    known: FxHashMap<BlockId, Known>,
+    /// A moved version's current block → the block it is known by.
+    aliases: FxHashMap<BlockId, BlockId>,
+    /// Loaded images, and unloaded ones a handler may still have found.
+    images: Vec<KnownImage>,
+    /// The names of the image methods samples named, by method id (empty:
+    /// none), kept for the profile after their image is forgotten.
+    image_names: FxHashMap<u64, String>,
+    /// Where versions are and were, by start, oldest first: the current
+    /// placement of every known version, and each one it left (freed or
+    /// moved away) until its grace period ends and no waiting sample holds
+    /// its bytes.
+    occupants: BTreeMap<usize, Vec<Placement>>,
+    /// The largest placement's size: how far below an address a placement
+    /// that holds it can start.
+    max_size: u64,
+    /// Placements left, in tag order (the tags only grow): start, key, tag.
+    leaving: VecDeque<(usize, BlockId, u64)>,
+    methods: Vec<MethodVersion>,
+    stacks: FxHashMap<Vec<FrameKey>, u64>,
+    pending: Vec<Pending>,
+    samples: u64,
+    /// Timer expirations the samples stand for (each 1 + its overrun).
+    periods: u64,
+    unattributed: u64,
+    /// Samples that gave up waiting for a JIT version the collector never
+    /// heard of ([`RETRIES`](pending::RETRIES)): a frame in them counts as unattributed.
+    gave_up: u64,
+    probes: ProbeCounts,
+    /// The handlers' time in the samples drained: each walk's end less its
+    /// signal's arrival, in ns.
+    handler_ns: u64,
+    kept_samples: Vec<Sample>,
+    kept_probes: Vec<ProbeEvent>,
+    /// (ticks, ns) at the start, for converting probe times.
+    clock_origin: (u64, u64),
+    ns_per_tick: f64,
+    /// The window being profiled on demand, if any (see [`Window`]).
+    window: Option<Window>,
+    /// Native frames' names, resolved as samples are drained.
+    names: NativeNames,
+    /// The frame keys of the sample being added, kept between samples.
+    scratch: Vec<FrameKey>,
+    /// The last native frame's address and name id at each depth, this pass
+    /// (ids hold within a pass: the names follow the loader only at its
+    /// start).
+    same_native: Vec<Option<(usize, usize)>>,
+}
+
+/// A window of the profile taken on demand (the pprof endpoint): the stacks
+/// of the samples that ended in `[begin_ns, end_ns]`, beside the whole run's.
+struct Window {
+    begin_ns: u64,
+    /// Set when the window closes; samples that end later are not its own.
+    end_ns: u64,
+    stacks: FxHashMap<Vec<FrameKey>, u64>,
+    samples: u64,
+    periods: u64,
+    unattributed: u64,
+    gave_up: u64,
+}
+
+impl Collector {
+    /// A collector that knows `live` (the code published before it listened).
+    pub(crate) fn new(
+        keep: bool,
+        max_versions: usize,
+        live: impl IntoIterator<Item = (Arc<CodeInfo>, BlockId, usize, u64)>,
+        images: Vec<Arc<ImageSection>>,
+    ) -> Self {
+        let mut occupants: BTreeMap<usize, Vec<Placement>> = BTreeMap::new();
+        let mut max_size = 0;
+        let known = live
+            .into_iter()
+            .map(|(info, key, start, size)| {
+                occupants.entry(start).or_default().push(Placement {
+                    size,
+                    placed_ns: 0,
+                    key,
+                    left: None,
+                    freed_ns: None,
+                });
+                max_size = max_size.max(size);
+                (
+                    key,
+                    Known {
+                        info,
+                        start,
+                        size,
+                        method: None,
+                        freed: None,
+                        placements: 1,
+                    },
+                )
+            })
+            .collect();
+        Self {
+            loader_seen: None,
+            keep,
+            max_versions,
+            merge_at: max_versions,
+            known,
+            aliases: FxHashMap::default(),
+            images: images
+                .into_iter()
+                .map(|image| KnownImage {
+                    image,
+                    unloaded: None,
+                })
+                .collect(),
+            image_names: FxHashMap::default(),
+            occupants,
+            max_size,
+            leaving: VecDeque::new(),
+            methods: Vec::new(),
+            stacks: FxHashMap::default(),
+            pending: Vec::new(),
+            samples: 0,
+            periods: 0,
+            unattributed: 0,
+            gave_up: 0,
+            probes: ProbeCounts::default(),
+            handler_ns: 0,
+            kept_samples: Vec::new(),
+            kept_probes: Vec::new(),
+            clock_origin: (super::probes::ticks(), crate::events::monotonic_ns()),
+            ns_per_tick: 1.0,
+            window: None,
+            names: NativeNames::default(),
+            scratch: Vec::new(),
+            same_native: Vec::new(),
+        }
+    }
+
+    /// One collection pass over `records`: drains every ring, then applies the
+    /// code events sent so far, names what it can, and forgets freed versions
+    /// no handler can still be recording. `loader` is the loader's counts now
+    /// (for native names). Only one pass runs at a time (the caller holds
+    /// the collector's lock, which makes it each ring's one consumer).
+    pub(crate) fn collect(
+        &mut self,
+        manager: &ExecutionManager,
+        log: &EventLog,
+        records: &[&ThreadRecord],
+        loader: (u64, u64),
+    ) {
+        // Every handler pinned before this point has finished its sample by
+        // the time `safe` says so; computed before the drain, it covers them.
+        let safe = manager.domain().safe_before();
+        self.calibrate();
+        self.names.follow_loader(loader);
+        self.same_native.clear();
+        let waiting: usize = records.iter().map(|r| r.samples.len()).sum();
+        let mut drained = Vec::with_capacity(waiting);
+        for (index, record) in records.iter().enumerate() {
+            // SAFETY: the caller holds the collector lock: the one consumer.
+            unsafe {
+                record.samples.drain(|h, frames| {
+                    self.handler_ns += h.end_ns.saturating_sub(h.begin_ns);
+                    drained.push(Pending {
+                        attempts: 0,
+                        native: (h.native_from < h.depth).then_some(NativeRows {
+                            from: h.native_from,
+                            loader: h.rows_loader,
+                            end: h.end,
+                            record: index,
+                        }),
+                        tid: record.tid,
+                        begin_ns: h.begin_ns,
+                        end_ns: h.end_ns,
+                        weight: h.weight.max(1),
+                        frames: frames[..h.depth as usize].to_vec(),
+                    })
+                })
+            };
+            // SAFETY: as above.
+            unsafe {
+                record.probes.drain(|p, _| {
+                    match p.kind {
+                        ProbeKind::Enter => self.probes.enters += 1,
+                        ProbeKind::Value => self.probes.values += 1,
+                    }
+                    if self.keep {
+                        let time_ns = self.ticks_to_ns(p.ticks);
+                        self.kept_probes.push(ProbeEvent {
+                            tid: record.tid,
+                            time_ns,
+                            method_id: p.method_id,
+                            value: (p.kind == ProbeKind::Value).then_some(p.value),
+                        });
+                    }
+                })
+            };
+        }
+        self.check_native_rows(records, &mut drained);
+        // Then the events: a version's load was sent before any handler could
+        // find it, so waiting for the events sent so far covers every frame
+        // drained above, but for a moved method's new copy found in the
+        // moment before its move's event was sent (it waits for the next
+        // pass: `placed_at`).
+        manager.listeners().flush();
+        for entry in std::mem::take(&mut *log.events.lock()) {
+            self.apply(entry);
+        }
+        self.settle(drained, safe);
+    }
+
+    /// Refreshes the cycle-counter rate from the time since the start.
+    fn calibrate(&mut self) {
+        let (t0, n0) = self.clock_origin;
+        let (t, n) = (super::probes::ticks(), crate::events::monotonic_ns());
+        if t > t0 + 1_000_000 && n > n0 {
+            self.ns_per_tick = (n - n0) as f64 / (t - t0) as f64;
+        }
+    }
+
+    fn ticks_to_ns(&self, ticks: u64) -> u64 {
+        let (t0, n0) = self.clock_origin;
+        let delta = (ticks as f64 - t0 as f64) * self.ns_per_tick;
+        (n0 as f64 + delta).max(0.0) as u64
+    }
+
+    /// The finished profile. Samples still waiting for their versions are
+    /// counted as unattributed; native frames are symbolized here.
+    pub(crate) fn finish(mut self, base: Profile) -> Profile {
+        for sample in std::mem::take(&mut self.pending) {
+            self.samples += 1;
+            self.periods += u64::from(sample.weight);
+            self.unattributed += 1;
+            self.gave_up += 1;
+            let keys = sample
+                .frames
+                .iter()
+                .map(|_| FrameKey::Unattributed)
+                .collect();
+            *self.stacks.entry(keys).or_default() += u64::from(sample.weight);
+        }
+        let live: FxHashSet<usize> = self
+            .known
+            .values()
+            .filter_map(|k| k.method.filter(|_| k.freed.is_none()))
+            .collect();
+        for (index, m) in self.methods.iter_mut().enumerate() {
+            m.freed = !live.contains(&index);
+        }
+        label_versions(&mut self.methods);
+        self.names.resolve_waiting();
+        let stacks = named_stacks(&self.methods, &self.image_names, &self.names, &self.stacks);
+        Profile {
+            samples: self.samples,
+            periods: self.periods,
+            unattributed: self.unattributed,
+            gave_up: self.gave_up,
+            stacks,
+            methods: self.methods,
+            probes: ProbeCounts {
+                dropped: base.probes.dropped,
+                ..self.probes
+            },
+            kept_samples: self.kept_samples,
+            kept_probes: self.kept_probes,
+            handler_time: std::time::Duration::from_nanos(self.handler_ns),
+            ..base
+        }
+    }
+}
+
+impl Collector {
+    /// Moves out the samples and probe records kept so far, with the
+    /// versions the samples name.
+    pub(crate) fn take_kept(&mut self) -> Kept {
+        let samples = std::mem::take(&mut self.kept_samples);
+        let probes = std::mem::take(&mut self.kept_probes);
+        let mut methods = std::collections::BTreeMap::new();
+        for frame in samples.iter().flat_map(|s| &s.frames) {
+            if let SampleFrame::Jit { method, .. } = *frame
+                && let Some(m) = self.methods.get(method)
+            {
+                methods.entry(method).or_insert_with(|| m.clone());
+            }
+        }
+        Kept {
+            samples,
+            probes,
+            methods,
+        }
+    }
+}
+
+impl Collector {
+    /// Opens a window at `begin_ns`: from the next collection on, samples
+    /// that end from then are also counted in it. Replaces an open one.
+    pub(crate) fn open_window(&mut self, begin_ns: u64) {
+        self.window = Some(Window {
+            begin_ns,
+            end_ns: u64::MAX,
+            stacks: FxHashMap::default(),
+            samples: 0,
+            periods: 0,
+            unattributed: 0,
+            gave_up: 0,
+        });
+    }
+
+    /// Sets the open window's end: samples that end later are not its own.
+    pub(crate) fn end_window(&mut self, end_ns: u64) {
+        if let Some(w) = &mut self.window {
+            w.end_ns = end_ns;
+        }
+    }
+
+    /// Closes the window and returns its profile (the run's methods, the
+    /// window's stacks and counts, `duration` long), or `None` if none was
+    /// open.
+    pub(crate) fn take_window(&mut self, duration: std::time::Duration) -> Option<Profile> {
+        let w = self.window.take()?;
+        let mut methods = self.methods.clone();
+        label_versions(&mut methods);
+        self.names.resolve_waiting();
+        let stacks = named_stacks(&methods, &self.image_names, &self.names, &w.stacks);
+        Some(Profile {
+            duration,
+            samples: w.samples,
+            periods: w.periods,
+            taken: w.samples,
+            unattributed: w.unattributed,
+            gave_up: w.gave_up,
+            stacks,
+            methods,
+            ..Profile::default()
+        })
+    }
+}
