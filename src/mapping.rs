@@ -1,13 +1,32 @@
 //! Anonymous reservations for the code heap and map words, optionally aligned to
-//! 2 MiB and advised for transparent huge pages: lookups of random addresses are
-//! bound by memory latency, and one TLB entry per 2 MiB instead of per 4 KiB
-//! removes most page walks from them.
+//! the kernel's huge-page size and advised for transparent huge pages: lookups
+//! of random addresses are bound by memory latency, and one TLB entry per huge
+//! page (2 MiB on 4 KiB pages) removes most page walks from them.
 
 use std::io;
 use std::ptr::NonNull;
+use std::sync::OnceLock;
 
-/// The huge-page size transparent huge pages use on x86-64 and aarch64 (4 KiB base).
-pub const HUGE_PAGE: usize = 2 << 20;
+/// The size of a transparent huge page here: the kernel's
+/// `hpage_pmd_size`, or what one page-table page of 8-byte entries maps
+/// ([`pmd_size`]). 2 MiB on 4 KiB pages, 32 MiB on 16 KiB, 512 MiB on
+/// 64 KiB (aarch64 kernels come in all three).
+pub(crate) fn huge_page() -> usize {
+    static SIZE: OnceLock<usize> = OnceLock::new();
+    *SIZE.get_or_init(|| {
+        std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .filter(|&size: &usize| size.is_power_of_two())
+            .unwrap_or_else(|| pmd_size(region::page::size()))
+    })
+}
+
+/// What one page-table page maps at the level above pages, for `page`-byte
+/// pages: `page / 8` entries of `page` bytes.
+pub(crate) const fn pmd_size(page: usize) -> usize {
+    page / 8 * page
+}
 
 /// A private anonymous mapping; unmapped on drop.
 pub(crate) struct AnonMap {
@@ -25,15 +44,16 @@ unsafe impl Sync for AnonMap {}
 
 impl AnonMap {
     /// Reserves `len` bytes with `protection`. With `huge` and `len` of at least
-    /// 2 MiB, the start is 2 MiB-aligned and the range advised `MADV_HUGEPAGE`
-    /// (the kernel may still use small pages).
+    /// a [`huge_page`], the start is aligned to one and the range advised
+    /// `MADV_HUGEPAGE` (the kernel may still use small pages).
     pub(crate) fn new(len: usize, protection: region::Protection, huge: bool) -> io::Result<Self> {
-        let huge = huge && len >= HUGE_PAGE;
-        let slack = if huge { HUGE_PAGE } else { 0 };
+        let huge_page = huge_page();
+        let huge = huge && len >= huge_page;
+        let slack = if huge { huge_page } else { 0 };
         let alloc = region::alloc(len.max(1) + slack, protection).map_err(io::Error::other)?;
         let raw = alloc.as_ptr::<u8>() as usize;
         let aligned = if huge {
-            raw.next_multiple_of(HUGE_PAGE)
+            raw.next_multiple_of(huge_page)
         } else {
             raw
         };
@@ -67,5 +87,19 @@ impl AnonMap {
             return Err(io::Error::last_os_error());
         }
         Ok(pages.iter().filter(|&&p| p & 1 != 0).count() * page)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Issue 67, item 8: the huge page was 2 MiB whatever the page size.
+    #[test]
+    fn the_huge_page_follows_the_page_size() {
+        assert_eq!(pmd_size(4 << 10), 2 << 20);
+        assert_eq!(pmd_size(16 << 10), 32 << 20);
+        assert_eq!(pmd_size(64 << 10), 512 << 20);
+        assert_eq!(huge_page(), pmd_size(region::page::size()));
     }
 }

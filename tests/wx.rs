@@ -98,7 +98,9 @@ fn flip_mode_pages_are_writable_until_published_then_executable() {
     assert_eq!(call(code.start()), 9);
     // Its neighbour, on its own page, is still writable while reserved.
     let next = h.reserve(6).unwrap();
-    assert_eq!(next.address() / 4096, at / 4096 + 1);
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+    assert_eq!(next.address() / page, at / page + 1);
     assert_eq!(permissions(next.address()), "rw-p");
     drop(next);
     assert_eq!(
@@ -313,4 +315,194 @@ fn code_written_in_place_is_made_visible_and_an_unchanged_patch_still_syncs() {
         })
     );
     assert_eq!(h.stats().core_syncs, 0);
+}
+
+/// What the child process of the membarrier tests refuses: an
+/// `EINVAL` for the expedited commands only, as a kernel before 4.16 does,
+/// or an `EPERM` for every membarrier, as a seccomp policy may.
+const REFUSE: &str = "JITMAP_TEST_REFUSE_MEMBARRIER";
+
+/// A seccomp filter on every thread of this process that makes `membarrier`
+/// fail with `errno`: for every command, or only for those in `commands`.
+/// Returns the errno of a kernel (or emulator) that cannot filter.
+fn refuse_membarrier(commands: &[u32], errno: u32) -> Result<(), i32> {
+    #[cfg(target_arch = "x86_64")]
+    const AUDIT_ARCH: u32 = 0xc000_003e;
+    #[cfg(target_arch = "aarch64")]
+    const AUDIT_ARCH: u32 = 0xc000_00b7;
+    let ld = |k: u32| libc::sock_filter {
+        code: (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16,
+        jt: 0,
+        jf: 0,
+        k,
+    };
+    let jeq = |k: u32, jt: u8, jf: u8| libc::sock_filter {
+        code: (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16,
+        jt,
+        jf,
+        k,
+    };
+    let ret = |k: u32| libc::sock_filter {
+        code: (libc::BPF_RET | libc::BPF_K) as u16,
+        jt: 0,
+        jf: 0,
+        k,
+    };
+    let n = commands.len() as u8;
+    // Between the call's test and the allow: the command tests, or a jump
+    // to the refusal.
+    let tests = if n > 0 { 1 + n } else { 1 };
+    // seccomp_data: the call's number at 0, the architecture at 4, the low
+    // half of the first argument at 16 (little-endian).
+    let mut program = vec![
+        ld(4),
+        jeq(AUDIT_ARCH, 0, 2 + tests),
+        ld(0),
+        jeq(libc::SYS_membarrier as u32, 0, tests),
+    ];
+    if n > 0 {
+        program.push(ld(16));
+        for (i, &command) in commands.iter().enumerate() {
+            // Equal: to the refusal, past the other tests and the allow.
+            program.push(jeq(command, n - i as u8, 0));
+        }
+    } else {
+        program.push(libc::sock_filter {
+            code: (libc::BPF_JMP | libc::BPF_JA) as u16,
+            jt: 0,
+            jf: 0,
+            k: 1,
+        });
+    }
+    program.push(ret(libc::SECCOMP_RET_ALLOW));
+    program.push(ret(libc::SECCOMP_RET_ERRNO | errno));
+    let filter = libc::sock_fprog {
+        len: program.len() as u16,
+        filter: program.as_mut_ptr(),
+    };
+    // SAFETY: prctl and seccomp with valid arguments; `filter` points at
+    // `program`, alive across the call, which copies it.
+    let rc = unsafe {
+        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+            -1
+        } else {
+            libc::syscall(
+                libc::SYS_seccomp,
+                libc::SECCOMP_SET_MODE_FILTER,
+                libc::SECCOMP_FILTER_FLAG_TSYNC,
+                &filter as *const libc::sock_fprog,
+            ) as i32
+        }
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(0))
+    }
+}
+
+/// Issue 67, item 5: a kernel that refuses the expedited membarrier (before 4.16 on arm64,
+/// as on Amazon Linux 2's 4.14; or a seccomp policy) used to fail every
+/// patch, and on aarch64 every publish into reused space, for the life of
+/// the process: the refused registration was kept. Now the heap falls back
+/// to the global membarrier, and with no membarrier at all a patch is
+/// refused with the errno and changes nothing. Each case runs in a child
+/// process of this test binary, under a seccomp filter.
+#[test]
+fn a_kernel_that_refuses_the_expedited_membarrier_gets_the_global_one() {
+    const EXPEDITED: [u32; 2] = [1 << 5, 1 << 6];
+    match std::env::var(REFUSE).as_deref() {
+        Ok("expedited") => {
+            if let Err(errno) = refuse_membarrier(&EXPEDITED, libc::EINVAL as u32) {
+                println!("seccomp refused: errno {errno}");
+                return;
+            }
+            assert_eq!(
+                jitmap::heap::core_sync(),
+                Ok(jitmap::heap::CoreSync::Global)
+            );
+            for mode in patch_modes() {
+                let h = heap(mode);
+                let code = returns(&h, 7);
+                let published = h.stats().core_syncs;
+                h.patch(code, |bytes| arch::set_returned(bytes, 42))
+                    .unwrap();
+                assert_eq!(call(code.start()), 42, "{mode:?}");
+                assert_eq!(h.stats().core_syncs, published + 1, "{mode:?}");
+            }
+            println!("global fallback: ok");
+        }
+        Ok("all") => {
+            if let Err(errno) = refuse_membarrier(&[], libc::EPERM as u32) {
+                println!("seccomp refused: errno {errno}");
+                return;
+            }
+            assert_eq!(
+                jitmap::heap::core_sync(),
+                Err(HeapError::Memory { errno: libc::EPERM })
+            );
+            // (On aarch64 these modes' publishes sync cores too, and are
+            // refused the same way.)
+            let modes = if cfg!(target_arch = "x86_64") {
+                patch_modes()
+            } else {
+                Vec::new()
+            };
+            for mode in modes {
+                let h = heap(mode);
+                let code = returns(&h, 7);
+                assert_eq!(
+                    h.patch(code, |bytes| arch::set_returned(bytes, 42)),
+                    Err(HeapError::Memory { errno: libc::EPERM }),
+                    "{mode:?}"
+                );
+                assert_eq!(call(code.start()), 7, "{mode:?}");
+                assert_eq!(h.stats().core_syncs, 0, "{mode:?}");
+            }
+            println!("no membarrier: refused");
+        }
+        _ => {
+            for (case, expected) in [
+                ("expedited", "global fallback: ok"),
+                ("all", "no membarrier: refused"),
+            ] {
+                let out = std::process::Command::new(std::env::current_exe().unwrap())
+                    .args([
+                        "--exact",
+                        "a_kernel_that_refuses_the_expedited_membarrier_gets_the_global_one",
+                        "--nocapture",
+                        "--test-threads=1",
+                    ])
+                    .env(REFUSE, case)
+                    .output()
+                    .unwrap();
+                let stdout = String::from_utf8_lossy(&out.stdout);
+                let stderr = String::from_utf8_lossy(&out.stderr);
+                assert!(out.status.success(), "{case}: {stdout}\n{stderr}");
+                // qemu-user cannot filter its guest's system calls (it
+                // refuses seccomp); everywhere else the case must have run.
+                if cfg!(target_arch = "aarch64") && stdout.contains("seccomp refused") {
+                    continue;
+                }
+                assert!(stdout.contains(expected), "{case}: {stdout}\n{stderr}");
+            }
+        }
+    }
+}
+
+/// Issue 67, item 9: aarch64 skipped the cross-core sync for fresh bytes, on the
+/// argument that a caller's Acquire load orders its instruction fetch; it
+/// orders data only. Fresh bytes that were executable before they were
+/// written (the RWX and W^X views are committed so) now sync like reused
+/// ones; flip mode's fresh pages were never executable and do not.
+#[test]
+fn fresh_code_syncs_cores_where_the_architecture_asks() {
+    for &mode in arch::rewrite_modes() {
+        let h = heap(mode);
+        let code = returns(&h, 7);
+        let expected =
+            u64::from(cfg!(target_arch = "aarch64") && mode != MemoryMode::FlipOnPublish);
+        assert_eq!(h.stats().core_syncs, expected, "{mode:?}");
+        assert_eq!(call(code.start()), 7, "{mode:?}");
+    }
 }

@@ -98,7 +98,7 @@ pub(crate) const DWARF_RA: gimli::Register = gimli::AArch64::X30;
 /// `paciasp`) instead of SPARC's `DW_CFA_GNU_window_save`.
 pub(crate) const DWARF_VENDOR: gimli::Vendor = gimli::Vendor::AArch64;
 
-/// Bytes in one PLT entry.
+/// Bytes in one PLT entry, where [`plt_entry_size`] finds none.
 pub(crate) const PLT_ENTRY: u64 = 16;
 
 /// aarch64's PLT entries change neither sp nor x30, and linkers describe
@@ -114,6 +114,41 @@ pub(crate) fn plt_push_offset(_expression: &[u8]) -> Option<u64> {
 /// resolver; every later entry is `adrp; ldr; add; br x17`.
 pub(crate) const PLT_ENTRY_RULE_SECTIONS: &[(&str, u64)] = &[(".plt", 32)];
 
+/// Bytes of `.plt` before its first entry: PLT0, which calls the lazy
+/// resolver.
+pub(crate) const PLT_HEADER: u64 = 32;
+
+/// The size of the PLT entries in `entries` (a PLT section's bytes after
+/// its header), which linkers do not record (`sh_entsize` is 0): 16 bytes
+/// (`adrp; ldr; add; br x17`), or 24 where BTI puts a `bti c` first or
+/// `-z pac-plt` an `autia1716` before the branch (GNU ld and lld alike).
+/// It is the distance between the first two entries' `adrp x16; ldr x17`,
+/// or the whole of a section of one entry. `None` where no entry decodes.
+pub(crate) fn plt_entry_size(entries: &[u8]) -> Option<u64> {
+    let mut loads = entries
+        .chunks_exact(4)
+        .zip(entries.chunks_exact(4).skip(1))
+        .enumerate()
+        .filter(|(_, (adrp, ldr))| {
+            let word = |b: &[u8]| u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+            is_slot_load(word(adrp), word(ldr))
+        })
+        .map(|(i, _)| i as u64 * 4);
+    let first = loads.next()?;
+    let size = match loads.next() {
+        Some(second) => second - first,
+        None => entries.len() as u64,
+    };
+    (16..=32).contains(&size).then_some(size)
+}
+
+/// Whether `adrp` and `ldr` are `adrp x16, page` (op 1, immlo, 10000,
+/// immhi, Rd = 16) then `ldr x17, [x16, #imm12 * 8]`: a PLT entry's load of
+/// its GOT slot.
+fn is_slot_load(adrp: u32, ldr: u32) -> bool {
+    adrp & 0x9f00_001f == 0x9000_0010 && ldr & 0xffc0_03ff == 0xf940_0211
+}
+
 /// The address of the GOT slot a PLT entry loads its target from: `adrp
 /// x16, page` then `ldr x17, [x16, #off]`. `None` for an entry without
 /// that pair (the first entry, which calls the resolver).
@@ -127,8 +162,7 @@ pub(crate) fn plt_slot(entry: &[u8], entry_addr: u64) -> Option<u64> {
         let (Some(adrp), Some(ldr)) = (word(i), word(i + 1)) else {
             break;
         };
-        // adrp x16 (op 1, immlo, 10000, immhi, Rd = 16); ldr x17, [x16, #imm12 * 8].
-        if adrp & 0x9f00_001f == 0x9000_0010 && ldr & 0xffc0_03ff == 0xf940_0211 {
+        if is_slot_load(adrp, ldr) {
             let immlo = u64::from((adrp >> 29) & 3);
             let immhi = u64::from((adrp >> 5) & 0x7_ffff);
             // A 21-bit signed page count.
@@ -216,11 +250,24 @@ pub(crate) unsafe fn store_patch_word(at: *mut u8, bytes: [u8; PATCH_WORD]) {
 /// (a prefetch, a predicted branch): the architecture asks each executing
 /// core for a context synchronization event after the maintenance, and
 /// `SYNC_CORE` gives every running thread of the process one (an IPI) and
-/// every other thread one when it next returns to user space. Fresh bytes,
-/// never published before, need none: no core can have fetched their old
-/// contents as code that any caller reaches, and the caller's Acquire load
-/// of the address orders its fetch after the writer's maintenance.
+/// every other thread one when it next returns to user space.
 pub(crate) const REUSE_NEEDS_CORE_SYNC: bool = true;
+
+/// Fresh bytes, never published before, need the same sync wherever they
+/// were executable before their code was written: a core may fetch
+/// instructions speculatively from any executable address, so it may hold
+/// the bytes that were there (zeros) from before the maintenance, and
+/// nothing on the caller's side orders instruction fetch: an Acquire load of
+/// the address orders data accesses only, and only a context
+/// synchronization event (`ISB`, an exception return) on the executing core
+/// discards what it fetched. The heap commits its RWX and W^X views
+/// executable ahead of the code written into them, so each of their
+/// publishes syncs cores, as wasmtime does after every finalize and Linux
+/// does for fresh module text (`kick_all_cpus_sync`). Flip mode's pages are
+/// writable and not executable until their publish makes them executable:
+/// no core can have fetched from them, and the permission change's own TLB
+/// maintenance completes before the block is reachable.
+pub(crate) const FRESH_NEEDS_CORE_SYNC: bool = true;
 
 /// `EM_AARCH64`.
 pub(crate) const ELF_MACHINE: u16 = 183;
@@ -232,6 +279,16 @@ pub(crate) fn ticks() -> u64 {
     // SAFETY: reads a system register Linux lets user space read.
     unsafe { core::arch::asm!("mrs {}, cntvct_el0", out(reg) value, options(nomem, nostack)) };
     value
+}
+
+/// The virtual counter's frequency in Hz (`CNTFRQ_EL0`, which firmware
+/// sets: 24 or 25 MHz on Ampere Altra and Apple M1, 1 GHz from Armv8.6,
+/// 62.5 MHz under qemu), or `None` where it reads 0.
+pub(crate) fn tick_rate() -> Option<u64> {
+    let value: u64;
+    // SAFETY: reads a system register Linux lets user space read.
+    unsafe { core::arch::asm!("mrs {}, cntfrq_el0", out(reg) value, options(nomem, nostack)) };
+    (value != 0).then_some(value)
 }
 
 #[cfg(test)]

@@ -22,13 +22,17 @@
 //! - `PATCH_WORD` and `store_patch_word(at, bytes)`: the unit a patch of
 //!   live code is written in, and the one store that writes it, with what a
 //!   running thread may see meanwhile;
-//! - `REUSE_NEEDS_CORE_SYNC`: whether code published over bytes that held
-//!   other code must make every other core serialize its instruction stream;
+//! - `REUSE_NEEDS_CORE_SYNC` and `FRESH_NEEDS_CORE_SYNC`: whether code
+//!   published over bytes that held other code, or over bytes that were
+//!   executable but never held code, must make every other core serialize
+//!   its instruction stream;
 //! - `ELF_MACHINE`: the ELF `e_machine` of the host (jitdump, GDB's objects);
 //! - `ticks()`: a cycle or timer counter readable in one instruction;
 //! - `PLT_ENTRY`, `plt_push_offset(expression)` and `plt_slot(entry, addr)`:
 //!   the PLT's entry size, the CFA expression a linker writes for lazy PLT
 //!   entries (if it writes one), and the GOT slot an entry jumps through;
+//!   `PLT_HEADER` and `plt_entry_size(entries)`: the lazy PLT's header, and
+//!   the entry size measured from the code where linkers record none;
 //!   `PLT_ENTRY_RULE_SECTIONS`: the PLT sections stepped by the entry rule
 //!   where no FDE covers them.
 //!

@@ -72,6 +72,16 @@ pub(crate) const DWARF_VENDOR: gimli::Vendor = gimli::Vendor::Default;
 /// `sh_entsize`).
 pub(crate) const PLT_ENTRY: u64 = 16;
 
+/// Bytes of `.plt` before its first entry: PLT0, which pushes the link map
+/// and jumps to the lazy resolver.
+pub(crate) const PLT_HEADER: u64 = 16;
+
+/// x86-64's PLT sections record their entry size (`sh_entsize`, 16): no
+/// entry is measured.
+pub(crate) fn plt_entry_size(_entries: &[u8]) -> Option<u64> {
+    None
+}
+
 /// The lazy-binding PLT's CFA, if `expression` is the one GNU ld writes for
 /// `.plt`: CFA = rsp + 8 while `(rip & 15)` is below the returned offset,
 /// rsp + 16 from it to the entry's end (past the entry's `push` of its
@@ -167,6 +177,12 @@ pub(crate) unsafe fn store_patch_word(at: *mut u8, bytes: [u8; PATCH_WORD]) {
 /// serializing instruction only while another processor may execute it).
 pub(crate) const REUSE_NEEDS_CORE_SYNC: bool = false;
 
+/// Nor for fresh bytes: no processor executes them before their publish,
+/// which is when the SDM's cross-modifying rule would apply, and a store to
+/// code invalidates what a processor prefetched from it (the SDM's
+/// "Self-Modifying Code").
+pub(crate) const FRESH_NEEDS_CORE_SYNC: bool = false;
+
 /// `EM_X86_64`.
 pub(crate) const ELF_MACHINE: u16 = 62;
 
@@ -175,4 +191,11 @@ pub(crate) const ELF_MACHINE: u16 = 62;
 pub(crate) fn ticks() -> u64 {
     // SAFETY: `rdtsc` is available on every x86-64 CPU and has no side effects.
     unsafe { core::arch::x86_64::_rdtsc() }
+}
+
+/// The time-stamp counter's frequency: not something the architecture
+/// reports everywhere (CPUID leaf 0x15 is often empty under hypervisors),
+/// so the collector measures it against the monotonic clock.
+pub(crate) fn tick_rate() -> Option<u64> {
+    None
 }

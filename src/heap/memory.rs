@@ -186,9 +186,9 @@ impl CodeMemory {
 }
 
 /// A random, page-aligned address for the writable view of a W^X heap, in the
-/// lower 64 TiB of user space: nothing about it can be derived from the
-/// executable view's address. The kernel treats it as a hint and maps elsewhere
-/// if it is taken.
+/// lower half of user space (at most its lower 64 TiB): nothing about it can
+/// be derived from the executable view's address. The kernel treats it as a
+/// hint and maps elsewhere if it is taken.
 fn random_hint(span: usize) -> *mut libc::c_void {
     let mut bytes = [0u8; 8];
     // SAFETY: `bytes` is writable for its length; flags 0 reads the urandom pool.
@@ -196,9 +196,29 @@ fn random_hint(span: usize) -> *mut libc::c_void {
     if got != bytes.len() as isize {
         return std::ptr::null_mut();
     }
-    let top = (1usize << 46) - span;
-    let addr = (usize::from_ne_bytes(bytes) % top) & !0xFFFF;
-    addr.max(1 << 32) as *mut libc::c_void
+    hint_below(u64::from_ne_bytes(bytes), span, user_address_bits()) as *mut libc::c_void
+}
+
+/// The bits of this process's user addresses: those of its stack, which the
+/// kernel puts at the top of user space. 47 on x86-64 with 4-level page
+/// tables, 48 on aarch64 with 48-bit addresses, 39 or 42 on the aarch64
+/// kernels of small boards.
+fn user_address_bits() -> u32 {
+    let local = 0u8;
+    usize::BITS - (&raw const local as usize).leading_zeros()
+}
+
+/// A 64 KiB-aligned address from `random` where `span` bytes fit between
+/// 4 GiB and the lower half of a `bits`-bit user space (at most 2⁴⁶), or 0
+/// (no hint) where they do not. A hint past the top is refused by the
+/// kernel, and the view lands next to the executable one.
+fn hint_below(random: u64, span: usize, bits: u32) -> usize {
+    const FLOOR: usize = 1 << 32;
+    let top = 1usize << bits.saturating_sub(1).min(46);
+    match top.checked_sub(span) {
+        Some(room) if room > FLOOR => ((random as usize % (room - FLOOR)) + FLOOR) & !0xFFFF,
+        _ => 0,
+    }
 }
 
 fn map_shared(fd: &OwnedFd, span: usize, hint: *mut libc::c_void) -> io::Result<NonNull<u8>> {
@@ -221,37 +241,88 @@ fn map_shared(fd: &OwnedFd, span: usize, hint: *mut libc::c_void) -> io::Result<
 }
 
 /// `membarrier` commands (linux/membarrier.h).
+const MEMBARRIER_CMD_QUERY: libc::c_long = 0;
+const MEMBARRIER_CMD_GLOBAL: libc::c_long = 1;
 const MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE: libc::c_long = 1 << 5;
 const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE: libc::c_long = 1 << 6;
 
-/// One `membarrier(cmd, 0, 0)` call.
-fn membarrier(cmd: libc::c_long) -> io::Result<()> {
+/// One `membarrier(cmd, 0, 0)` call: its non-negative result, or the errno.
+fn membarrier(cmd: libc::c_long) -> io::Result<libc::c_long> {
     // SAFETY: a plain system call with integer arguments.
     let rc = unsafe { libc::syscall(libc::SYS_membarrier, cmd, 0, 0) };
-    if rc == 0 {
-        Ok(())
+    if rc >= 0 {
+        Ok(rc)
     } else {
         Err(io::Error::last_os_error())
     }
 }
 
-/// Registers the process for core-serializing membarriers, once; the errno of a
-/// kernel that cannot.
-pub(crate) fn sync_cores_ready() -> io::Result<()> {
-    static REGISTERED: std::sync::OnceLock<Result<(), i32>> = std::sync::OnceLock::new();
-    let result = *REGISTERED.get_or_init(|| {
-        membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE)
-            .map_err(|e| e.raw_os_error().unwrap_or(libc::ENOSYS))
-    });
-    result.map_err(io::Error::from_raw_os_error)
+/// How this process makes every other core serialize its instruction stream
+/// after code that ran was rewritten ([`core_sync`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CoreSync {
+    /// `MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE` (Linux 4.16, and 5.3 on
+    /// x86-64): an interrupt to each CPU that runs one of this process's
+    /// threads, and a serializing return to user space for the others.
+    /// Microseconds.
+    Expedited,
+    /// `MEMBARRIER_CMD_GLOBAL` (Linux 4.3): used when the kernel, or a
+    /// seccomp filter, refuses the expedited command. It returns once every
+    /// CPU has passed through a quiescent state, which is a context switch,
+    /// an interrupt taken from user space or idle; each returns to user
+    /// space through an exception return, which is context-synchronizing on
+    /// aarch64 and serializing (`iret`) on x86-64. Milliseconds. A CPU
+    /// isolated with `nohz_full` that runs user code without a tick is in
+    /// an extended quiescent state and is not interrupted: this fallback
+    /// does not serialize it.
+    Global,
+}
+
+/// The way this process syncs cores, chosen on the first call that succeeds:
+/// the expedited membarrier, registered once; if the kernel or a seccomp
+/// filter refuses its registration, the global membarrier, when the
+/// kernel's `MEMBARRIER_CMD_QUERY` lists it. A failure is not remembered:
+/// the next call tries again (a refusal used to be kept for the life of the
+/// process, and every later patch, and on aarch64 every publish into reused
+/// space, failed with it).
+///
+/// ```
+/// use jitmap::heap::{CoreSync, core_sync};
+///
+/// // Any Linux since 4.16 answers the expedited way.
+/// assert_eq!(core_sync(), Ok(CoreSync::Expedited));
+/// ```
+pub fn core_sync() -> Result<CoreSync, super::HeapError> {
+    sync_cores_ready().map_err(Into::into)
+}
+
+/// [`core_sync`], with the OS error of a process that has no way.
+pub(crate) fn sync_cores_ready() -> io::Result<CoreSync> {
+    static CHOSEN: std::sync::OnceLock<CoreSync> = std::sync::OnceLock::new();
+    if let Some(how) = CHOSEN.get() {
+        return Ok(*how);
+    }
+    let how = match membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE) {
+        Ok(_) => CoreSync::Expedited,
+        Err(refused) => match membarrier(MEMBARRIER_CMD_QUERY) {
+            Ok(commands) if commands & MEMBARRIER_CMD_GLOBAL != 0 => CoreSync::Global,
+            // The registration's errno says more than the query's.
+            _ => return Err(refused),
+        },
+    };
+    Ok(*CHOSEN.get_or_init(|| how))
 }
 
 /// Makes every other thread of the process execute a core-serializing
 /// instruction before it next runs user code, so none keeps executing stale
 /// instructions of code that was just modified (cross-modifying code, on x86-64
-/// and aarch64 alike). Needs [`sync_cores_ready`] first.
-pub(crate) fn sync_cores() -> io::Result<()> {
-    membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE)
+/// and aarch64 alike), the way [`sync_cores_ready`] chose.
+pub(crate) fn sync_cores(how: CoreSync) -> io::Result<()> {
+    membarrier(match how {
+        CoreSync::Expedited => MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE,
+        CoreSync::Global => MEMBARRIER_CMD_GLOBAL,
+    })
+    .map(drop)
 }
 
 #[cfg(test)]
@@ -269,5 +340,33 @@ mod tests {
         let rwx = CodeMemory::reserve(1 << 16, MemoryMode::Rwx, false).unwrap();
         let (start, _) = rwx.icache_range(0x40, 24);
         assert_eq!(start as usize, rwx.exec_base() + 0x40);
+    }
+
+    // Issue 67, item 8: the hint was drawn below 2⁴⁶ whatever the address space; a
+    // 39-bit kernel refuses it, and the writable view lands next to the
+    // executable one.
+    #[test]
+    fn the_write_views_hint_fits_the_address_space() {
+        let span = 1 << 30;
+        for bits in [39, 42, 47, 48, 57] {
+            let top = 1usize << (bits - 1).min(46);
+            let mut seen = 0;
+            for i in 0..4096u64 {
+                let random = i.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ (i << 40);
+                let hint = hint_below(random, span, bits);
+                assert!(hint >= 1 << 32, "{bits} bits: {hint:#x}");
+                assert!(hint + span <= top, "{bits} bits: {hint:#x}");
+                assert_eq!(hint % 0x1_0000, 0);
+                seen = seen.max(hint);
+            }
+            // The draw reaches the upper part of the room.
+            assert!(seen > top / 2, "{bits} bits: {seen:#x}");
+        }
+        // No room above 4 GiB: no hint.
+        assert_eq!(hint_below(u64::MAX, (1 << 38) - (1 << 32), 39), 0);
+        // Where the stack is: at the top of a 47-bit user space (x86-64
+        // with 4-level tables; qemu-user's guests vary).
+        #[cfg(target_arch = "x86_64")]
+        assert_eq!(user_address_bits(), 47);
     }
 }

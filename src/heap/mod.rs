@@ -39,7 +39,7 @@ use names::NameArena;
 use slab::HeaderSlab;
 
 pub use crate::info::{CodeInfo, DebugEntry, EhFrame, GcInfo, InfoError, JitKind, UnwindEntry};
-pub use memory::MemoryMode;
+pub use memory::{CoreSync, MemoryMode, core_sync};
 pub use reservation::{PublishRefused, Reservation};
 
 use crate::change_seq::ChangeSeq;
@@ -51,7 +51,6 @@ use crate::events::{
 use crate::gdb::GdbRegistration;
 use crate::hex::hex_struct;
 use crate::map_words::MmapWords;
-use crate::mapping::HUGE_PAGE;
 use crate::nibble::encoding::MAX_SPAN;
 use crate::nibble::{MapVersion, MapWriter, NibbleMap};
 use crate::unwind::UnwindRow;
@@ -357,7 +356,8 @@ pub struct HeapStats {
     /// Times the heap made every other thread serialize its instruction
     /// stream (`membarrier` `SYNC_CORE`), counted when it succeeded: once
     /// per patch (an unchanged one too), per [`CodeHeap::make_visible`],
-    /// and per publish over reused bytes where the architecture needs it.
+    /// and per publish where the architecture needs it: none on x86-64;
+    /// on aarch64 every publish, but a flip-mode publish of fresh pages.
     pub core_syncs: u64,
 }
 
@@ -536,14 +536,15 @@ impl CodeHeap {
         // Relaxed: only uniqueness matters.
         let id = NEXT_HEAP_ID.fetch_add(1, Ordering::Relaxed);
         let ends = EndMap::new(map.map().word_count(), id, config.huge_pages)?;
+        let huge_page = crate::mapping::huge_page();
         let huge_commit =
-            config.huge_pages && config.mode == MemoryMode::Rwx && span >= HUGE_PAGE as u64;
+            config.huge_pages && config.mode == MemoryMode::Rwx && span >= huge_page as u64;
         // SAFETY: the view is stored in the heap next to the maps and memory it reads,
         // and is only used while the heap is alive.
         let lookup = unsafe { HeapLookup::new(map.map().words(), ends.raw(), config.version) };
         Ok(Self {
             commit_chunk: if huge_commit {
-                HUGE_PAGE as u64
+                huge_page as u64
             } else {
                 COMMIT_CHUNK
             },
@@ -990,7 +991,7 @@ impl CodeHeap {
         // Even unchanged, the block is made coherent below (see the doc).
         let mut w = self.writer.lock();
         self.check_live(&w, code, offset)?;
-        memory::sync_cores_ready()?;
+        let how = memory::sync_cores_ready()?;
         let block = self.memory.write_base().wrapping_add(offset as usize);
         let stores = {
             // The block's bytes through the end of its last word: the block
@@ -1014,7 +1015,7 @@ impl CodeHeap {
         }
         self.memory
             .flush_icache(offset as usize, code.size as usize);
-        memory::sync_cores()?;
+        memory::sync_cores(how)?;
         w.core_syncs += 1;
         drop(w);
         Ok(())
@@ -1066,12 +1067,12 @@ impl CodeHeap {
         }
         let mut w = self.writer.lock();
         self.check_live(&w, code, offset)?;
-        memory::sync_cores_ready()?;
+        let how = memory::sync_cores_ready()?;
         self.memory.flush_icache(
             (offset + range.start) as usize,
             (range.end - range.start) as usize,
         );
-        memory::sync_cores()?;
+        memory::sync_cores(how)?;
         w.core_syncs += 1;
         Ok(())
     }
@@ -1307,12 +1308,18 @@ impl CodeHeap {
         // Relaxed: as above.
         prefix.slot.store(slot, Ordering::Relaxed);
         self.memory.flush_icache(start as usize, size as usize);
-        // Code over bytes that may have held executed code: on aarch64 every
-        // other core serializes its instruction stream before this block
-        // becomes reachable (the reason is at `arch::REUSE_NEEDS_CORE_SYNC`).
-        let reused = crate::arch::REUSE_NEEDS_CORE_SYNC && extent.start < w.published_end;
-        let synced = if reused {
-            memory::sync_cores_ready().and_then(|()| memory::sync_cores())
+        // Code over bytes that may have held executed code, or that were
+        // executable before it was written: on aarch64 every other core
+        // serializes its instruction stream before this block becomes
+        // reachable (the reasons are at `arch::REUSE_NEEDS_CORE_SYNC` and
+        // `arch::FRESH_NEEDS_CORE_SYNC`).
+        let sync = if extent.start < w.published_end {
+            crate::arch::REUSE_NEEDS_CORE_SYNC
+        } else {
+            crate::arch::FRESH_NEEDS_CORE_SYNC && self.memory.mode() != MemoryMode::FlipOnPublish
+        };
+        let synced = if sync {
+            memory::sync_cores_ready().and_then(memory::sync_cores)
         } else {
             Ok(())
         };
@@ -1328,7 +1335,7 @@ impl CodeHeap {
         }
         w.published_end = w.published_end.max(extent.end);
         // Counted once it happened, with the publish that needed it.
-        w.core_syncs += u64::from(reused);
+        w.core_syncs += u64::from(sync);
         let new_start = self.base() + start as usize;
         let block = BlockId {
             heap: self.id,

@@ -5,8 +5,9 @@
 //! object's by the agent's collector.
 
 use gimli::{
-    BaseAddresses, CfaRule, CieOrFde, EhFrame, EndianSlice, LittleEndian, UnwindContext,
-    UnwindContextStorage, UnwindSection, UnwindTableRow,
+    BaseAddresses, CallFrameInstruction, CfaRule, CieOrFde, EhFrame, EndianSlice,
+    FrameDescriptionEntry, LittleEndian, UnwindContext, UnwindContextStorage, UnwindSection,
+    UnwindTableRow,
 };
 
 use super::rule::Base;
@@ -55,6 +56,7 @@ pub(crate) fn evaluate(frame: &[u8], frame_addr: usize) -> Vec<Row> {
             addr: addr as usize,
             rule: Err(StackEnd::Unsupported),
         };
+        let undefined = ra_undefined(&section, &bases, &fde);
         match fde.rows(&section, &bases, &mut context) {
             Err(_) => rows.push(unsupported(fde.initial_address())),
             Ok(mut table) => {
@@ -74,9 +76,12 @@ pub(crate) fn evaluate(frame: &[u8], frame_addr: usize) -> Vec<Row> {
                                     });
                                 }
                             };
+                            let ra_undefined = undefined_at(&undefined, row.start_address());
                             match plt_push_offset(&section, row.cfa()) {
                                 Some(push_at) => plt_rows(row, push_at, &mut push),
-                                None => push(row.start_address(), Rule::from_row(row)),
+                                None => {
+                                    push(row.start_address(), Rule::from_row(row, ra_undefined))
+                                }
                             }
                         }
                         Ok(None) => break,
@@ -101,6 +106,72 @@ pub(crate) fn evaluate(frame: &[u8], frame_addr: usize) -> Vec<Row> {
     rows.sort_by_key(|r| (r.addr, r.rule.is_err()));
     rows.dedup_by_key(|r| r.addr);
     rows
+}
+
+/// Where in `fde` its return address column is explicitly undefined
+/// (`DW_CFA_undefined`, as `_start` and glibc's `thread_start` say: the
+/// outermost frame), as (address, undefined) from each change on. gimli
+/// keeps no entry for an undefined rule, the same as for a column without
+/// a rule, which on aarch64 means "still in x30"; so the instructions are
+/// read again here for this one column. CFI that does not decode stops the
+/// reading (the rows of that FDE end the walk there anyway).
+fn ra_undefined(
+    section: &EhFrame<EndianSlice<'_, LittleEndian>>,
+    bases: &BaseAddresses,
+    fde: &FrameDescriptionEntry<EndianSlice<'_, LittleEndian>>,
+) -> Vec<(u64, bool)> {
+    let ra = crate::arch::DWARF_RA;
+    // The rule an instruction gives the column: undefined or not.
+    let sets = |instruction: &CallFrameInstruction<usize>| match *instruction {
+        CallFrameInstruction::Undefined { register } => (register == ra).then_some(true),
+        CallFrameInstruction::SameValue { register }
+        | CallFrameInstruction::Offset { register, .. }
+        | CallFrameInstruction::OffsetExtendedSf { register, .. }
+        | CallFrameInstruction::ValOffset { register, .. }
+        | CallFrameInstruction::ValOffsetSf { register, .. }
+        | CallFrameInstruction::Expression { register, .. }
+        | CallFrameInstruction::ValExpression { register, .. }
+        | CallFrameInstruction::Register {
+            dest_register: register,
+            ..
+        } => (register == ra).then_some(false),
+        _ => None,
+    };
+    let cie = fde.cie();
+    let mut initial = false;
+    let mut instructions = cie.instructions(section, bases);
+    while let Ok(Some(instruction)) = instructions.next() {
+        initial = sets(&instruction).unwrap_or(initial);
+    }
+    let (mut at, mut now) = (fde.initial_address(), initial);
+    let mut remembered = Vec::new();
+    let mut changes = vec![(at, now)];
+    let mut instructions = fde.instructions(section, bases);
+    while let Ok(Some(instruction)) = instructions.next() {
+        match instruction {
+            CallFrameInstruction::AdvanceLoc { delta } => {
+                at = at.wrapping_add(u64::from(delta) * cie.code_alignment_factor());
+            }
+            CallFrameInstruction::SetLoc { address } => at = address,
+            CallFrameInstruction::RememberState => remembered.push(now),
+            CallFrameInstruction::RestoreState => now = remembered.pop().unwrap_or(now),
+            CallFrameInstruction::Restore { register } if register == ra => now = initial,
+            ref other => now = sets(other).unwrap_or(now),
+        }
+        match changes.last_mut() {
+            Some(last) if last.0 == at => last.1 = now,
+            Some(last) if last.1 != now => changes.push((at, now)),
+            _ => {}
+        }
+    }
+    changes
+}
+
+/// Whether `changes` ([`ra_undefined`]) leave the return address undefined
+/// at `addr`.
+fn undefined_at(changes: &[(u64, bool)], addr: u64) -> bool {
+    let i = changes.partition_point(|&(at, _)| at <= addr);
+    i.checked_sub(1).is_some_and(|i| changes[i].1)
 }
 
 /// Where `cfa`, a row's CFA rule, switches from rsp + 8 to rsp + 16 within
@@ -129,8 +200,9 @@ fn plt_rows<S: UnwindContextStorage<usize>>(
         push(start, Err(StackEnd::Unsupported));
         return;
     }
-    let before = Rule::with_cfa(row, Base::Sp, 8);
-    let after = Rule::with_cfa(row, Base::Sp, 16);
+    // (x86-64's lazy PLT: its return address is on the stack.)
+    let before = Rule::with_cfa(row, Base::Sp, 8, false);
+    let after = Rule::with_cfa(row, Base::Sp, 16, false);
     let rule_at = |addr: u64| {
         if addr % PLT_ENTRY >= push_at {
             after

@@ -93,10 +93,12 @@ pub(crate) fn step(regs: Regs, rule: Rule, stack: &Stack) -> Result<Regs, StackE
     // is corrupt data. Equal is a frame that keeps its return address in
     // the link register and has not moved the stack pointer (an aarch64
     // leaf): that step is allowed once, from the interrupted frame, since
-    // the link register is known there only.
+    // the link register is known there only. The outermost frame steps
+    // nowhere: its CFA may be its own stack pointer (aarch64's
+    // `thread_start`, whose CFA is sp + 0).
     let ra = match rule.ra {
         Ra::Undefined => {
-            return if cfa > regs.sp {
+            return if cfa >= regs.sp {
                 Err(StackEnd::Root)
             } else {
                 Err(StackEnd::BadStack)
@@ -272,6 +274,11 @@ mod tests {
             ..sinking
         };
         assert_eq!(step(regs, root, &stack), Err(StackEnd::Root));
+        // Also where the CFA is the stack pointer; below it, corrupt.
+        let at_sp = Rule { offset: 0, ..root };
+        assert_eq!(step(regs, at_sp, &stack), Err(StackEnd::Root));
+        let below = Rule { offset: -8, ..root };
+        assert_eq!(step(regs, below, &stack), Err(StackEnd::BadStack));
         // A zero return address is the root too.
         let zero = Rule {
             offset: 24,

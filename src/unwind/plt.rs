@@ -16,7 +16,7 @@ use object::{
     LittleEndian, Object, ObjectSection, ObjectSymbol, ObjectSymbolTable, ReadRef, RelocationTarget,
 };
 
-use crate::arch::{PLT_ENTRY, PLT_ENTRY_RULE_SECTIONS, plt_slot};
+use crate::arch::{PLT_ENTRY, PLT_ENTRY_RULE_SECTIONS, PLT_HEADER, plt_entry_size, plt_slot};
 
 /// One named PLT entry of an object.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -92,10 +92,22 @@ pub fn plt_stubs<'data, R: ReadRef<'data>>(elf: R) -> Vec<PltStub> {
         let Ok(bytes) = section.data() else {
             continue;
         };
-        let entry = entry_size(&section);
-        for (i, code) in bytes.chunks_exact(entry as usize).enumerate() {
+        // Entries follow the lazy PLT's header (PLT0, which no slot names).
+        let skip = if section.name() == Ok(".plt") {
+            PLT_HEADER
+        } else {
+            0
+        };
+        let Some(entries) = bytes.get(skip as usize..) else {
+            continue;
+        };
+        let entry = plt_entry_size(entries).unwrap_or_else(|| entry_size(&section));
+        for (i, code) in entries.chunks_exact(entry as usize).enumerate() {
             // Wrapping: a damaged object may put a section anywhere.
-            let addr = section.address().wrapping_add(i as u64 * entry);
+            let addr = section
+                .address()
+                .wrapping_add(skip)
+                .wrapping_add(i as u64 * entry);
             if let Some(name) = plt_slot(code, addr).and_then(|slot| slots.get(&slot)) {
                 stubs.push(PltStub {
                     addr,

@@ -393,6 +393,53 @@ mod tests {
         );
     }
 
+    /// Issue 67, item 4: gimli keeps no entry for a `DW_CFA_undefined` column, so on
+    /// aarch64 the explicit `.cfi_undefined x30` of `_start` and glibc's
+    /// `thread_start` read as "the return address is still in x30": every
+    /// complete stack ended `unsupported`, not `root`. It is the outermost
+    /// frame, through restores and remembered states, from the CIE too.
+    #[test]
+    fn an_undefined_return_address_is_the_outermost_frame() {
+        use gimli::write::CallFrameInstruction::{
+            Offset, RememberState, Restore, RestoreState, Undefined,
+        };
+        let ra = crate::arch::DWARF_RA;
+        let udata8 = gimli::DW_EH_PE_udata8;
+        let ras = |frame: &[u8]| -> Vec<(u32, u8)> {
+            rows(frame, 0x1000, 64)
+                .iter()
+                .filter(|r| r.kind == UnwindRow::RULE)
+                .map(|r| (r.offset, r.has_ra))
+                .collect()
+        };
+        let (at, none) = (UnwindRow::RA_AT, UnwindRow::RA_NONE);
+        let in_fde = frame_with(
+            0x1000,
+            32,
+            udata8,
+            &[],
+            &[
+                (4, Undefined(ra)),
+                (8, Restore(ra)),
+                (12, RememberState),
+                (12, Undefined(ra)),
+                (16, RestoreState),
+            ],
+        );
+        assert_eq!(
+            ras(&in_fde),
+            [(0, at), (4, none), (8, at), (12, none), (16, at)]
+        );
+        let in_cie = frame_with(
+            0x1000,
+            32,
+            udata8,
+            &[Undefined(ra)],
+            &[(4, Offset(ra, -16)), (8, Restore(ra))],
+        );
+        assert_eq!(ras(&in_cie), [(0, none), (4, at), (8, none)]);
+    }
+
     /// The lazy PLT's CFA expression (x86-64): rows alternate, per 16-byte
     /// entry, between CFA = sp + 8 and sp + 16 from the entry's byte 11,
     /// starting mid-entry where the FDE does. Another expression, and every

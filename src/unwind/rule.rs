@@ -95,8 +95,11 @@ impl Rule {
     };
 
     /// The rule a CFI row gives, if the handler can apply it.
+    /// `ra_undefined`: its CFI set the return address column undefined
+    /// (`DW_CFA_undefined`), which the row alone does not tell.
     pub(crate) fn from_row<S: UnwindContextStorage<usize>>(
         row: &UnwindTableRow<usize, S>,
+        ra_undefined: bool,
     ) -> Result<Rule, StackEnd> {
         let (base, offset) = match *row.cfa() {
             CfaRule::RegisterAndOffset { register, offset } => {
@@ -109,7 +112,7 @@ impl Rule {
             }
             CfaRule::Expression(_) => return Err(StackEnd::Unsupported),
         };
-        Rule::with_cfa(row, base, offset)
+        Rule::with_cfa(row, base, offset, ra_undefined)
     }
 
     /// The rule of `row` with its CFA taken as `base` + `offset` (for a row
@@ -119,16 +122,17 @@ impl Rule {
         row: &UnwindTableRow<usize, S>,
         base: Base,
         offset: i32,
+        ra_undefined: bool,
     ) -> Result<Rule, StackEnd> {
         // A return address column without a rule of its own keeps the value
         // the call gave it: on aarch64 that is x30 (a leaf, or a prologue
-        // before the frame record is saved). An explicit `undefined` rule, or
-        // no rule where calls push the return address, is the outermost frame.
-        let has_own_rule = row.registers().any(|(r, _)| *r == DWARF_RA);
+        // before the frame record is saved). An explicit `undefined` rule
+        // (which gimli's row does not tell from no rule), or no rule where
+        // calls push the return address, is the outermost frame.
         let ra = match row.register(DWARF_RA) {
             RegisterRule::Offset(n) => Ra::At(small(n)?),
             RegisterRule::SameValue if arch::RETURN_ADDRESS_IN_LINK_REGISTER => Ra::Link,
-            RegisterRule::Undefined if !has_own_rule && arch::RETURN_ADDRESS_IN_LINK_REGISTER => {
+            RegisterRule::Undefined if !ra_undefined && arch::RETURN_ADDRESS_IN_LINK_REGISTER => {
                 Ra::Link
             }
             RegisterRule::Undefined => Ra::Undefined,

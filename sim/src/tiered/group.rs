@@ -67,6 +67,28 @@ pub(super) struct Group {
 /// Methods call the next one in chains of this length.
 pub(super) const CHAIN: usize = 4;
 
+/// The bytes of a group's heap for `methods` methods, `large` of them with
+/// fillers of up to 3 MiB, on `page`-byte pages. Flip mode gives every
+/// block pages of its own (a method and its trampoline, and the version a
+/// tier-up replaces until it is reclaimed): four pages a method, 64 KiB of
+/// them on a 64 KiB-page kernel. Cranelift's methods and their trampolines
+/// take the 16 MiB of room.
+fn heap_span(mode: MemoryMode, methods: usize, large: usize, page: u64) -> u64 {
+    let per_method = if mode == MemoryMode::FlipOnPublish {
+        4 * page
+    } else {
+        1024
+    };
+    (16 << 20) + large as u64 * (3 << 20) + methods as u64 * per_method
+}
+
+/// The kernel's page size.
+fn page_size() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    u64::try_from(page).unwrap_or(4096)
+}
+
 impl Group {
     pub(super) fn new(
         id: u32,
@@ -77,18 +99,8 @@ impl Group {
         threshold: u32,
         rng: &mut Rng,
     ) -> Result<Self, RunError> {
-        let filler_total: u64 = (large as u64) * (3 << 20);
-        // Flip mode gives every block pages of its own (a method and its
-        // trampoline, and the version a tier-up replaces until it is
-        // reclaimed): four pages a method.
-        let per_method = if config.mode == MemoryMode::FlipOnPublish {
-            4 * 4096
-        } else {
-            1024
-        };
         let heap = HeapConfig {
-            // Cranelift's methods and their trampolines take more room.
-            span: (16 << 20) + filler_total + methods as u64 * per_method,
+            span: heap_span(config.mode, methods, large, page_size()),
             version: config.version,
             mode: config.mode,
             ..HeapConfig::default()
@@ -173,5 +185,35 @@ impl Group {
             m = self.methods[i].callee;
         }
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Issue 67, item 8: flip-mode heaps were sized at 4 × 4096 bytes a method, and a
+    // 16 or 64 KiB-page kernel ran out of them (`run --flip` ended in
+    // `HeapFull`).
+    #[test]
+    fn flip_mode_heaps_take_four_pages_a_method_whatever_the_page() {
+        let base = 16 << 20;
+        for page in [4096, 16 << 10, 64 << 10] {
+            assert_eq!(
+                heap_span(MemoryMode::FlipOnPublish, 1000, 2, page),
+                base + 2 * (3 << 20) + 1000 * 4 * page
+            );
+            assert_eq!(
+                heap_span(MemoryMode::WriteXorExecute, 1000, 2, page),
+                base + 2 * (3 << 20) + 1000 * 1024
+            );
+        }
+        assert_eq!(page_size(), region_page());
+    }
+
+    /// This machine's page size, as the kernel's auxiliary vector says.
+    fn region_page() -> u64 {
+        // SAFETY: getauxval has no preconditions.
+        unsafe { libc::getauxval(libc::AT_PAGESZ) }
     }
 }

@@ -90,6 +90,14 @@ pub(crate) struct Collector {
     same_native: Vec<Option<(usize, usize)>>,
 }
 
+/// The cycle counter's ns a tick until a million ticks measure it: from the
+/// rate the architecture reports (aarch64's `CNTFRQ_EL0`), or 1 where none
+/// does. A probe's time used to be off by the counter's rate for its first
+/// million ticks: 40 ms on a 25 MHz counter.
+fn ns_per_tick(rate: Option<u64>) -> f64 {
+    rate.map_or(1.0, |hz| 1e9 / hz as f64)
+}
+
 /// A window of the profile taken on demand (the pprof endpoint): the stacks
 /// of the samples that ended in `[begin_ns, end_ns]`, beside the whole run's.
 struct Window {
@@ -167,7 +175,7 @@ impl Collector {
             kept_samples: Vec::new(),
             kept_probes: Vec::new(),
             clock_origin: (super::probes::ticks(), crate::events::monotonic_ns()),
-            ns_per_tick: 1.0,
+            ns_per_tick: ns_per_tick(crate::arch::tick_rate()),
             window: None,
             names: NativeNames::default(),
             scratch: Vec::new(),
@@ -257,7 +265,7 @@ impl Collector {
         }
     }
 
-    fn ticks_to_ns(&self, ticks: u64) -> u64 {
+    pub(super) fn ticks_to_ns(&self, ticks: u64) -> u64 {
         let (t0, n0) = self.clock_origin;
         let delta = (ticks as f64 - t0 as f64) * self.ns_per_tick;
         (n0 as f64 + delta).max(0.0) as u64

@@ -758,3 +758,27 @@ fn versions_named_by_kept_samples_are_not_merged() {
         }]
     );
 }
+
+// Issue 67, item 6: until a million ticks had passed, a tick counted 1 ns: probe
+// times were off by the counter's rate for the first 40 ms of a 25 MHz
+// counter (Ampere Altra, Apple M1). The architecture's rate serves until
+// calibration.
+#[test]
+fn a_counter_of_known_rate_converts_from_the_first_pass() {
+    let (mut c, _) = sampled(4);
+    assert_eq!(
+        c.ns_per_tick,
+        if cfg!(target_arch = "aarch64") {
+            1e9 / crate::arch::tick_rate().unwrap() as f64
+        } else {
+            1.0
+        }
+    );
+    c.clock_origin = (1_000, 5_000);
+    c.ns_per_tick = ns_per_tick(Some(25_000_000));
+    assert_eq!(c.ticks_to_ns(1_000 + 25_000), 5_000 + 1_000_000);
+    // Before the origin: clamped, not wrapped.
+    c.clock_origin = (1_000_000, 100);
+    assert_eq!(c.ticks_to_ns(0), 0);
+    assert_eq!(ns_per_tick(None), 1.0);
+}
