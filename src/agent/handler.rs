@@ -348,6 +348,9 @@ pub(super) unsafe fn walk_mixed(
         native_from: u32::MAX,
         rows_loader: modules.map_or((0, 0), ModuleTable::loader),
     };
+    // Whether the last step placed the stack pointer by the frame-pointer
+    // convention alone, where the record may be at the frame's bottom.
+    let mut sp_guessed = false;
     for (n, slot) in frames.iter_mut().enumerate() {
         let is_return = n > 0;
         let at = lookup_address(regs.pc, is_return);
@@ -392,6 +395,15 @@ pub(super) unsafe fn walk_mixed(
             // pointers or are stepped as if they did.
             (_, None) => Ok(Rule::FRAME_POINTER),
         };
+        let rule = rule.map(|rule| {
+            let guessed = sp_guessed;
+            sp_guessed = !arch::FRAME_RECORD_AT_TOP && rule == Rule::FRAME_POINTER;
+            if guessed {
+                by_frame_record(rule, regs)
+            } else {
+                rule
+            }
+        });
         match rule.and_then(|rule| unwind::step(regs, rule, stack)) {
             Ok(next) => regs = next,
             Err(end) => {
@@ -463,11 +475,29 @@ pub(super) fn walk_frame_pointers(
     (n, StackEnd::DepthLimit)
 }
 
+/// `rule`, a caller's, for a stack pointer that the frame-pointer
+/// convention only guessed (the record at the top of the callee's frame,
+/// which GCC, Clang and .NET on aarch64 put at its bottom): a rule based on
+/// the stack pointer that saves the frame pointer is rebased on the frame
+/// pointer, which points at that saved word (AAPCS64's frame chain), so
+/// that the CFA is the frame pointer less the save's offset. Other rules
+/// keep the guess.
+fn by_frame_record(rule: Rule, regs: Regs) -> Rule {
+    match (rule.base, rule.fp, regs.fp) {
+        (unwind::Base::Sp, unwind::Saved::At(saved), Some(_)) => Rule {
+            base: unwind::Base::Fp,
+            offset: -saved,
+            ..rule
+        },
+        _ => rule,
+    }
+}
+
 /// The frame-pointer convention's rule for a JIT frame in `state`.
 fn leaf_rule(state: LeafState) -> Rule {
     match state {
         LeafState::AtEntry => Rule::AT_ENTRY,
-        LeafState::AfterPush => Rule::AFTER_PUSH,
+        LeafState::AfterPush { frame } => Rule::after_push(frame),
         LeafState::Settled => Rule::FRAME_POINTER,
     }
 }
@@ -479,7 +509,7 @@ fn unsettled_return(regs: Registers, state: LeafState, stack: &Stack) -> Option<
     let ra = match state {
         LeafState::AtEntry if arch::RETURN_ADDRESS_IN_LINK_REGISTER => Some(regs.lr),
         LeafState::AtEntry => stack.read(regs.sp),
-        LeafState::AfterPush => regs.sp.checked_add(8).and_then(|slot| stack.read(slot)),
+        LeafState::AfterPush { .. } => regs.sp.checked_add(8).and_then(|slot| stack.read(slot)),
         LeafState::Settled => return None,
     };
     Some(ra.map(arch::strip_code_address))

@@ -48,6 +48,10 @@ pub(crate) fn current_registers() -> Registers {
 const RETURNS: [u32; 3] = [0xD65F_03C0, 0xD65F_0BFF, 0xD65F_0FFF];
 /// `stp x29, x30, [sp, #-16]!`: the frame record pushed.
 const PUSH_FRAME_RECORD: u32 = 0xA9BF_7BFD;
+/// `stp x29, x30, [sp, #imm]!` for any `imm` (bits 15-21, a signed count
+/// of words): what GCC, Clang and .NET push a whole frame with, the record
+/// at its bottom.
+const PUSH_FRAME_RECORD_MASK: u32 = 0xFFC0_7FFF;
 /// Instructions a prologue may start with that leave x30, x29 and sp as the
 /// call left them: `paciasp`, `pacibsp`, `bti c`, `bti j`, `bti jc`.
 const ENTRY_HINTS: [u32; 5] = [
@@ -61,7 +65,8 @@ const ENTRY_HINTS: [u32; 5] = [
 /// Reads the instruction at the pc and the method's first instructions:
 /// before the frame record is pushed (past any `paciasp` or `bti`), or at a
 /// return, the return address is in x30; one instruction past
-/// `stp x29, x30, [sp, #-16]!`, the record is at the stack pointer.
+/// `stp x29, x30, [sp, #-frame]!`, the record is at the stack pointer and
+/// the caller's stack pointer `frame` bytes above.
 ///
 /// # Safety
 /// `pc` and `start` are readable code bytes (a published block the caller's
@@ -79,15 +84,34 @@ pub(crate) unsafe fn leaf_state(pc: usize, start: usize, offset: usize) -> LeafS
     }
     if offset <= prologue {
         LeafState::AtEntry
-    } else if offset == prologue + 4 && word(start + prologue) == PUSH_FRAME_RECORD {
-        LeafState::AfterPush
+    } else if let Some(frame) = (offset == prologue + 4)
+        .then(|| pushed_frame(word(start + prologue)))
+        .flatten()
+    {
+        LeafState::AfterPush { frame }
     } else {
         LeafState::Settled
     }
 }
 
+/// The bytes `stp x29, x30, [sp, #-frame]!` takes, if `word` is one.
+fn pushed_frame(word: u32) -> Option<i32> {
+    if word & PUSH_FRAME_RECORD_MASK != PUSH_FRAME_RECORD & PUSH_FRAME_RECORD_MASK {
+        return None;
+    }
+    // The signed 7-bit word count.
+    let words = (((word >> 15) & 0x7f) as i32) << 25 >> 25;
+    (words < 0).then_some(-words * 8)
+}
+
 /// `bl` leaves the return address in x30.
 pub(crate) const RETURN_ADDRESS_IN_LINK_REGISTER: bool = true;
+
+/// GCC, Clang and .NET push the frame record at the bottom of the frame
+/// (`stp x29, x30, [sp, #-80]!; mov x29, sp`), Cranelift at its top: the
+/// caller's stack pointer is x29 + 16 only in the latter, so a frame
+/// stepped by the convention alone leaves it unknown.
+pub(crate) const FRAME_RECORD_AT_TOP: bool = false;
 
 /// DWARF register numbers (the AArch64 DWARF ABI): x29 is the frame pointer,
 /// x30 the return address column.
@@ -353,15 +377,30 @@ mod tests {
                 .map(|i| unsafe { leaf_state(start + 4 * i, start, 4 * i) })
                 .collect()
         };
-        use LeafState::{AfterPush, AtEntry, Settled};
+        use LeafState::{AtEntry, Settled};
+        let pushed = |frame| LeafState::AfterPush { frame };
         assert_eq!(
             states(&signed),
-            [AtEntry, AtEntry, AfterPush, Settled, Settled, AtEntry]
+            [AtEntry, AtEntry, pushed(16), Settled, Settled, AtEntry]
         );
         assert_eq!(
             states(&plain),
-            [AtEntry, AfterPush, Settled, Settled, AtEntry]
+            [AtEntry, pushed(16), Settled, Settled, AtEntry]
         );
         assert_eq!(states(&frameless), [AtEntry, Settled, AtEntry]);
+        // Issue 67, item 3: GCC's frames of 32 and 80 bytes, record at the
+        // bottom, were taken as settled just after their push.
+        for (push, frame) in [(0xA9BE_7BFD, 32), (0xA9BB_7BFD, 80)] {
+            assert_eq!(
+                states(&[push, MOV_FP_SP, NOP, RETURNS[0]]),
+                [AtEntry, pushed(frame), Settled, AtEntry]
+            );
+        }
+        // A store that is not a pre-indexed push: settled.
+        const STP_NO_WRITEBACK: u32 = 0xA93E_7BFD;
+        assert_eq!(
+            states(&[STP_NO_WRITEBACK, NOP, RETURNS[0]]),
+            [AtEntry, Settled, AtEntry]
+        );
     }
 }

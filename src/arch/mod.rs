@@ -27,7 +27,10 @@
 //!   executable but never held code, must make every other core serialize
 //!   its instruction stream;
 //! - `ELF_MACHINE`: the ELF `e_machine` of the host (jitdump, GDB's objects);
-//! - `ticks()`: a cycle or timer counter readable in one instruction;
+//! - `ticks()`: a cycle or timer counter readable in one instruction, and
+//!   `tick_rate()`: its frequency where the architecture reports one;
+//! - `FRAME_RECORD_AT_TOP`: whether every frame record is at the top of its
+//!   frame, so that the caller's stack pointer is two words above it;
 //! - `PLT_ENTRY`, `plt_push_offset(expression)` and `plt_slot(entry, addr)`:
 //!   the PLT's entry size, the CFA expression a linker writes for lazy PLT
 //!   entries (if it writes one), and the GOT slot an entry jumps through;
@@ -69,13 +72,20 @@ pub(crate) enum LeafState {
     /// frame pointer is still the caller's.
     AtEntry,
     /// Just past the instruction that saves the caller's frame pointer (and,
-    /// on aarch64, the link register): that pair is at the stack pointer.
-    AfterPush,
+    /// on aarch64, the link register): that pair is at the stack pointer,
+    /// and the caller's stack pointer `frame` bytes above it (16 for
+    /// x86-64's `push rbp`; the whole frame for aarch64's
+    /// `stp x29, x30, [sp, #-frame]!`).
+    AfterPush {
+        /// The bytes the push took from the stack pointer.
+        frame: i32,
+    },
     /// Its frame is established (or it keeps none).
     Settled,
 }
 
 /// The frame record's layout: the return address and the caller's frame
 /// pointer, relative to the canonical frame address, which is two words above
-/// the frame pointer.
+/// the frame pointer where the record is at the top of the frame (always on
+/// x86-64; see `FRAME_RECORD_AT_TOP`).
 pub(crate) const FRAME_RECORD: (i32, i32, i32) = (16, -8, -16);

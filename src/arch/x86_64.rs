@@ -53,13 +53,17 @@ pub(crate) unsafe fn leaf_state(pc: usize, start: usize, offset: usize) -> LeafS
     let (at_pc, first) = unsafe { (*(pc as *const u8), *(start as *const u8)) };
     match (offset, at_pc, first) {
         (0, PUSH_RBP, _) | (_, RET, _) => LeafState::AtEntry,
-        (1, _, PUSH_RBP) => LeafState::AfterPush,
+        (1, _, PUSH_RBP) => LeafState::AfterPush { frame: 16 },
         _ => LeafState::Settled,
     }
 }
 
 /// `call` pushes the return address.
 pub(crate) const RETURN_ADDRESS_IN_LINK_REGISTER: bool = false;
+
+/// `push rbp; mov rbp, rsp` puts the frame record at the top of every
+/// frame: the caller's stack pointer is always rbp + 16.
+pub(crate) const FRAME_RECORD_AT_TOP: bool = true;
 
 /// DWARF register numbers (System V x86-64 psABI).
 pub(crate) const DWARF_SP: gimli::Register = gimli::X86_64::RSP;

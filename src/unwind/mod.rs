@@ -22,7 +22,7 @@ pub(crate) mod rule;
 
 pub use plt::{PltStub, plt_entry_rule_ranges, plt_stub_at, plt_stubs, preferred};
 pub use rows::{UnwindRow, object_rows};
-pub(crate) use rule::{Ra, Rule};
+pub(crate) use rule::{Base, Ra, Rule, Saved};
 
 /// Why a stack walk ended. The agent counts each reason
 /// ([`super::StackEnds`]).

@@ -569,7 +569,7 @@ mod tests {
     fn a_rule_survives_its_row_and_offsets_find_their_row() {
         let rules = [
             (0, Ok(Rule::AT_ENTRY)),
-            (1, Ok(Rule::AFTER_PUSH)),
+            (1, Ok(Rule::after_push(16))),
             (4, Ok(Rule::FRAME_POINTER)),
             (17, Err(StackEnd::NoUnwindInfo)),
             (20, Err(StackEnd::Unsupported)),
@@ -577,7 +577,7 @@ mod tests {
         let rows: Vec<UnwindRow> = rules.iter().map(|&(at, rule)| row(at, rule)).collect();
         let expect = |offset| match offset {
             0 => Some(Ok(Rule::AT_ENTRY)),
-            1..=3 => Some(Ok(Rule::AFTER_PUSH)),
+            1..=3 => Some(Ok(Rule::after_push(16))),
             4..=16 => Some(Ok(Rule::FRAME_POINTER)),
             17..=19 => None,
             _ => Some(Err(StackEnd::Unsupported)),

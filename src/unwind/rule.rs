@@ -84,15 +84,18 @@ impl Rule {
     };
 
     /// A function just past pushing the caller's frame pointer (x86-64's
-    /// `push rbp`) or its frame record (aarch64's `stp x29, x30, [sp, #-16]!`):
-    /// the return address one word above the saved frame pointer, which is
-    /// the top word.
-    pub(crate) const AFTER_PUSH: Rule = Rule {
-        base: Base::Sp,
-        offset: 16,
-        ra: Ra::At(-8),
-        fp: Saved::At(-16),
-    };
+    /// `push rbp`) or its frame record (aarch64's
+    /// `stp x29, x30, [sp, #-frame]!`): the return address one word above
+    /// the saved frame pointer, which is the top word, and the caller's
+    /// stack pointer `frame` bytes up.
+    pub(crate) const fn after_push(frame: i32) -> Rule {
+        Rule {
+            base: Base::Sp,
+            offset: frame,
+            ra: Ra::At(8 - frame),
+            fp: Saved::At(-frame),
+        }
+    }
 
     /// The rule a CFI row gives, if the handler can apply it.
     /// `ra_undefined`: its CFI set the return address column undefined

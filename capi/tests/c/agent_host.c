@@ -21,10 +21,10 @@
 typedef uint32_t (*leaf_fn)(uint32_t iterations);
 
 /* A leaf that calls both probes itself, as tier-0 code does, then counts
- * down `iterations` inside a frame (arch.h). */
-static size_t leaf_code(uint8_t *out, uint32_t id, const jitmap_probe_context *context,
-                        const jitmap_counter_cell *cell) {
-    return arch_leaf_code(out, id, (uint64_t)(uintptr_t)context,
+ * down `iterations` inside a frame of `frame` bytes (arch.h). */
+static size_t leaf_code(uint8_t *out, uint32_t id, uint32_t frame,
+                        const jitmap_probe_context *context, const jitmap_counter_cell *cell) {
+    return arch_leaf_code(out, id, frame, (uint64_t)(uintptr_t)context,
                           (uint64_t)(uintptr_t)&jitmap_probe_enter, (uint64_t)(uintptr_t)cell,
                           (uint64_t)(uintptr_t)&jitmap_probe_count);
 }
@@ -84,7 +84,9 @@ int main(int argc, char **argv) {
     jitmap_code codes[3];
     for (uint32_t i = 0; i < 3; i++) {
         uint8_t code[128];
-        size_t size = leaf_code(code, i + 1, context, cells[i]);
+        /* leaf_2x's frame is 80 bytes, the others' 32: on aarch64 the
+         * record is at the bottom of each, as GCC puts it. */
+        size_t size = leaf_code(code, i + 1, i == 1 ? 80 : 32, context, cells[i]);
         jitmap_reservation *r;
         uint8_t *write;
         CHECK(jitmap_heap_reserve(heap, size, 0, &r, &write));

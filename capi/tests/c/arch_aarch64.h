@@ -57,17 +57,20 @@ static inline int arch_method_id(const uint8_t *start, uint32_t *id) {
 }
 
 /* A leaf that calls enter(context, id) and count(cell), then counts down
- * its argument inside a frame record and returns id:
- *   stp x29, x30, [sp, #-32]!; mov x29, sp; str x0, [sp, #16]
+ * its argument inside a frame of `frame` bytes (a multiple of 16, 32 to
+ * 512) whose record is at its bottom, as GCC and Clang lay one out:
+ *   stp x29, x30, [sp, #-frame]!; mov x29, sp; str x0, [sp, #16]
  *   ldr x0, =context; mov w1, id; ldr x16, =enter; blr x16
  *   ldr x0, =cell; ldr x16, =count; blr x16
  *   ldr x9, [sp, #16]; 1: subs w9, w9, #1; b.ne 1b
- *   mov w0, id; ldp x29, x30, [sp], #32; ret
+ *   mov w0, id; ldp x29, x30, [sp], #frame; ret
  * then the four literals. */
-static inline size_t arch_leaf_code(uint8_t *out, uint32_t id, uint64_t context, uint64_t enter,
-                             uint64_t cell, uint64_t count) {
+static inline size_t arch_leaf_code(uint8_t *out, uint32_t id, uint32_t frame, uint64_t context,
+                                    uint64_t enter, uint64_t cell, uint64_t count) {
     const size_t literals = 72; /* after the 18 instructions, 8-aligned */
-    size_t i = arch_word(out, 0, 0xA9BE7BFDu);
+    /* The frame in words, as stp's and ldp's signed 7-bit immediate. */
+    const uint32_t words = (frame / 8) & 0x7Fu;
+    size_t i = arch_word(out, 0, 0xA9807BFDu | ((0x80u - words) & 0x7Fu) << 15);
     i = arch_word(out, i, 0x910003FDu);
     i = arch_word(out, i, 0xF9000BE0u);
     i = arch_ldr_literal(out, i, 0, literals);
@@ -81,7 +84,7 @@ static inline size_t arch_leaf_code(uint8_t *out, uint32_t id, uint64_t context,
     i = arch_word(out, i, ARCH_SUBS_W9_1);
     i = arch_word(out, i, ARCH_BNE_BACK_1);
     i = arch_mov32(out, i, 0, id);
-    i = arch_word(out, i, 0xA8C27BFDu); /* ldp x29, x30, [sp], #32 */
+    i = arch_word(out, i, 0xA8C07BFDu | words << 15); /* ldp x29, x30, [sp], #frame */
     i = arch_word(out, i, ARCH_RET);
     memcpy(out + i, &context, 8);
     memcpy(out + i + 8, &enter, 8);

@@ -41,8 +41,12 @@ static inline int arch_method_id(const uint8_t *start, uint32_t *id) {
  *   mov rdi, context; mov esi, id; mov rax, enter; call rax
  *   mov rdi, cell; mov rax, count; call rax
  *   add rsp, 8; pop rcx; 1: dec ecx; jnz 1b; mov eax, id; pop rbp; ret */
-static inline size_t arch_leaf_code(uint8_t *out, uint32_t id, uint64_t context, uint64_t enter,
-                             uint64_t cell, uint64_t count) {
+static inline size_t arch_leaf_code(uint8_t *out, uint32_t id, uint32_t frame_bytes,
+                                    uint64_t context, uint64_t enter, uint64_t cell,
+                                    uint64_t count) {
+    /* push rbp puts the record at the top of every x86-64 frame: its size
+     * changes nothing a walk reads. */
+    (void)frame_bytes;
     const uint8_t frame[] = {0x55, 0x48, 0x89, 0xE5, 0x57, 0x48, 0x83, 0xEC, 0x08};
     const uint8_t mov_rdi[] = {0x48, 0xBF}, mov_esi = 0xBE, mov_rax[] = {0x48, 0xB8};
     const uint8_t call_rax[] = {0xFF, 0xD0};
