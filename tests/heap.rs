@@ -474,3 +474,68 @@ fn stats_track_commit_and_use() {
         (0, 120, 0, 0)
     );
 }
+
+/// Issue 67, item 2: a JIT reserves an upper bound and learns the code's
+/// size at the end. `shrink_to` gives the tail back before the publish:
+/// the heap then holds what a reservation of the final size would, lookups
+/// past the code find nothing (they named the method through the whole
+/// reservation), and the next block is placed in the tail.
+#[test]
+fn a_reservation_shrunk_to_its_code_gives_the_tail_back() {
+    const BOUND: u64 = 64 << 10;
+    for version in VERSIONS {
+        for mode in MODES {
+            let (domain, heap) = heap(version, mode, 1 << 20);
+            let (_, exact) = self::heap(version, mode, 1 << 20);
+            exact
+                .reserve(100)
+                .unwrap()
+                .publish(CodeInfo::new(1, "exact", JitKind::Optimized))
+                .unwrap();
+            let mut r = heap.reserve(BOUND).unwrap();
+            r.code_mut().fill(0xCC);
+            let before = usage(&heap);
+            for refused in [0, BOUND + 1] {
+                assert_eq!(
+                    r.shrink_to(refused),
+                    Err(HeapError::BeyondReservation {
+                        size: refused,
+                        reserved: BOUND
+                    })
+                );
+            }
+            assert_eq!(usage(&heap), before, "{mode:?}: refused, unchanged");
+            r.shrink_to(100).unwrap();
+            assert_eq!((r.len(), r.code_mut().len()), (100, 100));
+            assert!(r.code_mut().iter().all(|&b| b == 0xCC));
+            let code = r
+                .publish(CodeInfo::new(1, "shrunk", JitKind::Optimized))
+                .unwrap();
+            assert_eq!(code.size(), 100);
+            assert_eq!(usage(&heap), usage(&exact), "{version:?} {mode:?}");
+            let reader = domain.register().unwrap();
+            let guard = reader.pin().unwrap();
+            let start = code.start();
+            for offset in [0, 50, 99] {
+                assert_eq!(
+                    method_of(heap.find(&guard, start + offset).unwrap()),
+                    Some((start, offset as u64, 1)),
+                    "{version:?} {mode:?}"
+                );
+            }
+            for offset in [100, 101, 4095, BOUND as usize - 1] {
+                assert_eq!(
+                    method_of(heap.find(&guard, start + offset).unwrap()),
+                    None,
+                    "{version:?} {mode:?}: {offset}"
+                );
+            }
+            let next = method(&heap, 2, 100);
+            assert!(
+                next.start() < start + BOUND as usize,
+                "{version:?} {mode:?}: {:#x} after {start:#x}",
+                next.start()
+            );
+        }
+    }
+}

@@ -728,6 +728,20 @@ enum jitmap_status jitmap_reservation_code(struct jitmap_reservation *reservatio
                                            uintptr_t *address,
                                            uint64_t *len);
 
+// Sets a reservation's final code size, `size` bytes of those reserved,
+// and gives the space past it back to the heap at once: for a JIT that
+// reserves an upper bound and learns the code's size when it has emitted
+// it. Lookups then end with the code, not with the reservation. The bytes
+// kept, and the write pointer, are unchanged. 0, or more than the
+// reservation holds, is refused (`JITMAP_STATUS_BAD_ARGUMENT`), with
+// nothing changed.
+//
+// Not async-signal-safe.
+//
+// # Safety
+// None beyond a handle from this library (any value is checked).
+enum jitmap_status jitmap_reservation_shrink(struct jitmap_reservation *reservation, uint64_t size);
+
 // Publishes a reservation as a method: from now on every lookup finds it.
 // Destroys the reservation handle. Any refusal leaves the reservation
 // pending, its bytes as written: a refused info

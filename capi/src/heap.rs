@@ -264,6 +264,30 @@ pub unsafe extern "C" fn jitmap_reservation_code(
     })
 }
 
+/// Sets a reservation's final code size, `size` bytes of those reserved,
+/// and gives the space past it back to the heap at once: for a JIT that
+/// reserves an upper bound and learns the code's size when it has emitted
+/// it. Lookups then end with the code, not with the reservation. The bytes
+/// kept, and the write pointer, are unchanged. 0, or more than the
+/// reservation holds, is refused (`JITMAP_STATUS_BAD_ARGUMENT`), with
+/// nothing changed.
+///
+/// Not async-signal-safe.
+///
+/// # Safety
+/// None beyond a handle from this library (any value is checked).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn jitmap_reservation_shrink(
+    reservation: *mut jitmap_reservation,
+    size: u64,
+) -> jitmap_status {
+    call(|| {
+        let mut r = self::reservation(reservation)?;
+        pending(r.get_mut())?.shrink_to(size)?;
+        Ok(())
+    })
+}
+
 /// The method info `c` describes, checked against `size` bytes of code if
 /// given (publish checks it again; a caller whose reservation must outlive
 /// a refusal checks first).

@@ -184,6 +184,7 @@ impl From<HeapError> for jitmap_status {
             HeapError::PositionDependent { .. } => JITMAP_STATUS_POSITION_DEPENDENT,
             HeapError::NotPatchable { .. } => JITMAP_STATUS_NOT_PATCHABLE,
             HeapError::OutsideBlock { .. } => JITMAP_STATUS_BAD_ARGUMENT,
+            HeapError::BeyondReservation { .. } => JITMAP_STATUS_BAD_ARGUMENT,
             // A map refusal or a foreign guard is an invariant of the heap
             // the C API cannot break.
             _ => JITMAP_STATUS_INTERNAL,

@@ -104,6 +104,13 @@ pub enum HeapError {
         /// The block's size.
         size: u64,
     },
+    /// A reservation cannot grow: its final size is 1 to its reserved size.
+    BeyondReservation {
+        /// The size asked for.
+        size: u64,
+        /// The reservation's size.
+        reserved: u64,
+    },
     /// The heap keeps no writable alias of published code (flip mode).
     NotPatchable {
         /// Address of the block's first code byte.
@@ -172,6 +179,10 @@ impl fmt::Display for HeapError {
             } => write!(
                 f,
                 "bytes {begin}..{end} are not inside the block at {start:#x} ({size} bytes)"
+            ),
+            Self::BeyondReservation { size, reserved } => write!(
+                f,
+                "a final size of {size} bytes is not within the reservation's 1..={reserved}"
             ),
         }
     }
@@ -262,6 +273,11 @@ impl fmt::Debug for HeapError {
                 .field("begin", &begin)
                 .field("end", &end)
                 .field("size", &size)
+                .finish(),
+            Self::BeyondReservation { size, reserved } => f
+                .debug_struct("BeyondReservation")
+                .field("size", &size)
+                .field("reserved", &reserved)
                 .finish(),
         }
     }

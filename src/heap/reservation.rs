@@ -45,6 +45,48 @@ impl<'h> Reservation<'h> {
         }
     }
 
+    /// Sets the code's final size, `size` bytes of the `len()` reserved, and
+    /// gives the space past it back to the heap at once: a JIT that reserves
+    /// an upper bound learns the real size only when it has emitted the
+    /// code, and lookups past the end would otherwise still name the method.
+    /// The bytes kept are unchanged. Refused, with nothing changed, for 0 or
+    /// more than the reservation.
+    ///
+    /// ```
+    /// use jitmap::{CodeHeap, CodeInfo, Domain, HeapConfig, HeapError, JitKind};
+    ///
+    /// let heap = CodeHeap::new(HeapConfig::default(), &Domain::new(2)).unwrap();
+    /// let mut r = heap.reserve(4096).unwrap();
+    /// r.code_mut()[..3].copy_from_slice(&[0x90, 0x90, 0xC3]);
+    /// let free = heap.stats().free;
+    /// r.shrink_to(3).unwrap();
+    /// assert_eq!(r.len(), 3);
+    /// assert!(heap.stats().free > free + 4000);
+    /// assert_eq!(r.shrink_to(4), Err(HeapError::BeyondReservation { size: 4, reserved: 3 }));
+    /// let code = r.publish(CodeInfo::new(1, "f", JitKind::Optimized)).unwrap();
+    /// assert_eq!(code.size(), 3);
+    /// ```
+    pub fn shrink_to(&mut self, size: u64) -> Result<(), HeapError> {
+        if size == 0 || size > self.size {
+            return Err(HeapError::BeyondReservation {
+                size,
+                reserved: self.size,
+            });
+        }
+        let mut w = self.heap.writer.lock();
+        // The extent follows from the start and the size taken (the code
+        // and the room after it): the same start gives the same beginning,
+        // and a smaller size an end no later.
+        let extent = w.free.extent_of(self.start, size + self.heap.unwind_room);
+        if extent.end < self.extent.end {
+            w.free.release(extent.end..self.extent.end);
+        }
+        drop(w);
+        self.extent = extent;
+        self.size = size;
+        Ok(())
+    }
+
     /// Publishes the code as a method. Only now can readers find it. On error the
     /// space is given back, as by `abort`.
     pub fn publish(self, info: CodeInfo) -> Result<CodeRef, HeapError> {

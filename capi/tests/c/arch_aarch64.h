@@ -92,3 +92,39 @@ static inline size_t arch_leaf_code(uint8_t *out, uint32_t id, uint32_t frame, u
     memcpy(out + i + 24, &count, 8);
     return i + 32;
 }
+
+/* What a JIT rewrites in finished code: a constant and a jump target.
+ * movz w0, #lo; movk w0, #hi, lsl 16; b target (code that runs at `at`). */
+#define ARCH_CONST_JUMP_LEN 12
+static inline uint32_t arch_branch(uintptr_t from, uintptr_t target) {
+    return 0x14000000u | ((uint32_t)((int64_t)(target - from) >> 2) & 0x03FFFFFFu);
+}
+
+static inline size_t arch_const_jump(uint8_t *out, uintptr_t at, uint32_t value,
+                                     uintptr_t target) {
+    size_t i = arch_mov32(out, 0, 0, value);
+    return arch_word(out, i, arch_branch(at + 8, target));
+}
+
+/* The constant's words in arch_const_jump's code, rewritten in place:
+ * (offset, length) for make_visible. */
+static inline void arch_set_const(uint8_t *code, uint32_t value, uint64_t *offset,
+                                  uint64_t *len) {
+    arch_mov32(code, 0, 0, value);
+    *offset = 0;
+    *len = 8;
+}
+
+/* The branch's target, rewritten in place. */
+static inline void arch_set_jump(uint8_t *code, uintptr_t at, uintptr_t target,
+                                 uint64_t *offset, uint64_t *len) {
+    arch_word(code, 8, arch_branch(at + 8, target));
+    *offset = 8;
+    *len = 4;
+}
+
+/* add w0, w0, #n (n < 4096); ret. */
+static inline size_t arch_add_ret(uint8_t *out, uint32_t n) {
+    size_t i = arch_word(out, 0, 0x11000000u | (n & 0xFFFu) << 10);
+    return arch_word(out, i, ARCH_RET);
+}

@@ -69,3 +69,42 @@ static inline size_t arch_leaf_code(uint8_t *out, uint32_t id, uint32_t frame_by
     i = arch_put(out, i, &id, 4);
     return arch_put(out, i, epilogue, sizeof epilogue);
 }
+
+/* What a JIT rewrites in finished code: a constant and a jump target.
+ * mov eax, value; jmp rel32 target (code that runs at `at`). */
+#define ARCH_CONST_JUMP_LEN 10
+static inline size_t arch_const_jump(uint8_t *out, uintptr_t at, uint32_t value,
+                                     uintptr_t target) {
+    int32_t rel = (int32_t)(target - (at + ARCH_CONST_JUMP_LEN));
+    out[0] = 0xB8;
+    memcpy(out + 1, &value, 4);
+    out[5] = 0xE9;
+    memcpy(out + 6, &rel, 4);
+    return ARCH_CONST_JUMP_LEN;
+}
+
+/* The constant's bytes in arch_const_jump's code, rewritten in place:
+ * (offset, length) for make_visible. */
+static inline void arch_set_const(uint8_t *code, uint32_t value, uint64_t *offset,
+                                  uint64_t *len) {
+    memcpy(code + 1, &value, 4);
+    *offset = 1;
+    *len = 4;
+}
+
+/* The jump's target, rewritten in place. */
+static inline void arch_set_jump(uint8_t *code, uintptr_t at, uintptr_t target,
+                                 uint64_t *offset, uint64_t *len) {
+    int32_t rel = (int32_t)(target - (at + ARCH_CONST_JUMP_LEN));
+    memcpy(code + 6, &rel, 4);
+    *offset = 6;
+    *len = 4;
+}
+
+/* add eax, n; ret. */
+static inline size_t arch_add_ret(uint8_t *out, uint32_t n) {
+    out[0] = 0x05;
+    memcpy(out + 1, &n, 4);
+    out[5] = 0xC3;
+    return 6;
+}
