@@ -220,7 +220,7 @@ fn samples_in_a_plt_entry_keep_their_callers() {
     );
 }
 
-/// Issue 67, item 7: `-z pac-plt` (and BTI with it) makes 24-byte entries, which the
+/// Issue 67, item 7: `-z pac-plt`, and BTI in an executable, make 24-byte entries, which the
 /// linker does not record; they were cut into 16-byte pieces from the
 /// section's start, so that names landed 8 bytes early and a sample on an
 /// entry's `br x17` took the next entry's name. Each entry is now named
@@ -234,19 +234,31 @@ fn plt_entries_of_24_bytes_are_named_whole() {
         &source,
         "#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n\
          int lib_entry(const char *s) { char b[64]; strncpy(b, s, 63); b[63] = 0;\n\
-         puts(b); return (int)strlen(b) + abs(atoi(s)); }\n",
+         puts(b); return (int)strlen(b) + abs(atoi(s)); }\n\
+         int main(int argc, char **argv) { return lib_entry(argv[argc - 1]); }\n",
     )
     .unwrap();
+    // PAC entries (`autia1716` before the branch) in shared objects; BTI
+    // entries (`bti c` first) in an executable that is not
+    // position-independent (GNU ld gives shared objects 16-byte BTI
+    // entries).
     for flags in [
-        &["-Wl,-z,pac-plt"][..],
+        &["-shared", "-fPIC", "-Wl,-z,pac-plt"][..],
         &[
+            "-shared",
+            "-fPIC",
             "-mbranch-protection=standard",
             "-Wl,-z,force-bti,-z,pac-plt",
+        ],
+        &[
+            "-no-pie",
+            "-mbranch-protection=standard",
+            "-Wl,-z,force-bti",
         ],
     ] {
         let object = dir.join("lib.so");
         let out = Command::new(binutil("gcc"))
-            .args(["-O1", "-shared", "-fPIC"])
+            .arg("-O1")
             .args(flags)
             .arg(&source)
             .arg("-o")

@@ -258,18 +258,16 @@ fn agent_host(build: Build) {
     // stacks, `_start;__libc_start_main_impl;__libc_start_call_main;main;leaf`
     // (issue 67, item 3: on aarch64 the leaves' frames, 32 and 80 bytes
     // with the record at the bottom, put main's stack pointer 16 and 64
-    // bytes low, and main's caller was read from the wrong slot). The
-    // cross toolchain's libc has no local symbols: there
-    // `__libc_start_call_main`, a static function, is an address, and
-    // `__libc_start_main_impl` is named by its exported alias.
+    // bytes low, and main's caller was read from the wrong slot). A libc
+    // without its local symbols (no `libc6-dbg`; the cross toolchain's)
+    // names `__libc_start_call_main`, a static function, by its address,
+    // and `__libc_start_main_impl` by its exported alias.
     let whole = |stack: &str, leaf: &str| {
         let frames: Vec<&str> = stack.split(';').collect();
         frames.len() == 5
             && frames[0] == "_start"
             && (frames[1..3] == ["__libc_start_main_impl", "__libc_start_call_main"]
-                || cfg!(target_arch = "aarch64")
-                    && frames[1] == "__libc_start_main"
-                    && frames[2].starts_with("0x"))
+                || frames[1] == "__libc_start_main" && frames[2].starts_with("0x"))
             && frames[3..] == ["main", leaf]
     };
     let folded = std::fs::read_to_string(out.join("folded.txt")).unwrap();

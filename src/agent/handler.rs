@@ -356,6 +356,9 @@ pub(super) unsafe fn walk_mixed(
         let at = lookup_address(regs.pc, is_return);
         let (frame, code) = classify(guard, regs.pc, at);
         *slot = frame;
+        // Whether this frame is stepped by the frame-pointer convention
+        // alone (no CFI says where its caller's stack pointer is).
+        let mut by_convention = false;
         let rule = match (frame.kind, code) {
             (FrameKind::Native, _) => {
                 let rule = match (modules, rules) {
@@ -383,7 +386,10 @@ pub(super) unsafe fn walk_mixed(
                     // the CFA by rbp, which already holds the caller's frame.
                     LeafState::AtEntry => Ok(Rule::AT_ENTRY),
                     _ => unwind::rows::rule_at(code.block.unwind_rows(), at - code.block.start())
-                        .unwrap_or(Ok(leaf_rule(state))),
+                        .unwrap_or_else(|| {
+                            by_convention = state == LeafState::Settled;
+                            Ok(leaf_rule(state))
+                        }),
                 }
             }
             // A leaf in a stub that pushes no frame: its caller's return
@@ -393,11 +399,14 @@ pub(super) unsafe fn walk_mixed(
             }
             // Other stubs, image methods and unattributed code keep frame
             // pointers or are stepped as if they did.
-            (_, None) => Ok(Rule::FRAME_POINTER),
+            (_, None) => {
+                by_convention = true;
+                Ok(Rule::FRAME_POINTER)
+            }
         };
         let rule = rule.map(|rule| {
             let guessed = sp_guessed;
-            sp_guessed = !arch::FRAME_RECORD_AT_TOP && rule == Rule::FRAME_POINTER;
+            sp_guessed = !arch::FRAME_RECORD_AT_TOP && by_convention;
             if guessed {
                 by_frame_record(rule, regs)
             } else {
@@ -480,11 +489,20 @@ pub(super) fn walk_frame_pointers(
 /// which GCC, Clang and .NET on aarch64 put at its bottom): a rule based on
 /// the stack pointer that saves the frame pointer is rebased on the frame
 /// pointer, which points at that saved word (AAPCS64's frame chain), so
-/// that the CFA is the frame pointer less the save's offset. Other rules
-/// keep the guess.
+/// that the CFA is the frame pointer less the save's offset. The guess is
+/// the lowest the stack pointer can be (a record at the top); a rebased
+/// CFA below what the rule gives from it comes from a frame pointer that
+/// is no record's (code that uses x29 as any register), and the guess is
+/// kept. Other rules keep the guess too.
 fn by_frame_record(rule: Rule, regs: Regs) -> Rule {
-    match (rule.base, rule.fp, regs.fp) {
-        (unwind::Base::Sp, unwind::Saved::At(saved), Some(_)) => Rule {
+    let (unwind::Base::Sp, unwind::Saved::At(saved), Some(fp)) = (rule.base, rule.fp, regs.fp)
+    else {
+        return rule;
+    };
+    let guessed = regs.sp.checked_add_signed(rule.offset as isize);
+    let rebased = fp.checked_add_signed(-(saved as isize));
+    match (guessed, rebased) {
+        (Some(guessed), Some(rebased)) if rebased >= guessed => Rule {
             base: unwind::Base::Fp,
             offset: -saved,
             ..rule
@@ -649,6 +667,54 @@ mod tests {
                 r.dropped_periods()
             ),
             (4, 1, 3, 8)
+        );
+    }
+
+    // Issue 67, item 3: a caller stepped after a frame that only the
+    // frame-pointer convention placed takes its CFA from its own frame
+    // record, where that record can be one.
+    #[test]
+    fn a_guessed_stack_pointer_gives_way_to_the_callers_frame_record() {
+        use crate::unwind::{Base, Ra, Saved};
+        // GCC's caller: `stp x29, x30, [sp, #-48]!; mov x29, sp`, its CFI
+        // CFA = sp + 48, x29 at CFA - 48, x30 at CFA - 40.
+        let gcc = Rule {
+            base: Base::Sp,
+            offset: 48,
+            ra: Ra::At(-40),
+            fp: Saved::At(-48),
+        };
+        // The guess put sp 16 above the callee's record; the caller's
+        // record is 0x40 higher.
+        let regs = |fp| Regs {
+            pc: 0x1000,
+            sp: 0x8010,
+            fp,
+            lr: None,
+        };
+        assert_eq!(
+            by_frame_record(gcc, regs(Some(0x8040))),
+            Rule {
+                base: Base::Fp,
+                offset: 48,
+                ..gcc
+            }
+        );
+        // A record right at the guess (the callee's record at its top):
+        // the same CFA either way.
+        assert_eq!(by_frame_record(gcc, regs(Some(0x8010))).base, Base::Fp);
+        // x29 below the guess is no record of this caller's: the guess.
+        assert_eq!(by_frame_record(gcc, regs(Some(5))), gcc);
+        assert_eq!(by_frame_record(gcc, regs(None)), gcc);
+        // A caller that saves no frame pointer, or places its CFA by it.
+        let leafish = Rule {
+            fp: Saved::Same,
+            ..gcc
+        };
+        assert_eq!(by_frame_record(leafish, regs(Some(0x8040))), leafish);
+        assert_eq!(
+            by_frame_record(Rule::FRAME_POINTER, regs(Some(0x8040))),
+            Rule::FRAME_POINTER
         );
     }
 }

@@ -107,6 +107,12 @@ fn pushed_frame(word: u32) -> Option<i32> {
 /// `bl` leaves the return address in x30.
 pub(crate) const RETURN_ADDRESS_IN_LINK_REGISTER: bool = true;
 
+/// Every return to user space, from an interrupt or a system call, is an
+/// exception return (`eret`), which is context synchronizing: any
+/// membarrier that interrupts a thread's CPU, or waits for it to pass
+/// through the kernel, serializes its instruction stream.
+pub(crate) const EXCEPTION_RETURN_SYNCHRONIZES: bool = true;
+
 /// GCC, Clang and .NET push the frame record at the bottom of the frame
 /// (`stp x29, x30, [sp, #-80]!; mov x29, sp`), Cranelift at its top: the
 /// caller's stack pointer is x29 + 16 only in the latter, so a frame

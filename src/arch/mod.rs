@@ -29,6 +29,8 @@
 //! - `ELF_MACHINE`: the ELF `e_machine` of the host (jitdump, GDB's objects);
 //! - `ticks()`: a cycle or timer counter readable in one instruction, and
 //!   `tick_rate()`: its frequency where the architecture reports one;
+//! - `EXCEPTION_RETURN_SYNCHRONIZES`: whether every return to user space
+//!   serializes the instruction stream (membarrier's fallbacks);
 //! - `FRAME_RECORD_AT_TOP`: whether every frame record is at the top of its
 //!   frame, so that the caller's stack pointer is two words above it;
 //! - `PLT_ENTRY`, `plt_push_offset(expression)` and `plt_slot(entry, addr)`:

@@ -61,6 +61,11 @@ pub(crate) unsafe fn leaf_state(pc: usize, start: usize, offset: usize) -> LeafS
 /// `call` pushes the return address.
 pub(crate) const RETURN_ADDRESS_IN_LINK_REGISTER: bool = false;
 
+/// A return to user space by `sysret` (from a system call) is not
+/// serializing, unlike `iret`: only membarrier's `SYNC_CORE` serializes
+/// every thread.
+pub(crate) const EXCEPTION_RETURN_SYNCHRONIZES: bool = false;
+
 /// `push rbp; mov rbp, rsp` puts the frame record at the top of every
 /// frame: the caller's stack pointer is always rbp + 16.
 pub(crate) const FRAME_RECORD_AT_TOP: bool = true;

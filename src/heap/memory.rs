@@ -48,7 +48,7 @@ unsafe impl Sync for CodeMemory {}
 
 impl CodeMemory {
     /// Reserves `span` bytes (a multiple of the page size) with no access yet. With
-    /// `huge`, an RWX reservation is 2 MiB-aligned and advised for huge pages
+    /// `huge`, an RWX reservation is aligned to a huge page and advised for them
     /// (a memfd's pages follow the system's shmem policy instead).
     pub(crate) fn reserve(span: usize, mode: MemoryMode, huge: bool) -> io::Result<Self> {
         match mode {
@@ -199,13 +199,15 @@ fn random_hint(span: usize) -> *mut libc::c_void {
     hint_below(u64::from_ne_bytes(bytes), span, user_address_bits()) as *mut libc::c_void
 }
 
-/// The bits of this process's user addresses: those of its stack, which the
-/// kernel puts at the top of user space. 47 on x86-64 with 4-level page
-/// tables, 48 on aarch64 with 48-bit addresses, 39 or 42 on the aarch64
-/// kernels of small boards.
+/// The bits of this process's user addresses: those of its first stack,
+/// which the kernel puts at the top of user space (the auxiliary vector's
+/// `AT_RANDOM` bytes are on it, whatever stack the calling thread runs on).
+/// 47 on x86-64 with 4-level page tables, 48 on aarch64 with 48-bit
+/// addresses, 39 or 42 on the aarch64 kernels of small boards.
 fn user_address_bits() -> u32 {
-    let local = 0u8;
-    usize::BITS - (&raw const local as usize).leading_zeros()
+    // SAFETY: getauxval has no preconditions; 0 where the entry is absent.
+    let on_stack = unsafe { libc::getauxval(libc::AT_RANDOM) } as usize;
+    usize::BITS - on_stack.leading_zeros()
 }
 
 /// A 64 KiB-aligned address from `random` where `span` bytes fit between
@@ -243,6 +245,8 @@ fn map_shared(fd: &OwnedFd, span: usize, hint: *mut libc::c_void) -> io::Result<
 /// `membarrier` commands (linux/membarrier.h).
 const MEMBARRIER_CMD_QUERY: libc::c_long = 0;
 const MEMBARRIER_CMD_GLOBAL: libc::c_long = 1;
+const MEMBARRIER_CMD_PRIVATE_EXPEDITED: libc::c_long = 1 << 3;
+const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED: libc::c_long = 1 << 4;
 const MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE: libc::c_long = 1 << 5;
 const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE: libc::c_long = 1 << 6;
 
@@ -260,37 +264,42 @@ fn membarrier(cmd: libc::c_long) -> io::Result<libc::c_long> {
 /// How this process makes every other core serialize its instruction stream
 /// after code that ran was rewritten ([`core_sync`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum CoreSync {
-    /// `MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE` (Linux 4.16, and 5.3 on
-    /// x86-64): an interrupt to each CPU that runs one of this process's
-    /// threads, and a serializing return to user space for the others.
-    /// Microseconds.
+    /// `MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE` (Linux 4.16): an
+    /// interrupt to each CPU that runs one of this process's threads, and a
+    /// core-serializing return to user space for every thread. Microseconds.
     Expedited,
-    /// `MEMBARRIER_CMD_GLOBAL` (Linux 4.3): used when the kernel, or a
-    /// seccomp filter, refuses the expedited command. It returns once every
-    /// CPU has passed through a quiescent state, which is a context switch,
-    /// an interrupt taken from user space or idle; each returns to user
-    /// space through an exception return, which is context-synchronizing on
-    /// aarch64 and serializing (`iret`) on x86-64. Milliseconds. A CPU
-    /// isolated with `nohz_full` that runs user code without a tick is in
-    /// an extended quiescent state and is not interrupted: this fallback
-    /// does not serialize it.
+    /// aarch64 only, where the kernel (before 4.16) or a seccomp policy
+    /// refuses the first: `MEMBARRIER_CMD_PRIVATE_EXPEDITED` (Linux 4.14),
+    /// the same interrupts. On aarch64 every return to user space, from an
+    /// interrupt or a system call, is an exception return, which is context
+    /// synchronizing: what the sync needs. Microseconds.
+    PrivateExpedited,
+    /// aarch64 only, where both are refused: `MEMBARRIER_CMD_GLOBAL`
+    /// (Linux 4.3), which returns once every CPU has passed through a
+    /// quiescent state (a context switch, an interrupt from user space, or
+    /// idle), each left through an exception return. Milliseconds: every
+    /// publish outside flip mode pays it, under the heap's lock.
     Global,
 }
 
-/// The way this process syncs cores, chosen on the first call that succeeds:
-/// the expedited membarrier, registered once; if the kernel or a seccomp
-/// filter refuses its registration, the global membarrier, when the
-/// kernel's `MEMBARRIER_CMD_QUERY` lists it. A failure is not remembered:
-/// the next call tries again (a refusal used to be kept for the life of the
-/// process, and every later patch, and on aarch64 every publish into reused
-/// space, failed with it).
+/// The way this process syncs cores, chosen on the first call that succeeds
+/// ([`choose`]). A failure is not remembered: the next call tries again (a
+/// refusal used to be kept for the life of the process, and every later
+/// patch, and on aarch64 every publish into reused space, failed with it).
+/// On x86-64 only the core-serializing command will do: a thread that
+/// returns from a system call by `sysret` is not serialized by the others
+/// (the reason Linux 4.16 added it), so without it patches are refused.
 ///
 /// ```
 /// use jitmap::heap::{CoreSync, core_sync};
 ///
-/// // Any Linux since 4.16 answers the expedited way.
-/// assert_eq!(core_sync(), Ok(CoreSync::Expedited));
+/// match core_sync() {
+///     Ok(CoreSync::Expedited) => println!("microseconds a sync"),
+///     Ok(other) => println!("{other:?}: an older aarch64 kernel, or a seccomp policy"),
+///     Err(e) => println!("patches are refused here: {e}"),
+/// }
 /// ```
 pub fn core_sync() -> Result<CoreSync, super::HeapError> {
     sync_cores_ready().map_err(Into::into)
@@ -302,15 +311,32 @@ pub(crate) fn sync_cores_ready() -> io::Result<CoreSync> {
     if let Some(how) = CHOSEN.get() {
         return Ok(*how);
     }
-    let how = match membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE) {
-        Ok(_) => CoreSync::Expedited,
-        Err(refused) => match membarrier(MEMBARRIER_CMD_QUERY) {
-            Ok(commands) if commands & MEMBARRIER_CMD_GLOBAL != 0 => CoreSync::Global,
-            // The registration's errno says more than the query's.
-            _ => return Err(refused),
-        },
-    };
+    let how = choose(crate::arch::EXCEPTION_RETURN_SYNCHRONIZES, membarrier)?;
     Ok(*CHOSEN.get_or_init(|| how))
+}
+
+/// The first way `call` (the `membarrier` system call) grants: the
+/// core-serializing command, registered; then, where every return to user
+/// space synchronizes (`fallbacks`: aarch64), the plain expedited one,
+/// registered, and the global one if the kernel's query lists it. The
+/// registration's errno if none is granted.
+fn choose(
+    fallbacks: bool,
+    call: impl Fn(libc::c_long) -> io::Result<libc::c_long>,
+) -> io::Result<CoreSync> {
+    let refused = match call(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE) {
+        Ok(_) => return Ok(CoreSync::Expedited),
+        Err(refused) if !fallbacks => return Err(refused),
+        Err(refused) => refused,
+    };
+    if call(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED).is_ok() {
+        return Ok(CoreSync::PrivateExpedited);
+    }
+    match call(MEMBARRIER_CMD_QUERY) {
+        Ok(commands) if commands & MEMBARRIER_CMD_GLOBAL != 0 => Ok(CoreSync::Global),
+        // The first registration's errno says most.
+        _ => Err(refused),
+    }
 }
 
 /// Makes every other thread of the process execute a core-serializing
@@ -320,6 +346,7 @@ pub(crate) fn sync_cores_ready() -> io::Result<CoreSync> {
 pub(crate) fn sync_cores(how: CoreSync) -> io::Result<()> {
     membarrier(match how {
         CoreSync::Expedited => MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE,
+        CoreSync::PrivateExpedited => MEMBARRIER_CMD_PRIVATE_EXPEDITED,
         CoreSync::Global => MEMBARRIER_CMD_GLOBAL,
     })
     .map(drop)
@@ -368,5 +395,41 @@ mod tests {
         // with 4-level tables; qemu-user's guests vary).
         #[cfg(target_arch = "x86_64")]
         assert_eq!(user_address_bits(), 47);
+    }
+
+    // Issue 67, item 5: the fallbacks, as a kernel or a seccomp policy
+    // grants the commands. Registration of SYNC_CORE is 64, of the plain
+    // expedited command 16; the query is 0 and lists GLOBAL as bit 0.
+    #[test]
+    fn the_core_sync_falls_back_where_returns_synchronize() {
+        let kernel = |granted: &'static [libc::c_long], query: libc::c_long| {
+            move |cmd: libc::c_long| match cmd {
+                0 => Ok(query),
+                cmd if granted.contains(&cmd) => Ok(0),
+                _ => Err(io::Error::from_raw_os_error(libc::EINVAL)),
+            }
+        };
+        let errno = |r: io::Result<CoreSync>| r.map_err(|e| e.raw_os_error());
+        // A kernel since 4.16: the core-serializing command, on both.
+        for fallbacks in [false, true] {
+            assert_eq!(
+                errno(choose(fallbacks, kernel(&[64, 16], 0x7f))),
+                Ok(CoreSync::Expedited)
+            );
+        }
+        // 4.14 (Amazon Linux 2 on Graviton): the plain expedited command on
+        // aarch64; nothing on x86-64.
+        assert_eq!(
+            errno(choose(true, kernel(&[16], 0x1f))),
+            Ok(CoreSync::PrivateExpedited)
+        );
+        assert_eq!(
+            errno(choose(false, kernel(&[16], 0x1f))),
+            Err(Some(libc::EINVAL))
+        );
+        // Only the global command (4.3 to 4.13).
+        assert_eq!(errno(choose(true, kernel(&[], 1))), Ok(CoreSync::Global));
+        // None at all: the registration's errno.
+        assert_eq!(errno(choose(true, kernel(&[], 0))), Err(Some(libc::EINVAL)));
     }
 }

@@ -132,7 +132,10 @@ pub struct HeapConfig {
     pub align: u64,
     /// Back large heaps and maps with transparent huge pages where the system
     /// allows (RWX mode): fewer TLB misses for lookups of random addresses, at the
-    /// cost of committing memory 2 MiB at a time.
+    /// cost of committing memory a huge page at a time, and a heap of at
+    /// least one huge page: 2 MiB on 4 KiB-page kernels, 32 MiB on 16 KiB
+    /// and 512 MiB on 64 KiB ones (aarch64), where a first write may fault
+    /// in that much. Turn it off for small heaps there.
     pub huge_pages: bool,
     /// Register each method's `.eh_frame` ([`CodeInfo::eh_frame`]) with the
     /// process's unwinder when it is published, so panics, C++ exceptions and
@@ -465,8 +468,8 @@ pub struct CodeHeap {
     id: u64,
     span: u64,
     align: u64,
-    /// Bytes committed at a time: 2 MiB when huge pages back the heap, so a whole
-    /// huge page is accessible when it first faults.
+    /// Bytes committed at a time: a huge page when huge pages back the heap,
+    /// so a whole huge page is accessible when it first faults.
     commit_chunk: u64,
     /// Read side of `map` and `ends`, valid as long as both are (for the heap's life).
     lookup: HeapLookup,

@@ -22,7 +22,8 @@ impl<'h> Reservation<'h> {
         self.heap.base() + self.start as usize
     }
 
-    /// Code size in bytes, as asked of [`CodeHeap::reserve`].
+    /// Code size in bytes: as asked of [`CodeHeap::reserve`], or as set by
+    /// [`Reservation::shrink_to`].
     pub fn len(&self) -> u64 {
         self.size
     }
@@ -49,8 +50,10 @@ impl<'h> Reservation<'h> {
     /// gives the space past it back to the heap at once: a JIT that reserves
     /// an upper bound learns the real size only when it has emitted the
     /// code, and lookups past the end would otherwise still name the method.
-    /// The bytes kept are unchanged. Refused, with nothing changed, for 0 or
-    /// more than the reservation.
+    /// The bytes kept are unchanged; the bytes past `size` are the heap's
+    /// again, and another reservation may take them at once: write none
+    /// through an address kept from before. Refused, with nothing changed,
+    /// for 0 or more than the reservation.
     ///
     /// ```
     /// use jitmap::{CodeHeap, CodeInfo, Domain, HeapConfig, HeapError, JitKind};

@@ -56,7 +56,13 @@ pub(crate) fn evaluate(frame: &[u8], frame_addr: usize) -> Vec<Row> {
             addr: addr as usize,
             rule: Err(StackEnd::Unsupported),
         };
-        let undefined = ra_undefined(&section, &bases, &fde);
+        // (Only where the return address may stay in a register does the
+        // difference between no rule and an undefined one matter.)
+        let undefined = if crate::arch::RETURN_ADDRESS_IN_LINK_REGISTER {
+            ra_undefined(&section, &bases, &fde)
+        } else {
+            Vec::new()
+        };
         match fde.rows(&section, &bases, &mut context) {
             Err(_) => rows.push(unsupported(fde.initial_address())),
             Ok(mut table) => {

@@ -300,6 +300,19 @@ mod tests {
         cie: &[gimli::write::CallFrameInstruction],
         fde: &[(u32, gimli::write::CallFrameInstruction)],
     ) -> Vec<u8> {
+        frame_aligned(1, start, len, pointer, cie, fde)
+    }
+
+    /// [`frame_with`] with a code alignment factor of `factor` (aarch64's
+    /// compilers write 4): the FDE's advances count units of it.
+    fn frame_aligned(
+        factor: u8,
+        start: u64,
+        len: u32,
+        pointer: gimli::DwEhPe,
+        cie: &[gimli::write::CallFrameInstruction],
+        fde: &[(u32, gimli::write::CallFrameInstruction)],
+    ) -> Vec<u8> {
         use gimli::write::{
             Address, CallFrameInstruction, CommonInformationEntry, EhFrame, EndianVec,
             FrameDescriptionEntry, FrameTable,
@@ -309,7 +322,7 @@ mod tests {
             version: 1,
             address_size: 8,
         };
-        let mut c = CommonInformationEntry::new(encoding, 1, -8, crate::arch::DWARF_RA);
+        let mut c = CommonInformationEntry::new(encoding, factor, -8, crate::arch::DWARF_RA);
         c.fde_address_encoding = pointer;
         c.add_instruction(CallFrameInstruction::Cfa(crate::arch::DWARF_SP, 8));
         c.add_instruction(CallFrameInstruction::Offset(crate::arch::DWARF_RA, -8));
@@ -413,23 +426,28 @@ mod tests {
                 .collect()
         };
         let (at, none) = (UnwindRow::RA_AT, UnwindRow::RA_NONE);
-        let in_fde = frame_with(
-            0x1000,
-            32,
-            udata8,
-            &[],
-            &[
-                (4, Undefined(ra)),
-                (8, Restore(ra)),
-                (12, RememberState),
-                (12, Undefined(ra)),
-                (16, RestoreState),
-            ],
-        );
-        assert_eq!(
-            ras(&in_fde),
-            [(0, at), (4, none), (8, at), (12, none), (16, at)]
-        );
+        // With advances of bytes, and of 4-byte units.
+        for factor in [1, 4] {
+            let in_fde = frame_aligned(
+                factor,
+                0x1000,
+                32,
+                udata8,
+                &[],
+                &[
+                    (4, Undefined(ra)),
+                    (8, Restore(ra)),
+                    (12, RememberState),
+                    (12, Undefined(ra)),
+                    (16, RestoreState),
+                ],
+            );
+            assert_eq!(
+                ras(&in_fde),
+                [(0, at), (4, none), (8, at), (12, none), (16, at)],
+                "{factor}"
+            );
+        }
         let in_cie = frame_with(
             0x1000,
             32,

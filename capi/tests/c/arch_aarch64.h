@@ -58,7 +58,8 @@ static inline int arch_method_id(const uint8_t *start, uint32_t *id) {
 
 /* A leaf that calls enter(context, id) and count(cell), then counts down
  * its argument inside a frame of `frame` bytes (a multiple of 16, 32 to
- * 512) whose record is at its bottom, as GCC and Clang lay one out:
+ * 496: ldp's immediate) whose record is at its bottom, as GCC and Clang lay
+ * one out:
  *   stp x29, x30, [sp, #-frame]!; mov x29, sp; str x0, [sp, #16]
  *   ldr x0, =context; mov w1, id; ldr x16, =enter; blr x16
  *   ldr x0, =cell; ldr x16, =count; blr x16
