@@ -732,9 +732,10 @@ enum jitmap_status jitmap_reservation_code(struct jitmap_reservation *reservatio
 // and gives the space past it back to the heap at once: for a JIT that
 // reserves an upper bound and learns the code's size when it has emitted
 // it. Lookups then end with the code, not with the reservation. The bytes
-// kept, and the write pointer, are unchanged. 0, or more than the
-// reservation holds, is refused (`JITMAP_STATUS_BAD_ARGUMENT`), with
-// nothing changed.
+// kept, and the write pointer, are unchanged; the bytes from `size` on are
+// the heap's again, and another reservation may take them at once: write
+// none past `size`. 0, or more than the reservation holds, is refused
+// (`JITMAP_STATUS_BAD_ARGUMENT`), with nothing changed.
 //
 // Not async-signal-safe.
 //
