@@ -47,7 +47,8 @@ impl AnonMap {
     /// a [`huge_page`], the start is aligned to one and the range advised
     /// `MADV_HUGEPAGE` (the kernel may still use small pages).
     pub(crate) fn new(len: usize, protection: region::Protection, huge: bool) -> io::Result<Self> {
-        let huge_page = huge_page();
+        // (The kernel's size is read only for a mapping that may use it.)
+        let huge_page = if huge { huge_page() } else { 0 };
         let huge = huge && len >= huge_page;
         let slack = if huge { huge_page } else { 0 };
         let alloc = region::alloc(len.max(1) + slack, protection).map_err(io::Error::other)?;
