@@ -132,17 +132,7 @@ impl Collector {
                     freed_ns: None,
                 });
                 max_size = max_size.max(size);
-                (
-                    key,
-                    Known {
-                        info,
-                        start,
-                        size,
-                        method: None,
-                        freed: None,
-                        placements: 1,
-                    },
-                )
+                (key, Known::new(info, start, size))
             })
             .collect();
         Self {

@@ -27,6 +27,21 @@ pub(super) struct Known {
     pub(super) placements: u32,
 }
 
+impl Known {
+    /// A version just published (or listed live) at `start`: one placement,
+    /// not named yet, not freed.
+    pub(super) fn new(info: Arc<CodeInfo>, start: usize, size: u64) -> Self {
+        Self {
+            info,
+            start,
+            size,
+            method: None,
+            freed: None,
+            placements: 1,
+        }
+    }
+}
+
 /// One place a version's bytes were: published there, or moved there.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Placement {
@@ -171,17 +186,7 @@ impl Collector {
                 at_ns,
             } => {
                 self.place(start, size, at_ns, key);
-                self.known.insert(
-                    key,
-                    Known {
-                        info,
-                        start,
-                        size,
-                        method: None,
-                        freed: None,
-                        placements: 1,
-                    },
-                );
+                self.known.insert(key, Known::new(info, start, size));
             }
             LogEntry::Moved {
                 from,
