@@ -19,9 +19,12 @@
 //! has stayed a second: rebuilding re-reads every object's debug info, so a
 //! host that loads and unloads objects briefly does not pay for it each
 //! time. A name is kept until the object holding its address is unloaded.
+//! The cache outlives the agent: a later agent in the process keeps it as
+//! long as no object was loaded or unloaded since it was last cleared.
 
 use rustc_hash::FxHashMap;
 use std::ffi::CStr;
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use super::loader::{self, Object, object_of, objects};
@@ -61,14 +64,51 @@ struct Chain {
     later: Option<(usize, Object)>,
 }
 
+/// When the agent last cleared the resolver's cache, as the loader's
+/// (loads, unloads) counts. A cache built since holds for the objects loaded
+/// at that moment; while the counts stay the same, those are the objects
+/// loaded now, and the cache is kept: a later agent in the process then
+/// names its native frames without re-reading every object's debug info.
+struct ResolverCache {
+    cleared_at: Option<(u64, u64)>,
+}
+
+impl ResolverCache {
+    /// Makes the cache hold for the objects loaded when the loader's counts
+    /// were `counts` (read before this call): calls `clear` unless the last
+    /// clear was at the same counts. Returns whether it cleared.
+    fn refresh(&mut self, counts: (u64, u64), clear: impl FnOnce()) -> bool {
+        if self.cleared_at == Some(counts) {
+            return false;
+        }
+        clear();
+        self.cleared_at = Some(counts);
+        true
+    }
+}
+
+/// The process's one resolver cache (`backtrace`'s is global).
+static RESOLVER: Mutex<ResolverCache> = Mutex::new(ResolverCache { cleared_at: None });
+
+/// [`ResolverCache::refresh`] on the process's cache.
+fn refresh_resolver(counts: (u64, u64)) {
+    RESOLVER
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .refresh(counts, backtrace::clear_symbol_cache);
+}
+
 impl Default for NativeNames {
-    /// Starts the resolver's cache afresh, over the objects loaded now: it
-    /// may have been built earlier in the process, over other objects.
+    /// Makes the resolver's cache hold for the objects loaded now: it may
+    /// have been built earlier in the process, over other objects.
     fn default() -> Self {
-        backtrace::clear_symbol_cache();
+        // Counted before the list is read: a load in between makes the
+        // first pass follow the loader (and the next start clear).
+        let counts = loader::counts();
+        refresh_resolver(counts);
         let initial = objects();
         Self {
-            loader: loader::counts(),
+            loader: counts,
             resolver_objects: initial.clone(),
             initial,
             newer: Vec::new(),
@@ -85,7 +125,9 @@ impl NativeNames {
     /// its counts now ([`loader::counts`]). Called before each pass names its
     /// samples.
     pub(crate) fn follow_loader(&mut self, now: (u64, u64)) {
-        if now == self.loader {
+        // With an object loaded since the cache was built, passes go on
+        // looking until it has stayed a second.
+        if now == self.loader && self.newer.is_empty() {
             return;
         }
         self.loader = now;
@@ -107,7 +149,9 @@ impl NativeNames {
             .iter()
             .any(|(_, seen)| seen.elapsed() >= Duration::from_secs(1));
         if lost || settled {
-            backtrace::clear_symbol_cache();
+            // At `now`: the objects listed above may be newer, and then the
+            // next start clears again.
+            refresh_resolver(now);
             self.resolver_objects = current;
             self.newer.clear();
             // What was named by its dynamic symbol gets its full chain.
@@ -262,5 +306,30 @@ mod tests {
         assert_eq!(names.id(outer() + 1, false), id);
         let nowhere = names.id(0x10, false);
         assert_eq!(names.chain(nowhere), ["0x10"]);
+    }
+
+    #[test]
+    fn the_resolver_cache_is_cleared_only_when_the_loader_counts_changed() {
+        let mut cache = ResolverCache { cleared_at: None };
+        let mut clears = 0;
+        assert!(cache.refresh((5, 1), || clears += 1));
+        assert!(!cache.refresh((5, 1), || clears += 1));
+        assert!(cache.refresh((6, 1), || clears += 1));
+        assert!(cache.refresh((6, 2), || clears += 1));
+        assert!(!cache.refresh((6, 2), || clears += 1));
+        assert_eq!(clears, 3);
+    }
+
+    #[test]
+    fn an_object_loaded_since_joins_the_resolver_after_a_second_with_no_loader_change() {
+        let mut names = NativeNames::default();
+        let object = names.resolver_objects.pop().unwrap();
+        names
+            .newer
+            .push((object.clone(), Instant::now() - Duration::from_secs(2)));
+        // Passes go on looking, though the loader counts did not change.
+        names.follow_loader(names.loader);
+        assert!(names.newer.is_empty());
+        assert!(names.resolver_objects.contains(&object));
     }
 }
