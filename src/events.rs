@@ -119,6 +119,10 @@ pub struct CodeMove {
     /// still hold the old copy and no executor of the heap's domain can
     /// still be running it. A profiler forgets the old address then.
     pub retire_tag: u64,
+    /// CLOCK_MONOTONIC nanoseconds, taken after the old copy was
+    /// unpublished: a reader that began later cannot find it (though an
+    /// executor may still run it until `retire_tag` is safe).
+    pub unpublished: u64,
 }
 
 /// A method was unpublished.

@@ -245,3 +245,66 @@ fn stop_on_an_attached_thread_returns_and_reports_the_back_off() {
         "{profile:?}"
     );
 }
+
+/// The wall time a profile's rate is measured over is each thread's own
+/// attached time, not the agent's run: between what the test measured just
+/// inside and just outside its attach and detach. (Before, the rate line
+/// divided by the run's length for every thread: a thread attached for a
+/// fraction of it read as signals that came slower than asked.)
+#[test]
+fn a_threads_attached_time_is_its_own() {
+    let _one = one_at_a_time();
+    let manager = ExecutionManager::new(4);
+    let config = AgentConfig {
+        clock: Clock::Wall,
+        hz: 1000,
+        ..AgentConfig::default()
+    };
+    let agent = Agent::start(&manager, config).unwrap();
+    let outer = Instant::now();
+    let attached = agent.attach_current_thread().unwrap();
+    let inner = Instant::now();
+    while attached.samples_taken() < 20 {
+        std::hint::black_box((0..1000u64).sum::<u64>());
+    }
+    let inner = inner.elapsed();
+    drop(attached);
+    let outer = outer.elapsed();
+    let profile = agent.stop();
+    assert!(
+        inner <= profile.attached && profile.attached <= outer,
+        "{inner:?} <= {:?} <= {outer:?}",
+        profile.attached
+    );
+}
+
+/// A handler that takes twice the configured period, on the wall clock: the
+/// samples' periods, kept and dropped, add up to the thread's attached time
+/// less what its handlers took, not to the whole of it. (On the old code
+/// each sample also stood for the expirations that came while the previous
+/// handler ran: about the whole second.)
+#[test]
+fn a_slow_handlers_own_time_is_not_billed_to_the_thread() {
+    let _one = one_at_a_time();
+    let delay = 2 * MIN_PERIOD;
+    let _slow = SlowHandler::new(delay);
+    let profile = within(cap(5), "a second of slow handlers", move || {
+        let manager = ExecutionManager::new(4);
+        let agent = Agent::start(&manager, fastest()).unwrap();
+        let attached = agent.attach_current_thread().unwrap();
+        let began = Instant::now();
+        while began.elapsed() < Duration::from_secs(1) {
+            std::hint::black_box((0..1000u64).sum::<u64>());
+        }
+        drop(attached);
+        agent.stop()
+    });
+    let sampled = (profile.counted() + profile.dropped_periods) as u128 * MIN_PERIOD.as_nanos();
+    // Every handler after the first took the delay at least.
+    let handlers = profile.taken.saturating_sub(1) as u128 * delay.as_nanos();
+    let own = profile.attached.as_nanos().saturating_sub(handlers);
+    assert!(
+        sampled <= own + profile.attached.as_nanos() / 20,
+        "{sampled} ns sampled, {own} ns of the thread's own: {profile:?}"
+    );
+}

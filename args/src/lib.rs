@@ -355,20 +355,21 @@ pub fn emit(text: &str) -> Result<(), CliError> {
 pub const DROPPED_WARNING_SHARE: f64 = 0.01;
 
 /// A warning for stderr when more than [`DROPPED_WARNING_SHARE`] of the
-/// samples taken were dropped; `None` otherwise.
+/// timer interrupts taken (the agent's signals, the eBPF profiler's perf
+/// events) lost their samples; `None` otherwise.
 ///
 /// ```
 /// use jitmap_args::dropped_warning;
 /// assert_eq!(dropped_warning(1000, 10), None);
 /// let w = dropped_warning(46_672, 33_872).unwrap();
-/// assert!(w.starts_with("warning: 33872 of 46672 samples (72.6%) were dropped"));
+/// assert!(w.starts_with("warning: 33872 of 46672 timer interrupts (72.6%) lost their samples"));
 /// ```
 pub fn dropped_warning(taken: u64, dropped: u64) -> Option<String> {
     if taken == 0 || (dropped as f64) <= DROPPED_WARNING_SHARE * taken as f64 {
         return None;
     }
     Some(format!(
-        "warning: {dropped} of {taken} samples ({:.1}%) were dropped, more than {}%: \
+        "warning: {dropped} of {taken} timer interrupts ({:.1}%) lost their samples, more than {}%: \
          the profile under-counts; lower --hz or give the machine fewer threads",
         dropped as f64 * 100.0 / taken as f64,
         DROPPED_WARNING_SHARE * 100.0
@@ -439,7 +440,7 @@ mod tests {
         assert!(
             dropped_warning(100, 2)
                 .unwrap()
-                .contains("2 of 100 samples (2.0%)")
+                .contains("2 of 100 timer interrupts (2.0%)")
         );
     }
 }

@@ -69,7 +69,7 @@ pub struct Churn {
     pub merged: (usize, u64),
     /// Samples in the profile, and how many named a version.
     pub samples: (u64, u64),
-    /// Samples the handler took, and dropped.
+    /// Signals the handlers ran for, and those whose samples were dropped.
     pub taken: (u64, u64),
     /// Seconds the churn took.
     pub seconds: f64,
@@ -165,7 +165,8 @@ pub fn churn(
         profile_versions,
         entries: profile.methods.len(),
         merged: (merged.len(), merged.iter().map(|m| m.merged).sum()),
-        samples: (profile.samples, named),
+        // Both in samples, one per timer period, as the stacks count.
+        samples: (profile.counted(), named),
         taken: (profile.taken, profile.dropped),
         seconds,
     })
@@ -236,6 +237,8 @@ mod tests {
         let c = churn(20_000, 4, 10_000, 64, false).unwrap();
         assert_eq!(c.points.len(), 5);
         assert!(c.samples.1 >= 256, "{c:?}");
+        // One unit: the samples that named a version are some of all.
+        assert!(c.samples.1 <= c.samples.0, "{c:?}");
         assert_eq!(c.merged.0, 1, "{c:?}");
         assert!(c.merged.1 > 0 && c.entries <= 4 * 64, "{c:?}");
         assert!(

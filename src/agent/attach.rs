@@ -27,6 +27,8 @@ pub(super) struct Attachment {
     pub(super) registration: Mutex<Option<registry::Registration>>,
     /// The CPU time the thread used while attached, set when it detaches.
     pub(super) cpu: Mutex<Option<std::time::Duration>>,
+    /// The wall time it was attached, set when it detaches.
+    pub(super) wall: Mutex<Option<std::time::Duration>>,
 }
 
 impl Agent {
@@ -119,6 +121,7 @@ impl Agent {
                 stack_hi,
                 cpu_clock,
                 cpu_at_attach_ns: record::cpu_clock_ns(cpu_clock).unwrap_or(0),
+                attached_at_ns: crate::events::monotonic_ns(),
                 samples: Ring::new(config.ring_capacity, config.max_depth),
                 probes: Ring::new(config.probe_capacity, 0),
                 taken: Default::default(),
@@ -135,6 +138,7 @@ impl Agent {
             detached: AtomicBool::new(false),
             registration: Mutex::new(None),
             cpu: Mutex::new(None),
+            wall: Mutex::new(None),
         }))
     }
 }
@@ -284,6 +288,9 @@ impl Drop for AttachedThread {
         // Read on the thread itself, before its clock can go away with it.
         let cpu = self.attachment.record.cpu_since_attach();
         *self.attachment.cpu.lock() = Some(cpu);
+        let wall =
+            crate::events::monotonic_ns().saturating_sub(self.attachment.record.attached_at_ns);
+        *self.attachment.wall.lock() = Some(std::time::Duration::from_nanos(wall));
         // Release: the thread's last samples and probe records happen before a
         // collector that sees the flag drains its rings for the last time.
         self.attachment.detached.store(true, Ordering::Release);

@@ -635,6 +635,7 @@ mod tests {
             ends: Default::default(),
             cpu_clock,
             cpu_at_attach_ns: 0,
+            attached_at_ns: 0,
             pace: Pace::new(1_000_000, true),
             doorbell: std::sync::Arc::new(crate::agent::doorbell::Doorbell::new().unwrap()),
             rules: Default::default(),

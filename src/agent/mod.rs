@@ -192,6 +192,8 @@ struct Totals {
     lookups: u64,
     ends: StackEnds,
     cpu: Duration,
+    /// Wall time attached.
+    attached: Duration,
     /// The longest period a thread's timer reached, in nanoseconds.
     slowest_period_ns: u64,
     /// Threads whose handler had backed them off when they left.
@@ -356,6 +358,7 @@ impl Shared {
                 threads.totals.lookups += a.record.lookups();
                 threads.totals.ends += a.record.ends();
                 threads.totals.cpu += a.cpu.lock().unwrap_or_default();
+                threads.totals.attached += a.wall.lock().unwrap_or_default();
                 threads.totals.add_pace(&a.record.pace);
                 threads.list.retain(|x| !Arc::ptr_eq(x, a));
             }
@@ -642,15 +645,27 @@ impl Agent {
             return Profile::default();
         };
         let signal = self.shared.config.signal;
-        let attached: Vec<Arc<Attachment>> = {
-            let mut threads = self.shared.threads.lock();
-            threads.running = false;
-            threads.list.clone()
-        };
+        // The attached threads, copied under the agent's lock into room
+        // made before the signal is blocked: called on an attached thread,
+        // its own timer must not keep it in its handler while this holds
+        // the lock or waits below (`mask`), and nothing is allocated or
+        // freed with the signal blocked (as in a handler, which the tests'
+        // allocation detector watches for). Dropped after it is unblocked.
+        let mut attached: Vec<Arc<Attachment>> = Vec::new();
         {
-            // Called on an attached thread, its own timer must not keep it
-            // in its handler while this waits below (`mask`).
-            let _blocked = Blocked::new(signal);
+            let _blocked = loop {
+                let blocked = Blocked::new(signal);
+                let mut threads = self.shared.threads.lock();
+                let count = threads.list.len();
+                if count <= attached.capacity() {
+                    threads.running = false;
+                    attached.extend(threads.list.iter().cloned());
+                    break blocked;
+                }
+                drop(threads);
+                drop(blocked);
+                attached.reserve(count);
+            };
             // Each timer is taken, disarmed and deleted under its
             // attachment's own lock, not the agent's: only that thread's
             // detach contends for it, with the signal blocked on its thread,
@@ -674,6 +689,7 @@ impl Agent {
                 drop(timer.take());
             }
         }
+        let timers_gone_ns = crate::events::monotonic_ns();
         // With every timer gone, no thread is kept in its handler: a pprof
         // worker waiting on a lock such a thread held can finish, and be
         // joined.
@@ -719,6 +735,9 @@ impl Agent {
             lookups: threads.totals.lookups,
             stack_ends: threads.totals.ends,
             cpu: threads.totals.cpu,
+            attached: threads.totals.attached,
+            // Relaxed: a statistic; every pass has returned (the collector
+            // is joined, and the last pass above ran on this thread).
             passes: self.shared.passes.load(Ordering::Relaxed),
             probes: ProbeCounts {
                 dropped: threads.totals.probe_dropped,
@@ -734,6 +753,10 @@ impl Agent {
             base.lookups += a.record.lookups();
             base.stack_ends += a.record.ends();
             base.cpu += a.cpu.lock().unwrap_or_else(|| a.record.cpu_since_attach());
+            // A thread still attached was sampled until its timer went.
+            base.attached += a.wall.lock().unwrap_or_else(|| {
+                Duration::from_nanos(timers_gone_ns.saturating_sub(a.record.attached_at_ns))
+            });
             paces.add_pace(&a.record.pace);
         }
         drop(threads);

@@ -21,7 +21,13 @@
 //! so only slow walks back it off.
 //!
 //! Each sample's weight is in configured periods: one signal at twice the
-//! period stands for two. A re-arm starts the new period from that moment,
+//! period stands for two. On the wall clock the handler's own time is not
+//! billed to the frame it interrupted: a sample stands for the periods since
+//! the previous signal less the whole periods the previous handler took
+//! (at least one), since those expirations came while it ran. (On the CPU
+//! clock the handler's CPU time is billed, at most a quarter of a period a
+//! signal once backed off: wall time is no measure of the CPU a preempted
+//! handler used.) A re-arm starts the new period from that moment,
 //! so the part of a period that had passed is not counted: a thread that
 //! backs off and recovers again and again counts a few percent fewer
 //! periods than it ran. The profile reports the longest period any thread
@@ -63,6 +69,8 @@ pub(crate) struct Pace {
     /// When the thread's previous handler returned (CLOCK_MONOTONIC ns; 0:
     /// none yet).
     last_end_ns: AtomicU64,
+    /// How long the thread's previous handler took (ns).
+    last_took_ns: AtomicU64,
     /// Whether the handler may re-arm `timer`: set once it is armed,
     /// withdrawn before it is deleted.
     armed: AtomicBool,
@@ -80,6 +88,7 @@ impl Pace {
             period_ns: AtomicU64::new(base_ns),
             longest_ns: AtomicU64::new(base_ns),
             last_end_ns: AtomicU64::new(0),
+            last_took_ns: AtomicU64::new(0),
             timer: AtomicUsize::new(0),
             armed: AtomicBool::new(false),
             streak: AtomicI32::new(0),
@@ -125,12 +134,18 @@ impl Pace {
     }
 
     /// In the handler, for a signal with `overrun` coalesced expirations:
-    /// the configured periods the sample stands for.
+    /// the configured periods the sample stands for, less, on the wall
+    /// clock, the whole ones the previous handler took (at least one).
     #[inline]
     pub(crate) fn weight(&self, overrun: u32) -> u32 {
         let factor = (self.period_ns() / self.base_ns.max(1)).max(1);
-        let weight = u64::from(overrun) + 1;
-        u32::try_from(weight.saturating_mul(factor)).unwrap_or(u32::MAX)
+        let mut weight = (u64::from(overrun) + 1).saturating_mul(factor);
+        if self.wall {
+            // Relaxed: only this thread's handler reads and writes it.
+            let handler = self.last_took_ns.load(Ordering::Relaxed) / self.base_ns.max(1);
+            weight = weight.saturating_sub(handler).max(1);
+        }
+        u32::try_from(weight).unwrap_or(u32::MAX)
     }
 
     /// In the handler that began at `began_ns` and walked until `ended_ns`,
@@ -144,6 +159,8 @@ impl Pace {
         let took_ns = ended_ns.saturating_sub(began_ns);
         // Relaxed: only this thread's handler reads and writes it.
         let last_end = self.last_end_ns.swap(ended_ns, Ordering::Relaxed);
+        // Relaxed: as above.
+        self.last_took_ns.store(took_ns, Ordering::Relaxed);
         // Less than a period of the thread's own since its previous
         // handler: an overrun then means handlers that cannot keep up, not
         // a thread that waited for a CPU.
@@ -195,6 +212,24 @@ mod tests {
         assert!(pace.backed_off());
         pace.period_ns.store(1000 * MAX_BACKOFF, Ordering::Relaxed);
         assert_eq!(pace.weight(u32::MAX), u32::MAX);
+    }
+
+    /// On the wall clock the previous handler's whole periods come off the
+    /// next sample's weight (it stands for one at least); on the CPU clock
+    /// they do not. (On the old code a 2.5-period handler at eight times
+    /// the period billed all eight to the interrupted frame.)
+    #[test]
+    fn the_previous_handlers_whole_periods_are_not_billed_on_the_wall_clock() {
+        let wall = Pace::new(1000, true);
+        let cpu = Pace::new(1000, false);
+        for pace in [&wall, &cpu] {
+            pace.after_sample(0, 10_000, 12_500);
+            pace.period_ns.store(8000, Ordering::Relaxed);
+        }
+        assert_eq!((wall.weight(0), wall.weight(1)), (6, 14));
+        assert_eq!((cpu.weight(0), cpu.weight(1)), (8, 16));
+        wall.period_ns.store(1000, Ordering::Relaxed);
+        assert_eq!((wall.weight(0), wall.weight(3)), (1, 2));
     }
 
     #[test]

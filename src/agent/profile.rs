@@ -251,6 +251,9 @@ pub struct Profile {
     /// samples than its duration suggests explains itself (a loaded
     /// machine gives its threads less CPU).
     pub cpu: Duration,
+    /// Wall time the threads were attached, summed over them: what
+    /// wall-clock timers ([`super::Clock::Wall`]) sample.
+    pub attached: Duration,
     /// CPU time the collection passes used, on every thread: the collector
     /// thread's (its passes and their wake-ups), and the passes windows,
     /// [`super::Agent::take_kept`] and `stop` made (zero in a window's
@@ -438,9 +441,11 @@ impl Profile {
             ));
         }
         // The time the timers measured: the threads' CPU time, or their
-        // wall time while attached (the run's, for each thread).
+        // wall time while attached (for a profile that does not say, the
+        // run's, for each thread).
         let measured = match self.clock {
             super::Clock::Cpu => self.cpu.as_secs_f64(),
+            super::Clock::Wall if !self.attached.is_zero() => self.attached.as_secs_f64(),
             super::Clock::Wall => self.duration.as_secs_f64() * self.threads as f64,
         };
         let signals = (self.samples + self.dropped) as f64;
@@ -547,12 +552,19 @@ impl Profile {
         if let Some(rate) = self.rate_line() {
             out.push_str(&rate);
         }
+        // Each thread's own attached time (for a profile that does not
+        // say, the run's, for each thread).
+        let attached = if self.attached.is_zero() {
+            secs * self.threads.max(1) as f64
+        } else {
+            self.attached.as_secs_f64()
+        };
         let _ = writeln!(
             out,
-            "cpu: {:.2} s used by the attached threads while attached ({:.0}% of {:.2} s per thread)",
+            "cpu: {:.2} s used by the attached threads while attached ({:.0}% of their {:.2} s attached)",
             self.cpu.as_secs_f64(),
-            100.0 * self.cpu.as_secs_f64() / (secs * self.threads.max(1) as f64).max(1e-9),
-            secs
+            100.0 * self.cpu.as_secs_f64() / attached.max(1e-9),
+            attached
         );
         if let Some(line) = self.agent_cpu_line() {
             out.push_str(&line);
@@ -680,6 +692,23 @@ mod tests {
             wall(1900).rate_line().unwrap(),
             "rate: 1000 Hz asked; signals came at 500 Hz of attached time, each standing for \
              2.0 periods on average (the threads waited for a CPU, or blocked the signal)\n"
+        );
+        // A thread attached for 0.3 s of a 1.3 s run, signalled on time:
+        // kept. (The old line divided by the run's length: 231 Hz.)
+        let late_attach = Profile {
+            period: Duration::from_millis(1),
+            slowest_period: Duration::from_millis(1),
+            clock: super::super::Clock::Wall,
+            duration: Duration::from_millis(1300),
+            attached: Duration::from_millis(300),
+            threads: 1,
+            samples: 300,
+            periods: 300,
+            ..Profile::default()
+        };
+        assert_eq!(
+            late_attach.rate_line().unwrap(),
+            "rate: 1000 Hz asked, and kept\n"
         );
         let none = Profile {
             period: Duration::from_millis(1),

@@ -129,6 +129,9 @@ pub(crate) struct ThreadRecord {
     /// The thread's CPU clock, and its reading when the thread attached.
     pub(crate) cpu_clock: libc::clockid_t,
     pub(crate) cpu_at_attach_ns: u64,
+    /// CLOCK_MONOTONIC ns when the thread attached: its timer's wall time
+    /// runs from here.
+    pub(crate) attached_at_ns: u64,
     /// The thread's timer as its handler sees it: the period in force, and
     /// the back-off when the handler cannot keep up.
     pub(crate) pace: super::pace::Pace,

@@ -249,7 +249,10 @@ impl NativeNames {
 /// the resolver.
 fn resolve(at: usize) -> Option<Vec<String>> {
     let mut names = Vec::new();
-    backtrace::resolve(at as *mut std::ffi::c_void, |symbol| {
+    // The resolver takes every address for a return address and looks one
+    // byte before it: given `at + 1`, it names `at` (a leaf at a function's
+    // first byte is that function's, not the one before it).
+    backtrace::resolve(at.wrapping_add(1) as *mut std::ffi::c_void, |symbol| {
         if let Some(n) = symbol.name() {
             names.push(format!("{n:#}"));
         }
@@ -304,6 +307,16 @@ mod tests {
         );
         // Resolved once: the same address gives the same number.
         assert_eq!(names.id(outer() + 1, false), id);
+        // A leaf at the function's first byte is that function's. (On the
+        // old code the resolver looked one byte before it: the function
+        // before, or nothing.)
+        let entry = names.id(outer(), false);
+        names.resolve_waiting();
+        let chain = names.chain(entry);
+        assert!(
+            chain.last().unwrap().ends_with("symbols::tests::outer"),
+            "{chain:?}"
+        );
         let nowhere = names.id(0x10, false);
         assert_eq!(names.chain(nowhere), ["0x10"]);
     }

@@ -892,6 +892,7 @@ impl CodeHeap {
         // may find the new copy a moment before the event is queued (still
         // under this lock); the event's timestamp was taken before that.
         if let Some((timestamp, info)) = notice {
+            let unpublished = monotonic_ns();
             self.listeners.emit(CodeEvent::Move(CodeMove {
                 timestamp,
                 tid: current_tid(),
@@ -902,6 +903,7 @@ impl CodeHeap {
                 size: code.size,
                 info,
                 retire_tag,
+                unpublished,
             }));
         }
         if w.move_order.len() == MOVES_REMEMBERED

@@ -174,18 +174,19 @@ pub fn run_with(
     })
 }
 
-/// The run as one JSON object: `samples`, `periods` (the timer expirations
-/// they stand for), `coalesced`, `dropped`, `dropped_periods` (the
-/// expirations the dropped samples stood for), `unattributed`, `gave_up`
-/// (samples whose JIT version was never heard of), and
-/// `methods` (`name`, `self_samples`, `total_samples`, `self_share`), plus the
-/// other counters.
+/// The run as one JSON object: `signals` (those kept), `samples` (one per
+/// timer period, the unit of every count of samples: a signal whose timer
+/// overran stands for several), `coalesced`, `dropped` (signals),
+/// `dropped_periods` (the samples the dropped signals stood for),
+/// `unattributed` and `gave_up` (signals whose leaf was unnamed, and whose
+/// JIT version was never heard of), and `methods` (`name`, `self_samples`,
+/// `total_samples`, `self_share`), plus the other counters.
 pub fn json(run: &ProfileRun) -> serde_json::Value {
     let p = &run.profile;
     let methods = methods_json(p);
     serde_json::json!({
-        "samples": p.samples,
-        "periods": p.counted(),
+        "signals": p.samples,
+        "samples": p.counted(),
         "coalesced": p.coalesced(),
         "dropped": p.dropped,
         "dropped_periods": p.dropped_periods,

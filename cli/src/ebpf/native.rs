@@ -590,6 +590,11 @@ impl NativeTables {
                 .flat_map(|(_, _, had)| had.iter().copied()),
             self.max_ranges,
         );
+        // The kernel's scan reaches every mapped range from any pc in it.
+        debug_assert!(
+            the_scan_reaches_every_mapped_range(&table, &mapped),
+            "{table:?}"
+        );
         let searched = table.len();
         self.publish(&table, &fresh, given_back);
         self.published = ranges;
@@ -792,6 +797,21 @@ fn table_of(
     }
     table.sort_by_key(|&(mapped, r)| (r.start, mapped));
     table.into_iter().map(|(_, r)| r).collect()
+}
+
+/// Whether no more than [`CANDIDATE_STEPS`] − 1 ranges of `table` start
+/// inside any range of `mapped` past its start: then the kernel's scan,
+/// [`CANDIDATE_STEPS`] ranges back from a pc, reaches the mapped range that
+/// holds it. What [`table_of`] keeps, checked after every refresh in debug
+/// builds.
+fn the_scan_reaches_every_mapped_range(table: &[Range], mapped: &[Range]) -> bool {
+    mapped.iter().all(|m| {
+        let inside = table
+            .iter()
+            .filter(|r| m.start < r.start && r.start < m.end)
+            .count();
+        inside < CANDIDATE_STEPS
+    })
 }
 
 /// Rows as the kernel reads them (`struct unwind_row`, little-endian).
@@ -1220,6 +1240,12 @@ mod tests {
             .chain([range(0x20_000, 0x21_000, 50), range(0x10_000, 0x10_800, 60)])
             .collect();
         let table = table_of(&mapped, candidates.iter().copied(), 64);
+        assert!(the_scan_reaches_every_mapped_range(&table, &mapped));
+        // The old table kept all nine: the check refuses it.
+        let mut all = mapped.to_vec();
+        all.extend(candidates.iter().copied());
+        all.sort_by_key(|r| r.start);
+        assert!(!the_scan_reaches_every_mapped_range(&all, &mapped));
         let kept: Vec<u32> = table.iter().map(|r| r.first).collect();
         // The two oldest inside (first 7, 8) left out; one outside every
         // mapped range and one at the mapped range's own start kept (it

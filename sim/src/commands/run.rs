@@ -139,7 +139,7 @@ pub fn run(o: Options) -> CliResult {
             emit(&format!("agent outputs in {}\n", dir.display()))?;
         }
     }
-    if let Some(warning) = dropped_warning(report.samples_taken, report.samples_dropped) {
+    if let Some(warning) = dropped_warning(report.signals_taken, report.signals_dropped) {
         eprintln!("jitmap-sim run: {warning}");
     }
     Ok(Outcome::from_ok(report.wrong == 0))

@@ -186,9 +186,10 @@ pub struct Report {
     /// overran stands for several), what the shares below count.
     pub samples: u64,
     /// Signals the agent's handlers ran for.
-    pub samples_taken: u64,
-    /// Samples lost: a full ring, or a handler that could not pin.
-    pub samples_dropped: u64,
+    pub signals_taken: u64,
+    /// Of those, the signals whose samples were lost: a full ring, or a
+    /// handler that could not pin.
+    pub signals_dropped: u64,
     /// JIT frames of samples judged.
     pub frames_checked: u64,
     /// Entry-probe records.

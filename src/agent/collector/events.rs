@@ -30,6 +30,9 @@ pub(super) enum LogEntry {
         /// The retire tag after the move: the old copy may still run, and be
         /// sampled, until it is safe.
         tag: u64,
+        /// CLOCK_MONOTONIC ns, taken after the old copy was unpublished: a
+        /// handler that began later cannot have found it through the maps.
+        unpublished_ns: u64,
     },
     Freed {
         block: BlockId,
@@ -75,6 +78,7 @@ impl CodeListener for EventListener {
                 // unpublish, and the old copy be forgotten while a handler
                 // still finds it.)
                 tag: moved.retire_tag,
+                unpublished_ns: moved.unpublished,
             },
             CodeEvent::Free(free) => LogEntry::Freed {
                 block: free.block,

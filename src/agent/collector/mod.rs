@@ -57,7 +57,10 @@ pub(crate) struct Collector {
     /// The largest placement's size: how far below an address a placement
     /// that holds it can start.
     max_size: u64,
-    /// Placements left, in tag order (the tags only grow): start, key, tag.
+    /// Placements left, in the order their events came: start, key, tag.
+    /// The tags mostly grow; a move's, taken by the heap, may be below a
+    /// free's queued before it, which only delays forgetting (`forget`
+    /// stops at the first tag not yet safe).
     leaving: VecDeque<(usize, BlockId, u64)>,
     methods: Vec<MethodVersion>,
     stacks: FxHashMap<Vec<FrameKey>, u64>,
@@ -129,7 +132,7 @@ impl Collector {
                     placed_ns: 0,
                     key,
                     left: None,
-                    freed_ns: None,
+                    unpublished_ns: None,
                 });
                 max_size = max_size.max(size);
                 (key, Known::new(info, start, size))
@@ -261,20 +264,13 @@ impl Collector {
         (n0 as f64 + delta).max(0.0) as u64
     }
 
-    /// The finished profile. Samples still waiting for their versions are
-    /// counted as unattributed; native frames are symbolized here.
+    /// The finished profile. Samples still waiting for their events are
+    /// taken as they are: a frame whose version never came unattributed
+    /// (the sample counted as one that gave up), the others named; native
+    /// frames are symbolized here.
     pub(crate) fn finish(mut self, base: Profile) -> Profile {
         for sample in std::mem::take(&mut self.pending) {
-            self.samples += 1;
-            self.periods += u64::from(sample.weight);
-            self.unattributed += 1;
-            self.gave_up += 1;
-            let keys = sample
-                .frames
-                .iter()
-                .map(|_| FrameKey::Unattributed)
-                .collect();
-            *self.stacks.entry(keys).or_default() += u64::from(sample.weight);
+            self.aggregate(&sample, false);
         }
         let live: FxHashSet<usize> = self
             .known

@@ -116,13 +116,19 @@ impl Collector {
     /// `now_ns` is the pass's time, against which the sample's wait is
     /// measured ([`WAIT_NS`]).
     pub(super) fn add(&mut self, sample: &Pending, now_ns: u64) -> bool {
+        let may_wait = sample.attempts < RETRIES || now_ns.saturating_sub(sample.end_ns) < WAIT_NS;
+        self.aggregate(sample, may_wait)
+    }
+
+    /// [`Collector::add`] with its wait decided: with `may_wait` false,
+    /// every frame is taken as it is (the last pass, at `finish`).
+    pub(super) fn aggregate(&mut self, sample: &Pending, may_wait: bool) -> bool {
         // The previous sample's buffer: a stack already counted costs no
         // allocation (a sample that must wait drops it, rarely).
         let mut keys = std::mem::take(&mut self.scratch);
         keys.clear();
         let mut kept = Vec::new();
         let mut gave_up = false;
-        let may_wait = sample.attempts < RETRIES || now_ns.saturating_sub(sample.end_ns) < WAIT_NS;
         let unattributed_at = |addr| (FrameKey::Unattributed, SampleFrame::Unattributed { addr });
         for f in &sample.frames {
             let (key, frame) = match f.kind {

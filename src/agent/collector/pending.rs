@@ -83,8 +83,9 @@ impl Collector {
     /// the loaded objects' at every moment the counts read `c`: at any
     /// sample before a moment they were read as `c`. They are read after
     /// every drain; a sample is kept whole if its rows' counts are those
-    /// read now, or those read after the previous drain when it was taken
-    /// before that. Only samples from the pass in which the loader changed
+    /// read now, or those read after the previous drain when its walk had
+    /// ended before that (it read the table somewhere between the handler's
+    /// entry and its end). Only samples from the pass in which the loader changed
     /// can be cut.
     pub(super) fn check_native_rows(&mut self, records: &[&ThreadRecord], drained: &mut [Pending]) {
         let now = (loader::counts(), crate::events::monotonic_ns());
@@ -94,9 +95,8 @@ impl Collector {
                 continue;
             };
             let current = rows.loader == now.0
-                || before.is_some_and(|(counts, at_ns)| {
-                    rows.loader == counts && sample.begin_ns <= at_ns
-                });
+                || before
+                    .is_some_and(|(counts, at_ns)| rows.loader == counts && sample.end_ns <= at_ns);
             if !current {
                 sample.frames.truncate(rows.from as usize + 1);
                 if let Some(record) = records.get(rows.record) {

@@ -52,11 +52,9 @@ pub(super) struct Placement {
     /// The retire tag taken when the version left (freed, or moved away):
     /// once it is safe, no sample can still be running in these bytes.
     pub(super) left: Option<u64>,
-    /// When a free unpublished it (CLOCK_MONOTONIC ns): a handler that
-    /// began later found another block at this start, not this one. (A
-    /// move's old copy has none: it stays findable until just after the
-    /// move's timestamp.)
-    pub(super) freed_ns: Option<u64>,
+    /// When a free or a move unpublished it (CLOCK_MONOTONIC ns): a handler
+    /// that began later found another block at this start, not this one.
+    pub(super) unpublished_ns: Option<u64>,
 }
 
 /// An image the collector can name methods of.
@@ -80,7 +78,7 @@ impl Collector {
     /// `safe` (every sample that ran in them was drained before this pass),
     /// unless a waiting sample has a frame in their bytes; then the freed
     /// versions with no placement left, their aliases, and unloaded images
-    /// (when no sample waits: an image frame names no placement).
+    /// no waiting sample has an image frame in.
     pub(super) fn forget(&mut self, safe: u64) {
         // The addresses waiting samples may still be named by.
         let mut held: Vec<usize> = self
@@ -136,15 +134,22 @@ impl Collector {
         while let Some(entry) = kept.pop_back() {
             self.leaving.push_front(entry);
         }
-        if self.pending.is_empty() {
-            self.images
-                .retain(|k| k.unloaded.is_none_or(|tag| tag >= safe));
-        }
+        // An unloaded image goes once safe, unless a waiting sample has an
+        // image frame in its bytes (a return address one byte back).
+        let pending = &self.pending;
+        self.images.retain(|k| {
+            let (base, size) = (k.image.base(), k.image.info().size);
+            let holds = |addr: usize| addr.wrapping_sub(base) < size;
+            k.unloaded.is_none_or(|tag| tag >= safe)
+                || pending.iter().flat_map(|s| &s.frames).any(|f| {
+                    f.kind == FrameKind::Image && (holds(f.addr) || holds(f.addr.wrapping_sub(1)))
+                })
+        });
     }
 
-    /// Marks `key`'s placement at `start` as left at `tag` (and freed at
-    /// `freed_ns`, for a free).
-    fn leave(&mut self, start: usize, key: BlockId, tag: u64, freed_ns: Option<u64>) {
+    /// Marks `key`'s placement at `start` as left at `tag`, unpublished at
+    /// `unpublished_ns`.
+    fn leave(&mut self, start: usize, key: BlockId, tag: u64, unpublished_ns: u64) {
         let current = self.occupants.get_mut(&start).and_then(|list| {
             list.iter_mut()
                 .rev()
@@ -152,7 +157,7 @@ impl Collector {
         });
         if let Some(p) = current {
             p.left = Some(tag);
-            p.freed_ns = freed_ns;
+            p.unpublished_ns = Some(unpublished_ns);
             self.leaving.push_back((start, key, tag));
         }
     }
@@ -164,7 +169,7 @@ impl Collector {
             placed_ns,
             key,
             left: None,
-            freed_ns: None,
+            unpublished_ns: None,
         });
         self.max_size = self.max_size.max(size);
     }
@@ -194,6 +199,7 @@ impl Collector {
                 start,
                 at_ns,
                 tag,
+                unpublished_ns,
             } => {
                 let key = self.aliases.remove(&from).unwrap_or(from);
                 if self.known.contains_key(&to) {
@@ -204,7 +210,7 @@ impl Collector {
                     if let Some(k) = self.known.get_mut(&key) {
                         k.freed = Some(tag);
                         let old = k.start;
-                        self.leave(old, key, tag, None);
+                        self.leave(old, key, tag, unpublished_ns);
                     }
                     return;
                 }
@@ -215,7 +221,7 @@ impl Collector {
                     // The old copy stays a placement of the version until
                     // the move's grace period ends: a thread may still run
                     // it, and its samples name the moved method.
-                    self.leave(old, key, tag, None);
+                    self.leave(old, key, tag, unpublished_ns);
                     self.place(start, size, at_ns, key);
                     self.aliases.insert(to, key);
                 }
@@ -225,7 +231,7 @@ impl Collector {
                 if let Some(k) = self.known.get_mut(&key) {
                     k.freed = Some(tag);
                     let start = k.start;
-                    self.leave(start, key, tag, Some(at_ns));
+                    self.leave(start, key, tag, at_ns);
                 }
             }
             // One image may be both listed at the start and announced.
@@ -251,16 +257,17 @@ impl Collector {
 
     /// The version a handler found at `start` in a sample that began at
     /// `begin_ns` and ended at `end_ns`: the one placed there last before
-    /// the end, but not one freed before the beginning (the handler found
-    /// a block the maps still held). A move's event is sent just after its
-    /// new copy became visible, so a sample may find the new copy before
-    /// the collector knows it: then no placement answers (the sample waits
-    /// for the event), rather than a freed one placed there earlier.
+    /// the end, but not one unpublished (freed or moved away) before the
+    /// beginning (the handler found a block the maps still held). A move's
+    /// event is sent just after its new copy became visible, so a sample
+    /// may find the new copy before the collector knows it: then no
+    /// placement answers (the sample waits for the event), rather than one
+    /// that left that start earlier.
     pub(super) fn placed_at(&self, start: usize, begin_ns: u64, end_ns: u64) -> Option<BlockId> {
         self.occupants
             .get(&start)?
             .iter()
-            .filter(|p| p.placed_ns <= end_ns && p.freed_ns.is_none_or(|f| begin_ns < f))
+            .filter(|p| p.placed_ns <= end_ns && p.unpublished_ns.is_none_or(|u| begin_ns < u))
             .max_by_key(|p| p.placed_ns)
             .map(|p| p.key)
     }

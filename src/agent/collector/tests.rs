@@ -61,6 +61,7 @@ fn moves_and_frees_reach_the_version_through_its_blocks() {
             start,
             at_ns,
             tag: at_ns,
+            unpublished_ns: at_ns + 1,
         });
     }
     assert_eq!(c.aliases.get(&block(3)), Some(&block(1)));
@@ -169,6 +170,7 @@ fn a_block_moved_while_the_agent_started_is_forgotten_after_its_free() {
         start: 0x2000,
         at_ns: 6,
         tag: 7,
+        unpublished_ns: 7,
     });
     assert_eq!(
         (c.occupants[&0x1000].len(), c.occupants[&0x2000].len()),
@@ -297,6 +299,7 @@ fn compacting_live_methods_keeps_one_placement_each() {
                 start: 0x100_0000 + 0x40 * m + (round % 2) * 0x10_0000,
                 at_ns: 1 + round as u64,
                 tag,
+                unpublished_ns: 2 + round as u64,
             });
             *from = to;
         }
@@ -343,6 +346,7 @@ fn a_sample_in_a_moved_methods_old_copy_names_it() {
         start: 0x8000,
         at_ns: 30,
         tag: 2,
+        unpublished_ns: 31,
     });
     // Held in the old copy at 40 ns, after the move.
     c.pending = vec![one_frame(FrameKind::Unattributed, 0x4010, 0, 40)];
@@ -391,6 +395,7 @@ fn a_moves_old_copy_leaves_at_the_tag_the_heap_retired_it_at() {
         size: 0x80,
         info: Arc::new(CodeInfo::new(1, "moved", JitKind::Optimized)),
         retire_tag: 2,
+        unpublished: 33,
     }));
     let events = std::mem::take(&mut *log.events.lock());
     let [
@@ -400,14 +405,15 @@ fn a_moves_old_copy_leaves_at_the_tag_the_heap_retired_it_at() {
             start,
             at_ns,
             tag,
+            unpublished_ns,
         },
     ] = events.as_slice()
     else {
         panic!("one move expected");
     };
     assert_eq!(
-        (*from, *to, *start, *at_ns, *tag),
-        (block(1), block(2), 0x8000, 30, 2)
+        (*from, *to, *start, *at_ns, *tag, *unpublished_ns),
+        (block(1), block(2), 0x8000, 30, 2, 33)
     );
 }
 
@@ -468,9 +474,9 @@ fn an_unload_at_a_base_does_not_unload_the_newer_image_there() {
 /// A sample whose JIT frame names a version the collector never heard
 /// of, beside an unloaded image: it waits two passes for the version's
 /// load event, then counts, its frame unattributed, as a sample that
-/// gave up; and then the image, no longer held by a waiting sample, is
-/// forgotten. (On the old code the sample waited for good, and the
-/// image was never forgotten.)
+/// gave up; the image, in none of its frames, is forgotten meanwhile.
+/// (On the old code the sample waited for good, and the image was never
+/// forgotten.)
 #[test]
 fn a_sample_of_a_version_never_heard_of_gives_up_on_its_third_pass() {
     let unloaded = image(0x7000_0000, 1, "gone");
@@ -482,10 +488,11 @@ fn a_sample_of_a_version_never_heard_of_gives_up_on_its_third_pass() {
     let unknown = one_frame(FrameKind::Jit, 0x50_0010, 0x50_0000, 5);
     c.settle(vec![unknown], u64::MAX);
     c.settle(Vec::new(), u64::MAX);
-    // Still waiting after two passes, and holding the image.
-    assert_eq!((c.pending.len(), c.images.len()), (1, 1));
+    // Still waiting after two passes; the image, in none of its frames, is
+    // forgotten.
+    assert_eq!((c.pending.len(), c.images.len()), (1, 0));
     c.settle(Vec::new(), u64::MAX);
-    assert_eq!((c.pending.len(), c.images.len()), (0, 0));
+    assert_eq!(c.pending.len(), 0);
     assert_eq!((c.samples, c.unattributed, c.gave_up), (1, 1, 1));
     assert_eq!(
         c.stacks
@@ -494,6 +501,167 @@ fn a_sample_of_a_version_never_heard_of_gives_up_on_its_third_pass() {
             .collect::<Vec<_>>(),
         [(vec![FrameKey::Unattributed], 1)]
     );
+}
+
+/// A steady stream of samples waiting for their events (here unattributed
+/// frames in code nothing knows, each waiting [`WAIT_NS`]) does not keep an
+/// unloaded image alive; a waiting sample with an image frame in it does.
+/// (On the old code an image was kept while any sample waited: it stayed
+/// for good.)
+#[test]
+fn an_unloaded_image_goes_while_samples_wait_unless_one_has_a_frame_in_it() {
+    let gone = image(0x7000_0000, 1, "gone");
+    let held = image(0x7100_0000, 2, "held");
+    let mut c = Collector::new(false, 16, [], vec![Arc::clone(&gone), Arc::clone(&held)]);
+    for unloaded in [&gone, &held] {
+        c.apply(LogEntry::ImageUnloaded {
+            id: unloaded.id(),
+            tag: 1,
+        });
+    }
+    // An image frame of a method id neither image has at its address: it
+    // waits, holding `held`.
+    // (Ended "in the future": they wait whatever the time the test takes.)
+    let mut waiting = image_sample(9, 0x7100_0020, 0x7100_0020);
+    waiting.end_ns = u64::MAX;
+    c.settle(vec![waiting], u64::MAX);
+    for _ in 0..5 {
+        c.settle(
+            vec![one_frame(FrameKind::Unattributed, 0x90_0000, 0, u64::MAX)],
+            u64::MAX,
+        );
+    }
+    assert_eq!(c.pending.len(), 6);
+    let ids: Vec<u64> = c.images.iter().map(|k| k.image.id()).collect();
+    assert_eq!(ids, [held.id()]);
+}
+
+#[inline(never)]
+fn native_caller() -> usize {
+    native_caller as *const () as usize
+}
+
+/// A sample still waiting when the agent stops keeps the frames that are
+/// named: an unattributed leaf in code nothing knows, called from a native
+/// function, gives that stack, and the sample did not give up on a version
+/// it never heard of. (On the old code every frame of it became
+/// `[unattributed]` and it counted as one that gave up.)
+#[test]
+fn a_sample_waiting_at_stop_keeps_its_named_frames() {
+    let mut c = Collector::new(false, 16, [], Vec::new());
+    let mut sample = one_frame(FrameKind::Unattributed, 0x90_0000, 0, u64::MAX);
+    sample.frames.push(RawFrame {
+        kind: FrameKind::Native,
+        addr: native_caller() + 1,
+        key: 0,
+        offset: 0,
+    });
+    c.settle(vec![sample], u64::MAX);
+    assert_eq!(c.pending.len(), 1);
+    let profile = c.finish(Profile::default());
+    assert_eq!(
+        (profile.samples, profile.unattributed, profile.gave_up),
+        (1, 1, 0)
+    );
+    assert_eq!(profile.stacks.len(), 1);
+    let frames = &profile.stacks[0].frames;
+    assert_eq!((frames.len(), frames[0].as_str()), (2, "[unattributed]"));
+    assert!(frames[1].ends_with("tests::native_caller"), "{frames:?}");
+}
+
+/// Rows made at the loader counts read after the previous drain hold for a
+/// walk that ended before that read; a walk that ended after it may have
+/// read the table after a `dlclose` and a `dlopen`, and is cut at its first
+/// native step. (On the old code the handler's entry time was compared: a
+/// walk that began before the read and ended after was kept whole.)
+#[test]
+fn native_rows_hold_for_walks_that_ended_before_the_counts_were_read() {
+    let mut c = Collector::new(false, 16, [], Vec::new());
+    let now = crate::agent::loader::counts();
+    let before = (now.0.wrapping_sub(2), now.1);
+    c.loader_seen = Some((before, 100));
+    let sample = |begin_ns, end_ns| {
+        let frame = |addr| RawFrame {
+            kind: FrameKind::Native,
+            addr,
+            key: 0,
+            offset: 0,
+        };
+        Pending {
+            attempts: 0,
+            native: Some(NativeRows {
+                from: 0,
+                loader: before,
+                end: 0,
+                record: 0,
+            }),
+            tid: 1,
+            begin_ns,
+            end_ns,
+            weight: 1,
+            frames: vec![frame(0x1000), frame(0x2000), frame(0x3000)],
+        }
+    };
+    let mut drained = [sample(90, 95), sample(90, 110)];
+    c.check_native_rows(&[], &mut drained);
+    let depths: Vec<usize> = drained.iter().map(|s| s.frames.len()).collect();
+    assert_eq!(depths, [3, 1]);
+}
+
+/// The same for a version that moved away from that start: a sample that
+/// began after its old copy was unpublished cannot have found it, and waits
+/// for the move that brought the new copy there. (On the old code a moved-
+/// away copy had no unpublish time: it answered, and the sample was billed
+/// to the version that had left.)
+#[test]
+fn a_sample_in_a_new_copy_waits_for_its_move_not_for_a_version_moved_away() {
+    let b = |generation| BlockId {
+        heap: 5,
+        generation,
+    };
+    let mut c = Collector::new(false, 16, [], Vec::new());
+    let load = |c: &mut Collector, g, name: &str, start, at_ns| {
+        c.apply(LogEntry::Loaded {
+            block: b(g),
+            info: Arc::new(CodeInfo::new(g, name, JitKind::Optimized)),
+            start,
+            size: 0x80,
+            at_ns,
+        });
+    };
+    load(&mut c, 1, "earlier", 0x8000, 10);
+    c.apply(LogEntry::Moved {
+        from: b(1),
+        to: b(4),
+        start: 0x9000,
+        at_ns: 12,
+        tag: 1,
+        unpublished_ns: 15,
+    });
+    load(&mut c, 2, "moved", 0x4000, 20);
+    let mut sample = one_frame(FrameKind::Jit, 0x8010, 0x8000, 45);
+    sample.begin_ns = 40;
+    c.settle(vec![sample], 0);
+    assert_eq!((c.pending.len(), c.samples), (1, 0));
+    c.apply(LogEntry::Moved {
+        from: b(2),
+        to: b(3),
+        start: 0x8000,
+        at_ns: 30,
+        tag: 2,
+        unpublished_ns: 31,
+    });
+    c.settle(Vec::new(), 0);
+    assert_eq!((c.pending.len(), c.samples), (0, 1));
+    let named: Vec<&str> = c
+        .stacks
+        .keys()
+        .map(|keys| match keys[0] {
+            FrameKey::Jit(m) => c.methods[m].name.as_str(),
+            _ => panic!("{keys:?}"),
+        })
+        .collect();
+    assert_eq!(named, ["moved"]);
 }
 
 /// A sample that found a moved method's new copy before the move's
@@ -542,6 +710,7 @@ fn a_sample_in_a_new_copy_waits_for_its_move_not_for_a_freed_version() {
         start: 0x8000,
         at_ns: 30,
         tag: 2,
+        unpublished_ns: 31,
     });
     c.settle(Vec::new(), 0);
     assert_eq!((c.pending.len(), c.samples), (0, 2));
