@@ -12,7 +12,7 @@ use crate::image::ImageSection;
 use crate::{CodeInfo, ExecutionManager};
 
 use super::profile::{Kept, MethodVersion, ProbeCounts, ProbeEvent, Profile, Sample, SampleFrame};
-use super::record::{ProbeKind, ThreadRecord};
+use super::record::{ProbeKind, RawFrame, ThreadRecord};
 use super::symbols::NativeNames;
 
 mod events;
@@ -91,6 +91,12 @@ pub(crate) struct Collector {
     /// (ids hold within a pass: the names follow the loader only at its
     /// start).
     same_native: Vec<Option<(usize, usize)>>,
+    /// Frame buffers of samples already counted, reused by the next drain:
+    /// a pass allocates nothing a sample in the steady state
+    /// ([`pending::SPARE_FRAME_BUFFERS`] at most).
+    spare_frames: Vec<Vec<RawFrame>>,
+    /// The drain's list of samples, kept between passes for its room.
+    drained: Vec<Pending>,
 }
 
 /// The cycle counter's ns a tick until a million ticks measure it: from the
@@ -173,6 +179,8 @@ impl Collector {
             names: NativeNames::default(),
             scratch: Vec::new(),
             same_native: Vec::new(),
+            spare_frames: Vec::new(),
+            drained: Vec::new(),
         }
     }
 
@@ -195,12 +203,15 @@ impl Collector {
         self.names.follow_loader(loader);
         self.same_native.clear();
         let waiting: usize = records.iter().map(|r| r.samples.len()).sum();
-        let mut drained = Vec::with_capacity(waiting);
+        let mut drained = std::mem::take(&mut self.drained);
+        drained.reserve(waiting);
         for (index, record) in records.iter().enumerate() {
             // SAFETY: the caller holds the collector lock: the one consumer.
             unsafe {
                 record.samples.drain(|h, frames| {
                     self.handler_ns += h.end_ns.saturating_sub(h.begin_ns);
+                    let mut owned = self.spare_frames.pop().unwrap_or_default();
+                    owned.extend_from_slice(&frames[..h.depth as usize]);
                     drained.push(Pending {
                         attempts: 0,
                         native: (h.native_from < h.depth).then_some(NativeRows {
@@ -213,7 +224,7 @@ impl Collector {
                         begin_ns: h.begin_ns,
                         end_ns: h.end_ns,
                         weight: h.weight.max(1),
-                        frames: frames[..h.depth as usize].to_vec(),
+                        frames: owned,
                     })
                 })
             };
@@ -246,7 +257,8 @@ impl Collector {
         for entry in std::mem::take(&mut *log.events.lock()) {
             self.apply(entry);
         }
-        self.settle(drained, safe);
+        self.settle(&mut drained, safe);
+        self.drained = drained;
     }
 
     /// Refreshes the cycle-counter rate from the time since the start.

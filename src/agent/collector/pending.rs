@@ -22,6 +22,9 @@ pub(super) const RETRIES: u32 = 2;
 /// covers a heap thread that was preempted there on a loaded machine.
 pub(super) const WAIT_NS: u64 = 1_000_000_000;
 
+/// Frame buffers kept for reuse: a pass of 4,096 samples allocates none.
+pub(super) const SPARE_FRAME_BUFFERS: usize = 4096;
+
 /// A drained sample whose frames are not all named yet (an event that
 /// names one may still be on its way; see [`RETRIES`]).
 pub(super) struct Pending {
@@ -54,13 +57,14 @@ impl Collector {
     /// be named yet waits for the next pass), forgets what no sample can
     /// name any more once `safe` ([`Collector::forget`]), and merges retired
     /// versions past the cap.
-    pub(super) fn settle(&mut self, drained: Vec<Pending>, safe: u64) {
-        let mut waiting = std::mem::take(&mut self.pending);
-        waiting.extend(drained);
+    pub(super) fn settle(&mut self, drained: &mut Vec<Pending>, safe: u64) {
+        let waiting = std::mem::take(&mut self.pending);
         // Read once a pass: how long each waiting sample has waited.
         let now_ns = crate::events::monotonic_ns();
-        for mut sample in waiting {
-            if !self.add(&sample, now_ns) {
+        for mut sample in waiting.into_iter().chain(drained.drain(..)) {
+            if self.add(&sample, now_ns) {
+                self.recycle(sample.frames);
+            } else {
                 sample.attempts += 1;
                 self.pending.push(sample);
             }
@@ -71,6 +75,14 @@ impl Collector {
             self.merge_at = self
                 .max_versions
                 .max(self.methods.len() + self.max_versions / 2);
+        }
+    }
+
+    /// Keeps a counted sample's frame buffer for the next drain.
+    fn recycle(&mut self, mut frames: Vec<RawFrame>) {
+        if self.spare_frames.len() < SPARE_FRAME_BUFFERS {
+            frames.clear();
+            self.spare_frames.push(frames);
         }
     }
 

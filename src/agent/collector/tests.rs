@@ -486,12 +486,12 @@ fn a_sample_of_a_version_never_heard_of_gives_up_on_its_third_pass() {
         tag: 1,
     });
     let unknown = one_frame(FrameKind::Jit, 0x50_0010, 0x50_0000, 5);
-    c.settle(vec![unknown], u64::MAX);
-    c.settle(Vec::new(), u64::MAX);
+    c.settle(&mut vec![unknown], u64::MAX);
+    c.settle(&mut Vec::new(), u64::MAX);
     // Still waiting after two passes; the image, in none of its frames, is
     // forgotten.
     assert_eq!((c.pending.len(), c.images.len()), (1, 0));
-    c.settle(Vec::new(), u64::MAX);
+    c.settle(&mut Vec::new(), u64::MAX);
     assert_eq!(c.pending.len(), 0);
     assert_eq!((c.samples, c.unattributed, c.gave_up), (1, 1, 1));
     assert_eq!(
@@ -524,10 +524,10 @@ fn an_unloaded_image_goes_while_samples_wait_unless_one_has_a_frame_in_it() {
     // (Ended "in the future": they wait whatever the time the test takes.)
     let mut waiting = image_sample(9, 0x7100_0020, 0x7100_0020);
     waiting.end_ns = u64::MAX;
-    c.settle(vec![waiting], u64::MAX);
+    c.settle(&mut vec![waiting], u64::MAX);
     for _ in 0..5 {
         c.settle(
-            vec![one_frame(FrameKind::Unattributed, 0x90_0000, 0, u64::MAX)],
+            &mut vec![one_frame(FrameKind::Unattributed, 0x90_0000, 0, u64::MAX)],
             u64::MAX,
         );
     }
@@ -556,7 +556,7 @@ fn a_sample_waiting_at_stop_keeps_its_named_frames() {
         key: 0,
         offset: 0,
     });
-    c.settle(vec![sample], u64::MAX);
+    c.settle(&mut vec![sample], u64::MAX);
     assert_eq!(c.pending.len(), 1);
     let profile = c.finish(Profile::default());
     assert_eq!(
@@ -641,7 +641,7 @@ fn a_sample_in_a_new_copy_waits_for_its_move_not_for_a_version_moved_away() {
     load(&mut c, 2, "moved", 0x4000, 20);
     let mut sample = one_frame(FrameKind::Jit, 0x8010, 0x8000, 45);
     sample.begin_ns = 40;
-    c.settle(vec![sample], 0);
+    c.settle(&mut vec![sample], 0);
     assert_eq!((c.pending.len(), c.samples), (1, 0));
     c.apply(LogEntry::Moved {
         from: b(2),
@@ -651,7 +651,7 @@ fn a_sample_in_a_new_copy_waits_for_its_move_not_for_a_version_moved_away() {
         tag: 2,
         unpublished_ns: 31,
     });
-    c.settle(Vec::new(), 0);
+    c.settle(&mut Vec::new(), 0);
     assert_eq!((c.pending.len(), c.samples), (0, 1));
     let named: Vec<&str> = c
         .stacks
@@ -697,13 +697,13 @@ fn a_sample_in_a_new_copy_waits_for_its_move_not_for_a_freed_version() {
     // after the free), before the move's event.
     let mut sample = one_frame(FrameKind::Jit, 0x8010, 0x8000, 45);
     sample.begin_ns = 40;
-    c.settle(vec![sample], 0);
+    c.settle(&mut vec![sample], 0);
     assert_eq!((c.pending.len(), c.samples), (1, 0));
     // A sample that began before the free may have found the freed
     // version: it names it.
     let mut before = one_frame(FrameKind::Jit, 0x8010, 0x8000, 14);
     before.begin_ns = 12;
-    c.settle(vec![before], 0);
+    c.settle(&mut vec![before], 0);
     c.apply(LogEntry::Moved {
         from: b(2),
         to: b(3),
@@ -712,7 +712,7 @@ fn a_sample_in_a_new_copy_waits_for_its_move_not_for_a_freed_version() {
         tag: 2,
         unpublished_ns: 31,
     });
-    c.settle(Vec::new(), 0);
+    c.settle(&mut Vec::new(), 0);
     assert_eq!((c.pending.len(), c.samples), (0, 2));
     let mut named: Vec<&str> = c
         .stacks
@@ -729,9 +729,9 @@ fn a_sample_in_a_new_copy_waits_for_its_move_not_for_a_freed_version() {
     // A sample of unknown code that ended just now waits past its
     // passes: its event may still be on its way.
     let now = crate::events::monotonic_ns();
-    c.settle(vec![one_frame(FrameKind::Jit, 0xA010, 0xA000, now)], 0);
-    c.settle(Vec::new(), 0);
-    c.settle(Vec::new(), 0);
+    c.settle(&mut vec![one_frame(FrameKind::Jit, 0xA010, 0xA000, now)], 0);
+    c.settle(&mut Vec::new(), 0);
+    c.settle(&mut Vec::new(), 0);
     assert_eq!((c.pending.len(), c.pending[0].attempts), (1, 3));
 }
 
