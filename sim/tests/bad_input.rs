@@ -223,7 +223,7 @@ fn a_profile_that_dropped_samples_says_so() {
         report["dropped"].as_u64().unwrap(),
     );
     let err = String::from_utf8_lossy(&out.stderr);
-    let warned = err.contains(&format!("warning: {dropped} of {taken} samples"));
+    let warned = err.contains(&format!("warning: {dropped} of {taken} timer interrupts"));
     assert_eq!(
         warned,
         dropped * 100 > taken,

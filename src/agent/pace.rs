@@ -24,7 +24,10 @@
 //! period stands for two. On the wall clock the handler's own time is not
 //! billed to the frame it interrupted: a sample stands for the periods since
 //! the previous signal less the whole periods the previous handler took
-//! (at least one), since those expirations came while it ran. (On the CPU
+//! (at least one), since those expirations came while it ran; after a
+//! re-arm, whose period starts when the handler returns, nothing is taken
+//! off. A thread that waited for a CPU inside its handler was in the
+//! agent's code, not its own: that wait is the handler's too. (On the CPU
 //! clock the handler's CPU time is billed, at most a quarter of a period a
 //! signal once backed off: wall time is no measure of the CPU a preempted
 //! handler used.) A re-arm starts the new period from that moment,
@@ -193,6 +196,9 @@ impl Pace {
             self.period_ns.store(next, Ordering::Relaxed);
             self.longest_ns.fetch_max(next, Ordering::Relaxed);
             self.streak.store(0, Ordering::Relaxed);
+            // The new period runs from now: none of this handler's time is
+            // in the next signal's periods.
+            self.last_took_ns.store(0, Ordering::Relaxed);
         }
     }
 }
@@ -230,6 +236,34 @@ mod tests {
         assert_eq!((cpu.weight(0), cpu.weight(1)), (8, 16));
         wall.period_ns.store(1000, Ordering::Relaxed);
         assert_eq!((wall.weight(0), wall.weight(3)), (1, 2));
+    }
+
+    /// A handler that re-arms the timer starts a whole new period when it
+    /// returns: the next sample loses none of its periods to it. (On the
+    /// first fix the 2.5-period handler that doubled the period took two
+    /// periods off the next sample: it weighed 1, not 2.) The timer's
+    /// period is 10 s: it never fires in the test (and its signal, SIGURG,
+    /// is ignored by default).
+    #[test]
+    fn a_re_arm_takes_nothing_off_the_next_sample() {
+        let base = 10_000_000_000;
+        let pace = Pace::new(base, true);
+        // SAFETY: gettid has no preconditions.
+        let tid = unsafe { libc::gettid() } as u32;
+        let timer = Timer::create(
+            super::super::Clock::Wall,
+            libc::SIGURG,
+            std::ptr::null(),
+            tid,
+        )
+        .unwrap();
+        pace.arm(&timer).unwrap();
+        // Two walks of 2.5 periods in a row: late twice, backed off.
+        pace.after_sample(0, 0, 25_000_000_000);
+        pace.after_sample(0, 100_000_000_000, 125_000_000_000);
+        assert_eq!(pace.period_ns(), 2 * base);
+        assert_eq!(pace.weight(0), 2);
+        pace.withdraw();
     }
 
     #[test]

@@ -86,6 +86,7 @@ mod tests {
             free_begin: u64::MAX,
             free_end: u64::MAX,
             stub: false,
+            reserved_in_publish: false,
         }
     }
 

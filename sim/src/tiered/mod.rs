@@ -293,6 +293,7 @@ impl Sim {
                 free_begin: u64::MAX,
                 free_end: u64::MAX,
                 stub: false,
+                reserved_in_publish: false,
             },
         );
         let kind = if tier == 0 {
@@ -422,6 +423,7 @@ impl Sim {
                     free_begin: u64::MAX,
                     free_end: u64::MAX,
                     stub: false,
+                    reserved_in_publish: true,
                 },
             );
             if let Some((_, old_version, _)) = old {
@@ -510,6 +512,7 @@ impl Sim {
                     free_begin: u64::MAX,
                     free_end: u64::MAX,
                     stub: true,
+                    reserved_in_publish: true,
                 },
             );
             ids.push(id);

@@ -31,6 +31,10 @@ pub struct Version {
     pub free_end: u64,
     /// A stub, not a method.
     pub stub: bool,
+    /// Its bytes were reserved inside its publish (a Cranelift module's
+    /// `finalize_definitions`): they took their place somewhere between
+    /// `publish_begin` and `publish_end`, not by `publish_begin`.
+    pub reserved_in_publish: bool,
 }
 
 impl Version {
@@ -243,11 +247,12 @@ impl Shadow {
     }
 
     /// What may have occupied `addr` when a sample ended at `end_ns`: the
-    /// versions and stubs placed there before then, from the last one whose
-    /// publish had returned on. A publish that reserves inside itself (a
-    /// Cranelift module's `finalize_definitions`) takes the bytes at some
-    /// moment between its begin and its end, so until it returns the one
-    /// before it may still be there. (The agent's handler names the block it
+    /// versions and stubs placed there before then, from the last one
+    /// certainly in place on. A version is certainly in place from its
+    /// `publish_begin`, except one whose publish reserves inside itself (a
+    /// Cranelift module's `finalize_definitions`, [`Version::reserved_in_publish`]):
+    /// it takes the bytes at some moment before its publish returns, so
+    /// until then the one before it may still be there. (The agent's handler names the block it
     /// found; freed bytes are reused only after every handler that could
     /// have found them returned, so a handler that found the old block ended
     /// before the new one's reserve.) Latest first.
@@ -261,7 +266,10 @@ impl Shadow {
             .filter(|(_, v)| v.covers(addr) && v.publish_begin <= end_ns)
             .collect();
         placed.sort_by_key(|(_, v)| std::cmp::Reverse(v.publish_begin));
-        if let Some(certain) = placed.iter().position(|(_, v)| v.publish_end <= end_ns) {
+        if let Some(certain) = placed
+            .iter()
+            .position(|(_, v)| !v.reserved_in_publish || v.publish_end <= end_ns)
+        {
             placed.truncate(certain + 1);
         }
         placed
@@ -346,6 +354,7 @@ mod tests {
             free_begin: free,
             free_end: free.saturating_add(1),
             stub: false,
+            reserved_in_publish: false,
         }
     }
 
@@ -419,21 +428,14 @@ mod tests {
         s.publishing(1, version(0x100, 10, 20));
         // A Cranelift module reserves inside its publish: version 2's bytes
         // took version 1's somewhere in [30, 50].
-        s.publishing(
-            2,
-            Version {
-                publish_end: 50,
-                ..version(0x100, 30, u64::MAX)
-            },
-        );
+        let cranelift = |start| Version {
+            publish_end: 50,
+            reserved_in_publish: true,
+            ..version(start, 30, u64::MAX)
+        };
+        s.publishing(2, cranelift(0x100));
         s.stub(3, version(0x200, 10, 20));
-        s.publishing(
-            4,
-            Version {
-                publish_end: 50,
-                ..version(0x200, 30, u64::MAX)
-            },
-        );
+        s.publishing(4, cranelift(0x200));
         let name1 = s.get(1).unwrap().name.clone();
         let name2 = s.get(2).unwrap().name.clone();
         assert_eq!(s.judge_sample(0x104, 40, 1, &name1), Ok(()));
@@ -444,6 +446,18 @@ mod tests {
         // The same for a stub the publish replaces.
         assert_eq!(s.judge_stub(0x204, 40), Ok(()));
         assert!(s.judge_stub(0x204, 50).is_err());
+        // A publish into bytes reserved before it (iced) holds them from its
+        // begin, though its end is not known yet: the one before is wrong.
+        s.publishing(5, version(0x300, 10, 20));
+        s.publishing(
+            6,
+            Version {
+                publish_end: u64::MAX,
+                ..version(0x300, 30, u64::MAX)
+            },
+        );
+        let name5 = s.get(5).unwrap().name.clone();
+        assert!(s.judge_sample(0x304, 40, 5, &name5).is_err());
     }
 
     #[test]
