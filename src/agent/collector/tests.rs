@@ -319,27 +319,15 @@ fn compacting_live_methods_keeps_one_placement_each() {
 /// unattributed, or named the earlier version.)
 #[test]
 fn a_sample_in_a_moved_methods_old_copy_names_it() {
-    let block = |generation| BlockId {
-        heap: 5,
-        generation,
-    };
+    let block = heap5_block;
     let mut c = Collector::new(false, 16, [], Vec::new());
-    let load = |c: &mut Collector, g, name: &str, at_ns| {
-        c.apply(LogEntry::Loaded {
-            block: block(g),
-            info: Arc::new(CodeInfo::new(g, name, JitKind::Optimized)),
-            start: 0x4000,
-            size: 0x80,
-            at_ns,
-        });
-    };
-    load(&mut c, 1, "earlier", 10);
+    load(&mut c, 1, "earlier", 0x4000, 10);
     c.apply(LogEntry::Freed {
         block: block(1),
         tag: 1,
         at_ns: u64::MAX,
     });
-    load(&mut c, 2, "moved", 20);
+    load(&mut c, 2, "moved", 0x4000, 20);
     c.apply(LogEntry::Moved {
         from: block(2),
         to: block(3),
@@ -608,52 +596,29 @@ fn native_rows_hold_for_walks_that_ended_before_the_counts_were_read() {
     assert_eq!(depths, [3, 1]);
 }
 
-/// The same for a version that moved away from that start: a sample that
-/// began after its old copy was unpublished cannot have found it, and waits
-/// for the move that brought the new copy there. (On the old code a moved-
-/// away copy had no unpublish time: it answered, and the sample was billed
-/// to the version that had left.)
-#[test]
-fn a_sample_in_a_new_copy_waits_for_its_move_not_for_a_version_moved_away() {
-    let b = |generation| BlockId {
+/// Block `generation` of heap 5.
+fn heap5_block(generation: u64) -> BlockId {
+    BlockId {
         heap: 5,
         generation,
-    };
-    let mut c = Collector::new(false, 16, [], Vec::new());
-    let load = |c: &mut Collector, g, name: &str, start, at_ns| {
-        c.apply(LogEntry::Loaded {
-            block: b(g),
-            info: Arc::new(CodeInfo::new(g, name, JitKind::Optimized)),
-            start,
-            size: 0x80,
-            at_ns,
-        });
-    };
-    load(&mut c, 1, "earlier", 0x8000, 10);
-    c.apply(LogEntry::Moved {
-        from: b(1),
-        to: b(4),
-        start: 0x9000,
-        at_ns: 12,
-        tag: 1,
-        unpublished_ns: 15,
+    }
+}
+
+/// Applies the load of version `g` (block `g` of heap 5), named `name`,
+/// 0x80 bytes at `start`, at `at_ns`.
+fn load(c: &mut Collector, g: u64, name: &str, start: usize, at_ns: u64) {
+    c.apply(LogEntry::Loaded {
+        block: heap5_block(g),
+        info: Arc::new(CodeInfo::new(g, name, JitKind::Optimized)),
+        start,
+        size: 0x80,
+        at_ns,
     });
-    load(&mut c, 2, "moved", 0x4000, 20);
-    let mut sample = one_frame(FrameKind::Jit, 0x8010, 0x8000, 45);
-    sample.begin_ns = 40;
-    c.settle(&mut vec![sample], 0);
-    assert_eq!((c.pending.len(), c.samples), (1, 0));
-    c.apply(LogEntry::Moved {
-        from: b(2),
-        to: b(3),
-        start: 0x8000,
-        at_ns: 30,
-        tag: 2,
-        unpublished_ns: 31,
-    });
-    c.settle(&mut Vec::new(), 0);
-    assert_eq!((c.pending.len(), c.samples), (0, 1));
-    let named: Vec<&str> = c
+}
+
+/// The names of the JIT versions the counted stacks' leaves are in, sorted.
+fn jit_leaves(c: &Collector) -> Vec<&str> {
+    let mut named: Vec<&str> = c
         .stacks
         .keys()
         .map(|keys| match keys[0] {
@@ -661,73 +626,66 @@ fn a_sample_in_a_new_copy_waits_for_its_move_not_for_a_version_moved_away() {
             _ => panic!("{keys:?}"),
         })
         .collect();
-    assert_eq!(named, ["moved"]);
+    named.sort();
+    named
 }
 
 /// A sample that found a moved method's new copy before the move's
-/// event came (the heap sends it just after the copy is visible) is
-/// not named by a version freed at that start before the sample began:
-/// it waits, and the event names it. A sample that ended less than
-/// [`WAIT_NS`] ago keeps waiting past its passes. (Before, the freed
-/// version's placement answered, and the sample was billed to it.)
+/// event came (the heap sends it just after the copy is visible) is not
+/// named by a version that left that start, freed or moved away, before
+/// the sample began: it waits, and the event names it. One that began
+/// before the version left may have found it, and names it. A sample that
+/// ended less than [`WAIT_NS`] ago keeps waiting past its passes. (Before,
+/// the freed version's placement answered, and the sample was billed to
+/// it; a moved-away copy had no unpublish time, and answered too.)
 #[test]
-fn a_sample_in_a_new_copy_waits_for_its_move_not_for_a_freed_version() {
-    let b = |generation| BlockId {
-        heap: 5,
-        generation,
-    };
-    let mut c = Collector::new(false, 16, [], Vec::new());
-    let load = |c: &mut Collector, g, name: &str, start, at_ns| {
-        c.apply(LogEntry::Loaded {
-            block: b(g),
-            info: Arc::new(CodeInfo::new(g, name, JitKind::Optimized)),
-            start,
-            size: 0x80,
-            at_ns,
+fn a_sample_in_a_new_copy_waits_for_its_move_not_for_a_version_that_left() {
+    let b = heap5_block;
+    for moved_away in [false, true] {
+        let mut c = Collector::new(false, 16, [], Vec::new());
+        load(&mut c, 1, "earlier", 0x8000, 10);
+        // It leaves 0x8000 by 15.
+        c.apply(if moved_away {
+            LogEntry::Moved {
+                from: b(1),
+                to: b(4),
+                start: 0x9000,
+                at_ns: 12,
+                tag: 1,
+                unpublished_ns: 15,
+            }
+        } else {
+            LogEntry::Freed {
+                block: b(1),
+                tag: 1,
+                at_ns: 15,
+            }
         });
-    };
-    load(&mut c, 1, "earlier", 0x8000, 10);
-    c.apply(LogEntry::Freed {
-        block: b(1),
-        tag: 1,
-        at_ns: 15,
-    });
-    load(&mut c, 2, "moved", 0x4000, 20);
-    // Moved to 0x8000 at 30, sampled there from 40 (the sample began
-    // after the free), before the move's event.
-    let mut sample = one_frame(FrameKind::Jit, 0x8010, 0x8000, 45);
-    sample.begin_ns = 40;
-    c.settle(&mut vec![sample], 0);
-    assert_eq!((c.pending.len(), c.samples), (1, 0));
-    // A sample that began before the free may have found the freed
-    // version: it names it.
-    let mut before = one_frame(FrameKind::Jit, 0x8010, 0x8000, 14);
-    before.begin_ns = 12;
-    c.settle(&mut vec![before], 0);
-    c.apply(LogEntry::Moved {
-        from: b(2),
-        to: b(3),
-        start: 0x8000,
-        at_ns: 30,
-        tag: 2,
-        unpublished_ns: 31,
-    });
-    c.settle(&mut Vec::new(), 0);
-    assert_eq!((c.pending.len(), c.samples), (0, 2));
-    let mut named: Vec<&str> = c
-        .stacks
-        .keys()
-        .map(|keys| {
-            let FrameKey::Jit(m) = keys[0] else {
-                panic!("{keys:?}")
-            };
-            c.methods[m].name.as_str()
-        })
-        .collect();
-    named.sort();
-    assert_eq!(named, ["earlier", "moved"]);
-    // A sample of unknown code that ended just now waits past its
-    // passes: its event may still be on its way.
+        load(&mut c, 2, "moved", 0x4000, 20);
+        // Moved to 0x8000 at 30, sampled there from 40, before the move's
+        // event.
+        let mut sample = one_frame(FrameKind::Jit, 0x8010, 0x8000, 45);
+        sample.begin_ns = 40;
+        c.settle(&mut vec![sample], 0);
+        assert_eq!((c.pending.len(), c.samples), (1, 0), "{moved_away}");
+        let mut before = one_frame(FrameKind::Jit, 0x8010, 0x8000, 14);
+        before.begin_ns = 12;
+        c.settle(&mut vec![before], 0);
+        c.apply(LogEntry::Moved {
+            from: b(2),
+            to: b(3),
+            start: 0x8000,
+            at_ns: 30,
+            tag: 2,
+            unpublished_ns: 31,
+        });
+        c.settle(&mut Vec::new(), 0);
+        assert_eq!((c.pending.len(), c.samples), (0, 2), "{moved_away}");
+        assert_eq!(jit_leaves(&c), ["earlier", "moved"], "{moved_away}");
+    }
+    // A sample of unknown code that ended just now waits past its passes:
+    // its event may still be on its way.
+    let mut c = Collector::new(false, 16, [], Vec::new());
     let now = crate::events::monotonic_ns();
     c.settle(&mut vec![one_frame(FrameKind::Jit, 0xA010, 0xA000, now)], 0);
     c.settle(&mut Vec::new(), 0);
