@@ -197,7 +197,8 @@ impl Pace {
             self.longest_ns.fetch_max(next, Ordering::Relaxed);
             self.streak.store(0, Ordering::Relaxed);
             // The new period runs from now: none of this handler's time is
-            // in the next signal's periods.
+            // in the next signal's periods. Relaxed: only this thread's
+            // handler reads and writes it.
             self.last_took_ns.store(0, Ordering::Relaxed);
         }
     }
@@ -230,10 +231,12 @@ mod tests {
         let cpu = Pace::new(1000, false);
         for pace in [&wall, &cpu] {
             pace.after_sample(0, 10_000, 12_500);
+            // Relaxed: one thread, the test's.
             pace.period_ns.store(8000, Ordering::Relaxed);
         }
         assert_eq!((wall.weight(0), wall.weight(1)), (6, 14));
         assert_eq!((cpu.weight(0), cpu.weight(1)), (8, 16));
+        // Relaxed: as above.
         wall.period_ns.store(1000, Ordering::Relaxed);
         assert_eq!((wall.weight(0), wall.weight(3)), (1, 2));
     }
