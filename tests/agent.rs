@@ -697,3 +697,49 @@ fn the_profile_reports_the_cpu_time_of_its_threads() {
         "{line}"
     );
 }
+
+/// A window's profile says what the agent cost while it was open: its
+/// samples' handler time and the passes' CPU, within the whole profile's,
+/// so that an agent's cost in steady state can be read without its start
+/// and its stop. (Before, both were zero in a window's profile.)
+#[test]
+fn a_window_reports_what_the_agent_cost_while_it_was_open() {
+    let _one = one_agent();
+    let manager = manager();
+    let agent = Agent::start(
+        &manager,
+        AgentConfig {
+            hz: 1000,
+            clock: Clock::Wall,
+            collect_every: Duration::from_millis(10),
+            ..AgentConfig::default()
+        },
+    )
+    .unwrap();
+    let attached = agent.attach_current_thread().unwrap();
+    let window = std::thread::scope(|s| {
+        let window = s.spawn(|| agent.profile_window(Duration::from_millis(300)));
+        let mut x = 0u64;
+        while !window.is_finished() {
+            x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(1));
+        }
+        window.join().unwrap().unwrap()
+    });
+    drop(attached);
+    let whole = agent.stop();
+    println!(
+        "window: {} samples, handlers {:?}, passes {:?}; whole: {} samples, handlers {:?}, passes {:?}",
+        window.samples,
+        window.handler_time,
+        window.collector_cpu,
+        whole.samples,
+        whole.handler_time,
+        whole.collector_cpu
+    );
+    assert!(window.samples > 0 && window.samples <= whole.samples);
+    assert!(window.handler_time > Duration::ZERO && window.handler_time <= whole.handler_time);
+    // One thread's handlers fit in the window's time.
+    assert!(window.handler_time <= window.duration);
+    // The window's closing pass ran on the window's thread, at least.
+    assert!(window.collector_cpu > Duration::ZERO && window.collector_cpu <= whole.collector_cpu);
+}

@@ -225,6 +225,9 @@ struct Shared {
     /// The CPU time of the passes made on other threads than the
     /// collector's, in ns.
     other_pass_cpu_ns: AtomicU64,
+    /// The collector thread's CPU time when its last pass ended, in ns: with
+    /// `other_pass_cpu_ns`, what a window's passes cost.
+    collector_cpu_ns: AtomicU64,
     /// Whether a window is being profiled ([`Agent::profile_window`]).
     window_busy: AtomicBool,
     /// The native unwind tables ([`Unwind::Mixed`] only).
@@ -275,6 +278,8 @@ impl Shared {
                 .ok_or(AgentError::Stopped)?
                 .open_window(begin);
         }
+        // The passes from here to the window's closing one are its cost.
+        let cpu_began = self.passes_cpu_ns();
         let deadline = started + duration;
         loop {
             let now = Instant::now();
@@ -301,9 +306,20 @@ impl Shared {
             .and_then(|c| c.take_window(started.elapsed()))
             .map(|window| Profile {
                 clock: self.config.clock,
+                collector_cpu: Duration::from_nanos(self.passes_cpu_ns().saturating_sub(cpu_began)),
                 ..window
             })
             .ok_or(AgentError::Stopped)
+    }
+
+    /// The CPU time of every pass so far, on any thread (the collector
+    /// thread's as of its last pass), in ns.
+    fn passes_cpu_ns(&self) -> u64 {
+        // Relaxed: statistics, each written by one thread; a window reads
+        // them around its own passes and takes the difference.
+        self.collector_cpu_ns
+            .load(Ordering::Relaxed)
+            .saturating_add(self.other_pass_cpu_ns.load(Ordering::Relaxed))
     }
 
     /// One collection pass made on a thread other than the collector's (a
@@ -448,6 +464,7 @@ impl Agent {
             doorbell,
             passes: AtomicU64::new(0),
             other_pass_cpu_ns: AtomicU64::new(0),
+            collector_cpu_ns: AtomicU64::new(0),
             window_busy: AtomicBool::new(false),
             modules: (config.unwind == Unwind::Mixed)
                 .then(|| Arc::new(ModuleSlot::loaded(Arc::clone(manager.domain())))),
@@ -807,6 +824,10 @@ fn collector_loop(shared: &Shared) -> Duration {
         }
         last = Instant::now();
         shared.pass();
+        if let Some(ns) = record::cpu_clock_ns(libc::CLOCK_THREAD_CPUTIME_ID) {
+            // Relaxed: a statistic; a window reads it after its own pass.
+            shared.collector_cpu_ns.store(ns, Ordering::Relaxed);
+        }
     }
     record::cpu_clock_ns(libc::CLOCK_THREAD_CPUTIME_ID).map_or(Duration::ZERO, Duration::from_nanos)
 }

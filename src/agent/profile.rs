@@ -256,10 +256,12 @@ pub struct Profile {
     pub attached: Duration,
     /// CPU time the collection passes used, on every thread: the collector
     /// thread's (its passes and their wake-ups), and the passes windows,
-    /// [`super::Agent::take_kept`] and `stop` made (zero in a window's
-    /// profile). With [`Profile::handler_time`], what the agent costs the
-    /// process while it samples; divided by [`Profile::samples`], its cost
-    /// a sample.
+    /// [`super::Agent::take_kept`] and `stop` made. In a window's profile,
+    /// the passes' CPU while the window was open, its closing pass
+    /// included (the collector thread's as of its last pass): the agent's
+    /// cost in steady state, without its start and its stop. With
+    /// [`Profile::handler_time`], what the agent costs the process while it
+    /// samples; divided by [`Profile::samples`], its cost a sample.
     pub collector_cpu: Duration,
     /// CPU time `stop` spent naming the profile: the native frames of the
     /// objects loaded before the agent started are symbolized only then,
@@ -272,10 +274,10 @@ pub struct Profile {
     pub passes: u64,
     /// The time the agent's handlers spent on the samples kept, on the
     /// monotonic clock: from each handler's entry to the end of its walk
-    /// (zero in a window's profile). The kernel's delivery of the signal is
-    /// not in it, nor the handler's last steps (its timer's pacing, the
-    /// doorbell), nor the handlers of dropped samples; a handler preempted
-    /// mid-walk counts its wait.
+    /// (in a window's profile, on the window's samples). The kernel's
+    /// delivery of the signal is not in it, nor the handler's last steps
+    /// (its timer's pacing, the doorbell), nor the handlers of dropped
+    /// samples; a handler preempted mid-walk counts its wait.
     pub handler_time: Duration,
     /// Ring memory per attached thread, in bytes (samples and probes).
     pub ring_bytes_per_thread: usize,

@@ -110,8 +110,15 @@ pub struct Cost {
     pub per_sample_us: Interval,
     /// The mixed agent's own CPU a sample, in µs, as it measured it: its
     /// handlers' time and its collector thread's CPU clock
-    /// ([`jitmap::agent::Profile::agent_cpu_line`]), over the whole run.
+    /// ([`jitmap::agent::Profile::agent_cpu_line`]), over the whole run:
+    /// its start and its stop (the first collection, the last naming)
+    /// included, which a short run divides among few samples.
     pub agent_cpu_us: Interval,
+    /// The same in steady state: over a window
+    /// ([`jitmap::agent::Agent::profile_window`]) open for the first half
+    /// of the timed calls, its samples' handler time and the passes' CPU
+    /// while it was open.
+    pub steady_cpu_us: Interval,
 }
 
 /// The process's CPU time, in ns.
@@ -194,16 +201,19 @@ struct Measured {
     samples: u64,
     /// The agent's own CPU a sample over its whole run, in µs.
     agent_cpu_us: f64,
+    /// The same over a window in the timed calls' first half.
+    steady_cpu_us: f64,
 }
 
-/// One measurement: `calls` calls under `config`.
+/// One measurement: `calls` calls under `config` with timers `(clock, hz)`,
+/// which take about `duration` with no agent.
 fn measure_one(
     manager: &ExecutionManager,
     demo: &Demo,
     config: Config,
-    clock: Clock,
-    hz: u32,
+    (clock, hz): (Clock, u32),
     calls: u64,
+    duration: Duration,
     seed: u64,
 ) -> Result<Measured, Box<dyn std::error::Error>> {
     // Every configuration first makes a quarter of the calls untimed: the
@@ -218,6 +228,7 @@ fn measure_one(
                 cpu_ns: cpu_of(demo, calls, seed),
                 samples: 0,
                 agent_cpu_us: 0.0,
+                steady_cpu_us: 0.0,
             });
         }
         Config::EmptyHandler => {
@@ -229,6 +240,7 @@ fn measure_one(
                 cpu_ns: cpu,
                 samples: 0,
                 agent_cpu_us: 0.0,
+                steady_cpu_us: 0.0,
             });
         }
         Config::FramePointers => Unwind::FramePointer,
@@ -248,15 +260,25 @@ fn measure_one(
     // A collection now: the warm-up's samples drained and named.
     agent.profile_window(Duration::ZERO)?;
     let before = attached.samples_taken();
-    let cpu = cpu_of(demo, calls, seed);
+    // The window, on a thread of its own (not attached: it only sleeps and
+    // makes the window's passes), covers the first half of the calls.
+    let (cpu, window) = std::thread::scope(|s| {
+        let window = s.spawn(|| agent.profile_window(duration / 2));
+        let cpu = cpu_of(demo, calls, seed);
+        (cpu, window.join())
+    });
+    let window = window.map_err(|_| "the window's thread panicked")??;
     let samples = attached.samples_taken() - before;
     drop(attached);
     let profile = agent.stop();
-    let own = profile.handler_time + profile.collector_cpu;
+    let per_sample = |p: &jitmap::agent::Profile| {
+        (p.handler_time + p.collector_cpu).as_secs_f64() * 1e6 / p.samples.max(1) as f64
+    };
     Ok(Measured {
         cpu_ns: cpu,
         samples,
-        agent_cpu_us: own.as_secs_f64() * 1e6 / profile.samples.max(1) as f64,
+        agent_cpu_us: per_sample(&profile),
+        steady_cpu_us: per_sample(&window),
     })
 }
 
@@ -289,6 +311,7 @@ pub fn measure(
             let mut beyond = Vec::with_capacity(rounds);
             let mut per_sample = Vec::with_capacity(rounds);
             let mut agent_cpu = Vec::with_capacity(rounds);
+            let mut steady_cpu = Vec::with_capacity(rounds);
             for round in 0..rounds {
                 let mut order = [
                     Config::Bare,
@@ -305,10 +328,19 @@ pub fn measure(
                 let mut cpu = [0u64; 4];
                 let mut samples = [0u64; 4];
                 for config in order {
-                    let m = measure_one(manager, &demo, config, clock, hz, calls, seed)?;
+                    let m = measure_one(
+                        manager,
+                        &demo,
+                        config,
+                        (clock, hz),
+                        calls,
+                        per_measurement,
+                        seed,
+                    )?;
                     (cpu[config as usize], samples[config as usize]) = (m.cpu_ns, m.samples);
                     if config == Config::Mixed {
                         agent_cpu.push(m.agent_cpu_us);
+                        steady_cpu.push(m.steady_cpu_us);
                     }
                 }
                 let ratio = |c: Config| cpu[c as usize] as f64 / cpu[Config::Bare as usize] as f64;
@@ -330,6 +362,7 @@ pub fn measure(
                 beyond_empty: Interval::bootstrap(&beyond),
                 per_sample_us: Interval::bootstrap(&per_sample),
                 agent_cpu_us: Interval::bootstrap(&agent_cpu),
+                steady_cpu_us: Interval::bootstrap(&steady_cpu),
             });
         }
     }

@@ -159,14 +159,15 @@ fn overhead(seconds: Seconds, rounds: usize) -> CliResult {
             Clock::Wall => "wall",
         };
         emit(&format!(
-            "{clock} {} Hz: empty handler {}, frame pointers {}, mixed {}; the agent beyond the empty handler {}, {} µs of CPU a sample; the agent's own CPU {} µs a sample\n",
+            "{clock} {} Hz: empty handler {}, frame pointers {}, mixed {}; the agent beyond the empty handler {}, {} µs of CPU a sample; the agent's own CPU {} µs a sample over its run, {} in steady state\n",
             row.hz,
             show(&row.empty),
             show(&row.frame_pointers),
             show(&row.mixed),
             percent(&row.beyond_empty),
             micros(&row.per_sample_us),
-            micros(&row.agent_cpu_us)
+            micros(&row.agent_cpu_us),
+            micros(&row.steady_cpu_us)
         ))?;
     }
     if let Some(row) = rows.iter().find(|r| r.clock == Clock::Wall && r.hz == 1000) {
@@ -177,12 +178,13 @@ fn overhead(seconds: Seconds, rounds: usize) -> CliResult {
             100.0 * row.beyond_empty.median,
             100.0 * row.beyond_empty.high
         ))?;
-        let holds = row.agent_cpu_us.high <= 2.0;
+        let holds = row.steady_cpu_us.high <= 2.0;
         emit(&format!(
-            "at most 2 µs of the agent's own CPU a sample at 1 kHz (wall), handlers and collector: {} ({:.2} µs, at most {:.2})\n",
+            "at most 2 µs of the agent's own CPU a sample at 1 kHz (wall) in steady state, handlers and collector: {} ({:.2} µs, at most {:.2}; over each run, start and stop included: {:.2})\n",
             if holds { "holds" } else { "not shown" },
-            row.agent_cpu_us.median,
-            row.agent_cpu_us.high
+            row.steady_cpu_us.median,
+            row.steady_cpu_us.high,
+            row.agent_cpu_us.median
         ))?;
     }
     Ok(Outcome::Passed)

@@ -118,6 +118,8 @@ struct Window {
     periods: u64,
     unattributed: u64,
     gave_up: u64,
+    /// The handlers' time on its samples (`end_ns - begin_ns`), in ns.
+    handler_ns: u64,
 }
 
 impl Collector {
@@ -348,6 +350,7 @@ impl Collector {
             periods: 0,
             unattributed: 0,
             gave_up: 0,
+            handler_ns: 0,
         });
     }
 
@@ -359,8 +362,8 @@ impl Collector {
     }
 
     /// Closes the window and returns its profile (the run's methods, the
-    /// window's stacks and counts, `duration` long), or `None` if none was
-    /// open.
+    /// window's stacks and counts and its samples' handler time, `duration`
+    /// long), or `None` if none was open.
     pub(crate) fn take_window(&mut self, duration: std::time::Duration) -> Option<Profile> {
         let w = self.window.take()?;
         let mut methods = self.methods.clone();
@@ -374,6 +377,7 @@ impl Collector {
             taken: w.samples,
             unattributed: w.unattributed,
             gave_up: w.gave_up,
+            handler_time: std::time::Duration::from_nanos(w.handler_ns),
             stacks,
             methods,
             ..Profile::default()

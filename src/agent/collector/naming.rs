@@ -225,6 +225,7 @@ impl Collector {
             w.periods += weight;
             w.unattributed += u64::from(unattributed);
             w.gave_up += u64::from(gave_up);
+            w.handler_ns += sample.end_ns.saturating_sub(sample.begin_ns);
             count_stack(&mut w.stacks, &keys, weight);
         }
         count_stack(&mut self.stacks, &keys, weight);

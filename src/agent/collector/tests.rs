@@ -909,3 +909,28 @@ fn a_counter_of_known_rate_converts_from_the_first_pass() {
     assert_eq!(c.ticks_to_ns(0), 0);
     assert_eq!(ns_per_tick(None), 1.0);
 }
+
+/// A window's profile carries the handlers' time on its own samples, those
+/// that ended inside it, and not on the samples before or after it; the
+/// whole profile carries every drained sample's (counted at the drain, so
+/// not here).
+#[test]
+fn a_window_counts_the_handler_time_of_its_own_samples() {
+    let mut c = Collector::new(false, 16, [], Vec::new());
+    let timed = |begin_ns, end_ns| Pending {
+        begin_ns,
+        ..one_frame(FrameKind::Native, 0x10, 0, end_ns)
+    };
+    assert!(c.add(&timed(100, 130), u64::MAX));
+    c.open_window(1_000);
+    assert!(c.add(&timed(990, 1_007), u64::MAX));
+    assert!(c.add(&timed(1_500, 1_750), u64::MAX));
+    c.end_window(2_000);
+    assert!(c.add(&timed(1_990, 2_500), u64::MAX));
+    let window = c.take_window(std::time::Duration::from_secs(1)).unwrap();
+    assert_eq!(window.samples, 2);
+    assert_eq!(
+        window.handler_time,
+        std::time::Duration::from_nanos(17 + 250)
+    );
+}
