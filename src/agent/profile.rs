@@ -257,9 +257,9 @@ pub struct Profile {
     /// CPU time the collection passes used, on every thread: the collector
     /// thread's (its passes and their wake-ups), and the passes windows,
     /// [`super::Agent::take_kept`] and `stop` made. In a window's profile,
-    /// the passes' CPU while the window was open, its closing pass
-    /// included (the collector thread's as of its last pass): the agent's
-    /// cost in steady state, without its start and its stop. With
+    /// the passes' CPU while the window was open (the collector thread's
+    /// as of its last pass; not the window's own closing pass): the agent's
+    /// collection cost in steady state, without its start and its stop. With
     /// [`Profile::handler_time`], what the agent costs the process while it
     /// samples; divided by [`Profile::samples`], its cost a sample.
     pub collector_cpu: Duration,
@@ -474,7 +474,9 @@ impl Profile {
 
     /// The agent's own CPU time, a line of the report: its handlers' and
     /// its collector's, in all and a sample. `None` when neither was
-    /// measured (a window's profile, one built by hand).
+    /// measured (one built by hand). A profile with no passes counted is a
+    /// window's ([`super::Agent::profile_window`]): its line says what the
+    /// agent cost while the window was open.
     ///
     /// ```
     /// use std::time::Duration;
@@ -493,6 +495,14 @@ impl Profile {
     ///      2.00 µs a sample; 0.0 ms naming the profile at stop\n"
     /// );
     /// assert_eq!(Profile::default().agent_cpu_line(), None);
+    /// // A window's profile counts no passes of its own, and names nothing
+    /// // at stop: its line says what the agent cost while it was open.
+    /// let window = Profile { passes: 0, ..profile.clone() };
+    /// assert_eq!(
+    ///     window.agent_cpu_line().unwrap(),
+    ///     "agent cpu: 0.5 ms in the handlers and 1.5 ms in the collection passes \
+    ///      while the window was open: 2.00 µs a sample\n"
+    /// );
     /// // Any field values, even absurd ones, give a line.
     /// let absurd = Profile { handler_time: Duration::MAX, collector_cpu: Duration::MAX, ..profile };
     /// assert!(absurd.agent_cpu_line().unwrap().starts_with("agent cpu: "));
@@ -502,17 +512,28 @@ impl Profile {
             return None;
         }
         let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        let per_sample = self
+            .handler_time
+            .saturating_add(self.collector_cpu)
+            .as_secs_f64()
+            * 1e6
+            / self.samples.max(1) as f64;
+        // A whole run's profile counts its passes (`stop` makes one at
+        // least); a window's counts none.
+        if self.passes == 0 {
+            return Some(format!(
+                "agent cpu: {:.1} ms in the handlers and {:.1} ms in the collection passes \
+                 while the window was open: {per_sample:.2} µs a sample\n",
+                ms(self.handler_time),
+                ms(self.collector_cpu),
+            ));
+        }
         Some(format!(
             "agent cpu: {:.1} ms in the handlers and {:.1} ms in the collector's {} passes: \
-             {:.2} µs a sample; {:.1} ms naming the profile at stop\n",
+             {per_sample:.2} µs a sample; {:.1} ms naming the profile at stop\n",
             ms(self.handler_time),
             ms(self.collector_cpu),
             self.passes,
-            self.handler_time
-                .saturating_add(self.collector_cpu)
-                .as_secs_f64()
-                * 1e6
-                / self.samples.max(1) as f64,
             ms(self.naming_cpu)
         ))
     }

@@ -111,13 +111,16 @@ pub struct Cost {
     /// The mixed agent's own CPU a sample, in µs, as it measured it: its
     /// handlers' time and its collector thread's CPU clock
     /// ([`jitmap::agent::Profile::agent_cpu_line`]), over the whole run:
-    /// its start and its stop (the first collection, the last naming)
-    /// included, which a short run divides among few samples.
+    /// its first pass and `stop`'s included (not `stop`'s naming,
+    /// [`jitmap::agent::Profile::naming_cpu`]), which a short run divides
+    /// among few samples.
     pub agent_cpu_us: Interval,
-    /// The same in steady state: over a window
-    /// ([`jitmap::agent::Agent::profile_window`]) open for the first half
-    /// of the timed calls, its samples' handler time and the passes' CPU
-    /// while it was open.
+    /// The same in steady state, as the agent counts it: over a window
+    /// ([`jitmap::agent::Agent::profile_window`]) of a second of more
+    /// calls after the timed ones, its samples' handler time and the
+    /// collector's passes while it was open. Not in it: the kernel's
+    /// delivery of the signals, the handler's steps before and after its
+    /// walk, the event thread; `per_sample_us` counts those, noisily.
     pub steady_cpu_us: Interval,
 }
 
@@ -205,15 +208,17 @@ struct Measured {
     steady_cpu_us: f64,
 }
 
-/// One measurement: `calls` calls under `config` with timers `(clock, hz)`,
-/// which take about `duration` with no agent.
+/// How long the mixed agent's steady state is measured for, after each of
+/// its timed runs: ten of the collector's default 100 ms periods.
+const STEADY_WINDOW: Duration = Duration::from_secs(1);
+
+/// One measurement: `calls` calls under `config` with timers `(clock, hz)`.
 fn measure_one(
     manager: &ExecutionManager,
     demo: &Demo,
     config: Config,
     (clock, hz): (Clock, u32),
     calls: u64,
-    duration: Duration,
     seed: u64,
 ) -> Result<Measured, Box<dyn std::error::Error>> {
     // Every configuration first makes a quarter of the calls untimed: the
@@ -260,25 +265,36 @@ fn measure_one(
     // A collection now: the warm-up's samples drained and named.
     agent.profile_window(Duration::ZERO)?;
     let before = attached.samples_taken();
-    // The window, on a thread of its own (not attached: it only sleeps and
-    // makes the window's passes), covers the first half of the calls.
-    let (cpu, window) = std::thread::scope(|s| {
-        let window = s.spawn(|| agent.profile_window(duration / 2));
-        let cpu = cpu_of(demo, calls, seed);
-        (cpu, window.join())
-    });
-    let window = window.map_err(|_| "the window's thread panicked")??;
+    let cpu = cpu_of(demo, calls, seed);
     let samples = attached.samples_taken() - before;
-    drop(attached);
-    let profile = agent.stop();
     let per_sample = |p: &jitmap::agent::Profile| {
         (p.handler_time + p.collector_cpu).as_secs_f64() * 1e6 / p.samples.max(1) as f64
     };
+    // The steady state, after the timed calls and outside them: a window
+    // (on a thread of its own, not attached) over [`STEADY_WINDOW`] of
+    // more calls, so that it holds about ten of the collector's passes
+    // whatever its phase.
+    let steady_cpu_us = if config == Config::Mixed {
+        let window = std::thread::scope(|s| {
+            let window = s.spawn(|| agent.profile_window(STEADY_WINDOW));
+            let mut round = 0;
+            while !window.is_finished() {
+                cpu_of(demo, calls / 16 + 1, seed ^ (2 + round));
+                round += 1;
+            }
+            window.join()
+        });
+        per_sample(&window.map_err(|_| "the window's thread panicked")??)
+    } else {
+        0.0
+    };
+    drop(attached);
+    let profile = agent.stop();
     Ok(Measured {
         cpu_ns: cpu,
         samples,
         agent_cpu_us: per_sample(&profile),
-        steady_cpu_us: per_sample(&window),
+        steady_cpu_us,
     })
 }
 
@@ -328,15 +344,7 @@ pub fn measure(
                 let mut cpu = [0u64; 4];
                 let mut samples = [0u64; 4];
                 for config in order {
-                    let m = measure_one(
-                        manager,
-                        &demo,
-                        config,
-                        (clock, hz),
-                        calls,
-                        per_measurement,
-                        seed,
-                    )?;
+                    let m = measure_one(manager, &demo, config, (clock, hz), calls, seed)?;
                     (cpu[config as usize], samples[config as usize]) = (m.cpu_ns, m.samples);
                     if config == Config::Mixed {
                         agent_cpu.push(m.agent_cpu_us);

@@ -180,7 +180,7 @@ fn overhead(seconds: Seconds, rounds: usize) -> CliResult {
         ))?;
         let holds = row.steady_cpu_us.high <= 2.0;
         emit(&format!(
-            "at most 2 µs of the agent's own CPU a sample at 1 kHz (wall) in steady state, handlers and collector: {} ({:.2} µs, at most {:.2}; over each run, start and stop included: {:.2})\n",
+            "at most 2 µs of the agent's own CPU a sample at 1 kHz (wall) in steady state, as the agent counts it (its handlers' walks and its collector's passes): {} ({:.2} µs, at most {:.2}; over each run, its first and last passes included: {:.2})\n",
             if holds { "holds" } else { "not shown" },
             row.steady_cpu_us.median,
             row.steady_cpu_us.high,
