@@ -571,7 +571,12 @@ fn classify<'g>(
         ..RawFrame::default()
     };
     let mut code = None;
-    match guard.classify_bounded(at, super::HANDLER_V1_WORDS) {
+    // One walk of the range map: outside every section is native code
+    // (the default kind), a section's gaps are unattributed.
+    let Some(lookup) = guard.classify_sectioned(at, super::HANDLER_V1_WORDS) else {
+        return (frame, code);
+    };
+    match lookup {
         Lookup::Method(block) => {
             frame.offset = block.offset() as u32;
             if block.is_jit() {
@@ -591,14 +596,10 @@ fn classify<'g>(
             frame.key = u64::from(kind.get());
             frame.offset = (at - start) as u32;
         }
-        // A v1 start further back than the handler's budget: JIT code, not
-        // named (a guess would be the previous method).
-        Lookup::Thunk | Lookup::TooFar => frame.kind = FrameKind::Unattributed,
-        Lookup::Nothing => {
-            if guard.section(at).is_some() {
-                frame.kind = FrameKind::Unattributed;
-            }
-        }
+        // Thunks, a section's free space or headers, and a v1 start further
+        // back than the handler's budget (JIT code, not named: a guess
+        // would be the previous method).
+        Lookup::Thunk | Lookup::TooFar | Lookup::Nothing => frame.kind = FrameKind::Unattributed,
     }
     (frame, code)
 }

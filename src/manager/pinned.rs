@@ -110,10 +110,17 @@ impl<'r> ManagerGuard<'r> {
     /// ```
     #[inline]
     pub fn classify_bounded(&self, ip: usize, v1_words: usize) -> Lookup<'_> {
-        match self.section(ip) {
-            Some(section) => classify_in(section, ip, v1_words),
-            None => Lookup::Nothing,
-        }
+        self.classify_sectioned(ip, v1_words)
+            .unwrap_or(Lookup::Nothing)
+    }
+
+    /// [`ManagerGuard::classify_bounded`], but `None` when no section holds
+    /// `ip` (where it says [`Lookup::Nothing`] both for that and for free
+    /// space inside a section): what the agent's handler tells native code
+    /// from a heap's gaps with, in one walk of the range map per frame.
+    #[inline]
+    pub(crate) fn classify_sectioned(&self, ip: usize, v1_words: usize) -> Option<Lookup<'_>> {
+        self.section(ip).map(|section| classify_in(section, ip, v1_words))
     }
 
     /// The method block containing `ip`, or `None` (stubs, thunks, free
