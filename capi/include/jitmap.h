@@ -453,7 +453,7 @@ extern "C" {
 
 // Writes the default agent configuration: 1,000 Hz of CPU time, 64 frames,
 // rings of 256 samples and 4,096 probe records, SIGPROF, collected at
-// least every 100 ms (sooner when a ring passes half full).
+// least every 250 ms (sooner when a ring fills to its bell).
 //
 // Async-signal-safe.
 //

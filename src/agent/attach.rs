@@ -122,7 +122,11 @@ impl Agent {
                 cpu_clock,
                 cpu_at_attach_ns: record::cpu_clock_ns(cpu_clock).unwrap_or(0),
                 attached_at_ns: crate::events::monotonic_ns(),
-                samples: Ring::new(config.ring_capacity, config.max_depth),
+                samples: Ring::with_bell(
+                    config.ring_capacity,
+                    config.max_depth,
+                    super::doorbell::sample_bell(config.ring_capacity, config.hz),
+                ),
                 probes: Ring::new(config.probe_capacity, 0),
                 taken: Default::default(),
                 lookups: Default::default(),

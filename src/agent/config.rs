@@ -89,16 +89,19 @@ pub struct AgentConfig {
     pub probe_capacity: usize,
     /// The signal the timers send. Default `SIGPROF`.
     pub signal: i32,
-    /// The longest the collector waits between passes. Default 100 ms.
+    /// The longest the collector waits between passes. Default 250 ms.
     ///
-    /// It passes sooner when a thread's sample or probe ring passes half
-    /// full: the producer rings the collector's doorbell (one `write(2)` to
+    /// It passes sooner when a thread's sample or probe ring fills to its
+    /// bell: the producer rings the collector's doorbell (one `write(2)` to
     /// an eventfd, async-signal-safe), so a ring is drained before it fills
     /// at any rate, as long as the collector gets a CPU in the time the
-    /// ring's other half takes to fill. Each pass costs a wake-up whatever
-    /// it drains (about 75 µs of CPU on a 2-vCPU VM), so a long wait makes
-    /// a cheap agent: with passes every 20 ms, wake-ups were most of the
-    /// collector's 6 µs a sample at 1 kHz. The wait bounds only how long
+    /// rest of the ring takes to fill. A probe ring rings at half full; a
+    /// sample ring when 32 ms of samples at `hz` are left free, between
+    /// half and three quarters full (at 1 kHz a ring of 256 rings at 192).
+    /// Each pass costs a wake-up whatever it drains (about 75 µs of CPU on
+    /// a 2-vCPU VM), so a long wait makes a cheap agent: with passes every
+    /// 20 ms, wake-ups were most of the collector's 6 µs a sample at 1 kHz,
+    /// and at 100 ms still a quarter of it. The wait bounds only how long
     /// samples sit in the rings ([`super::Agent::take_kept`],
     /// [`super::Agent::profile_window`] and `stop` make a pass of their
     /// own), and how soon an object loaded by `dlopen` is unwound through:
@@ -129,7 +132,7 @@ impl Default for AgentConfig {
             ring_capacity: 256,
             probe_capacity: 4096,
             signal: libc::SIGPROF,
-            collect_every: Duration::from_millis(100),
+            collect_every: Duration::from_millis(250),
             keep_samples: false,
             unwind: Unwind::Mixed,
             profile_versions: 16_384,

@@ -1,14 +1,20 @@
 //! The collector's doorbell: an `eventfd` that a ring's producer writes when
-//! its ring passes half full, so that the collector can sleep long between
-//! passes and still drain every ring before it fills.
+//! its ring fills to its bell level, so that the collector can sleep long
+//! between passes and still drain every ring before it fills.
 //!
 //! Each pass costs the collector a wake-up whatever it drains (on the 2-vCPU
 //! VM of BENCHMARKS.md, about 50 µs of its thread's CPU for the timed wait
 //! and 25 µs for an empty pass), so the collector waits
-//! [`super::AgentConfig::collect_every`] (100 ms by default) and is rung
+//! [`super::AgentConfig::collect_every`] (250 ms by default) and is rung
 //! sooner only when a thread samples or probes fast enough to need it.
-//! Ringing is one `write(2)`, which signal-safety(7) lists; a handler rings
-//! at most once each time its ring fills from empty to half.
+//! Ringing is one `write(2)`, which signal-safety(7) lists; a producer rings
+//! at most once each time its ring fills from empty to the bell.
+//!
+//! A probe ring's bell is at half full. A sample ring's is set from the
+//! thread's rate ([`sample_bell`]): as late as leaves the collector
+//! [`SAMPLE_BELL_SLACK`] to answer before the ring fills, between half
+//! and three quarters full, so that at low rates a pass drains more
+//! samples for its wake-up.
 //!
 //! The descriptor is close-on-exec, and lives as long as any thread's
 //! record does. A child forked from an attached thread inherits it and the
@@ -20,6 +26,28 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::Duration;
 
 use super::AgentError;
+
+/// The time a sample ring's bell leaves the collector to answer it before
+/// the ring fills, at the thread's configured rate: a wake-up and a
+/// scheduler's latency on a loaded machine, with room to spare.
+pub(crate) const SAMPLE_BELL_SLACK: Duration = Duration::from_millis(32);
+
+/// The bell level of a sample ring of `capacity` records whose thread is
+/// sampled `hz` times a second: the free slots left when it rings hold
+/// [`SAMPLE_BELL_SLACK`] of samples, but no fewer than a quarter of the
+/// ring and no more than half. A backed-off thread samples
+/// slower than `hz`, which only leaves more time.
+///
+/// At 1 kHz a ring of 256 rings at 192 samples; from 4 kHz, at 128.
+pub(crate) fn sample_bell(capacity: usize, hz: u32) -> usize {
+    let slack = u64::from(hz) * SAMPLE_BELL_SLACK.as_nanos() as u64;
+    let free = usize::try_from(slack.div_ceil(1_000_000_000)).unwrap_or(usize::MAX);
+    // At most half (rounded down, so that the bell is never earlier than a
+    // ring's default, half rounded up); at least a quarter, within that.
+    let most = capacity / 2;
+    let free = free.clamp(capacity.div_ceil(4).min(most), most);
+    capacity.saturating_sub(free).max(1)
+}
 
 /// An `eventfd`, non-blocking and closed on exec.
 #[derive(Debug)]
@@ -88,6 +116,33 @@ impl Doorbell {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The bell leaves 32 ms of samples free, within a quarter to a half
+    /// of the ring; a ring of one rings at its one record.
+    #[test]
+    fn a_sample_ring_rings_with_its_slack_left_within_a_quarter_and_a_half() {
+        let cases = [
+            // (capacity, hz, bell): 1 kHz needs 32 free, a quarter is 64.
+            (256, 1000, 192),
+            (256, 100, 192),
+            // 3 kHz: 96 free.
+            (256, 3000, 160),
+            // 4 kHz and above: 128 or more, capped at half.
+            (256, 4000, 128),
+            (256, 10_000, 128),
+            (64, 1000, 32),
+            (3, 1000, 2),
+            (1, 1000, 1),
+            (1, 10_000, 1),
+        ];
+        for (capacity, hz, bell) in cases {
+            assert_eq!(
+                sample_bell(capacity, hz),
+                bell,
+                "capacity {capacity} at {hz} Hz"
+            );
+        }
+    }
 
     #[test]
     fn a_ring_ends_the_wait_once_and_keeps_errno() {

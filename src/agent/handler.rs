@@ -5,7 +5,7 @@
 //! It allocates nothing, takes no lock and makes three calls outside its own
 //! code, all async-signal-safe: `clock_gettime` (a vDSO read on Linux),
 //! `timer_settime` when it backs its thread off ([`super::pace`]), and
-//! `write` to the collector's eventfd when its ring passes half full
+//! `write` to the collector's eventfd when its ring fills to its bell
 //! ([`super::doorbell`]; errno kept). It reaches
 //! everything through the thread's record, which it finds by the salted token
 //! the timer's `sigev_value` carries, checked against the agent's table of
@@ -248,7 +248,7 @@ fn push_sample(record: &ThreadRecord, regs: Registers, weight: u32, begin_ns: u6
     match pushed {
         // A full ring: it counted the sample.
         Pushed::Dropped => record.count_dropped_periods(weight),
-        Pushed::KeptHalfFull => record.doorbell.ring(),
+        Pushed::KeptAtBell => record.doorbell.ring(),
         Pushed::Kept => {}
     }
     drop(guard);
@@ -351,21 +351,40 @@ pub(super) unsafe fn walk_mixed(
     // Whether the last step placed the stack pointer by the frame-pointer
     // convention alone, where the record may be at the frame's bottom.
     let mut sp_guessed = false;
+    // Read before every walk of the range map below: a native frame cached
+    // at this value is still outside every section ([`RuleCache::native`]).
+    let seq = guard.sections_seq();
     for (n, slot) in frames.iter_mut().enumerate() {
         let is_return = n > 0;
         let at = lookup_address(regs.pc, is_return);
-        let (frame, code) = classify(guard, regs.pc, at);
+        let cached = match (modules, rules) {
+            // SAFETY: the caller's contract.
+            (Some(t), Some(cache)) => unsafe { cache.native(t, at, seq) },
+            _ => None,
+        };
+        let (frame, code) = match cached {
+            // Native code: what `classify` gives outside every section.
+            Some(_) => (
+                RawFrame {
+                    addr: regs.pc,
+                    ..RawFrame::default()
+                },
+                None,
+            ),
+            None => classify(guard, regs.pc, at),
+        };
         *slot = frame;
         // Whether this frame is stepped by the frame-pointer convention
         // alone (no CFI says where its caller's stack pointer is).
         let mut by_convention = false;
         let rule = match (frame.kind, code) {
             (FrameKind::Native, _) => {
-                let rule = match (modules, rules) {
+                let rule = match (cached, modules, rules) {
+                    (Some(rule), ..) => rule,
                     // SAFETY: the caller's contract.
-                    (Some(t), Some(cache)) => unsafe { cache.rule(t, at) },
-                    (Some(t), None) => t.rule(at),
-                    (None, _) => Err(StackEnd::NoUnwindInfo),
+                    (None, Some(t), Some(cache)) => unsafe { cache.rule(t, at, seq) },
+                    (None, Some(t), None) => t.rule(at),
+                    (None, None, _) => Err(StackEnd::NoUnwindInfo),
                 };
                 if rule.is_ok() && walked.native_from == u32::MAX {
                     walked.native_from = n as u32;
@@ -675,6 +694,78 @@ mod tests {
     // Issue 67, item 3: a caller stepped after a frame that only the
     // frame-pointer convention placed takes its CFA from its own frame
     // record, where that record can be one.
+    /// A native frame the thread's cache knows skips the range map only
+    /// while the map is unchanged: once an image covers the address, the
+    /// next walk finds the image's method there, not native code.
+    #[test]
+    fn a_cached_native_frame_yields_to_a_section_added_over_it() {
+        use crate::image::{ImageFunction, ImageInfo, ImageMethod};
+        let manager = ExecutionManager::new(2);
+        let reader = manager.register_reader().unwrap();
+        let table = ModuleTable::load(None);
+        let cache = RuleCache::default();
+        // A leaf in this test's own code, on a stack with no room to step:
+        // one frame, classified and given its rule.
+        let pc = a_cached_native_frame_yields_to_a_section_added_over_it as *const () as usize;
+        let walk = || {
+            let guard = manager.pin(&reader).unwrap();
+            let mut frames = [RawFrame::default(); 1];
+            let regs = Registers {
+                pc,
+                sp: 0x1000,
+                fp: 0,
+                lr: 0,
+            };
+            let stack = Stack {
+                lo: 0x1000,
+                hi: 0x1000,
+            };
+            // SAFETY: `cache` is this test's own, and this test its one
+            // producer.
+            unsafe {
+                walk_mixed(
+                    &guard,
+                    Some(&table),
+                    Some(&cache),
+                    0,
+                    &stack,
+                    regs,
+                    &mut frames,
+                )
+            };
+            (frames[0].kind, frames[0].key)
+        };
+        // Looked up, then known from the cache: native both times.
+        assert_eq!(walk(), (FrameKind::Native, 0));
+        let guard = manager.pin(&reader).unwrap();
+        // SAFETY: as above; no walk runs meanwhile.
+        let cached = unsafe { cache.native(&table, pc, guard.sections_seq()) };
+        assert_eq!(cached, Some(table.rule(pc)));
+        drop(guard);
+        assert_eq!(walk(), (FrameKind::Native, 0));
+        let base = pc & !0xfff;
+        manager
+            .load_image(ImageInfo {
+                base,
+                size: 0x2000,
+                functions: vec![ImageFunction {
+                    begin: 0,
+                    end: 0x2000,
+                    unwind: Box::new([]),
+                }],
+                methods: vec![ImageMethod {
+                    entry: 0,
+                    method_id: 77,
+                    gc: None,
+                    debug: vec![],
+                    name: "image::over_native".into(),
+                }],
+                ..ImageInfo::default()
+            })
+            .unwrap();
+        assert_eq!(walk(), (FrameKind::Image, 77));
+    }
+
     #[test]
     fn a_guessed_stack_pointer_gives_way_to_the_callers_frame_record() {
         use crate::unwind::{Base, Ra, Saved};

@@ -62,7 +62,7 @@
 //!
 //! It allocates nothing, takes no lock, uses no thread-local storage and calls
 //! nothing but `clock_gettime`, `timer_settime` when it backs its thread off,
-//! and `write` to the collector's eventfd when its ring passes half full (all
+//! and `write` to the collector's eventfd when its ring fills to its bell (all
 //! async-signal-safe). Names, symbols and aggregation happen later, in
 //! the collector thread. It names a native frame in an object loaded after
 //! the agent started as it drains the rings (so code in an object unloaded
@@ -217,7 +217,7 @@ struct Shared {
     log: Arc<EventLog>,
     /// Set to stop the collector thread.
     stopping: Mutex<bool>,
-    /// Rung by a ring's producer at half full, and by `stop`: ends the
+    /// Rung by a ring's producer at its bell, and by `stop`: ends the
     /// collector's wait.
     doorbell: Arc<Doorbell>,
     /// Collection passes made, on any thread.
@@ -836,7 +836,7 @@ impl Drop for Agent {
 }
 
 /// The collector's thread: a pass every `collect_every`, or sooner when a
-/// ring's producer rings the doorbell at half full ([`doorbell`]), until the
+/// ring's producer rings the doorbell at its bell ([`doorbell`]), until the
 /// agent stops. Returns the CPU time the thread used, the agent's own cost
 /// beside its handlers' ([`Profile::collector_cpu`]).
 fn collector_loop(shared: &Shared) -> Duration {

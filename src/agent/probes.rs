@@ -77,7 +77,7 @@ pub unsafe extern "C" fn jitmap_probe_enter(context: *const ProbeContext, method
                 }
             })
         };
-        if pushed == Pushed::KeptHalfFull {
+        if pushed == Pushed::KeptAtBell {
             record.doorbell.ring();
         }
     }
@@ -106,7 +106,7 @@ pub unsafe extern "C" fn jitmap_probe_value(
                 }
             })
         };
-        if pushed == Pushed::KeptHalfFull {
+        if pushed == Pushed::KeptAtBell {
             record.doorbell.ring();
         }
     }

@@ -269,8 +269,9 @@ pub struct Profile {
     /// cost, once per profile (zero in a window's profile).
     pub naming_cpu: Duration,
     /// Collection passes made (zero in a window's profile): one per
-    /// [`super::AgentConfig::collect_every`], one per ring that passed half
-    /// full (at most one a millisecond), and one per window, take and stop.
+    /// [`super::AgentConfig::collect_every`], one per ring that filled to
+    /// its bell (at most one a millisecond), and one per window, take and
+    /// stop.
     pub passes: u64,
     /// The time the agent's handlers spent on the samples kept, on the
     /// monotonic clock: from each handler's entry to the end of its walk

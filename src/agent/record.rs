@@ -135,7 +135,7 @@ pub(crate) struct ThreadRecord {
     /// The thread's timer as its handler sees it: the period in force, and
     /// the back-off when the handler cannot keep up.
     pub(crate) pace: super::pace::Pace,
-    /// The collector's doorbell, rung when a ring passes half full.
+    /// The collector's doorbell, rung when a ring fills to its bell.
     pub(crate) doorbell: Arc<super::doorbell::Doorbell>,
     /// The native rules this thread's handler looked up last.
     pub(crate) rules: super::rule_cache::RuleCache,

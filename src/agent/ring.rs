@@ -17,10 +17,11 @@ pub(crate) enum Pushed {
     Dropped,
     /// The record waits for the consumer.
     Kept,
-    /// Kept, and it made the ring half full (rounded up): once each time
-    /// the ring fills from empty, since the consumer drains it whole. The
-    /// producer then asks for a drain ([`super::doorbell`]).
-    KeptHalfFull,
+    /// Kept, and it filled the ring to its bell level (half full unless
+    /// set otherwise, [`Ring::with_bell`]): once each time the ring fills
+    /// from empty, since the consumer drains it whole. The producer then
+    /// asks for a drain ([`super::doorbell`]).
+    KeptAtBell,
 }
 
 /// A ring of `capacity` records of type `T`, each with `width` trailing items of
@@ -34,6 +35,9 @@ pub(crate) struct Ring<T, F> {
     records: Box<[UnsafeCell<T>]>,
     items: Box<[UnsafeCell<F>]>,
     width: usize,
+    /// The count of waiting records at which a push says
+    /// [`Pushed::KeptAtBell`], 1 to the capacity.
+    bell_at: usize,
 }
 
 // SAFETY: a slot is written only by the one producer while it lies outside
@@ -43,8 +47,15 @@ pub(crate) struct Ring<T, F> {
 unsafe impl<T: Send, F: Send> Sync for Ring<T, F> {}
 
 impl<T: Copy + Default, F: Copy + Default> Ring<T, F> {
-    /// A ring of `capacity` (at least 1) records with `width` items each.
+    /// A ring of `capacity` (at least 1) records with `width` items each,
+    /// whose bell rings at half full (rounded up).
     pub(crate) fn new(capacity: usize, width: usize) -> Self {
+        Self::with_bell(capacity, width, capacity.div_ceil(2))
+    }
+
+    /// [`Ring::new`] whose bell rings when `bell_at` records wait (clamped
+    /// to 1..=capacity).
+    pub(crate) fn with_bell(capacity: usize, width: usize, bell_at: usize) -> Self {
         Self {
             head: CachePadded::new(AtomicUsize::new(0)),
             tail: CachePadded::new(AtomicUsize::new(0)),
@@ -56,6 +67,7 @@ impl<T: Copy + Default, F: Copy + Default> Ring<T, F> {
                 .map(|_| UnsafeCell::new(F::default()))
                 .collect(),
             width,
+            bell_at: bell_at.clamp(1, capacity.max(1)),
         }
     }
 
@@ -122,8 +134,8 @@ impl<T: Copy + Default, F: Copy + Default> Ring<T, F> {
         self.tail.store(tail.wrapping_add(1), Ordering::Release);
         // Counted from the `head` read above: a drain since then only means
         // the consumer is already at work.
-        if waiting + 1 == capacity.div_ceil(2) {
-            Pushed::KeptHalfFull
+        if waiting + 1 == self.bell_at {
+            Pushed::KeptAtBell
         } else {
             Pushed::Kept
         }
@@ -178,7 +190,7 @@ mod tests {
             };
             // Half of 3, rounded up, is 2: the second push says so.
             let expected = match i {
-                1 => Pushed::KeptHalfFull,
+                1 => Pushed::KeptAtBell,
                 0 | 2 => Pushed::Kept,
                 _ => Pushed::Dropped,
             };
@@ -196,7 +208,7 @@ mod tests {
         // Wrapping keeps the order.
         // Space again after the drain, and the ring says half full again at
         // the second record of this filling.
-        for (i, expected) in [(10u64, Pushed::Kept), (11, Pushed::KeptHalfFull)] {
+        for (i, expected) in [(10u64, Pushed::Kept), (11, Pushed::KeptAtBell)] {
             // SAFETY: one producer.
             assert_eq!(unsafe { ring.push(|r, _| *r = i) }, expected);
         }
@@ -205,6 +217,30 @@ mod tests {
         unsafe { ring.drain(|r, _| seen.push((*r, Vec::new()))) };
         assert_eq!(seen.iter().map(|s| s.0).collect::<Vec<_>>(), vec![10, 11]);
         assert_eq!(ring.bytes(), 3 * 8 + 6 * 4);
+    }
+
+    /// A ring whose bell is set rings it at that count, once per filling,
+    /// and a bell past the capacity rings when the ring is full.
+    #[test]
+    fn a_set_bell_rings_at_its_count() {
+        let ring: Ring<u64, u32> = Ring::with_bell(8, 0, 6);
+        for round in 0..2 {
+            let pushed: Vec<Pushed> = (0..9u64)
+                // SAFETY: one producer (this thread).
+                .map(|i| unsafe { ring.push(|r, _| *r = i) })
+                .collect();
+            let bells: Vec<usize> = (0..9)
+                .filter(|&i| pushed[i] == Pushed::KeptAtBell)
+                .collect();
+            assert_eq!(bells, [5], "round {round}");
+            assert_eq!(pushed[8], Pushed::Dropped);
+            // SAFETY: one consumer.
+            assert_eq!(unsafe { ring.drain(|_, _| {}) }, 8);
+        }
+        let full: Ring<u64, u32> = Ring::with_bell(2, 0, 9);
+        // SAFETY: one producer.
+        let pushed = [0, 1].map(|i| unsafe { full.push(|r, _| *r = i) });
+        assert_eq!(pushed, [Pushed::Kept, Pushed::KeptAtBell]);
     }
 
     #[test]

@@ -70,6 +70,15 @@ impl<'r> ManagerGuard<'r> {
         }
     }
 
+    /// The range map's change sequence ([`crate::change_seq::ChangeSeq`]):
+    /// even between changes, and different after any section is added or
+    /// removed. A lookup that found no section after reading an even value
+    /// still holds while the sequence reads the same.
+    #[inline]
+    pub(crate) fn sections_seq(&self) -> u64 {
+        self.ranges.change_seq().read()
+    }
+
     /// The epoch guard under this one.
     #[inline]
     pub(crate) fn epoch_guard(&self) -> &Guard<'r> {
@@ -120,7 +129,8 @@ impl<'r> ManagerGuard<'r> {
     /// from a heap's gaps with, in one walk of the range map per frame.
     #[inline]
     pub(crate) fn classify_sectioned(&self, ip: usize, v1_words: usize) -> Option<Lookup<'_>> {
-        self.section(ip).map(|section| classify_in(section, ip, v1_words))
+        self.section(ip)
+            .map(|section| classify_in(section, ip, v1_words))
     }
 
     /// The method block containing `ip`, or `None` (stubs, thunks, free

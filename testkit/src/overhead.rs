@@ -209,7 +209,8 @@ struct Measured {
 }
 
 /// How long the mixed agent's steady state is measured for, after each of
-/// its timed runs: ten of the collector's default 100 ms periods.
+/// its timed runs: four of the collector's default 250 ms periods, more
+/// at rates whose rings ring sooner.
 const STEADY_WINDOW: Duration = Duration::from_secs(1);
 
 /// One measurement: `calls` calls under `config` with timers `(clock, hz)`.
