@@ -386,6 +386,53 @@ fn a_ring_half_full_wakes_the_collector_before_its_interval() {
     );
 }
 
+/// At a low rate a sample ring rings at three quarters full, not half: at
+/// 1 kHz a ring of 256 rings at 192 samples (leaving 64 ms), so the
+/// doorbell's passes are one per 192 samples or fewer (one per 128 with
+/// the bell at half), and none loses a sample to a full ring.
+#[test]
+fn a_sample_ring_at_a_low_rate_rings_at_three_quarters_full() {
+    let _one = one_agent();
+    let manager = manager();
+    let config = AgentConfig {
+        hz: 1000,
+        clock: Clock::Wall,
+        ring_capacity: 256,
+        collect_every: Duration::from_secs(60),
+        ..AgentConfig::default()
+    };
+    let agent = Agent::start(&manager, config).unwrap();
+    let attached = agent.attach_current_thread().unwrap();
+    // Two seconds of this thread's CPU: about 2,000 samples.
+    let end = thread_cpu() + Duration::from_secs(2);
+    let mut spins = 0u64;
+    while thread_cpu() < end {
+        spins = std::hint::black_box(spins + 1);
+    }
+    drop(attached);
+    let profile = agent.stop();
+    println!(
+        "taken {}, dropped {}, passes {}",
+        profile.taken, profile.dropped, profile.passes
+    );
+    assert!(profile.taken >= 1000, "{}", profile.taken);
+    assert_eq!(profile.samples + profile.dropped, profile.taken);
+    // A pass drains at most the ring; the doorbell's passes come at 192
+    // samples (or later, on a loaded machine), and `stop` adds its own.
+    assert!(
+        profile.passes * 256 >= profile.samples,
+        "{} passes for {} samples",
+        profile.passes,
+        profile.samples
+    );
+    assert!(
+        profile.passes <= profile.taken / 180 + 3,
+        "{} passes for {} samples: a bell earlier than 192",
+        profile.passes,
+        profile.taken
+    );
+}
+
 /// A ring of one record rings the doorbell at every record; the collector
 /// still makes at most a pass a millisecond (`MIN_RUNG_INTERVAL`), not one
 /// per record.

@@ -472,7 +472,8 @@ fn rows_of_an_unloaded_object_never_step_the_object_loaded_in_its_place() {
             max_depth: 16,
             ring_capacity: 1 << 15,
             // No collection pass (and so no new table) until the agent stops:
-            // no timer's, and no doorbell's before 16,384 samples (1.6 s).
+            // no timer's, and no doorbell's before 16,384 samples (1.6 s;
+            // the bell is at half full from 4 kHz).
             collect_every: Duration::from_secs(3600),
             ..AgentConfig::default()
         },

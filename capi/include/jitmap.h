@@ -256,7 +256,8 @@ typedef struct jitmap_agent_config {
   // The signal the timers send (SIGPROF by default).
   int32_t signal;
   // The longest the collector waits between passes, in milliseconds
-  // (it passes sooner when a ring passes half full).
+  // (it passes sooner when a ring fills to its bell: a probe ring at
+  // half full, a sample ring between half and three quarters full).
   uint32_t collect_every_ms;
   // A `jitmap_unwind`.
   uint32_t unwind;

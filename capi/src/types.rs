@@ -327,7 +327,8 @@ pub struct jitmap_agent_config {
     /// The signal the timers send (SIGPROF by default).
     pub signal: i32,
     /// The longest the collector waits between passes, in milliseconds
-    /// (it passes sooner when a ring passes half full).
+    /// (it passes sooner when a ring fills to its bell: a probe ring at
+    /// half full, a sample ring between half and three quarters full).
     pub collect_every_ms: u32,
     /// A `jitmap_unwind`.
     pub unwind: u32,

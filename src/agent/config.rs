@@ -96,13 +96,16 @@ pub struct AgentConfig {
     /// an eventfd, async-signal-safe), so a ring is drained before it fills
     /// at any rate, as long as the collector gets a CPU in the time the
     /// rest of the ring takes to fill. A probe ring rings at half full; a
-    /// sample ring when 32 ms of samples at `hz` are left free, between
-    /// half and three quarters full (at 1 kHz a ring of 256 rings at 192).
-    /// Each pass costs a wake-up whatever it drains (about 75 µs of CPU on
-    /// a 2-vCPU VM), so a long wait makes a cheap agent: with passes every
-    /// 20 ms, wake-ups were most of the collector's 6 µs a sample at 1 kHz,
-    /// and at 100 ms still a quarter of it. The wait bounds only how long
-    /// samples sit in the rings ([`super::Agent::take_kept`],
+    /// sample ring leaves at least 32 ms of samples at `hz` free and at
+    /// least a quarter of the ring, ringing between half and three
+    /// quarters full (at 1 kHz a ring of 256 rings at 192, 64 ms before it
+    /// fills; from 4 kHz at 128). A pass costs a wake-up whatever it
+    /// drains (about 75 µs of CPU on a 2-vCPU VM, beside about 0.8 µs a
+    /// sample drained), so a long wait makes a cheap agent: with passes
+    /// every 20 ms, wake-ups were most of the collector's 6 µs a sample at
+    /// 1 kHz, and at 100 ms still about half of its 1.6 µs. The wait
+    /// bounds only how long samples sit in the rings
+    /// ([`super::Agent::take_kept`],
     /// [`super::Agent::profile_window`] and `stop` make a pass of their
     /// own), and how soon an object loaded by `dlopen` is unwound through:
     /// the collector rebuilds the native tables on its next pass, and until

@@ -691,9 +691,6 @@ mod tests {
         );
     }
 
-    // Issue 67, item 3: a caller stepped after a frame that only the
-    // frame-pointer convention placed takes its CFA from its own frame
-    // record, where that record can be one.
     /// A native frame the thread's cache knows skips the range map only
     /// while the map is unchanged: once an image covers the address, the
     /// next walk finds the image's method there, not native code.
@@ -766,6 +763,9 @@ mod tests {
         assert_eq!(walk(), (FrameKind::Image, 77));
     }
 
+    // Issue 67, item 3: a caller stepped after a frame that only the
+    // frame-pointer convention placed takes its CFA from its own frame
+    // record, where that record can be one.
     #[test]
     fn a_guessed_stack_pointer_gives_way_to_the_callers_frame_record() {
         use crate::unwind::{Base, Ra, Saved};
