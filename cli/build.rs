@@ -1,17 +1,16 @@
-//! Exports the jitmap descriptor from the dynamic symbol table of this crate's
-//! test executables, which act as the jitmap hosts that `jitmap inspect` and
-//! `jitmap profile` read in the tests (an executable must ask the linker; a
-//! reader in another process looks there first).
-//!
-//! With the `ebpf` feature, also compiles the eBPF profiler's program
+//! With the `ebpf` feature, compiles the eBPF profiler's program
 //! (`src/ebpf/profile.bpf.c`, beside the Rust that loads it) with clang into
 //! `OUT_DIR/profile.bpf.o`.
+//!
+//! This crate's test executables act as the jitmap hosts that `jitmap
+//! inspect` and `jitmap profile` read in the tests. They are linked as a
+//! host that asks nothing of its linker is: the descriptor is not in their
+//! dynamic symbol table, and a stripped copy is found by its section alone.
 
 use std::path::PathBuf;
 use std::process::Command;
 
 fn main() {
-    println!("cargo:rustc-link-arg-tests=-Wl,--export-dynamic-symbol=jitmap_descriptor");
     if std::env::var_os("CARGO_FEATURE_EBPF").is_some() {
         compile_bpf();
     }

@@ -11,7 +11,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use object::{Object, ObjectSymbol};
+use object::{Object, ObjectSection, ObjectSymbol};
 
 /// Builds the linking host, with `features`, and returns its executable.
 fn build(features: &[&str]) -> PathBuf {
@@ -55,8 +55,17 @@ fn only_the_descriptor_has_a_fixed_name_unless_gdb_jit_is_asked_for() {
         "jitmap_probe_value",
         "jitmap_probe_count",
     ];
-    let plain = defined(&build(&[]));
+    let plain_host = build(&[]);
+    let plain = defined(&plain_host);
     assert!(plain.iter().any(|s| s == "jitmap_descriptor"));
+    // And the descriptor alone in its section, which a stripped copy keeps.
+    let data = std::fs::read(&plain_host).unwrap();
+    let elf = object::File::parse(&*data).unwrap();
+    let section = elf.section_by_name("jitmap.descriptor").unwrap();
+    assert_eq!(
+        section.size(),
+        size_of::<jitmap::remote::Descriptor>() as u64
+    );
     for name in fixed {
         assert!(!plain.iter().any(|s| s == name), "{name} is exported");
     }

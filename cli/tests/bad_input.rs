@@ -63,7 +63,7 @@ fn profile_checks_its_output_directory_first() {
         assert!(err.contains("/proc/nope"), "{err}");
     } else {
         assert!(
-            err.contains("cargo install --path cli --features ebpf"),
+            err.contains("cargo install --path cli --locked --features ebpf"),
             "{err}"
         );
     }

@@ -82,8 +82,8 @@ mod tests {
             bad_input_and_missing_privileges_exit_2_with_a_reason,
         ),
         (
-            "a_host_that_exits_ends_the_profile_with_what_it_took",
-            a_host_that_exits_ends_the_profile_with_what_it_took,
+            "a_stripped_host_that_exits_ends_the_profile_with_what_it_took",
+            a_stripped_host_that_exits_ends_the_profile_with_what_it_took,
         ),
         (
             "sigint_ends_the_profile_with_its_outputs",
@@ -987,13 +987,25 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
-    fn a_host_that_exits_ends_the_profile_with_what_it_took() {
+    /// The host is stripped of its symbol tables, as `strip = true` and
+    /// distribution packages leave one: the profiler finds its descriptor
+    /// by its section.
+    fn a_stripped_host_that_exits_ends_the_profile_with_what_it_took() {
         if !runs_x86_64() {
             return;
         }
         let _one = one_run();
         let dir = temp_dir("ebpf-exit");
-        let host = spin(&dir, &["--functions", "4", "--seconds", "60"]);
+        let mut command = Command::new(host::stripped(&dir));
+        host::as_host(&mut command, "spin").args(["--functions", "4", "--seconds", "60"]);
+        let host = Host(
+            command
+                .env("JITMAP_PERF", "map")
+                .env("JITMAP_PERF_DIR", &dir)
+                .stdout(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
         let pid = host.0.id();
         wait_published(&dir, pid, 4);
         // The host exits once it has been sampled for 50 ticks of its CPU

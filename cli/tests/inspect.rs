@@ -30,6 +30,10 @@ fn main() {
             "a_wasmtime_guest_is_resolved_to_its_functions",
             a_wasmtime_guest_is_resolved_to_its_functions,
         ),
+        (
+            "a_stripped_host_is_found_by_its_descriptor_section",
+            a_stripped_host_is_found_by_its_descriptor_section,
+        ),
     ]);
 }
 
@@ -275,6 +279,41 @@ fn a_churning_host_is_never_misnamed() {
         methods > (methods + nothing + unknown) / 4,
         "{methods} {nothing} {unknown}"
     );
+}
+
+/// A host stripped of its symbol tables (`strip`, as `strip = true` and
+/// distribution packages do) is still found, by the section that holds its
+/// descriptor alone, and its methods are named exactly.
+fn a_stripped_host_is_found_by_its_descriptor_section() {
+    if !jitmap_testkit::e2e::runs_x86_64() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("jitmap-inspect-strip-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let stripped = host::stripped(&dir);
+    let host = Host::spawn_with("stripped", |_| {
+        let mut command = Command::new(&stripped);
+        host::as_host(&mut command, "spin").args(["--functions", "8", "--seconds", "60"]);
+        command
+    });
+    let entries = host.perf_map(8);
+    let ips: Vec<u64> = entries.iter().map(|&(s, n, _)| s + n / 2).collect();
+    let (out, json) = inspect(&ip_args(host.pid(), &ips));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let answers = json["answers"].as_array().unwrap();
+    assert_eq!(answers.len(), 8);
+    for (a, (start, size, name)) in answers.iter().zip(&entries) {
+        assert_eq!(a["kind"], "method", "{a}");
+        assert_eq!(a["start"], *start);
+        assert_eq!(a["offset"], size / 2);
+        assert_eq!(a["name"], name.as_str());
+    }
+    drop(host);
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 fn host_alive(host: &Host) -> bool {

@@ -139,8 +139,12 @@ const FRAGMENT: crate::range::FragmentLayout = fragment_layout::<SectionKind>();
 const HEAP_LOOKUP: usize = FRAGMENT.value + HEAP_SECTION_LAYOUT.lookup;
 
 /// The process's descriptor. Readers find it through the ELF dynamic symbol
-/// table (or the full symbol table of an executable that does not export it).
+/// table, the full symbol table of an executable that does not export it,
+/// or, in a stripped executable, its own section: the linker gives it an
+/// output section named `jitmap.descriptor` (not a `.data.*` name, which
+/// it would fold into `.data`), and `strip` keeps section headers.
 #[unsafe(no_mangle)]
+#[unsafe(link_section = "jitmap.descriptor")]
 #[allow(non_upper_case_globals)]
 pub static jitmap_descriptor: Descriptor = Descriptor {
     magic: MAGIC,

@@ -51,6 +51,12 @@ pub enum RemoteError {
         /// The symbol looked for.
         symbol: &'static str,
     },
+    /// No mapped ELF file of the process holds a jitmap descriptor, by its
+    /// symbol or by its section.
+    DescriptorNotFound {
+        /// The process.
+        pid: i32,
+    },
 }
 
 impl fmt::Display for RemoteError {
@@ -74,6 +80,11 @@ impl fmt::Display for RemoteError {
             Self::SymbolNotFound { pid, symbol } => {
                 write!(f, "process {pid} maps no ELF file that defines {symbol}")
             }
+            Self::DescriptorNotFound { pid } => write!(
+                f,
+                "process {pid} maps no ELF file that defines jitmap_descriptor, as a symbol \
+                 or as the section a stripped host keeps: it does not link jitmap"
+            ),
         }
     }
 }

@@ -4,12 +4,16 @@
 
 use std::collections::BTreeMap;
 
-use object::{Object, ObjectSegment, ObjectSymbol};
+use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol};
 
 use super::RemoteError;
 
 /// The name the descriptor is exported under.
 pub const DESCRIPTOR_SYMBOL: &str = "jitmap_descriptor";
+
+/// The ELF section that holds the descriptor alone, which a stripped host
+/// keeps: `strip` removes the symbol tables but not the section headers.
+pub const DESCRIPTOR_SECTION: &str = "jitmap.descriptor";
 
 /// One file-backed mapping of a process.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -126,18 +130,32 @@ pub fn find_symbol_in(
     wanted: impl Fn(&str) -> bool,
     symbol: &'static str,
 ) -> Result<(u64, String), RemoteError> {
-    let maps = mappings(pid)?;
+    find_in_files(pid, wanted, |elf| symbol_value(elf, symbol))
+        .ok_or(RemoteError::SymbolNotFound { pid, symbol })?
+}
+
+/// The first mapped ELF file (of those whose path `wanted` accepts) in
+/// which `value` finds an address (a file's virtual address, before its
+/// load bias): that address in the process, and the file's path. `None`
+/// when no file gives one.
+fn find_in_files(
+    pid: i32,
+    wanted: impl Fn(&str) -> bool,
+    value: impl Fn(&object::File<'_>) -> Option<u64>,
+) -> Option<Result<(u64, String), RemoteError>> {
+    let maps = match mappings(pid) {
+        Ok(maps) => maps,
+        Err(e) => return Some(Err(e)),
+    };
     // Each file's mapping of offset 0 is its first loaded page.
     let mut files: BTreeMap<&str, u64> = BTreeMap::new();
     for m in maps.iter().filter(|m| m.offset == 0 && wanted(&m.path)) {
         files.entry(&m.path).or_insert(m.start);
     }
-    for (path, first) in files {
-        if let Some(addr) = symbol_in_file(path, first, symbol) {
-            return Ok((addr, path.to_string()));
-        }
-    }
-    Err(RemoteError::SymbolNotFound { pid, symbol })
+    files.into_iter().find_map(|(path, first)| {
+        let addr = with_elf(path, |elf| value(elf)?.checked_add(load_bias(elf, first)?))??;
+        Some(Ok((addr, path.to_string())))
+    })
 }
 
 /// The addresses an ELF file mapped by process `pid` occupies once loaded,
@@ -173,18 +191,25 @@ fn with_elf<T>(path: &str, f: impl FnOnce(&object::File<'_>) -> T) -> Option<T> 
     Some(f(&elf))
 }
 
-/// `symbol`'s address in the ELF file at `path` whose first page is mapped at
-/// `first`, or `None` when the file is not ELF or does not define it.
-fn symbol_in_file(path: &str, first: u64, symbol: &str) -> Option<u64> {
-    with_elf(path, |elf| {
-        let value = elf
-            .dynamic_symbols()
-            .chain(elf.symbols())
-            .find(|s| s.is_definition() && s.name() == Ok(symbol))?
-            .address();
-        value.checked_add(load_bias(elf, first)?)
+/// `symbol`'s value in an ELF file (dynamic symbols first), or `None` when
+/// the file does not define it.
+fn symbol_value(elf: &object::File<'_>, symbol: &str) -> Option<u64> {
+    let found = elf
+        .dynamic_symbols()
+        .chain(elf.symbols())
+        .find(|s| s.is_definition() && s.name() == Ok(symbol))?;
+    Some(found.address())
+}
+
+/// The descriptor's address in an ELF file: its symbol's value, or, in a
+/// file stripped of its symbol tables, the start of [`DESCRIPTOR_SECTION`]
+/// when that section holds exactly one descriptor.
+fn descriptor_value(elf: &object::File<'_>) -> Option<u64> {
+    symbol_value(elf, DESCRIPTOR_SYMBOL).or_else(|| {
+        let section = elf.section_by_name(DESCRIPTOR_SECTION)?;
+        let size = size_of::<super::Descriptor>() as u64;
+        (section.size() == size).then(|| section.address())
     })
-    .flatten()
 }
 
 /// What to add to the file's virtual addresses, given where its first page is
@@ -205,7 +230,18 @@ fn load_bias(elf: &object::File<'_>, first: u64) -> Option<u64> {
     Some(bias)
 }
 
-/// The address of the jitmap descriptor in process `pid`.
+/// The address of the jitmap descriptor in process `pid`: its symbol in the
+/// first mapped ELF file that defines it, or, in a host stripped of its
+/// symbol tables, its section ([`DESCRIPTOR_SECTION`]).
+///
+/// ```
+/// use jitmap::remote::process::find_descriptor;
+/// let pid = std::process::id() as i32;
+/// assert_eq!(find_descriptor(pid)?, jitmap::remote::descriptor_address());
+/// # Ok::<(), jitmap::remote::RemoteError>(())
+/// ```
 pub fn find_descriptor(pid: i32) -> Result<u64, RemoteError> {
-    find_symbol(pid, DESCRIPTOR_SYMBOL)
+    find_in_files(pid, |_| true, descriptor_value)
+        .ok_or(RemoteError::DescriptorNotFound { pid })?
+        .map(|(addr, _)| addr)
 }

@@ -149,6 +149,6 @@ fn stop_on_sigint() -> &'static std::sync::atomic::AtomicBool {
 pub fn run(_: Options) -> CliResult {
     Err(jitmap_args::CliError::input(
         "this jitmap was built without the `ebpf` feature; install it with \
-         `cargo install --path cli --features ebpf` (needs clang)",
+         `cargo install --path cli --locked --features ebpf` (needs clang)",
     ))
 }

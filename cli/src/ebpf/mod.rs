@@ -194,9 +194,9 @@ impl EbpfError {
                 "reading process {pid}: {e} (needs ptrace permission: \
                  the same user, or CAP_SYS_PTRACE)"
             )),
-            RemoteError::SymbolNotFound { .. } | RemoteError::BadDescriptor { .. } => {
-                Self::NotAHost { pid, reason: e }
-            }
+            RemoteError::SymbolNotFound { .. }
+            | RemoteError::DescriptorNotFound { .. }
+            | RemoteError::BadDescriptor { .. } => Self::NotAHost { pid, reason: e },
             other => Self::Unreadable(other),
         }
     }

@@ -32,6 +32,42 @@ pub fn spin(args: &[&str]) -> Command {
     command
 }
 
+/// A copy of [`executable`] in `dir`, stripped of its symbol tables as
+/// `strip = true` and distribution packages leave a host: no symbol names
+/// the descriptor (this crate's test executables do not export it), and
+/// readers find it by its section alone (asserted).
+pub fn stripped(dir: &std::path::Path) -> PathBuf {
+    use object::{Object, ObjectSection, ObjectSymbol};
+    let copy = dir.join("stripped-host");
+    let out = Command::new("strip")
+        .arg("-o")
+        .arg(&copy)
+        .arg(executable())
+        .output()
+        .expect("binutils' strip");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let data = std::fs::read(&copy).unwrap();
+    let elf = object::File::parse(&*data).unwrap();
+    let named = elf
+        .symbols()
+        .chain(elf.dynamic_symbols())
+        .filter(|s| s.name() == Ok(jitmap::remote::process::DESCRIPTOR_SYMBOL))
+        .count();
+    assert_eq!(named, 0, "{copy:?} still names the descriptor");
+    let section = elf
+        .section_by_name(jitmap::remote::process::DESCRIPTOR_SECTION)
+        .expect("the descriptor's section");
+    assert_eq!(
+        section.size(),
+        size_of::<jitmap::remote::Descriptor>() as u64
+    );
+    copy
+}
+
 /// Makes the processes `command` starts (itself, or what it runs, as
 /// `perf record -- EXECUTABLE` does) the `kind` host when they run
 /// [`executable`].
