@@ -2,9 +2,11 @@
 //! live methods, through the descriptor and `process_vm_readv`; with `--dotnet`,
 //! the same for a live CoreCLR 8 process through the runtime's own maps.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::Instant;
 
+use jitmap::remote::dotnet::names::MethodNames;
 use jitmap::remote::dotnet::{
     self, DotnetReader, DotnetResolution, DotnetSection, DotnetSectionKind, Runtime,
 };
@@ -329,6 +331,9 @@ pub struct DotnetInspection {
     pub ns_per_lookup: f64,
     /// Milliseconds the listing took.
     pub list_ms: f64,
+    /// The name of each method answered, by `MethodDesc`: from its
+    /// assembly's metadata, or why it has none.
+    pub names: BTreeMap<u64, String>,
 }
 
 /// Whether two answers name the same thing (offsets aside).
@@ -396,6 +401,28 @@ pub fn run_dotnet(
     } else {
         None
     };
+    let list_ms = began.elapsed().as_secs_f64() * 1e3;
+    let mut namer = MethodNames::new(pid, ProcessMemory::new(pid));
+    let mut names = BTreeMap::new();
+    let answered = answers
+        .iter()
+        .map(|(_, a)| a)
+        .chain(
+            runs_of
+                .iter()
+                .flat_map(|(_, runs)| runs.iter().map(|r| &r.answer)),
+        )
+        .chain(listing.iter().flatten().flat_map(|(_, blocks)| blocks));
+    for answer in answered {
+        if let DotnetResolution::Method { method_desc, .. } = *answer {
+            names
+                .entry(method_desc)
+                .or_insert_with(|| match namer.name(method_desc) {
+                    Ok(name) => name.to_string(),
+                    Err(e) => format!("[.NET: {e}]"),
+                });
+        }
+    }
     Ok(DotnetInspection {
         pid,
         runtime,
@@ -405,7 +432,8 @@ pub fn run_dotnet(
         lookups,
         lookup_reads,
         ns_per_lookup,
-        list_ms: began.elapsed().as_secs_f64() * 1e3,
+        list_ms,
+        names,
     })
 }
 
@@ -431,7 +459,7 @@ impl Report for DotnetInspection {
             self.pid, r.version, r.coreclr, r.dac_table, r.code_range_map
         );
         for (ip, answer) in &self.answers {
-            let _ = writeln!(out, "{ip:#x} {}", describe_dotnet(answer));
+            let _ = writeln!(out, "{ip:#x} {}", describe_dotnet(answer, &self.names));
         }
         for (range, runs) in &self.ranges {
             let _ = writeln!(out, "{:#x}:{:#x}", range.start, range.len);
@@ -441,7 +469,7 @@ impl Report for DotnetInspection {
                     "  {:#x}..{:#x} {}",
                     run.from,
                     run.to,
-                    describe_dotnet(&run.answer)
+                    describe_dotnet(&run.answer, &self.names)
                 );
             }
         }
@@ -483,7 +511,7 @@ impl Report for DotnetInspection {
                         "begin": section.begin,
                         "end": section.end,
                         "flags": section.flags,
-                        "blocks": blocks.iter().map(dotnet_json).collect::<Vec<_>>(),
+                        "blocks": blocks.iter().map(|b| dotnet_json(b, &self.names)).collect::<Vec<_>>(),
                     })
                 })
                 .collect::<Vec<_>>()
@@ -496,12 +524,12 @@ impl Report for DotnetInspection {
                 "dac_table": self.runtime.dac_table,
                 "code_range_map": self.runtime.code_range_map,
             },
-            "answers": answers_json(&self.answers, dotnet_json),
+            "answers": answers_json(&self.answers, |a| dotnet_json(a, &self.names)),
             "ranges": self.ranges.iter().map(|(range, runs)| serde_json::json!({
                 "start": range.start,
                 "len": range.len,
                 "runs": runs.iter().map(|run| {
-                    let mut v = dotnet_json(&run.answer);
+                    let mut v = dotnet_json(&run.answer, &self.names);
                     v["from"] = serde_json::json!(run.from);
                     v["to"] = serde_json::json!(run.to);
                     v
@@ -524,8 +552,8 @@ fn dotnet_kind(kind: &DotnetSectionKind) -> &'static str {
     }
 }
 
-/// One line for a .NET answer.
-pub fn describe_dotnet(r: &DotnetResolution) -> String {
+/// One line for a .NET answer; a method's with its name from `names`.
+pub fn describe_dotnet(r: &DotnetResolution, names: &BTreeMap<u64, String>) -> String {
     match r {
         DotnetResolution::Method {
             start,
@@ -533,7 +561,8 @@ pub fn describe_dotnet(r: &DotnetResolution) -> String {
             code_header,
             method_desc,
         } => format!(
-            "method desc {method_desc:#x} start {start:#x} +{offset:#x} header {code_header:#x}"
+            "method desc {method_desc:#x} start {start:#x} +{offset:#x} header {code_header:#x} {}",
+            names.get(method_desc).map_or("", String::as_str)
         ),
         DotnetResolution::StubBlock { start, kind } => {
             format!("stub block kind {kind} start {start:#x}")
@@ -547,8 +576,8 @@ pub fn describe_dotnet(r: &DotnetResolution) -> String {
 }
 
 /// A .NET answer as JSON, with a `kind` of method, stub_block, section,
-/// nothing or unknown.
-pub fn dotnet_json(r: &DotnetResolution) -> serde_json::Value {
+/// nothing or unknown; a method's with its `name` from `names`.
+pub fn dotnet_json(r: &DotnetResolution, names: &BTreeMap<u64, String>) -> serde_json::Value {
     match r {
         DotnetResolution::Method {
             start,
@@ -558,6 +587,7 @@ pub fn dotnet_json(r: &DotnetResolution) -> serde_json::Value {
         } => serde_json::json!({
             "kind": "method", "start": start, "offset": offset,
             "code_header": code_header, "method_desc": method_desc,
+            "name": names.get(method_desc),
         }),
         DotnetResolution::StubBlock { start, kind } => {
             serde_json::json!({ "kind": "stub_block", "start": start, "stub_kind": kind })

@@ -202,6 +202,7 @@ fn a_live_dotnet_8_process_is_read_exactly() {
     let mut desc_of_name: HashMap<&str, BTreeSet<u64>> = HashMap::new();
     let mut name_of_desc: BTreeMap<u64, BTreeSet<&str>> = BTreeMap::new();
     let (mut bytes, mut lookup_ns, mut reads) = (0, 0.0, 0.0);
+    let (mut named, mut clipped_by_runtime, mut wrong) = (0, 0, Vec::new());
     for batch in current.chunks(400) {
         let mut args = vec![
             "inspect".to_string(),
@@ -236,11 +237,35 @@ fn a_live_dotnet_8_process_is_read_exactly() {
                 (Some(*start), Some(start + size))
             );
             let desc = run["method_desc"].as_u64().unwrap();
+            let ours = run["name"].as_str().unwrap();
+            match perf_map_key(name) {
+                key if key == ours => named += 1,
+                // The runtime's perf map drops the method name's last
+                // character on some lines (`Enumerable::Ma(` for `Max`).
+                key if clipped(&key, ours) => clipped_by_runtime += 1,
+                key => wrong.push(format!("{ours} for {name} (want {key})")),
+            }
             desc_of_name.entry(name).or_default().insert(desc);
             name_of_desc.entry(desc).or_default().insert(name);
             bytes += size;
         }
     }
+    // Every method is named from its assembly's metadata as the runtime's
+    // perf map names it, signature and generic arguments aside.
+    assert!(
+        wrong.is_empty(),
+        "{} misnamed: {:#?}",
+        wrong.len(),
+        &wrong[..wrong.len().min(20)]
+    );
+    assert!(
+        clipped_by_runtime * 20 <= named,
+        "{clipped_by_runtime} clipped, {named} named"
+    );
+    eprintln!(
+        "{named} names equal to the perf map's, {clipped_by_runtime} more where the perf map \
+         drops the name's last character"
+    );
     // The MethodDesc read at the code header's offset 0x18 is the method's
     // identity: no two perf-map names share one, and the tiers of a method
     // share it. (A generic method's instantiations, and dynamic methods, each
@@ -319,6 +344,82 @@ fn a_live_dotnet_8_process_is_read_exactly() {
             .join("\n"),
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// A perf-map name (tier removed) in the form `inspect --dotnet` names
+/// methods: `[Assembly] Namespace.Type+Nested::Method`, without the return
+/// type, the signature and generic arguments; an IL stub or other dynamic
+/// method (`dynamicClass::`) as `[.NET dynamic]`.
+fn perf_map_key(name: &str) -> String {
+    let Some(sep) = name.find("::") else {
+        return name.to_owned();
+    };
+    let head = &name[..sep];
+    // The method's assembly is the last `[Assembly] ` before its type (the
+    // return type's own assemblies have no space after the bracket).
+    let Some(close) = head.rfind("] ") else {
+        return name.to_owned();
+    };
+    let open = head[..close].rfind('[').unwrap_or(0);
+    let assembly = &head[open + 1..close];
+    // The type without its generic arguments, however nested.
+    let mut depth = 0;
+    let ty: String = head[close + 2..]
+        .chars()
+        .filter(|&c| {
+            match c {
+                '[' => depth += 1,
+                ']' => depth -= 1,
+                _ => return depth == 0,
+            }
+            false
+        })
+        .collect();
+    let rest = &name[sep + 2..];
+    let method = &rest[..rest.find(['(', '[']).unwrap_or(rest.len())];
+    if ty == "dynamicClass" {
+        return "[.NET dynamic]".to_owned();
+    }
+    format!("[{assembly}] {ty}::{method}")
+}
+
+/// Whether `key` is `ours` with the method name's last character dropped.
+fn clipped(key: &str, ours: &str) -> bool {
+    ours.len() == key.len() + 1 && ours.starts_with(key)
+}
+
+#[test]
+fn perf_map_names_are_keyed_as_inspect_names_methods() {
+    let cases = [
+        (
+            "instance bool [System.Private.CoreLib] System.Collections.Generic.\
+             Dictionary`2+ValueCollection+Enumerator[System.__Canon,Python.Runtime.\
+             OperatorMethod+SlotDefinition]::MoveNext()",
+            "[System.Private.CoreLib] System.Collections.Generic.\
+             Dictionary`2+ValueCollection+Enumerator::MoveNext",
+        ),
+        (
+            "class [System.Runtime]System.Collections.Generic.IEnumerable`1<!!0> [System.Linq] \
+             System.Linq.Enumerable::Select[System.__Canon,System.__Canon](class x)",
+            "[System.Linq] System.Linq.Enumerable::Select",
+        ),
+        (
+            "instance void [System.Collections.Concurrent] System.Collections.Concurrent.\
+             ConcurrentDictionary`2+Tables[System.ValueTuple`2[System.__Canon,System.__Canon],\
+             System.Byte]::.ctor(int32)",
+            "[System.Collections.Concurrent] System.Collections.Concurrent.\
+             ConcurrentDictionary`2+Tables::.ctor",
+        ),
+        (
+            "native int [Python.Runtime] dynamicClass::IL_STUB_PInvoke(native int,string)",
+            "[.NET dynamic]",
+        ),
+    ];
+    for (name, key) in cases {
+        assert_eq!(perf_map_key(name), key);
+    }
+    assert!(clipped("[A] T::Ma", "[A] T::Max"));
+    assert!(!clipped("[A] T::Max", "[A] T::Max"));
 }
 
 #[test]

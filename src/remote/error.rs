@@ -51,6 +51,11 @@ pub enum RemoteError {
         /// The symbol looked for.
         symbol: &'static str,
     },
+    /// An assembly's PE file or ECMA-335 metadata could not be read.
+    BadMetadata {
+        /// What was wrong.
+        what: &'static str,
+    },
     /// No mapped ELF file of the process holds a jitmap descriptor, by its
     /// symbol or by its section.
     DescriptorNotFound {
@@ -80,6 +85,7 @@ impl fmt::Display for RemoteError {
             Self::SymbolNotFound { pid, symbol } => {
                 write!(f, "process {pid} maps no ELF file that defines {symbol}")
             }
+            Self::BadMetadata { what } => write!(f, "unreadable .NET metadata: {what}"),
             Self::DescriptorNotFound { pid } => write!(
                 f,
                 "process {pid} maps no ELF file that defines jitmap_descriptor, as a symbol \

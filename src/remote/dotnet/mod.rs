@@ -10,6 +10,9 @@
 //! The runtime publishes no change sequence, so an answer read while the
 //! runtime compiles may be stale; stop the process (SIGSTOP) for exact answers.
 
+pub mod metadata;
+pub mod names;
+
 use std::cell::Cell;
 
 use super::checks::{check_ptr, index, read_at, read_u32_at};

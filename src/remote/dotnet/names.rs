@@ -1,0 +1,259 @@
+//! Names for a CoreCLR 8 `MethodDesc`, read from outside the process:
+//! the `MethodDesc` and its chunk give the method's `MethodDef` token and
+//! its `MethodTable`, whose `Module` points (by its simple name) into the
+//! assembly's PE file as the process maps it; that file's metadata
+//! ([`super::metadata`]) names the token. The result is the runtime's own
+//! perf-map form, `[Assembly] Namespace.Type+Nested::Method`, without the
+//! return type, the signature and generic arguments.
+//!
+//! The offsets are those of .NET 8.0.x on 64-bit Linux (`dotnet/runtime`
+//! `src/coreclr/vm/method.hpp`, `methodtable.h` and `ceeload.h` at v8.0.4),
+//! the version [`super::check_version`] accepts; only x86-64's are checked
+//! against a live runtime here.
+
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use super::super::RemoteError;
+use super::super::memory::Memory;
+use super::metadata::Metadata;
+
+/// `MethodDesc::m_wFlags3AndTokenRemainder`: the token's low bits.
+const DESC_TOKEN_REMAINDER: usize = 0x0;
+/// `MethodDesc::m_chunkIndex`: the desc's place in its chunk, in units of
+/// [`DESC_ALIGNMENT`].
+const DESC_CHUNK_INDEX: usize = 0x2;
+/// `MethodDesc::m_wFlags`: its low three bits are the classification.
+const DESC_FLAGS: usize = 0x6;
+const DESC_BYTES: usize = 0x8;
+const DESC_ALIGNMENT: u64 = 0x8;
+/// Bits of the token in the `MethodDesc` (the rest are in its chunk).
+const TOKEN_REMAINDER_BITS: u32 = 12;
+const TOKEN_REMAINDER_MASK: u16 = 0x0FFF;
+/// `MethodDescChunk`: its `MethodTable`, and the token's high bits.
+const CHUNK_BYTES: u64 = 0x18;
+const CHUNK_METHOD_TABLE: usize = 0x0;
+const CHUNK_TOKEN_RANGE: usize = 0x12;
+const TOKEN_RANGE_MASK: u16 = 0x0FFF;
+/// `MethodTable::m_pModule` (release builds).
+const METHOD_TABLE_MODULE: u64 = 0x18;
+/// `Module::m_pSimpleName`: the assembly's name, a UTF-8 string that lies
+/// in the assembly's mapped metadata. The fields before it differ in size
+/// between the two architectures.
+#[cfg(not(target_arch = "aarch64"))]
+const MODULE_SIMPLE_NAME: u64 = 0x108;
+#[cfg(target_arch = "aarch64")]
+const MODULE_SIMPLE_NAME: u64 = 0x110;
+/// `MethodClassification` values that carry no `MethodDef` of their own.
+const CLASSIFICATION_MASK: u16 = 0x7;
+const MC_ARRAY: u16 = 4;
+const MC_DYNAMIC: u16 = 7;
+/// Longest simple name read.
+const MAX_SIMPLE_NAME: usize = 1024;
+
+/// A method's name, or why it has none.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MethodName {
+    /// Named from its assembly's metadata.
+    Named {
+        /// The assembly's simple name (`System.Private.CoreLib`).
+        assembly: String,
+        /// `Namespace.Type+Nested::Method`.
+        method: String,
+    },
+    /// A dynamic method (`DynamicMethod`, LINQ expression trees, IL
+    /// stubs): its metadata lives in memory, not in a file.
+    Dynamic,
+    /// An array type's accessor (`Get`, `Set`, `Address`, `.ctor`), which
+    /// the runtime makes without metadata.
+    ArrayAccessor,
+    /// Its module maps no file this reader could read.
+    NoFile {
+        /// The assembly's simple name, when it could be read.
+        assembly: String,
+        /// The method's `MethodDef` token.
+        token: u32,
+    },
+}
+
+impl std::fmt::Display for MethodName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Named { assembly, method } => write!(f, "[{assembly}] {method}"),
+            Self::Dynamic => f.write_str("[.NET dynamic]"),
+            Self::ArrayAccessor => f.write_str("[.NET array accessor]"),
+            Self::NoFile { assembly, token } => {
+                write!(f, "[{assembly}] [.NET: no metadata file] {token:#010x}")
+            }
+        }
+    }
+}
+
+/// One module's assembly: its name and its file's metadata.
+struct Assembly {
+    name: String,
+    metadata: Option<Rc<Metadata>>,
+}
+
+/// Names `MethodDesc`s of one process, caching each desc's name, each
+/// module's assembly and each file's metadata.
+///
+/// ```no_run
+/// use jitmap::remote::ProcessMemory;
+/// use jitmap::remote::dotnet::names::MethodNames;
+/// let pid = 4242; // a process running .NET 8
+/// let mut names = MethodNames::new(pid, ProcessMemory::new(pid));
+/// let method_desc = 0x7f00_1234_5678; // from `DotnetReader::resolve`
+/// println!("{}", names.name(method_desc)?);
+/// # Ok::<(), jitmap::remote::RemoteError>(())
+/// ```
+pub struct MethodNames<M> {
+    pid: i32,
+    memory: M,
+    names: HashMap<u64, MethodName>,
+    modules: HashMap<u64, Rc<Assembly>>,
+    files: HashMap<String, Option<Rc<Metadata>>>,
+    maps: Vec<super::super::process::Mapping>,
+}
+
+impl<M: Memory> MethodNames<M> {
+    /// A namer for process `pid`, reading its memory through `memory`.
+    pub fn new(pid: i32, memory: M) -> Self {
+        Self {
+            pid,
+            memory,
+            names: HashMap::new(),
+            modules: HashMap::new(),
+            files: HashMap::new(),
+            maps: Vec::new(),
+        }
+    }
+
+    /// The name of the method whose `MethodDesc` is at `method_desc`. An
+    /// error is memory that could not be read or does not hold what a
+    /// `MethodDesc` should.
+    pub fn name(&mut self, method_desc: u64) -> Result<MethodName, RemoteError> {
+        if let Some(name) = self.names.get(&method_desc) {
+            return Ok(name.clone());
+        }
+        let name = self.read_name(method_desc)?;
+        self.names.insert(method_desc, name.clone());
+        Ok(name)
+    }
+
+    fn read_name(&mut self, method_desc: u64) -> Result<MethodName, RemoteError> {
+        let mut desc = [0u8; DESC_BYTES];
+        self.memory.read(method_desc, &mut desc)?;
+        let u16_at = |b: &[u8], at: usize| u16::from_le_bytes([b[at], b[at + 1]]);
+        match u16_at(&desc, DESC_FLAGS) & CLASSIFICATION_MASK {
+            MC_DYNAMIC => return Ok(MethodName::Dynamic),
+            MC_ARRAY => return Ok(MethodName::ArrayAccessor),
+            _ => {}
+        }
+        let remainder = u16_at(&desc, DESC_TOKEN_REMAINDER) & TOKEN_REMAINDER_MASK;
+        let chunk = method_desc
+            .checked_sub(u64::from(desc[DESC_CHUNK_INDEX]) * DESC_ALIGNMENT + CHUNK_BYTES)
+            .ok_or(RemoteError::Corrupt {
+                what: "MethodDesc chunk index",
+                addr: method_desc,
+            })?;
+        let mut chunk_bytes = [0u8; CHUNK_BYTES as usize];
+        self.memory.read(chunk, &mut chunk_bytes)?;
+        let range = u16_at(&chunk_bytes, CHUNK_TOKEN_RANGE) & TOKEN_RANGE_MASK;
+        let rid = (u32::from(range) << TOKEN_REMAINDER_BITS) | u32::from(remainder);
+        let method_table = self.pointer_in(&chunk_bytes, CHUNK_METHOD_TABLE);
+        let module = self.read_pointer(method_table.wrapping_add(METHOD_TABLE_MODULE))?;
+        let assembly = self.assembly(module)?;
+        let token = 0x0600_0000 | rid;
+        Ok(match &assembly.metadata {
+            Some(metadata) => MethodName::Named {
+                assembly: assembly.name.clone(),
+                method: metadata.method_name(rid)?,
+            },
+            None => MethodName::NoFile {
+                assembly: assembly.name.clone(),
+                token,
+            },
+        })
+    }
+
+    fn pointer_in(&self, bytes: &[u8], at: usize) -> u64 {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(&bytes[at..at + 8]);
+        u64::from_le_bytes(word)
+    }
+
+    fn read_pointer(&self, at: u64) -> Result<u64, RemoteError> {
+        let mut word = [0u8; 8];
+        self.memory.read(at, &mut word)?;
+        Ok(u64::from_le_bytes(word))
+    }
+
+    /// The assembly of `module`, read once.
+    fn assembly(&mut self, module: u64) -> Result<Rc<Assembly>, RemoteError> {
+        if let Some(assembly) = self.modules.get(&module) {
+            return Ok(Rc::clone(assembly));
+        }
+        let simple_name = self.read_pointer(module.wrapping_add(MODULE_SIMPLE_NAME))?;
+        let name = self.read_c_string(simple_name)?;
+        let path = self.file_holding(simple_name)?;
+        let metadata = match path {
+            Some(path) => self.metadata_of(&path),
+            None => None,
+        };
+        let assembly = Rc::new(Assembly { name, metadata });
+        self.modules.insert(module, Rc::clone(&assembly));
+        Ok(assembly)
+    }
+
+    /// The file whose mapping holds `address`, reading the process's maps
+    /// again when the ones read before do not hold it.
+    fn file_holding(&mut self, address: u64) -> Result<Option<String>, RemoteError> {
+        let find = |maps: &[super::super::process::Mapping]| {
+            maps.iter()
+                .find(|m| (m.start..m.end).contains(&address))
+                .map(|m| m.path.clone())
+        };
+        if let Some(path) = find(&self.maps) {
+            return Ok(Some(path));
+        }
+        self.maps = super::super::process::mappings(self.pid)?;
+        Ok(find(&self.maps))
+    }
+
+    /// The metadata of the PE file at `path`, parsed once; `None` when it
+    /// cannot be read or is not an assembly.
+    fn metadata_of(&mut self, path: &str) -> Option<Rc<Metadata>> {
+        self.files
+            .entry(path.to_owned())
+            .or_insert_with(|| {
+                let bytes = std::fs::read(path).ok()?;
+                Metadata::from_pe(&bytes).ok().map(Rc::new)
+            })
+            .clone()
+    }
+
+    /// A NUL-terminated string of at most [`MAX_SIMPLE_NAME`] bytes.
+    fn read_c_string(&self, at: u64) -> Result<String, RemoteError> {
+        let mut out = Vec::new();
+        let mut piece = [0u8; 64];
+        while out.len() < MAX_SIMPLE_NAME {
+            let addr = at.wrapping_add(out.len() as u64);
+            // Up to the next 64-byte boundary, so that a read never crosses
+            // a page the string does not reach.
+            let len = 64 - (addr % 64) as usize;
+            self.memory.read(addr, &mut piece[..len])?;
+            match piece[..len].iter().position(|&b| b == 0) {
+                Some(end) => {
+                    out.extend_from_slice(&piece[..end]);
+                    return Ok(String::from_utf8_lossy(&out).into_owned());
+                }
+                None => out.extend_from_slice(&piece[..len]),
+            }
+        }
+        Err(RemoteError::Corrupt {
+            what: "a module's simple name is too long",
+            addr: at,
+        })
+    }
+}
