@@ -285,7 +285,7 @@ pub enum CoreSync {
 }
 
 /// The way this process syncs cores, chosen on the first call that succeeds
-/// ([`choose`]). A failure is not remembered: the next call tries again (a
+/// (`choose`). A failure is not remembered: the next call tries again (a
 /// refusal used to be kept for the life of the process, and every later
 /// patch, and on aarch64 every publish into reused space, failed with it).
 /// On x86-64 only the core-serializing command will do: a thread that

@@ -143,6 +143,11 @@ const HEAP_LOOKUP: usize = FRAGMENT.value + HEAP_SECTION_LAYOUT.lookup;
 /// or, in a stripped executable, its own section: the linker gives it an
 /// output section named `jitmap.descriptor` (not a `.data.*` name, which
 /// it would fold into `.data`), and `strip` keeps section headers.
+// SAFETY: `jitmap_descriptor` is a name no other library defines (the
+// readers look for it, and only jitmap links it). The section holds this
+// static alone and is writable, as the descriptor's atomics need: the
+// compiler marks a section of a static with interior mutability writable,
+// and no other item is placed in it to disagree.
 #[unsafe(no_mangle)]
 #[unsafe(link_section = "jitmap.descriptor")]
 #[allow(non_upper_case_globals)]

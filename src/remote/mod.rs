@@ -4,9 +4,10 @@
 //!
 //! # How a reader finds and trusts the maps
 //!
-//! - [`jitmap_descriptor`] is a `#[repr(C)]` static, exported through the ELF
-//!   dynamic symbol table, that gives the layout of everything a reader touches
-//!   and the roots of the managers' range maps (found in another process by
+//! - [`jitmap_descriptor`] is a `#[repr(C)]` static, named by the ELF symbol
+//!   tables and alone in its own section (which a stripped host keeps), that
+//!   gives the layout of everything a reader touches and the roots of the
+//!   managers' range maps (found in another process by
 //!   `process::find_descriptor`, with the `inspect` feature).
 //! - [`RemoteReader`] walks a range map (five levels, then at most
 //!   [`MAX_FRAGMENTS`] fragments), a heap's start map (at most two words in v2,

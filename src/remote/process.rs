@@ -148,14 +148,68 @@ fn find_in_files(
         Err(e) => return Some(Err(e)),
     };
     // Each file's mapping of offset 0 is its first loaded page.
-    let mut files: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut files: BTreeMap<&str, &Mapping> = BTreeMap::new();
     for m in maps.iter().filter(|m| m.offset == 0 && wanted(&m.path)) {
-        files.entry(&m.path).or_insert(m.start);
+        files.entry(&m.path).or_insert(m);
     }
-    files.into_iter().find_map(|(path, first)| {
-        let addr = with_elf(path, |elf| value(elf)?.checked_add(load_bias(elf, first)?))??;
+    files.into_iter().find_map(|(path, m)| {
+        let data = read_mapped(pid, m, MAX_ELF_BYTES)?;
+        let elf = object::File::parse(&*data).ok()?;
+        let addr = value(&elf)?.checked_add(load_bias(&elf, m.start)?)?;
         Some(Ok((addr, path.to_string())))
     })
+}
+
+/// The largest ELF file [`find_descriptor`] and [`find_symbol`] read.
+const MAX_ELF_BYTES: u64 = 1 << 30;
+
+/// The bytes of the file mapping `m` of process `pid` maps, when it is at
+/// most `limit` bytes long: read through `/proc/PID/map_files`, which opens
+/// the very file mapped (in the process's mount namespace, and even if it
+/// was deleted or replaced since), or, where that link cannot be followed,
+/// through the mapping's path when the file there is the one mapped (same
+/// device and inode). `None` when neither can be read.
+///
+/// The file is read, not mapped: it belongs to another process's user, and
+/// a mapping of a file rewritten during the read would be undefined
+/// behaviour (Rust assumes the bytes behind a shared slice do not change),
+/// not only a SIGBUS.
+///
+/// ```
+/// use jitmap::remote::process::{mappings, read_mapped};
+/// let pid = std::process::id() as i32;
+/// let exe = std::fs::canonicalize("/proc/self/exe")?;
+/// let m = mappings(pid)?
+///     .into_iter()
+///     .find(|m| m.offset == 0 && std::path::Path::new(&m.path) == exe)
+///     .unwrap();
+/// let bytes = read_mapped(pid, &m, 1 << 40).unwrap();
+/// assert_eq!(&bytes[..4], b"\x7fELF");
+/// // Longer than the limit: not read.
+/// assert_eq!(read_mapped(pid, &m, 16), None);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn read_mapped(pid: i32, m: &Mapping, limit: u64) -> Option<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::MetadataExt;
+    let link = format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end);
+    let file = std::fs::File::open(&link).ok().or_else(|| {
+        let file = std::fs::File::open(&m.path).ok()?;
+        let meta = file.metadata().ok()?;
+        let dev = meta.dev();
+        let id = (
+            (u64::from(libc::major(dev)) << 32) | u64::from(libc::minor(dev)),
+            meta.ino(),
+        );
+        (id == m.file).then_some(file)
+    })?;
+    let len = file.metadata().ok()?.len();
+    if len > limit {
+        return None;
+    }
+    let mut data = Vec::with_capacity(len as usize);
+    file.take(limit).read_to_end(&mut data).ok()?;
+    Some(data)
 }
 
 /// The addresses an ELF file mapped by process `pid` occupies once loaded,
@@ -203,12 +257,13 @@ fn symbol_value(elf: &object::File<'_>, symbol: &str) -> Option<u64> {
 
 /// The descriptor's address in an ELF file: its symbol's value, or, in a
 /// file stripped of its symbol tables, the start of [`DESCRIPTOR_SECTION`]
-/// when that section holds exactly one descriptor.
+/// (of any size from 16 bytes: the reader checks the layout it finds).
 fn descriptor_value(elf: &object::File<'_>) -> Option<u64> {
     symbol_value(elf, DESCRIPTOR_SYMBOL).or_else(|| {
         let section = elf.section_by_name(DESCRIPTOR_SECTION)?;
-        let size = size_of::<super::Descriptor>() as u64;
-        (section.size() == size).then(|| section.address())
+        // Room for the magic and the layout version at least: a descriptor
+        // of another layout is found, and the reader says what differs.
+        (section.size() >= 16).then(|| section.address())
     })
 }
 

@@ -262,7 +262,17 @@ impl Metadata {
         Self::parse(root)
     }
 
-    /// Parses a metadata root (`BSJB`) and its `#~` and `#Strings` streams.
+    /// Parses a metadata root (`BSJB`) and its `#~` and `#Strings` streams:
+    /// the bytes a PE file's CLI header points at.
+    ///
+    /// ```
+    /// use jitmap::remote::RemoteError;
+    /// use jitmap::remote::dotnet::metadata::Metadata;
+    /// assert_eq!(
+    ///     Metadata::parse(b"BSJB").unwrap_err(),
+    ///     RemoteError::BadMetadata { what: "truncated" }
+    /// );
+    /// ```
     pub fn parse(root: &[u8]) -> Result<Self, RemoteError> {
         if u32_at(root, 0)? != 0x424A_5342 {
             return Err(bad("no BSJB signature"));
@@ -274,6 +284,7 @@ impl Metadata {
         let streams = u16_at(root, at + 2)?;
         at += 4;
         let (mut tables_stream, mut strings) = (None, None);
+        let mut minimal_delta = false;
         for _ in 0..streams {
             let offset = u32_at(root, at)? as usize;
             let size = u32_at(root, at + 4)? as usize;
@@ -287,15 +298,20 @@ impl Metadata {
                 .get(offset..offset.checked_add(size).ok_or(bad("stream size"))?)
                 .ok_or(bad("stream beyond the metadata"))?;
             match name {
-                b"#~" | b"#-" => tables_stream = Some(body.to_vec()),
-                b"#Strings" => strings = Some(body.to_vec()),
+                b"#~" | b"#-" => tables_stream = Some(body),
+                b"#Strings" => strings = Some(body),
+                // A minimal delta's columns are all four bytes wide.
+                b"#JTD" => minimal_delta = true,
                 _ => {}
             }
             at = name_at + (name_len + 1).next_multiple_of(4);
         }
+        if minimal_delta {
+            return Err(bad("a minimal delta (#JTD)"));
+        }
         let tables_stream = tables_stream.ok_or(bad("no table stream"))?;
         let strings = strings.ok_or(bad("no #Strings heap"))?;
-        Self::with_streams(tables_stream, strings)
+        Self::with_streams(tables_stream.to_vec(), strings.to_vec())
     }
 
     fn with_streams(tables_stream: Vec<u8>, strings: Vec<u8>) -> Result<Self, RemoteError> {
@@ -382,7 +398,17 @@ impl Metadata {
         Ok(metadata)
     }
 
-    /// Rows in the `MethodDef` table.
+    /// Rows in the `MethodDef` table: the methods [`Metadata::method_name`]
+    /// names are 1 to this.
+    ///
+    /// ```
+    /// use jitmap::remote::dotnet::metadata::Metadata;
+    /// # fn f(metadata: &Metadata) {
+    /// for row in 1..=metadata.method_defs() {
+    ///     println!("{:?}", metadata.method_name(row));
+    /// }
+    /// # }
+    /// ```
     pub fn method_defs(&self) -> u32 {
         self.tables[METHOD_DEF].rows
     }
@@ -443,28 +469,52 @@ impl Metadata {
         Ok(lo)
     }
 
-    /// A type's name as the runtime writes it: `Namespace.Name`, or
-    /// `Enclosing+Name` for a nested type (whose namespace is empty).
+    /// Whether TypeDef `row`'s visibility is a nested one
+    /// (`tdNestedPublic` and above): only then does the runtime name it
+    /// after an enclosing type.
+    fn is_nested(&self, row: u32) -> Result<bool, RemoteError> {
+        const VISIBILITY_MASK: u32 = 0x7;
+        const NESTED_PUBLIC: u32 = 0x2;
+        let (at, _) = self.cell(TYPE_DEF, row, 0)?;
+        Ok(u32_at(&self.tables_stream, at)? & VISIBILITY_MASK >= NESTED_PUBLIC)
+    }
+
+    /// A type's name as the runtime writes it: `Namespace.Name`, and
+    /// `Enclosing+Namespace.Name` for a nested type (whose namespace is
+    /// usually empty). The characters the runtime escapes in a type name
+    /// (`+ , [ ] & * \`) are escaped with `\` as it does.
+    ///
+    /// ```
+    /// use jitmap::remote::dotnet::metadata::Metadata;
+    /// // Read from an assembly's PE file; row 1 is the `<Module>` type.
+    /// # fn f(metadata: &Metadata) -> Result<(), jitmap::remote::RemoteError> {
+    /// assert_eq!(metadata.type_name(1)?, "<Module>");
+    /// # Ok(()) }
+    /// ```
     pub fn type_name(&self, row: u32) -> Result<String, RemoteError> {
         let mut chain = vec![row];
-        while let Some(&outer) = self.enclosing.get(chain.last().unwrap_or(&row)) {
+        let mut inner = row;
+        while self.is_nested(inner)? {
+            let Some(&outer) = self.enclosing.get(&inner) else {
+                break;
+            };
             if chain.len() > MAX_NESTING || chain.contains(&outer) {
                 return Err(bad("nesting too deep or circular"));
             }
             chain.push(outer);
+            inner = outer;
         }
         let mut name = String::new();
         for (n, &t) in chain.iter().rev().enumerate() {
-            if n == 0 {
-                let namespace = self.string(self.index(TYPE_DEF, t, 2)?)?;
-                if !namespace.is_empty() {
-                    name.push_str(namespace);
-                    name.push('.');
-                }
-            } else {
+            if n > 0 {
                 name.push('+');
             }
-            name.push_str(self.string(self.index(TYPE_DEF, t, 1)?)?);
+            let namespace = self.string(self.index(TYPE_DEF, t, 2)?)?;
+            if !namespace.is_empty() {
+                escape_into(&mut name, namespace);
+                name.push('.');
+            }
+            escape_into(&mut name, self.string(self.index(TYPE_DEF, t, 1)?)?);
         }
         Ok(name)
     }
@@ -482,6 +532,17 @@ impl Metadata {
         let method = self.string(self.index(METHOD_DEF, row, 3)?)?;
         let owner = self.owner(row)?;
         Ok(format!("{}::{method}", self.type_name(owner)?))
+    }
+}
+
+/// Appends `part` with the characters the runtime escapes in type names
+/// preceded by `\`.
+fn escape_into(out: &mut String, part: &str) {
+    for c in part.chars() {
+        if matches!(c, '+' | ',' | '[' | ']' | '&' | '*' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
     }
 }
 
@@ -506,54 +567,78 @@ fn metadata_of<'a, H: ImageNtHeaders>(
 mod tests {
     use super::*;
 
-    /// A metadata root with three types (`<Module>`, `Ns.Outer`, and
-    /// `Inner` nested in it) and three methods: two of `Outer`'s, one of
-    /// `Inner`'s.
-    fn sample() -> Vec<u8> {
-        let strings = b"\0<Module>\0Ns\0Outer\0Inner\0M1\0M2\0M3\0\0\0\0";
+    /// A metadata root with three types (`<Module>`, the public `Ns.Outer`
+    /// and `N2.Inner`, nested in it) and `methods` methods: all but the last
+    /// are `Outer`'s (`M1`, `M2`, then `Mk`), the last is `Inner`'s (`M3`
+    /// when there are three). `wide_strings` sets the heap-size bit that
+    /// makes string indexes four bytes wide; 65,536 methods or more make
+    /// method indexes four bytes wide.
+    fn sample_with(methods: u32, wide_strings: bool) -> Vec<u8> {
+        let mut strings = b"\0<Module>\0Ns\0Outer\0N2\0Inner\0M1\0M2\0M3\0Mk\0".to_vec();
+        while !strings.len().is_multiple_of(4) {
+            strings.push(0);
+        }
         let at = |s: &str| {
-            let needle = [s.as_bytes(), b"\0"].concat();
+            let needle = [b"\0", s.as_bytes(), b"\0"].concat();
             strings
                 .windows(needle.len())
                 .position(|w| w == needle)
-                .unwrap() as u16
+                .unwrap() as u32
+                + 1
         };
-        let mut tables = Vec::new();
-        tables.extend_from_slice(&0u32.to_le_bytes());
-        tables.extend_from_slice(&[2, 0, 0, 1]);
+        let string = |t: &mut Vec<u8>, s: &str| {
+            let offset = if s.is_empty() { 0 } else { at(s) };
+            if wide_strings {
+                t.extend_from_slice(&offset.to_le_bytes());
+            } else {
+                t.extend_from_slice(&(offset as u16).to_le_bytes());
+            }
+        };
+        let method_index = |t: &mut Vec<u8>, m: u32| {
+            if methods >= 1 << 16 {
+                t.extend_from_slice(&m.to_le_bytes());
+            } else {
+                t.extend_from_slice(&(m as u16).to_le_bytes());
+            }
+        };
+        let mut t = Vec::new();
+        t.extend_from_slice(&0u32.to_le_bytes());
+        t.extend_from_slice(&[2, 0, u8::from(wide_strings), 1]);
         let valid: u64 = (1 << TYPE_DEF) | (1 << METHOD_DEF) | (1 << NESTED_CLASS);
-        tables.extend_from_slice(&valid.to_le_bytes());
-        tables.extend_from_slice(&0u64.to_le_bytes());
-        for rows in [3u32, 3, 1] {
-            tables.extend_from_slice(&rows.to_le_bytes());
+        t.extend_from_slice(&valid.to_le_bytes());
+        t.extend_from_slice(&0u64.to_le_bytes());
+        for rows in [3u32, methods, 1] {
+            t.extend_from_slice(&rows.to_le_bytes());
         }
         // TypeDef: flags, name, namespace, extends, field list, method list.
-        for (name, namespace, methods) in
-            [("<Module>", "", 1u16), ("Outer", "Ns", 1), ("Inner", "", 3)]
-        {
-            tables.extend_from_slice(&0u32.to_le_bytes());
-            let ns = if namespace.is_empty() {
-                0
-            } else {
-                at(namespace)
-            };
-            for cell in [at(name), ns, 0, 1, methods] {
-                tables.extend_from_slice(&cell.to_le_bytes());
-            }
+        let types = [
+            (0u32, "<Module>", "", 1),
+            (1, "Outer", "Ns", 1),
+            (2, "Inner", "N2", methods),
+        ];
+        for (flags, name, namespace, first) in types {
+            t.extend_from_slice(&flags.to_le_bytes());
+            string(&mut t, name);
+            string(&mut t, namespace);
+            t.extend_from_slice(&[0, 0, 1, 0]);
+            method_index(&mut t, first);
         }
         // MethodDef: RVA, impl flags, flags, name, signature, param list.
-        for name in ["M1", "M2", "M3"] {
-            tables.extend_from_slice(&0u32.to_le_bytes());
-            for cell in [0u16, 0, at(name), 0, 1] {
-                tables.extend_from_slice(&cell.to_le_bytes());
-            }
+        for m in 1..=methods {
+            t.extend_from_slice(&[0; 8]);
+            let name = match m {
+                _ if m == methods => "M3",
+                1 => "M1",
+                2 => "M2",
+                _ => "Mk",
+            };
+            string(&mut t, name);
+            t.extend_from_slice(&[0, 0, 1, 0]);
         }
         // NestedClass: Inner (3) in Outer (2).
-        for cell in [3u16, 2] {
-            tables.extend_from_slice(&cell.to_le_bytes());
-        }
-        while tables.len() % 4 != 0 {
-            tables.push(0);
+        t.extend_from_slice(&[3, 0, 2, 0]);
+        while !t.len().is_multiple_of(4) {
+            t.push(0);
         }
         let mut root = Vec::new();
         root.extend_from_slice(b"BSJB");
@@ -561,29 +646,103 @@ mod tests {
         root.extend_from_slice(&12u32.to_le_bytes());
         root.extend_from_slice(b"v4.0.30319\0\0");
         root.extend_from_slice(&[0, 0, 2, 0]);
-        let headers = 8 + 4 + 8 + 12;
-        let first = root.len() + headers;
+        let first = root.len() + 8 + 4 + 8 + 12;
         root.extend_from_slice(&(first as u32).to_le_bytes());
-        root.extend_from_slice(&(tables.len() as u32).to_le_bytes());
+        root.extend_from_slice(&(t.len() as u32).to_le_bytes());
         root.extend_from_slice(b"#~\0\0");
-        root.extend_from_slice(&((first + tables.len()) as u32).to_le_bytes());
+        root.extend_from_slice(&((first + t.len()) as u32).to_le_bytes());
         root.extend_from_slice(&(strings.len() as u32).to_le_bytes());
         root.extend_from_slice(b"#Strings\0\0\0\0");
-        root.extend_from_slice(&tables);
-        root.extend_from_slice(strings);
+        root.extend_from_slice(&t);
+        root.extend_from_slice(&strings);
         root
+    }
+
+    fn sample() -> Vec<u8> {
+        sample_with(3, false)
+    }
+
+    #[test]
+    fn wide_string_and_method_indexes_are_read_at_their_width() {
+        for (methods, wide) in [(3, true), (70_000, false), (70_000, true)] {
+            let metadata = Metadata::parse(&sample_with(methods, wide)).unwrap();
+            assert_eq!(metadata.method_defs(), methods);
+            assert_eq!(metadata.method_name(1).unwrap(), "Ns.Outer::M1");
+            assert_eq!(metadata.method_name(2).unwrap(), "Ns.Outer::M2");
+            assert_eq!(
+                metadata.method_name(methods).unwrap(),
+                "Ns.Outer+N2.Inner::M3"
+            );
+            if methods > 3 {
+                assert_eq!(metadata.method_name(methods - 1).unwrap(), "Ns.Outer::Mk");
+            }
+        }
+    }
+
+    #[test]
+    fn a_type_name_escapes_what_the_runtime_escapes() {
+        let mut out = String::new();
+        escape_into(&mut out, "A,B+C[D]&E*F\\G<>c");
+        assert_eq!(out, "A\\,B\\+C\\[D\\]\\&E\\*F\\\\G<>c");
+    }
+
+    #[test]
+    fn a_minimal_delta_is_refused() {
+        let mut root = sample();
+        // Rename the #Strings stream's header to #JTD: no strings then, but
+        // the delta is refused first.
+        let at = root.windows(8).position(|w| w == b"#Strings").unwrap();
+        root[at..at + 8].copy_from_slice(b"#JTD\0\0\0\0");
+        assert_eq!(
+            Metadata::parse(&root).unwrap_err(),
+            RemoteError::BadMetadata {
+                what: "a minimal delta (#JTD)"
+            }
+        );
+    }
+
+    /// Thousands of stream headers that each name the whole root are
+    /// parsed in time linear in the root: each stream is copied once.
+    #[test]
+    fn repeated_stream_headers_are_copied_once() {
+        let mut root = b"BSJB\x01\0\x01\0\0\0\0\0\x04\0\0\0v4.0\0\0".to_vec();
+        let count = 65_535u16;
+        root.extend_from_slice(&count.to_le_bytes());
+        let body = 16 << 20;
+        for _ in 0..count {
+            root.extend_from_slice(&0u32.to_le_bytes());
+            root.extend_from_slice(&(body as u32).to_le_bytes());
+            root.extend_from_slice(b"#~\0\0");
+        }
+        root.resize(body, 0);
+        let began = std::time::Instant::now();
+        assert_eq!(
+            Metadata::parse(&root).unwrap_err(),
+            RemoteError::BadMetadata {
+                what: "no #Strings heap"
+            }
+        );
+        // A generous cap, not a timing: a copy per header would move a
+        // terabyte, for many minutes.
+        assert!(began.elapsed() < std::time::Duration::from_secs(60));
     }
 
     #[test]
     fn methods_are_named_by_their_owner_and_its_enclosing_types() {
-        // The fuzz target's seed is this root.
-        let seed = include_bytes!("../../../fuzz/seeds/dotnet_metadata/three_methods");
-        assert_eq!(sample(), seed);
+        // The fuzz target's seed is this root (`JITMAP_BLESS=1` writes it).
+        let seed = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/fuzz/seeds/dotnet_metadata/three_methods"
+        );
+        if std::env::var_os("JITMAP_BLESS").is_some() {
+            std::fs::write(seed, sample()).unwrap();
+        }
+        assert_eq!(sample(), std::fs::read(seed).unwrap());
         let metadata = Metadata::parse(&sample()).unwrap();
         assert_eq!(metadata.method_defs(), 3);
         assert_eq!(metadata.method_name(1).unwrap(), "Ns.Outer::M1");
         assert_eq!(metadata.method_name(2).unwrap(), "Ns.Outer::M2");
-        assert_eq!(metadata.method_name(3).unwrap(), "Ns.Outer+Inner::M3");
+        assert_eq!(metadata.method_name(3).unwrap(), "Ns.Outer+N2.Inner::M3");
         assert_eq!(metadata.type_name(1).unwrap(), "<Module>");
         assert_eq!(
             metadata.method_name(0),

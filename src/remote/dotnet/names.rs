@@ -6,16 +6,24 @@
 //! perf-map form, `[Assembly] Namespace.Type+Nested::Method`, without the
 //! return type, the signature and generic arguments.
 //!
-//! The offsets are those of .NET 8.0.x on 64-bit Linux (`dotnet/runtime`
+//! The offsets are those of .NET 8.0.x on x86-64 Linux (`dotnet/runtime`
 //! `src/coreclr/vm/method.hpp`, `methodtable.h` and `ceeload.h` at v8.0.4),
-//! the version [`super::check_version`] accepts; only x86-64's are checked
-//! against a live runtime here.
+//! the version [`super::check_version`] accepts, checked against a live
+//! runtime. Elsewhere (aarch64, whose `Module` differs) a name is refused
+//! rather than guessed.
+//!
+//! A [`MethodNames`] remembers what it read for as long as it lives: it
+//! names one snapshot of a process. A `MethodDesc` or `Module` freed with
+//! its collectible assembly may be reused at the same address for another
+//! method, so a long-lived namer must be dropped (or a new one made) when
+//! the runtime's range sections change.
 
 use std::collections::HashMap;
 use std::rc::Rc;
 
 use super::super::RemoteError;
 use super::super::memory::Memory;
+use super::super::process::{Mapping, read_mapped};
 use super::metadata::Metadata;
 
 /// `MethodDesc::m_wFlags3AndTokenRemainder`: the token's low bits.
@@ -37,13 +45,11 @@ const CHUNK_TOKEN_RANGE: usize = 0x12;
 const TOKEN_RANGE_MASK: u16 = 0x0FFF;
 /// `MethodTable::m_pModule` (release builds).
 const METHOD_TABLE_MODULE: u64 = 0x18;
-/// `Module::m_pSimpleName`: the assembly's name, a UTF-8 string that lies
-/// in the assembly's mapped metadata. The fields before it differ in size
-/// between the two architectures.
-#[cfg(not(target_arch = "aarch64"))]
+/// `Module::m_pSimpleName` on x86-64: the assembly's name, a UTF-8 string
+/// that lies in the assembly's mapped metadata.
 const MODULE_SIMPLE_NAME: u64 = 0x108;
-#[cfg(target_arch = "aarch64")]
-const MODULE_SIMPLE_NAME: u64 = 0x110;
+/// The largest assembly file read for its metadata.
+const MAX_ASSEMBLY_BYTES: u64 = 512 << 20;
 /// `MethodClassification` values that carry no `MethodDef` of their own.
 const CLASSIFICATION_MASK: u16 = 0x7;
 const MC_ARRAY: u16 = 4;
@@ -62,17 +68,24 @@ pub enum MethodName {
         method: String,
     },
     /// A dynamic method (`DynamicMethod`, LINQ expression trees, IL
-    /// stubs): its metadata lives in memory, not in a file.
-    Dynamic,
+    /// stubs), which has no metadata row of its own.
+    Dynamic {
+        /// Its `MethodDesc`.
+        method_desc: u64,
+    },
     /// An array type's accessor (`Get`, `Set`, `Address`, `.ctor`), which
     /// the runtime makes without metadata.
     ArrayAccessor,
-    /// Its module maps no file this reader could read.
+    /// Its module maps no file this reader could read: a dynamic module
+    /// (Reflection.Emit), whose metadata lives on the runtime's heap, or an
+    /// assembly loaded from bytes.
     NoFile {
-        /// The assembly's simple name, when it could be read.
+        /// The assembly's simple name.
         assembly: String,
         /// The method's `MethodDef` token.
         token: u32,
+        /// Its `MethodDesc`.
+        method_desc: u64,
     },
 }
 
@@ -80,11 +93,16 @@ impl std::fmt::Display for MethodName {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::Named { assembly, method } => write!(f, "[{assembly}] {method}"),
-            Self::Dynamic => f.write_str("[.NET dynamic]"),
+            Self::Dynamic { method_desc } => write!(f, "[.NET dynamic] {method_desc:#x}"),
             Self::ArrayAccessor => f.write_str("[.NET array accessor]"),
-            Self::NoFile { assembly, token } => {
-                write!(f, "[{assembly}] [.NET: no metadata file] {token:#010x}")
-            }
+            Self::NoFile {
+                assembly,
+                token,
+                method_desc,
+            } => write!(
+                f,
+                "[.NET dynamic] {method_desc:#x} (token {token:#010x} of {assembly})"
+            ),
         }
     }
 }
@@ -112,8 +130,9 @@ pub struct MethodNames<M> {
     memory: M,
     names: HashMap<u64, MethodName>,
     modules: HashMap<u64, Rc<Assembly>>,
-    files: HashMap<String, Option<Rc<Metadata>>>,
-    maps: Vec<super::super::process::Mapping>,
+    /// By (device, inode).
+    files: HashMap<(u64, u64), Option<Rc<Metadata>>>,
+    maps: Vec<Mapping>,
 }
 
 impl<M: Memory> MethodNames<M> {
@@ -142,11 +161,16 @@ impl<M: Memory> MethodNames<M> {
     }
 
     fn read_name(&mut self, method_desc: u64) -> Result<MethodName, RemoteError> {
+        if cfg!(not(target_arch = "x86_64")) {
+            return Err(RemoteError::UnsupportedRuntime {
+                version: "8.0.x off x86-64 (its Module layout is not checked here)".into(),
+            });
+        }
         let mut desc = [0u8; DESC_BYTES];
         self.memory.read(method_desc, &mut desc)?;
         let u16_at = |b: &[u8], at: usize| u16::from_le_bytes([b[at], b[at + 1]]);
         match u16_at(&desc, DESC_FLAGS) & CLASSIFICATION_MASK {
-            MC_DYNAMIC => return Ok(MethodName::Dynamic),
+            MC_DYNAMIC => return Ok(MethodName::Dynamic { method_desc }),
             MC_ARRAY => return Ok(MethodName::ArrayAccessor),
             _ => {}
         }
@@ -173,6 +197,7 @@ impl<M: Memory> MethodNames<M> {
             None => MethodName::NoFile {
                 assembly: assembly.name.clone(),
                 token,
+                method_desc,
             },
         })
     }
@@ -196,9 +221,8 @@ impl<M: Memory> MethodNames<M> {
         }
         let simple_name = self.read_pointer(module.wrapping_add(MODULE_SIMPLE_NAME))?;
         let name = self.read_c_string(simple_name)?;
-        let path = self.file_holding(simple_name)?;
-        let metadata = match path {
-            Some(path) => self.metadata_of(&path),
+        let metadata = match self.mapping_holding(simple_name)? {
+            Some(mapping) => self.metadata_of(&mapping),
             None => None,
         };
         let assembly = Rc::new(Assembly { name, metadata });
@@ -206,28 +230,30 @@ impl<M: Memory> MethodNames<M> {
         Ok(assembly)
     }
 
-    /// The file whose mapping holds `address`, reading the process's maps
+    /// The file mapping that holds `address`, reading the process's maps
     /// again when the ones read before do not hold it.
-    fn file_holding(&mut self, address: u64) -> Result<Option<String>, RemoteError> {
-        let find = |maps: &[super::super::process::Mapping]| {
+    fn mapping_holding(&mut self, address: u64) -> Result<Option<Mapping>, RemoteError> {
+        let find = |maps: &[Mapping]| {
             maps.iter()
                 .find(|m| (m.start..m.end).contains(&address))
-                .map(|m| m.path.clone())
+                .cloned()
         };
-        if let Some(path) = find(&self.maps) {
-            return Ok(Some(path));
+        if let Some(m) = find(&self.maps) {
+            return Ok(Some(m));
         }
         self.maps = super::super::process::mappings(self.pid)?;
         Ok(find(&self.maps))
     }
 
-    /// The metadata of the PE file at `path`, parsed once; `None` when it
-    /// cannot be read or is not an assembly.
-    fn metadata_of(&mut self, path: &str) -> Option<Rc<Metadata>> {
+    /// The metadata of the PE file `m` maps (the very file, read through
+    /// [`read_mapped`]), parsed once per file; `None` when it cannot be
+    /// read, is larger than [`MAX_ASSEMBLY_BYTES`], or is not an assembly.
+    fn metadata_of(&mut self, m: &Mapping) -> Option<Rc<Metadata>> {
+        let pid = self.pid;
         self.files
-            .entry(path.to_owned())
+            .entry(m.file)
             .or_insert_with(|| {
-                let bytes = std::fs::read(path).ok()?;
+                let bytes = read_mapped(pid, m, MAX_ASSEMBLY_BYTES)?;
                 Metadata::from_pe(&bytes).ok().map(Rc::new)
             })
             .clone()
