@@ -300,3 +300,41 @@ pub fn find_descriptor(pid: i32) -> Result<u64, RemoteError> {
         .ok_or(RemoteError::DescriptorNotFound { pid })?
         .map(|(addr, _)| addr)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use object::write::{Object as Writer, StandardSegment};
+    use object::{Architecture, BinaryFormat, Endianness, SectionKind};
+
+    /// An ELF object with a `jitmap.descriptor` section of `size` bytes and
+    /// no symbol naming it: a stripped host's, of this layout or another.
+    fn object_with_section(size: usize) -> Vec<u8> {
+        let mut obj = Writer::new(BinaryFormat::Elf, Architecture::X86_64, Endianness::Little);
+        let id = obj.add_section(
+            obj.segment_name(StandardSegment::Data).to_vec(),
+            DESCRIPTOR_SECTION.as_bytes().to_vec(),
+            SectionKind::Data,
+        );
+        obj.append_section_data(id, &vec![0u8; size], 8);
+        obj.write().unwrap()
+    }
+
+    #[test]
+    fn a_descriptor_section_of_any_layout_is_found_and_a_shorter_one_is_not() {
+        for (size, found) in [
+            (size_of::<super::super::Descriptor>(), true),
+            (24, true),
+            (15, false),
+        ] {
+            let data = object_with_section(size);
+            let elf = object::File::parse(&*data).unwrap();
+            let section = elf.section_by_name(DESCRIPTOR_SECTION).unwrap();
+            assert_eq!(
+                descriptor_value(&elf),
+                found.then(|| section.address()),
+                "{size} bytes"
+            );
+        }
+    }
+}

@@ -283,3 +283,100 @@ impl<M: Memory> MethodNames<M> {
         })
     }
 }
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests {
+    use super::*;
+    use crate::remote::MemoryImage;
+
+    const CHUNK: u64 = 0x10000;
+    const METHOD_TABLE: u64 = 0x20000;
+    const MODULE: u64 = 0x30000;
+
+    /// A fake runtime: one chunk (token range 0x123, its `MethodTable`) with
+    /// three descs at chunk indexes 0, 1 and 2 of classifications `flags`,
+    /// each with token remainder 0x456 under set flag bits; the table's
+    /// module, whose simple name lies in this test's own executable mapping
+    /// (a file, but not an assembly). Returns the image and the descs.
+    fn fake(flags: [u16; 3]) -> (MemoryImage, [u64; 3]) {
+        let pid = std::process::id() as i32;
+        let exe = std::fs::canonicalize("/proc/self/exe").unwrap();
+        let mapping = crate::remote::process::mappings(pid)
+            .unwrap()
+            .into_iter()
+            .find(|m| m.offset == 0 && std::path::Path::new(&m.path) == exe)
+            .unwrap();
+        let name_at = mapping.start + 0x40;
+        let mut image = MemoryImage::new();
+        let mut chunk = vec![0u8; CHUNK_BYTES as usize + 3 * DESC_BYTES];
+        chunk[..8].copy_from_slice(&METHOD_TABLE.to_le_bytes());
+        chunk[CHUNK_TOKEN_RANGE..CHUNK_TOKEN_RANGE + 2].copy_from_slice(&0xF123u16.to_le_bytes());
+        let mut descs = [0; 3];
+        for (index, flags) in flags.into_iter().enumerate() {
+            let at = CHUNK_BYTES as usize + index * DESC_BYTES;
+            chunk[at..at + 2].copy_from_slice(&0xF456u16.to_le_bytes());
+            chunk[at + DESC_CHUNK_INDEX] = index as u8;
+            chunk[at + DESC_FLAGS..at + DESC_FLAGS + 2]
+                .copy_from_slice(&(0x40 | flags).to_le_bytes());
+            descs[index] = CHUNK + at as u64;
+        }
+        image.insert(CHUNK, chunk).unwrap();
+        let mut table = vec![0u8; 0x20];
+        table[0x18..].copy_from_slice(&MODULE.to_le_bytes());
+        image.insert(METHOD_TABLE, table).unwrap();
+        let mut module = vec![0u8; MODULE_SIMPLE_NAME as usize + 8];
+        module[MODULE_SIMPLE_NAME as usize..].copy_from_slice(&name_at.to_le_bytes());
+        image.insert(MODULE, module).unwrap();
+        let mut name = b"Fake.Assembly\0".to_vec();
+        name.resize(128, 0xAA);
+        image.insert(name_at, name).unwrap();
+        (image, descs)
+    }
+
+    #[test]
+    fn a_desc_is_decoded_to_its_token_module_and_assembly() {
+        let (image, descs) = fake([0, MC_DYNAMIC, MC_ARRAY]);
+        let mut names = MethodNames::new(std::process::id() as i32, image);
+        let expected = MethodName::NoFile {
+            assembly: "Fake.Assembly".into(),
+            token: 0x0612_3456,
+            method_desc: descs[0],
+        };
+        assert_eq!(names.name(descs[0]).unwrap(), expected);
+        assert_eq!(
+            expected.to_string(),
+            format!(
+                "[.NET dynamic] {:#x} (token 0x06123456 of Fake.Assembly)",
+                descs[0]
+            )
+        );
+        assert_eq!(
+            names.name(descs[1]).unwrap(),
+            MethodName::Dynamic {
+                method_desc: descs[1]
+            }
+        );
+        assert_eq!(names.name(descs[2]).unwrap(), MethodName::ArrayAccessor);
+        // Memory that holds no desc is an error, and nothing is cached.
+        assert!(matches!(
+            names.name(0x50000),
+            Err(RemoteError::Unreadable { addr: 0x50000, .. })
+        ));
+        assert!(!names.names.contains_key(&0x50000));
+    }
+
+    #[test]
+    fn a_desc_whose_chunk_is_unreadable_is_an_error() {
+        let (mut image, descs) = fake([0, 0, 0]);
+        // Chunk index 200: the chunk would start 1,600 bytes before the desc,
+        // outside every range.
+        image
+            .write(descs[2] + DESC_CHUNK_INDEX as u64, &[200])
+            .unwrap();
+        let mut names = MethodNames::new(std::process::id() as i32, image);
+        assert!(matches!(
+            names.name(descs[2]),
+            Err(RemoteError::Unreadable { .. })
+        ));
+    }
+}
