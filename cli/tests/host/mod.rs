@@ -3,7 +3,8 @@
 //! set, its `main` runs the demo host that names (`spin` or `profile`, from
 //! `jitmap-testkit`, the code `jitmap-sim spin` and `jitmap-sim profile` run)
 //! and exits, instead of running the tests. So the tests need no other
-//! crate's binary, and the hosts are never a copy.
+//! crate's binary, and the hosts are the test binary itself, but for the
+//! stripped copy [`stripped`] makes.
 
 use std::path::PathBuf;
 use std::process::Command;
