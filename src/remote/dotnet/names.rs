@@ -9,8 +9,9 @@
 //! The offsets are those of .NET 8.0.x on x86-64 Linux (`dotnet/runtime`
 //! `src/coreclr/vm/method.hpp`, `methodtable.h` and `ceeload.h` at v8.0.4),
 //! the version [`super::check_version`] accepts, checked against a live
-//! runtime. Elsewhere (aarch64, whose `Module` differs) a name is refused
-//! rather than guessed.
+//! runtime. In a process of another architecture (aarch64, whose `Module`
+//! differs) a name is refused rather than guessed; the reader's own
+//! architecture does not matter.
 //!
 //! A [`MethodNames`] remembers what it read for as long as it lives: it
 //! names one snapshot of a process. A `MethodDesc` or `Module` freed with
@@ -133,6 +134,8 @@ pub struct MethodNames<M> {
     /// By (device, inode).
     files: HashMap<(u64, u64), Option<Rc<Metadata>>>,
     maps: Vec<Mapping>,
+    /// Whether the process runs x86-64 code, once read.
+    x86_64: Option<bool>,
 }
 
 impl<M: Memory> MethodNames<M> {
@@ -145,6 +148,7 @@ impl<M: Memory> MethodNames<M> {
             modules: HashMap::new(),
             files: HashMap::new(),
             maps: Vec::new(),
+            x86_64: None,
         }
     }
 
@@ -161,7 +165,7 @@ impl<M: Memory> MethodNames<M> {
     }
 
     fn read_name(&mut self, method_desc: u64) -> Result<MethodName, RemoteError> {
-        if cfg!(not(target_arch = "x86_64")) {
+        if !self.target_is_x86_64()? {
             return Err(RemoteError::UnsupportedRuntime {
                 version: "8.0.x off x86-64 (its Module layout is not checked here)".into(),
             });
@@ -200,6 +204,28 @@ impl<M: Memory> MethodNames<M> {
                 method_desc,
             },
         })
+    }
+
+    /// Whether the process runs x86-64 code (its executable's ELF
+    /// machine): the layout this namer knows is that target's, whatever
+    /// the reader runs on.
+    fn target_is_x86_64(&mut self) -> Result<bool, RemoteError> {
+        if let Some(known) = self.x86_64 {
+            return Ok(known);
+        }
+        use std::io::Read;
+        const EM_X86_64: u16 = 62;
+        let mut header = [0u8; 20];
+        std::fs::File::open(format!("/proc/{}/exe", self.pid))
+            .and_then(|mut exe| exe.read_exact(&mut header))
+            .map_err(|e| RemoteError::Proc {
+                pid: self.pid,
+                errno: e.raw_os_error().unwrap_or(libc::EIO),
+            })?;
+        let known =
+            &header[..4] == b"\x7fELF" && u16::from_le_bytes([header[18], header[19]]) == EM_X86_64;
+        self.x86_64 = Some(known);
+        Ok(known)
     }
 
     fn pointer_in(&self, bytes: &[u8], at: usize) -> u64 {
