@@ -65,8 +65,14 @@ fn a_host_handler_that_jumps_out_does_not_hang_detach_or_stop() {
     assert_eq!(install(), 0);
 
     let manager = ExecutionManager::new(4);
+    // One timer signal a second: the raises below are the only SIGPROFs
+    // while they run. A timer's signal pending beside a raise's could
+    // merge with it (one pending slot per standard signal; qemu-user's
+    // emulation merged them, one raise in 100), and the merged signal is
+    // the agent's own, not passed on.
     let config = AgentConfig {
         clock: Clock::Wall,
+        hz: 1,
         ..AgentConfig::default()
     };
     let agent = Agent::start(&manager, config).unwrap();
