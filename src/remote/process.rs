@@ -220,29 +220,17 @@ pub fn loaded_extent(pid: i32, path: &str) -> Result<Option<(u64, u64)>, RemoteE
     let Some(first) = maps
         .iter()
         .filter(|m| m.path == path && m.offset == 0)
-        .map(|m| m.start)
-        .min()
+        .min_by_key(|m| m.start)
     else {
         return Ok(None);
     };
-    Ok(with_elf(path, |elf| {
-        let bias = load_bias(elf, first)?;
+    let extent = read_mapped(pid, first, MAX_ELF_BYTES).and_then(|data| {
+        let elf = object::File::parse(&*data).ok()?;
+        let bias = load_bias(&elf, first.start)?;
         let end = elf.segments().map(|s| s.address() + s.size()).max()?;
-        Some((first, end.checked_add(bias)?))
-    })
-    .flatten())
-}
-
-/// Runs `f` over the ELF file at `path`, or `None` when it cannot be read or
-/// parsed.
-/// The file is read into memory, not mapped: it belongs to another process's
-/// user, and a mapping of a file rewritten during the read would be undefined
-/// behaviour (Rust assumes the bytes behind a shared slice do not change), not
-/// only a SIGBUS.
-fn with_elf<T>(path: &str, f: impl FnOnce(&object::File<'_>) -> T) -> Option<T> {
-    let data = std::fs::read(path).ok()?;
-    let elf = object::File::parse(&*data).ok()?;
-    Some(f(&elf))
+        Some((first.start, end.checked_add(bias)?))
+    });
+    Ok(extent)
 }
 
 /// `symbol`'s value in an ELF file (dynamic symbols first), or `None` when

@@ -185,25 +185,21 @@ fn bad(what: &'static str) -> RemoteError {
     RemoteError::BadMetadata { what }
 }
 
-/// Little-endian reads that fail instead of panicking.
+/// The `N` bytes at `at`, or an error when they do not fit: every
+/// little-endian read of the reader goes through here, never a panic.
+fn bytes_at<const N: usize>(b: &[u8], at: usize) -> Result<[u8; N], RemoteError> {
+    let end = at.checked_add(N).ok_or(bad("offset"))?;
+    b.get(at..end)
+        .and_then(|bytes| bytes.try_into().ok())
+        .ok_or(bad("truncated"))
+}
+
 fn u16_at(b: &[u8], at: usize) -> Result<u16, RemoteError> {
-    let bytes = b.get(at..at.checked_add(2).ok_or(bad("offset"))?);
-    Ok(u16::from_le_bytes(
-        bytes
-            .ok_or(bad("truncated"))?
-            .try_into()
-            .unwrap_or_default(),
-    ))
+    bytes_at(b, at).map(u16::from_le_bytes)
 }
 
 fn u32_at(b: &[u8], at: usize) -> Result<u32, RemoteError> {
-    let bytes = b.get(at..at.checked_add(4).ok_or(bad("offset"))?);
-    Ok(u32::from_le_bytes(
-        bytes
-            .ok_or(bad("truncated"))?
-            .try_into()
-            .unwrap_or_default(),
-    ))
+    bytes_at(b, at).map(u32::from_le_bytes)
 }
 
 /// The most columns a table of [`SCHEMA`] has.

@@ -23,6 +23,7 @@ use std::collections::HashMap;
 use std::rc::Rc;
 
 use super::super::RemoteError;
+use super::super::checks::read_at;
 use super::super::memory::Memory;
 use super::super::process::{Mapping, read_mapped};
 use super::metadata::Metadata;
@@ -189,7 +190,7 @@ impl<M: Memory> MethodNames<M> {
         self.memory.read(chunk, &mut chunk_bytes)?;
         let range = u16_at(&chunk_bytes, CHUNK_TOKEN_RANGE) & TOKEN_RANGE_MASK;
         let rid = (u32::from(range) << TOKEN_REMAINDER_BITS) | u32::from(remainder);
-        let method_table = self.pointer_in(&chunk_bytes, CHUNK_METHOD_TABLE);
+        let method_table = read_at(&chunk_bytes, CHUNK_METHOD_TABLE);
         let module = self.read_pointer(method_table.wrapping_add(METHOD_TABLE_MODULE))?;
         let assembly = self.assembly(module)?;
         let token = 0x0600_0000 | rid;
@@ -226,12 +227,6 @@ impl<M: Memory> MethodNames<M> {
             &header[..4] == b"\x7fELF" && u16::from_le_bytes([header[18], header[19]]) == EM_X86_64;
         self.x86_64 = Some(known);
         Ok(known)
-    }
-
-    fn pointer_in(&self, bytes: &[u8], at: usize) -> u64 {
-        let mut word = [0u8; 8];
-        word.copy_from_slice(&bytes[at..at + 8]);
-        u64::from_le_bytes(word)
     }
 
     fn read_pointer(&self, at: u64) -> Result<u64, RemoteError> {
