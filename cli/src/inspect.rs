@@ -356,7 +356,7 @@ pub fn run_dotnet(
 ) -> Result<DotnetInspection, RemoteError> {
     let memory = ProcessMemory::new(pid);
     let runtime = dotnet::find_runtime(pid, &memory)?;
-    let reader = DotnetReader::new(memory, runtime.code_range_map);
+    let reader = DotnetReader::new(memory, &runtime);
     let began = Instant::now();
     let answers = ips
         .iter()
@@ -402,7 +402,7 @@ pub fn run_dotnet(
         None
     };
     let list_ms = began.elapsed().as_secs_f64() * 1e3;
-    let mut namer = MethodNames::new(pid, ProcessMemory::new(pid));
+    let mut namer = MethodNames::new(pid, ProcessMemory::new(pid), runtime.layout);
     let mut names = BTreeMap::new();
     let answered = answers
         .iter()

@@ -157,7 +157,7 @@ fn a_live_dotnet_8_process_is_read_exactly() {
     let memory = ProcessMemory::new(w.pid);
     let runtime = find_runtime(w.pid, &memory).unwrap();
     assert_eq!(runtime.version, "8.0.424.16909");
-    let reader = DotnetReader::new(memory, runtime.code_range_map);
+    let reader = DotnetReader::new(memory, &runtime);
     let sections = reader.sections().unwrap();
     let heaps: Vec<_> = sections
         .iter()

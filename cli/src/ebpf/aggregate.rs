@@ -29,6 +29,53 @@ enum Key {
     /// A walk that stepped a native frame in no object with rows by the
     /// frame pointer.
     UnknownCode,
+    /// A CoreCLR method, by its placement in `dotnet`.
+    Dotnet(usize),
+    /// A CoreCLR code heap's stub block, by its kind.
+    DotnetStub(u64),
+    /// A CoreCLR stub range.
+    DotnetStubs,
+    /// A ReadyToRun image, by its `Module`.
+    DotnetImage(u64),
+    /// A CoreCLR code address past the capped scan.
+    DotnetTooFar,
+}
+
+/// The v1 scan's bound in the program (`V1_MAX_WORDS`), in nibble-map words
+/// of 256 code bytes.
+pub const DOTNET_SCAN_WORDS: u64 = 256;
+
+/// A CoreCLR method the samples named, at one code start (a method
+/// recompiled at another tier has another).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DotnetPlacement {
+    /// Its `MethodDesc`.
+    pub method_desc: u64,
+    /// First code byte.
+    pub start: u64,
+    /// Its name, read from the process while it ran (empty: not read).
+    pub name: String,
+    /// The lowest and highest address looked up in it.
+    pub lookups: (u64, u64),
+    /// Frames that named it.
+    pub frames: u64,
+}
+
+/// The name of a CoreCLR `StubCodeBlockKind` (.NET 8's `codeman.h`).
+fn stub_kind_name(kind: u64) -> String {
+    let name = match kind {
+        1 => "jump stub",
+        2 => "precode",
+        3 => "dynamic helper",
+        4 => "stub precode",
+        5 => "fixup precode",
+        6 => "virtual dispatch stub",
+        7 => "virtual resolve stub",
+        8 => "virtual lookup stub",
+        9 => "virtual vtable stub",
+        _ => return format!("[.NET stub kind {kind}]"),
+    };
+    format!("[.NET {name}]")
 }
 
 /// One placement of a JIT method the samples named: where it was, what it
@@ -141,6 +188,12 @@ pub struct Aggregator {
     index: HashMap<(u64, u64, u64, u64), Vec<usize>>,
     /// Image methods' names, by method id.
     image_names: HashMap<u64, String>,
+    /// CoreCLR methods, by (`MethodDesc`, start) into `dotnet`.
+    dotnet_index: HashMap<(u64, u64), usize>,
+    dotnet: Vec<DotnetPlacement>,
+    /// Names read for `MethodDesc`s and ReadyToRun `Module`s.
+    dotnet_names: HashMap<u64, String>,
+    modules: HashMap<u64, String>,
     counts: Counts,
 }
 
@@ -180,7 +233,7 @@ impl Aggregator {
         }
         if matches!(
             sample.frames[0].kind,
-            FrameKind::Nothing | FrameKind::TooFar | FrameKind::Error
+            FrameKind::Nothing | FrameKind::TooFar | FrameKind::Error | FrameKind::DotnetTooFar
         ) {
             c.unattributed += 1;
         }
@@ -216,6 +269,10 @@ impl Aggregator {
             FrameKind::TooFar => &mut c.too_far,
             FrameKind::Stale => &mut c.stale,
             FrameKind::Error => &mut c.errors,
+            FrameKind::DotnetMethod { .. } => &mut c.methods,
+            FrameKind::DotnetStub { .. } | FrameKind::DotnetStubs { .. } => &mut c.stubs,
+            FrameKind::DotnetImage { .. } => &mut c.images,
+            FrameKind::DotnetTooFar => &mut c.too_far,
         };
         *slot += 1;
         if f.kind != FrameKind::Native {
@@ -287,7 +344,87 @@ impl Aggregator {
             FrameKind::Nothing => Key::Nothing,
             FrameKind::TooFar => Key::TooFar,
             FrameKind::Stale | FrameKind::Error => Key::Error,
+            FrameKind::DotnetMethod { start, method_desc } => {
+                let at = if is_return { f.ip - 1 } else { f.ip };
+                let next = self.dotnet.len();
+                let i = *self
+                    .dotnet_index
+                    .entry((*method_desc, *start))
+                    .or_insert(next);
+                if i == next {
+                    self.dotnet.push(DotnetPlacement {
+                        method_desc: *method_desc,
+                        start: *start,
+                        name: String::new(),
+                        lookups: (at, at),
+                        frames: 0,
+                    });
+                }
+                let p = &mut self.dotnet[i];
+                p.lookups = (p.lookups.0.min(at), p.lookups.1.max(at));
+                p.frames += 1;
+                Key::Dotnet(i)
+            }
+            FrameKind::DotnetStub { kind, .. } => Key::DotnetStub(*kind),
+            FrameKind::DotnetStubs { .. } => Key::DotnetStubs,
+            FrameKind::DotnetImage { module, .. } => Key::DotnetImage(*module),
+            FrameKind::DotnetTooFar => Key::DotnetTooFar,
         }
+    }
+
+    /// The `MethodDesc`s and ReadyToRun `Module`s sampled that have no name
+    /// yet, for the caller to read from the live process
+    /// ([`Aggregator::name_dotnet`]).
+    pub fn unnamed_dotnet(&self) -> (Vec<u64>, Vec<u64>) {
+        let mut methods: Vec<u64> = self
+            .dotnet
+            .iter()
+            .map(|p| p.method_desc)
+            .filter(|md| !self.dotnet_names.contains_key(md))
+            .collect();
+        methods.sort_unstable();
+        methods.dedup();
+        let mut modules: Vec<u64> = self
+            .stacks
+            .keys()
+            .flatten()
+            .filter_map(|k| match *k {
+                Key::DotnetImage(m) if !self.modules.contains_key(&m) => Some(m),
+                _ => None,
+            })
+            .collect();
+        modules.sort_unstable();
+        modules.dedup();
+        (methods, modules)
+    }
+
+    /// Gives a `MethodDesc`'s name (`module: false`) or a ReadyToRun
+    /// `Module`'s assembly name (`module: true`); the first one given stays.
+    pub fn name_dotnet(&mut self, id: u64, module: bool, name: String) {
+        let names = if module {
+            &mut self.modules
+        } else {
+            &mut self.dotnet_names
+        };
+        names.entry(id).or_insert(name);
+    }
+
+    /// The CoreCLR methods sampled, with their names.
+    pub fn dotnet_placements(&self) -> Vec<DotnetPlacement> {
+        self.dotnet
+            .iter()
+            .map(|p| DotnetPlacement {
+                name: self.dotnet_name(p.method_desc),
+                ..p.clone()
+            })
+            .collect()
+    }
+
+    fn dotnet_name(&self, method_desc: u64) -> String {
+        self.dotnet_names
+            .get(&method_desc)
+            .cloned()
+            .unwrap_or_else(|| format!("[.NET method {method_desc:#x}]"))
     }
 
     /// The counts so far.
@@ -352,6 +489,16 @@ impl Aggregator {
                     Key::StaleRows => vec!["[stale unwind rows]".to_owned()],
                     Key::NoRule => vec!["[no unwind rule]".to_owned()],
                     Key::UnknownCode => vec!["[frame pointer through unknown code]".to_owned()],
+                    Key::Dotnet(i) => vec![self.dotnet_name(self.dotnet[i].method_desc)],
+                    Key::DotnetStub(kind) => vec![stub_kind_name(kind)],
+                    Key::DotnetStubs => vec!["[.NET stub]".to_owned()],
+                    Key::DotnetImage(module) => vec![match self.modules.get(&module) {
+                        Some(name) => format!("[.NET ReadyToRun {name}]"),
+                        None => format!("[.NET ReadyToRun module {module:#x}]"),
+                    }],
+                    Key::DotnetTooFar => {
+                        vec![format!("[.NET: start beyond {DOTNET_SCAN_WORDS} words]")]
+                    }
                 })
                 .collect();
             *named.entry(frames).or_default() += count;

@@ -63,6 +63,35 @@ pub enum FrameKind {
     Stale,
     /// A read failed or a value failed a check.
     Error,
+    /// A method CoreCLR compiled, named in user space by its `MethodDesc`.
+    DotnetMethod {
+        /// First code byte (the nibble map's start).
+        start: u64,
+        /// Its `MethodDesc`.
+        method_desc: u64,
+    },
+    /// A stub block in a CoreCLR code heap.
+    DotnetStub {
+        /// First code byte.
+        start: u64,
+        /// Its `StubCodeBlockKind` (1 to 15).
+        kind: u64,
+    },
+    /// Inside a CoreCLR range of stubs (precodes, virtual-call stubs).
+    DotnetStubs {
+        /// First address of the range.
+        begin: u64,
+    },
+    /// Inside a ReadyToRun image.
+    DotnetImage {
+        /// First address of the image's range.
+        begin: u64,
+        /// Its `Module`.
+        module: u64,
+    },
+    /// In a CoreCLR code heap, past the capped backward scan of its nibble
+    /// map (`V1_MAX_WORDS` words): the method is unknown.
+    DotnetTooFar,
 }
 
 /// An image method a frame named.
@@ -280,6 +309,17 @@ fn decode_frame(b: &[u8], names: &[u8]) -> Result<Frame, DecodeError> {
         5 => FrameKind::TooFar,
         6 => FrameKind::Stale,
         7 => FrameKind::Error,
+        9 => FrameKind::DotnetMethod {
+            start,
+            method_desc: id,
+        },
+        10 => FrameKind::DotnetStub { start, kind: id },
+        11 => FrameKind::DotnetStubs { begin: start },
+        12 => FrameKind::DotnetImage {
+            begin: start,
+            module: id,
+        },
+        13 => FrameKind::DotnetTooFar,
         k => return Err(DecodeError::Kind(k)),
     };
     Ok(Frame { ip, reads, kind })

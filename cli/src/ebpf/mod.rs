@@ -37,9 +37,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use jitmap::agent::Profile;
+use jitmap::remote::dotnet::names::MethodNames;
+use jitmap::remote::dotnet::{self, Runtime};
 use jitmap::remote::{self, Descriptor, ProcessMemory, RemoteError, RemoteReader};
 
-use aggregate::{Aggregator, Counts, Placement};
+use aggregate::{Aggregator, Counts, DotnetPlacement, Placement};
 use event::{DecodeError, Sample};
 use program::{Config, KernelStats, Loaded, RunTime};
 
@@ -202,6 +204,45 @@ impl EbpfError {
     }
 }
 
+/// What the profiler found of .NET in the target.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DotnetStatus {
+    /// No CoreCLR in the process.
+    Absent,
+    /// CoreCLR of a version whose layout is known: its frames are resolved.
+    On(Runtime),
+    /// CoreCLR of a version whose layout is not known: its frames are not
+    /// resolved (they step as native code), the rest of the profile is.
+    Refused {
+        /// The version found.
+        version: String,
+    },
+}
+
+impl fmt::Display for DotnetStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Absent => write!(f, "no CoreCLR in the process"),
+            Self::On(r) => write!(
+                f,
+                "CoreCLR {} (layout {}x): managed frames resolved by its range map and \
+                 nibble maps",
+                r.version, r.layout.versions
+            ),
+            Self::Refused { version } => write!(
+                f,
+                "CoreCLR {version} is not a version this profiler knows the layout of \
+                 (known: {}): its managed frames are not resolved",
+                dotnet::layout::LAYOUTS
+                    .iter()
+                    .map(|l| format!("{}x", l.versions))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        }
+    }
+}
+
 /// A finished eBPF profile.
 #[derive(Debug)]
 pub struct EbpfRun {
@@ -227,11 +268,15 @@ pub struct EbpfRun {
     pub reached_samples: bool,
     /// The native rows loaded for the kernel's walk, if it used them.
     pub native: Option<native::NativeStats>,
+    /// What was found of .NET.
+    pub dotnet: DotnetStatus,
+    /// The CoreCLR methods the samples named.
+    pub dotnet_placements: Vec<DotnetPlacement>,
 }
 
-/// Checks the options, finds the host's descriptor and builds the program's
-/// configuration.
-fn configure(options: &Options) -> Result<Config, EbpfError> {
+/// Checks the options, finds the host's descriptor or its CoreCLR (or
+/// both), and builds the program's configuration.
+fn configure(options: &Options) -> Result<(Config, DotnetStatus), EbpfError> {
     if !(1..=100_000).contains(&options.hz) {
         return Err(EbpfError::Options(format!(
             "--hz must be in 1..=100000, not {}",
@@ -245,13 +290,50 @@ fn configure(options: &Options) -> Result<Config, EbpfError> {
     if pid <= 0 || !Path::new(&format!("/proc/{pid}")).exists() {
         return Err(EbpfError::NoProcess(pid));
     }
-    let descriptor =
-        remote::process::find_descriptor(pid).map_err(|e| EbpfError::remote(pid, e))?;
-    let reader = RemoteReader::new(ProcessMemory::new(pid), descriptor)
-        .map_err(|e| EbpfError::remote(pid, e))?;
-    let managers = descriptor + std::mem::offset_of!(Descriptor, managers) as u64;
-    let frameless = descriptor + std::mem::offset_of!(Descriptor, frameless) as u64;
-    Config::new(pid as u32, managers, frameless, reader.layout())
+    let memory = ProcessMemory::new(pid);
+    let dotnet = match dotnet::find_runtime(pid, &memory) {
+        Ok(runtime) => DotnetStatus::On(runtime),
+        Err(RemoteError::UnsupportedRuntime { version }) => DotnetStatus::Refused { version },
+        Err(_) => DotnetStatus::Absent,
+    };
+    let config = match remote::process::find_descriptor(pid) {
+        Ok(descriptor) => {
+            let reader =
+                RemoteReader::new(memory, descriptor).map_err(|e| EbpfError::remote(pid, e))?;
+            let managers = descriptor + std::mem::offset_of!(Descriptor, managers) as u64;
+            let frameless = descriptor + std::mem::offset_of!(Descriptor, frameless) as u64;
+            Config::new(pid as u32, managers, frameless, reader.layout())?
+        }
+        // A .NET process without jitmap: its managed frames are the ones
+        // to resolve (and a version refused is said in the report).
+        Err(e) if dotnet == DotnetStatus::Absent => return Err(EbpfError::remote(pid, e)),
+        Err(RemoteError::SymbolNotFound { .. } | RemoteError::DescriptorNotFound { .. }) => {
+            Config::without_jitmap(pid as u32)
+        }
+        Err(e) => return Err(EbpfError::remote(pid, e)),
+    };
+    let config = match &dotnet {
+        DotnetStatus::On(runtime) => config.with_dotnet(runtime.code_range_map, runtime.layout)?,
+        _ => config,
+    };
+    Ok((config, dotnet))
+}
+
+/// Names the CoreCLR methods and images the samples met that have no name
+/// yet, from the live process. A name that cannot be read says why.
+fn name_dotnet(agg: &mut Aggregator, namer: &mut MethodNames<ProcessMemory>) {
+    let (methods, modules) = agg.unnamed_dotnet();
+    for md in methods {
+        let name = namer
+            .name(md)
+            .map_or_else(|e| format!("[.NET method {md:#x}: {e}]"), |n| n.to_string());
+        agg.name_dotnet(md, false, name);
+    }
+    for module in modules {
+        if let Ok(name) = namer.assembly_name(module) {
+            agg.name_dotnet(module, true, name);
+        }
+    }
 }
 
 /// Profiles the host for `options.duration`, or until it exits, or until
@@ -262,7 +344,16 @@ pub fn run(
     stop: &AtomicBool,
     attached: &mut dyn FnMut(),
 ) -> Result<EbpfRun, EbpfError> {
-    let config = configure(options)?.with_native(options.native_rows.is_some());
+    let (config, dotnet) = configure(options)?;
+    let config = config.with_native(options.native_rows.is_some());
+    let mut namer = match &dotnet {
+        DotnetStatus::On(runtime) => Some(MethodNames::new(
+            options.pid,
+            ProcessMemory::new(options.pid),
+            runtime.layout,
+        )),
+        _ => None,
+    };
     let mut loaded = Loaded::start(config, options.hz, options.native_rows.unwrap_or(0))?;
     attached();
     let started = Instant::now();
@@ -318,6 +409,9 @@ pub fn run(
         }
         if named_at.elapsed() >= Duration::from_millis(250) {
             names.add(&agg.native_addresses());
+            if let Some(namer) = &mut namer {
+                name_dotnet(&mut agg, namer);
+            }
             named_at = Instant::now();
         }
     }
@@ -342,7 +436,11 @@ pub fn run(
     let run_time = loaded.run_time()?;
     if !host_exited {
         names.add(&agg.native_addresses());
+        if let Some(namer) = &mut namer {
+            name_dotnet(&mut agg, namer);
+        }
     }
+    let dotnet_placements = agg.dotnet_placements();
     let (stacks, placements, counts) = agg.finish(|addr, is_return| names.name(addr, is_return));
     Ok(EbpfRun {
         pid: options.pid,
@@ -356,6 +454,8 @@ pub fn run(
         stopped,
         reached_samples,
         native: loaded.native().cloned(),
+        dotnet,
+        dotnet_placements,
     })
 }
 
@@ -384,6 +484,8 @@ struct NativeNames {
     /// Each mapped file's executable segments (file offset, address, size)
     /// and named PLT entries, read when an address in it is first named.
     plt: std::collections::HashMap<String, Option<PltTable>>,
+    /// Whether each mapped file is an ELF object.
+    elf: std::collections::HashMap<String, bool>,
 }
 
 /// An object's executable segments (file offset, address in the object,
@@ -422,6 +524,7 @@ impl NativeNames {
                 .build(),
             names: Default::default(),
             plt: Default::default(),
+            elf: Default::default(),
         }
     }
 
@@ -441,6 +544,26 @@ impl NativeNames {
             .find(|&&(off, _, size)| off <= offset && offset < off + size)?;
         let stub = jitmap::unwind::plt_stub_at(stubs, offset - off + vaddr)?;
         Some(stub.name.clone())
+    }
+
+    /// Whether `addr` is in a mapping of an ELF file (or the vDSO), by its
+    /// first bytes, read once per file.
+    fn in_elf(&mut self, maps: &[jitmap::remote::process::Mapping], addr: u64) -> bool {
+        use std::io::Read;
+        let Some(m) = maps.iter().find(|m| m.start <= addr && addr < m.end) else {
+            return false;
+        };
+        if m.path == "[vdso]" {
+            return true;
+        }
+        let pid = self.pid;
+        *self.elf.entry(m.path.clone()).or_insert_with(|| {
+            let mut magic = [0u8; 4];
+            std::fs::File::open(format!("/proc/{pid}/root{}", m.path))
+                .or_else(|_| std::fs::File::open(&m.path))
+                .and_then(|mut f| f.read_exact(&mut magic))
+                .is_ok_and(|()| &magic == b"\x7fELF")
+        })
     }
 
     /// Names the addresses not asked about yet. If the process is gone, they
@@ -470,6 +593,16 @@ impl NativeNames {
             }
             None => true,
         });
+        // Only addresses in ELF objects go to the symbolizer: one in a
+        // file of another kind (a .NET assembly, the runtime's
+        // `memfd:doublemapper` code) fails its whole batch.
+        new.retain(|key| {
+            let elf = self.in_elf(&maps, at(key));
+            if !elf {
+                self.names.insert(*key, None);
+            }
+            elf
+        });
         if new.is_empty() {
             return;
         }
@@ -478,11 +611,23 @@ impl NativeNames {
         // JIT frames are named by the kernel; native code by its files.
         process.debug_syms = true;
         process.perf_map = false;
-        let Ok(symbols) = self
-            .symbolizer
-            .symbolize(&Source::Process(process), Input::AbsAddr(&lookups))
-        else {
-            return;
+        let source = Source::Process(process);
+        // One address the symbolizer cannot take (in a mapping of a file
+        // that is no ELF object: a .NET assembly, the runtime's
+        // `memfd:doublemapper` code) fails the whole batch: then each is
+        // asked alone, and only those fail.
+        let symbols = match self.symbolizer.symbolize(&source, Input::AbsAddr(&lookups)) {
+            Ok(symbols) => symbols,
+            Err(_) => lookups
+                .iter()
+                .map(|&a| {
+                    self.symbolizer
+                        .symbolize_single(&source, Input::AbsAddr(a))
+                        .unwrap_or(Symbolized::Unknown(
+                            blazesym::symbolize::Reason::Unsupported,
+                        ))
+                })
+                .collect(),
         };
         for (key, symbol) in new.into_iter().zip(symbols) {
             let name = match symbol {
@@ -534,7 +679,8 @@ impl EbpfRun {
         let (c, k, p) = (&self.counts, &self.kernel, &self.profile);
         let (mean, jit_mean) = self.mean_reads();
         let mut out = format!(
-            "ebpf-profile of process {} at {} Hz for {:.2} s{}\n\
+            "jitmap profile of process {} at {} Hz for {:.2} s{}\n\
+             .NET: {}\n\
              samples: {} in the profile; {} stale (dropped), {} without a user stack, \
              {} lost (ring full), {} unattributed; {} in a frameless native leaf \
              whose JIT caller the kernel's walk skipped\n\
@@ -559,6 +705,7 @@ impl EbpfRun {
                 (_, _, true) => " (the samples asked for arrived)",
                 _ => "",
             },
+            self.dotnet,
             c.samples,
             c.stale_samples,
             c.empty_samples,
@@ -623,8 +770,22 @@ impl EbpfRun {
             n.candidates,
             n.candidate_rows,
         );
+        // One entry per file and reason (the runtime maps its JIT code in
+        // many views of one file).
+        let mut left_out: Vec<(&str, native::LeftOut, usize)> = Vec::new();
         for (path, why) in &n.left_out {
-            line.push_str(&format!("; left out {path}: {why:?}"));
+            match left_out.iter_mut().find(|(p, w, _)| p == path && w == why) {
+                Some(entry) => entry.2 += 1,
+                None => left_out.push((path, *why, 1)),
+            }
+        }
+        for (path, why, count) in left_out {
+            let times = if count > 1 {
+                format!(" ({count} mappings)")
+            } else {
+                String::new()
+            };
+            line.push_str(&format!("; left out {path}{times}: {why:?}"));
         }
         line.push('\n');
         line
@@ -714,6 +875,22 @@ impl EbpfRun {
             },
             "methods": methods,
             "placements": placements,
+            "dotnet": {
+                "status": self.dotnet.to_string(),
+                "version": match &self.dotnet {
+                    DotnetStatus::On(r) => Some(r.version.clone()),
+                    DotnetStatus::Refused { version } => Some(version.clone()),
+                    DotnetStatus::Absent => None,
+                },
+                "methods": self.dotnet_placements.iter().map(|p| serde_json::json!({
+                    "method_desc": p.method_desc,
+                    "start": p.start,
+                    "name": p.name,
+                    "lowest": p.lookups.0,
+                    "highest": p.lookups.1,
+                    "frames": p.frames,
+                })).collect::<Vec<_>>(),
+            },
         })
     }
 
@@ -806,7 +983,7 @@ pub fn overhead(rates: &[u32], slice: Duration, rounds: usize) -> Result<Vec<Ove
         samples: None,
         native_rows: Some(native::DEFAULT_ROWS_CAP),
     };
-    let profiled = configure(&options)?.with_native(true);
+    let profiled = configure(&options)?.0.with_native(true);
     // No process has the largest id (pid_max is at most 2^22); 0 would be
     // the idle task.
     let nobody = profiled.with_tgid(u32::MAX);

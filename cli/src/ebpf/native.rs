@@ -86,11 +86,22 @@ struct Evaluated {
     segments: Vec<(u64, u64, u64)>,
 }
 
+/// The name CoreCLR gives the memory file its JIT code is double-mapped
+/// from (as `/proc/PID/maps` shows it).
+const DOUBLE_MAPPED: &str = "/memfd:doublemapper";
+
 /// Why an object has no rows in the tables.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LeftOut {
     /// It could not be read or parsed as a 64-bit ELF object.
     Unreadable,
+    /// It is a file but no ELF object (a .NET assembly's PE file, whose
+    /// ReadyToRun code CoreCLR's range map resolves).
+    NotElf,
+    /// CoreCLR's JIT code under its default W^X: executable views of a
+    /// `memfd:doublemapper` file, which CoreCLR's range map resolves and
+    /// whose frames step by the frame pointer.
+    RuntimeCode,
     /// It has no `.eh_frame`, an `.eh_frame` without a single FDE (no row),
     /// or no build id or `.eh_frame_hdr` to check it by.
     NoTable,
@@ -106,6 +117,9 @@ impl Evaluated {
     /// Evaluates an ELF object's `.eh_frame` and finds its check bytes: the
     /// build id's first 16 bytes, else its `.eh_frame_hdr`'s first 16.
     fn of(data: &[u8]) -> Result<Self, LeftOut> {
+        if !data.starts_with(b"\x7fELF") {
+            return Err(LeftOut::NotElf);
+        }
         let elf =
             ElfFile64::<object::LittleEndian>::parse(data).map_err(|_| LeftOut::Unreadable)?;
         let frame = elf.section_by_name(".eh_frame").ok_or(LeftOut::NoTable)?;
@@ -512,6 +526,10 @@ impl NativeTables {
         // once this refresh publishes.
         let mut given_back = Vec::new();
         for m in &mappings {
+            if m.path.starts_with(DOUBLE_MAPPED) {
+                left_out.push((m.path.clone(), LeftOut::RuntimeCode));
+                continue;
+            }
             let (file, evaluated) = self.evaluate(m, refresh);
             let evaluated = match evaluated {
                 Ok(e) => e,

@@ -125,6 +125,10 @@ struct unwind_row {
 #define MAX_OBJECT_ROWS (1 << 22)
 #define OBJECT_ROW_STEPS 23
 #define CHECK_BYTES 16
+// CoreCLR: the largest fragment, range section or heap list read, and the
+// fragments followed in one chunk's list.
+#define DN_CAP 64
+#define DN_FRAGMENTS 32
 
 // One executable mapping of an object with rows: [start, end), the object's
 // load bias (a row's offset is pc - bias), its rows at NATIVE_ROWS[first ..
@@ -161,6 +165,17 @@ enum frame_kind {
 	FRAME_ERROR = 7,
 	// Internal: find_section found the section (never sent).
 	SECTION_FOUND = 8,
+	// CoreCLR's code (CONFIG.dotnet_map): a method (start; id: its
+	// MethodDesc; heap_id: its real code header), a stub block of a code
+	// heap (start; id: its StubCodeBlockKind), a stub range (start: the
+	// section's begin; id: its range list), a ReadyToRun image (start: the
+	// section's begin; id: its Module), or a code heap address whose start
+	// lies beyond the capped scan.
+	FRAME_DOTNET_METHOD = 9,
+	FRAME_DOTNET_STUB = 10,
+	FRAME_DOTNET_STUBS = 11,
+	FRAME_DOTNET_IMAGE = 12,
+	FRAME_DOTNET_TOO_FAR = 13,
 };
 
 struct frame {
@@ -254,6 +269,26 @@ struct config {
 	u32 resolve;   // 0: take the stack but resolve nothing and send no frames
 	               // (the overhead measurement's floor)
 	u32 native;    // 1: step native frames by their objects' rows
+	// CoreCLR (jitmap::remote::dotnet::layout, checked by user space):
+	u64 dotnet_map;         // ExecutionManager::g_codeRangeMap, or 0: no .NET
+	u32 dn_fragment_bytes;  // RangeSectionFragment
+	u32 dn_fragment_next;
+	u32 dn_fragment_begin;
+	u32 dn_fragment_end;
+	u32 dn_fragment_section;
+	u32 dn_section_bytes;   // RangeSection
+	u32 dn_section_flags;
+	u32 dn_section_module;
+	u32 dn_section_heap_list;
+	u32 dn_section_range_list;
+	u32 dn_flag_code_heap;
+	u32 dn_flag_range_list;
+	u32 dn_heap_list_bytes; // HeapList
+	u32 dn_heap_end;
+	u32 dn_heap_map_base;
+	u32 dn_heap_header_map;
+	u32 dn_stub_last;       // STUB_CODE_BLOCK_LAST
+	u32 dn_header_method_desc; // RealCodeHeader::phdrMDesc
 };
 
 struct stats {
@@ -309,6 +344,16 @@ struct scratch {
 	u64 uregs[REGS_WORDS];  // the user registers of a sample taken in the kernel
 	u64 start;
 	u64 holes;   // start-map reads that found no page, this frame
+	// The sample's last CoreCLR range section hit (empty: 0, 0): its
+	// bounds, kind, and for a code heap its map.
+	u64 dn_begin;
+	u64 dn_end;
+	u64 dn_kind;      // FRAME_DOTNET_METHOD (a code heap), _STUBS or _IMAGE
+	u64 dn_id;        // the range list or Module
+	u64 dn_map_base;
+	u64 dn_heap_end;
+	u64 dn_header_map;
+	u8 dn_buf[DN_CAP];
 };
 
 struct bpf_map_def {
@@ -755,6 +800,126 @@ INLINE u8 find_section(struct scratch *s, u64 ip, u64 *begin, u64 *end, u16 *rea
 	return FRAME_NATIVE;
 }
 
+// Reads `size` bytes (a CoreCLR structure's, at most DN_CAP: user space
+// checked) into s->dn_buf.
+INLINE int read_dn(struct scratch *s, u32 size, u64 addr, u16 *reads)
+{
+	if (size > DN_CAP || bad_ptr(addr, 8))
+		return 1;
+	*reads += 1;
+	return bpf_probe_read_user(s->dn_buf, size, (const void *)addr);
+}
+
+// CoreCLR's range section of `ip` into the sample's cache (s->dn_*): the
+// five levels of its RangeSectionMap (bit 0 of every entry and link flags
+// a collectible section), at most DN_FRAGMENTS fragments of the chunk's
+// list, the RangeSection, and for a code heap its HeapList. Returns
+// FRAME_NATIVE (in no section), FRAME_ERROR, or SECTION_FOUND.
+INLINE u8 find_dotnet_section(struct scratch *s, u64 ip, u16 *reads)
+{
+	u64 entry = 0;
+	u64 level = CONFIG.dotnet_map;
+	for (int depth = LEVELS_BELOW_TOP; depth >= 0; depth--) {
+		if (read_u64(&entry, level + 8 * ((ip >> (17 + 8 * depth)) & 255), reads))
+			return FRAME_ERROR;
+		entry &= ~1ULL;
+		if (entry == 0)
+			return FRAME_NATIVE;
+		if (depth > 0) {
+			if (bad_ptr(entry, 8))
+				return FRAME_ERROR;
+			level = entry;
+		}
+	}
+	u64 frag = entry, section = 0, b = 0, e = 0;
+	for (int k = 0; k < DN_FRAGMENTS; k++) {
+		if (read_dn(s, CONFIG.dn_fragment_bytes, frag, reads))
+			return FRAME_ERROR;
+		b = field64(s->dn_buf, CONFIG.dn_fragment_begin, DN_CAP);
+		e = field64(s->dn_buf, CONFIG.dn_fragment_end, DN_CAP);
+		if (b <= ip && ip < e) {
+			section = field64(s->dn_buf, CONFIG.dn_fragment_section, DN_CAP);
+			break;
+		}
+		frag = field64(s->dn_buf, CONFIG.dn_fragment_next, DN_CAP) & ~1ULL;
+		if (frag == 0)
+			return FRAME_NATIVE;
+	}
+	if (section == 0)
+		return FRAME_ERROR; // a longer list than the cap
+	if (read_dn(s, CONFIG.dn_section_bytes, section, reads))
+		return FRAME_ERROR;
+	u32 flags = field32(s->dn_buf, CONFIG.dn_section_flags, DN_CAP);
+	s->dn_begin = b;
+	s->dn_end = e;
+	if (flags & CONFIG.dn_flag_range_list) {
+		s->dn_kind = FRAME_DOTNET_STUBS;
+		s->dn_id = field64(s->dn_buf, CONFIG.dn_section_range_list, DN_CAP);
+		return SECTION_FOUND;
+	}
+	if (!(flags & CONFIG.dn_flag_code_heap)) {
+		s->dn_kind = FRAME_DOTNET_IMAGE;
+		s->dn_id = field64(s->dn_buf, CONFIG.dn_section_module, DN_CAP);
+		return SECTION_FOUND;
+	}
+	u64 heap_list = field64(s->dn_buf, CONFIG.dn_section_heap_list, DN_CAP);
+	if (read_dn(s, CONFIG.dn_heap_list_bytes, heap_list, reads)) {
+		s->dn_begin = s->dn_end = 0;
+		return FRAME_ERROR;
+	}
+	s->dn_kind = FRAME_DOTNET_METHOD;
+	s->dn_id = heap_list;
+	s->dn_map_base = field64(s->dn_buf, CONFIG.dn_heap_map_base, DN_CAP);
+	s->dn_heap_end = field64(s->dn_buf, CONFIG.dn_heap_end, DN_CAP);
+	s->dn_header_map = field64(s->dn_buf, CONFIG.dn_heap_header_map, DN_CAP);
+	return SECTION_FOUND;
+}
+
+// Resolves `ip` through CoreCLR's maps: its range section (cached for the
+// sample), then in a code heap the v1 nibble map, scanned back at most
+// V1_MAX_WORDS words (the same capped scan as a jitmap v1 heap's: a start
+// beyond it is reported as too far, never as an earlier method), the word
+// before the start (a stub block's kind, or the real code header), and the
+// header's MethodDesc. The runtime publishes no sequence: user space names
+// the MethodDesc and checks what it can (see jitmap::remote::dotnet).
+INLINE u8 resolve_dotnet(struct scratch *s, struct frame *f, u64 ip, u16 *reads)
+{
+	if (!(s->dn_begin <= ip && ip < s->dn_end)) {
+		u8 found = find_dotnet_section(s, ip, reads);
+		if (found != SECTION_FOUND)
+			return found;
+	}
+	f->start = s->dn_begin;
+	f->id = s->dn_id;
+	if (s->dn_kind != FRAME_DOTNET_METHOD)
+		return (u8)s->dn_kind;
+	u64 base = s->dn_map_base;
+	if (ip < base || ip >= s->dn_heap_end || s->dn_heap_end - base > (1ULL << 32) ||
+	    bad_ptr(s->dn_header_map, 4))
+		return FRAME_NOTHING;
+	u64 start = find_v1(s, s->dn_header_map, ip - base, reads);
+	if (start == NO_START)
+		return FRAME_NOTHING;
+	if (start == START_TOO_FAR)
+		return FRAME_DOTNET_TOO_FAR;
+	start += base;
+	u64 header = 0;
+	if (read_u64(&header, start - 8, reads))
+		return FRAME_ERROR;
+	f->start = start;
+	if (header <= CONFIG.dn_stub_last) {
+		f->id = header;
+		return FRAME_DOTNET_STUB;
+	}
+	u64 desc = 0;
+	if (bad_ptr(header, 8) || read_u64(&desc, header + CONFIG.dn_header_method_desc, reads) ||
+	    bad_ptr(desc, 8))
+		return FRAME_ERROR;
+	f->heap_id = header;
+	f->id = desc;
+	return FRAME_DOTNET_METHOD;
+}
+
 // Resolves one address: its section, then (in a heap) its block. The
 // sample's range-map sequences are checked by the caller.
 INLINE u8 resolve(struct scratch *s, struct frame *f, u64 ip, u16 *reads)
@@ -767,6 +932,8 @@ INLINE u8 resolve(struct scratch *s, struct frame *f, u64 ip, u16 *reads)
 	// sequences bracket the sample).
 	if (!(begin <= ip && ip < end)) {
 		u8 found = find_section(s, ip, &begin, &end, reads);
+		if (found == FRAME_NATIVE && CONFIG.dotnet_map)
+			return resolve_dotnet(s, f, ip, reads);
 		if (found != SECTION_FOUND)
 			return found;
 	}
@@ -937,6 +1104,14 @@ INLINE long step(struct walk *w, struct frame *f, u8 kind, u64 at)
 	// caller.
 	int entry = kind == FRAME_STUB && at == 0 &&
 		    ((s->frameless[s->hit_manager & (MAX_MANAGERS - 1)] >> (f->id & 31)) & 1);
+	// CoreCLR's stubs push nothing (a precode's or jump stub's indirect
+	// jump), and a managed method at its first instruction or its `ret`
+	// has only the return address on the stack: as the innermost frame,
+	// each takes the entry rule. Managed frames otherwise step by the
+	// frame pointer, which the .NET JIT sets up in every method on Linux.
+	if (at == 0 && (kind == FRAME_DOTNET_STUB || kind == FRAME_DOTNET_STUBS ||
+			(kind == FRAME_DOTNET_METHOD && at_entry_or_ret(f, w->ip, &reads))))
+		entry = 1;
 	if (entry) {
 		ruled = 1;
 		entry_rule(&row);
@@ -1111,6 +1286,8 @@ int jitmap_profile(void *ctx)
 	s->names_used = 0;
 	s->hit_begin = 0;
 	s->hit_end = 0;
+	s->dn_begin = 0;
+	s->dn_end = 0;
 	s->checked = 0;
 	s->native_used = 0;
 	s->native_on = 0;
@@ -1128,15 +1305,23 @@ int jitmap_profile(void *ctx)
 			busy = s->native_seq & 1;
 		}
 	}
-	if (bpf_probe_read_user(s->roots, sizeof(s->roots), (const void *)CONFIG.managers)) {
+	// A process without jitmap (CoreCLR alone) has no managers.
+	if (!CONFIG.managers) {
+		__builtin_memset(s->roots, 0, sizeof(s->roots));
+		__builtin_memset(s->after, 0, sizeof(s->after));
+		__builtin_memset(s->frameless, 0, sizeof(s->frameless));
+	} else if (bpf_probe_read_user(s->roots, sizeof(s->roots), (const void *)CONFIG.managers)) {
 		st->unreadable += 1;
 		return 0;
+	} else {
+		// The frameless kinds may change at any time; read once per
+		// sample. Unreadable, none is frameless (every stub steps by its
+		// frame pointer).
+		h->reads += 1;
+		if (bpf_probe_read_user(s->frameless, sizeof(s->frameless),
+					(const void *)CONFIG.frameless))
+			__builtin_memset(s->frameless, 0, sizeof(s->frameless));
 	}
-	// The frameless kinds may change at any time; read once per sample.
-	// Unreadable, none is frameless (every stub steps by its frame pointer).
-	h->reads += 1;
-	if (bpf_probe_read_user(s->frameless, sizeof(s->frameless), (const void *)CONFIG.frameless))
-		__builtin_memset(s->frameless, 0, sizeof(s->frameless));
 	// Each range map's sequence before the first lookup; the sample counts
 	// only if all read the same even value after the last.
 	u32 stale = busy;
@@ -1209,7 +1394,7 @@ int jitmap_profile(void *ctx)
 	}
 	// A manager dropped during the sample clears its entry before freeing
 	// its map (whose sequence it leaves odd): either shows here.
-	if (!stale) {
+	if (!stale && CONFIG.managers) {
 		h->reads += 1;
 		if (bpf_probe_read_user(s->after, sizeof(s->after), (const void *)CONFIG.managers))
 			stale = 1;

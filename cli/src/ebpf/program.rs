@@ -9,6 +9,7 @@ use aya::programs::perf_event::{PerfEventLinkId, PerfEventScope, SamplePolicy, p
 use aya::programs::{PerfEvent, PerfTypeId};
 use aya::{Ebpf, EbpfLoader};
 use jitmap::remote::Layout;
+use jitmap::remote::dotnet::layout::DotnetLayout;
 
 use super::EbpfError;
 use super::native::{NativeStats, NativeTables, take_maps};
@@ -25,6 +26,8 @@ const HEADER_CAP: usize = 64;
 /// Bytes of an image table entry the program reads (`ENTRY_CAP`): the
 /// entry's size must be this.
 const ENTRY_CAP: usize = 32;
+/// Largest CoreCLR structure the program reads (`DN_CAP`).
+const DN_CAP: usize = 64;
 
 /// `struct config` of the program: the target and the descriptor's layout.
 #[repr(C)]
@@ -75,11 +78,91 @@ pub struct Config {
     resolve: u32,
     /// 1: native frames step by their objects' rows (`native.rs`).
     native: u32,
+    /// CoreCLR's `g_codeRangeMap` in the target, or 0 (no .NET frames).
+    dotnet_map: u64,
+    dotnet: DotnetConfig,
+}
+
+/// The CoreCLR fields the program reads (`dn_*` of `struct config`), from
+/// the runtime's entry in `jitmap::remote::dotnet::layout`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct DotnetConfig {
+    fragment_bytes: u32,
+    fragment_next: u32,
+    fragment_begin: u32,
+    fragment_end: u32,
+    fragment_section: u32,
+    section_bytes: u32,
+    section_flags: u32,
+    section_module: u32,
+    section_heap_list: u32,
+    section_range_list: u32,
+    flag_code_heap: u32,
+    flag_range_list: u32,
+    heap_list_bytes: u32,
+    heap_end: u32,
+    heap_map_base: u32,
+    heap_header_map: u32,
+    stub_last: u32,
+    header_method_desc: u32,
+}
+
+impl DotnetConfig {
+    /// The program's view of `l`; refuses a layout whose structures or
+    /// fields do not fit the program's `DN_CAP`-byte buffer.
+    fn new(l: &DotnetLayout) -> Result<Self, EbpfError> {
+        let fields = [
+            (l.fragment_next, 8, l.fragment_bytes),
+            (l.fragment_begin, 8, l.fragment_bytes),
+            (l.fragment_end, 8, l.fragment_bytes),
+            (l.fragment_section, 8, l.fragment_bytes),
+            (l.section_flags, 4, l.section_bytes),
+            (l.section_module, 8, l.section_bytes),
+            (l.section_heap_list, 8, l.section_bytes),
+            (l.section_range_list, 8, l.section_bytes),
+            (l.heap_end, 8, l.heap_list_bytes),
+            (l.heap_map_base, 8, l.heap_list_bytes),
+            (l.heap_header_map, 8, l.heap_list_bytes),
+        ];
+        let sizes = [l.fragment_bytes, l.section_bytes, l.heap_list_bytes];
+        if !sizes.iter().all(|&size| size <= DN_CAP)
+            || !fields
+                .iter()
+                .all(|&(off, width, size)| fits(off, width, size))
+            || !fits(l.real_header_method_desc, 8, 1 << 12)
+            || l.stub_code_block_last > 0xFF
+        {
+            return Err(EbpfError::Layout("CoreCLR layout"));
+        }
+        let u = |v: usize| v as u32; // every value is below 2^12, checked above
+        Ok(Self {
+            fragment_bytes: u(l.fragment_bytes),
+            fragment_next: u(l.fragment_next),
+            fragment_begin: u(l.fragment_begin),
+            fragment_end: u(l.fragment_end),
+            fragment_section: u(l.fragment_section),
+            section_bytes: u(l.section_bytes),
+            section_flags: u(l.section_flags),
+            section_module: u(l.section_module),
+            section_heap_list: u(l.section_heap_list),
+            section_range_list: u(l.section_range_list),
+            flag_code_heap: l.flag_code_heap,
+            flag_range_list: l.flag_range_list,
+            heap_list_bytes: u(l.heap_list_bytes),
+            heap_end: u(l.heap_end),
+            heap_map_base: u(l.heap_map_base),
+            heap_header_map: u(l.heap_header_map),
+            stub_last: l.stub_code_block_last as u32,
+            header_method_desc: u(l.real_header_method_desc),
+        })
+    }
 }
 
 // SAFETY: `Config` is `#[repr(C)]`, `Copy`, made only of integers, with no
-// padding (two u64 then 36 u32), so every bit
-// pattern is valid and its bytes are all initialized.
+// padding (two u64, 36 u32, one u64, then 18 u32: every u64 at a multiple
+// of 8, and the size a multiple of 8), so every bit pattern is valid and
+// its bytes are all initialized.
 unsafe impl aya::Pod for Config {}
 
 /// Whether `off` leaves room for a `width`-byte value aligned to `width`
@@ -195,7 +278,19 @@ impl Config {
             entry_name_ptr: u(l.entry_name_ptr),
             resolve: 1,
             native: 0,
+            dotnet_map: 0,
+            dotnet: DotnetConfig::default(),
         })
+    }
+
+    /// The program's view of a process without jitmap: no managers, so
+    /// that only CoreCLR's frames (see [`Config::with_dotnet`]) resolve.
+    pub fn without_jitmap(tgid: u32) -> Self {
+        Self {
+            tgid,
+            resolve: 1,
+            ..Self::default()
+        }
     }
 }
 
@@ -208,6 +303,17 @@ impl Config {
     /// The same configuration, taking stacks but resolving no frames.
     pub fn stack_only(self) -> Self {
         Self { resolve: 0, ..self }
+    }
+
+    /// The same configuration, resolving CoreCLR's frames too: `map` is
+    /// the runtime's `g_codeRangeMap`, `layout` its version's layout.
+    /// Refuses a layout the program's buffers cannot hold.
+    pub fn with_dotnet(self, map: u64, layout: &DotnetLayout) -> Result<Self, EbpfError> {
+        Ok(Self {
+            dotnet_map: map,
+            dotnet: DotnetConfig::new(layout)?,
+            ..self
+        })
     }
 
     /// The same configuration, stepping native frames by their objects'

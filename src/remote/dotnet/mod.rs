@@ -3,13 +3,14 @@
 //! `g_dacTable`, whose first slot points at `ExecutionManager::g_codeRangeMap`:
 //! a five-level `RangeSectionMap` (bit 0 of each entry flags a collectible
 //! section), whose fragments lead to range sections, whose code heaps carry a
-//! version-1 nibble map. The offsets below are those of .NET 8.0.x on 64-bit
-//! Linux (`dotnet/runtime` `src/coreclr/vm/codeman.h` at v8.0.4, as the
-//! OpenTelemetry eBPF profiler also reads them); any other version is refused.
+//! version-1 nibble map. The offsets are in [`layout::LAYOUTS`], one table
+//! per runtime version shared with the eBPF profiler (.NET 8.0.x on 64-bit
+//! Linux); any other version is refused.
 //!
 //! The runtime publishes no change sequence, so an answer read while the
 //! runtime compiles may be stale; stop the process (SIGSTOP) for exact answers.
 
+pub mod layout;
 pub mod metadata;
 pub mod names;
 
@@ -21,37 +22,10 @@ use super::words::{ChunkWords, RemoteWords};
 use super::{RemoteError, Unknown, V1_MAX_WORDS};
 use crate::nibble::{Capped, Starts, find_v1_capped};
 use crate::range::{ADDRESS_BITS, FANOUT, LEVELS};
-
-/// The runtime versions this reader knows: 8.0.x.
-pub const SUPPORTED: &str = "8.0.";
+use layout::{DotnetLayout, layout_for};
 
 /// Bit 0 of a map entry or fragment link: the section is collectible.
 const COLLECTIBLE: u64 = 1;
-/// `RangeSectionFragment`: next (tagged), range begin, range end, section.
-const FRAGMENT_BYTES: usize = 32;
-/// `RangeSection`: low, high, flags (u32), module, heap list, range list.
-const SECTION_BYTES: usize = 0x38;
-const SECTION_LOW: usize = 0x0;
-const SECTION_HIGH: usize = 0x8;
-const SECTION_FLAGS: usize = 0x10;
-const SECTION_MODULE: usize = 0x20;
-const SECTION_HEAP_LIST: usize = 0x28;
-const SECTION_RANGE_LIST: usize = 0x30;
-/// `RangeSection::RANGE_SECTION_CODEHEAP`.
-const FLAG_CODE_HEAP: u32 = 0x2;
-/// `RangeSection::RANGE_SECTION_RANGELIST`.
-const FLAG_RANGE_LIST: u32 = 0x4;
-/// `HeapList`: start, end, map base, header map.
-const HEAP_LIST_BYTES: usize = 0x30;
-const HEAP_START: usize = 0x10;
-const HEAP_END: usize = 0x18;
-const HEAP_MAP_BASE: usize = 0x20;
-const HEAP_HEADER_MAP: usize = 0x28;
-/// The `CodeHeader` before each code start is one pointer to the real header,
-/// or a stub-block kind up to this value.
-const STUB_CODE_BLOCK_LAST: u64 = 0xF;
-/// `RealCodeHeader::phdrMDesc` (release builds without GDB JIT support).
-const REAL_HEADER_METHOD_DESC: u64 = 0x18;
 /// Fragments followed in one chunk's list.
 const MAX_FRAGMENTS: usize = 64;
 /// Range-map levels a listing reads.
@@ -70,6 +44,8 @@ pub struct Runtime {
     pub dac_table: u64,
     /// Address of `ExecutionManager::g_codeRangeMap`.
     pub code_range_map: u64,
+    /// Where this version keeps what the readers read.
+    pub layout: &'static DotnetLayout,
 }
 
 /// What a range section of the runtime holds.
@@ -145,7 +121,7 @@ pub enum DotnetResolution {
 }
 
 /// Finds CoreCLR in process `pid`: `libcoreclr.so` in its mappings, the version
-/// string compiled into it (refused unless [`SUPPORTED`]), `g_dacTable` in its
+/// string compiled into it (refused unless [`layout::LAYOUTS`] has its layout), `g_dacTable` in its
 /// dynamic symbols, and the code range map that the table's first slot points at.
 pub fn find_runtime<M: Memory>(pid: i32, memory: &M) -> Result<Runtime, RemoteError> {
     let (dac_table, coreclr) =
@@ -162,15 +138,19 @@ pub fn find_runtime<M: Memory>(pid: i32, memory: &M) -> Result<Runtime, RemoteEr
             addr: code_range_map,
         });
     }
+    let layout = layout_for(&version).ok_or_else(|| RemoteError::UnsupportedRuntime {
+        version: version.clone(),
+    })?;
     Ok(Runtime {
         coreclr,
         version,
         dac_table,
         code_range_map,
+        layout,
     })
 }
 
-/// `version` if this reader knows its layout (8.0.x); otherwise
+/// `version` if [`layout::LAYOUTS`] has its layout (8.0.x); otherwise
 /// [`RemoteError::UnsupportedRuntime`]: the reader never guesses.
 ///
 /// ```
@@ -184,7 +164,7 @@ pub fn find_runtime<M: Memory>(pid: i32, memory: &M) -> Result<Runtime, RemoteEr
 /// ```
 pub fn check_version(version: Option<String>) -> Result<String, RemoteError> {
     match version {
-        Some(v) if v.starts_with(SUPPORTED) => Ok(v),
+        Some(v) if layout_for(&v).is_some() => Ok(v),
         Some(version) => Err(RemoteError::UnsupportedRuntime { version }),
         None => Err(RemoteError::UnsupportedRuntime {
             version: "unknown (no version string in libcoreclr.so)".into(),
@@ -214,7 +194,7 @@ pub fn coreclr_version(path: &str) -> Option<String> {
 /// let pid = 4242; // a process running .NET 8
 /// let memory = ProcessMemory::new(pid);
 /// let runtime = find_runtime(pid, &memory)?;
-/// let reader = DotnetReader::new(memory, runtime.code_range_map);
+/// let reader = DotnetReader::new(memory, &runtime);
 /// for section in reader.sections()? {
 ///     for start in reader.starts(&section)? {
 ///         if let DotnetResolution::Method { method_desc, .. } = reader.resolve(start)? {
@@ -228,15 +208,17 @@ pub fn coreclr_version(path: &str) -> Option<String> {
 pub struct DotnetReader<M> {
     memory: M,
     map: u64,
+    layout: &'static DotnetLayout,
     reads: Cell<u64>,
 }
 
 impl<M: Memory> DotnetReader<M> {
-    /// A reader of the `RangeSectionMap` at `code_range_map`.
-    pub fn new(memory: M, code_range_map: u64) -> Self {
+    /// A reader of `runtime`'s `RangeSectionMap`, by its version's layout.
+    pub fn new(memory: M, runtime: &Runtime) -> Self {
         Self {
             memory,
-            map: code_range_map,
+            map: runtime.code_range_map,
+            layout: runtime.layout,
             reads: Cell::new(0),
         }
     }
@@ -274,7 +256,8 @@ impl<M: Memory> DotnetReader<M> {
             Capped::TooFar => return Ok(DotnetResolution::Unknown(Unknown::TooFar)),
         };
         let header = self.read_u64(start - 8)?;
-        if header <= STUB_CODE_BLOCK_LAST {
+        let l = self.layout;
+        if header <= l.stub_code_block_last {
             return Ok(DotnetResolution::StubBlock {
                 start,
                 kind: header as u8,
@@ -282,7 +265,7 @@ impl<M: Memory> DotnetReader<M> {
         }
         let code_header = check_ptr(header, 8, "code header")?;
         let method_desc = check_ptr(
-            self.read_u64(code_header + REAL_HEADER_METHOD_DESC)?,
+            self.read_u64(code_header + l.real_header_method_desc as u64)?,
             8,
             "method desc",
         )?;
@@ -312,12 +295,18 @@ impl<M: Memory> DotnetReader<M> {
             if next == 0 {
                 return Ok(None);
             }
-            let fragment = self.read_array::<FRAGMENT_BYTES>(check_ptr(next, 8, "fragment")?)?;
-            let (begin, end) = (read_at(&fragment, 8), read_at(&fragment, 16));
+            let l = self.layout;
+            let fragment = self.read_bytes(check_ptr(next, 8, "fragment")?, l.fragment_bytes)?;
+            let (begin, end) = (
+                read_at(&fragment, l.fragment_begin),
+                read_at(&fragment, l.fragment_end),
+            );
             if begin <= ip && ip < end {
-                return self.section(read_at(&fragment, 24)).map(Some);
+                return self
+                    .section(read_at(&fragment, l.fragment_section))
+                    .map(Some);
             }
-            next = read_at(&fragment, 0) & !COLLECTIBLE;
+            next = read_at(&fragment, l.fragment_next) & !COLLECTIBLE;
         }
         Err(RemoteError::Corrupt {
             what: "fragment list longer than the cap",
@@ -327,26 +316,27 @@ impl<M: Memory> DotnetReader<M> {
 
     /// Reads and checks the `RangeSection` at `address`.
     pub fn section(&self, address: u64) -> Result<DotnetSection, RemoteError> {
-        let s = self.read_array::<SECTION_BYTES>(check_ptr(address, 8, "range section")?)?;
-        let (begin, end) = (read_at(&s, SECTION_LOW), read_at(&s, SECTION_HIGH));
-        let flags = read_u32_at(&s, SECTION_FLAGS);
+        let l = self.layout;
+        let s = self.read_bytes(check_ptr(address, 8, "range section")?, l.section_bytes)?;
+        let (begin, end) = (read_at(&s, l.section_low), read_at(&s, l.section_high));
+        let flags = read_u32_at(&s, l.section_flags);
         if begin >= end || (end - 1) >> ADDRESS_BITS != 0 {
             return Err(RemoteError::Corrupt {
                 what: "range section bounds",
                 addr: address,
             });
         }
-        let kind = if flags & FLAG_RANGE_LIST != 0 {
+        let kind = if flags & l.flag_range_list != 0 {
             DotnetSectionKind::RangeList {
-                list: read_at(&s, SECTION_RANGE_LIST),
+                list: read_at(&s, l.section_range_list),
             }
-        } else if flags & FLAG_CODE_HEAP != 0 {
-            let heap_list = check_ptr(read_at(&s, SECTION_HEAP_LIST), 8, "heap list")?;
-            let h = self.read_array::<HEAP_LIST_BYTES>(heap_list)?;
+        } else if flags & l.flag_code_heap != 0 {
+            let heap_list = check_ptr(read_at(&s, l.section_heap_list), 8, "heap list")?;
+            let h = self.read_bytes(heap_list, l.heap_list_bytes)?;
             let (start, heap_end, map_base) = (
-                read_at(&h, HEAP_START),
-                read_at(&h, HEAP_END),
-                read_at(&h, HEAP_MAP_BASE),
+                read_at(&h, l.heap_start),
+                read_at(&h, l.heap_end),
+                read_at(&h, l.heap_map_base),
             );
             let sane = map_base <= start && start <= heap_end && heap_end - map_base < 1 << 32;
             if !sane {
@@ -360,11 +350,11 @@ impl<M: Memory> DotnetReader<M> {
                 start,
                 end: heap_end,
                 map_base,
-                header_map: check_ptr(read_at(&h, HEAP_HEADER_MAP), 4, "header map")?,
+                header_map: check_ptr(read_at(&h, l.heap_header_map), 4, "header map")?,
             }
         } else {
             DotnetSectionKind::ReadyToRun {
-                module: read_at(&s, SECTION_MODULE),
+                module: read_at(&s, l.section_module),
             }
         };
         Ok(DotnetSection {
@@ -405,10 +395,11 @@ impl<M: Memory> DotnetReader<M> {
                     if next == 0 {
                         break;
                     }
+                    let l = self.layout;
                     let fragment =
-                        self.read_array::<FRAGMENT_BYTES>(check_ptr(next, 8, "fragment")?)?;
-                    addresses.push(read_at(&fragment, 24));
-                    next = read_at(&fragment, 0) & !COLLECTIBLE;
+                        self.read_bytes(check_ptr(next, 8, "fragment")?, l.fragment_bytes)?;
+                    addresses.push(read_at(&fragment, l.fragment_section));
+                    next = read_at(&fragment, l.fragment_next) & !COLLECTIBLE;
                 }
             }
         }
@@ -461,6 +452,14 @@ impl<M: Memory> DotnetReader<M> {
 
     fn read_array<const N: usize>(&self, addr: u64) -> Result<[u8; N], RemoteError> {
         let mut bytes = [0u8; N];
+        self.read(addr, &mut bytes)?;
+        Ok(bytes)
+    }
+
+    /// `len` bytes (a structure's size from the layout table, at most a
+    /// few hundred).
+    fn read_bytes(&self, addr: u64, len: usize) -> Result<Vec<u8>, RemoteError> {
+        let mut bytes = vec![0u8; len];
         self.read(addr, &mut bytes)?;
         Ok(bytes)
     }

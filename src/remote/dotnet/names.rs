@@ -6,10 +6,8 @@
 //! perf-map form, `[Assembly] Namespace.Type+Nested::Method`, without the
 //! return type, the signature and generic arguments.
 //!
-//! The offsets are those of .NET 8.0.x on x86-64 Linux (`dotnet/runtime`
-//! `src/coreclr/vm/method.hpp`, `methodtable.h` and `ceeload.h` at v8.0.4),
-//! the version [`super::check_version`] accepts, checked against a live
-//! runtime. In a process of another architecture (aarch64, whose `Module`
+//! The offsets come from the runtime's entry in [`super::layout::LAYOUTS`]
+//! (.NET 8.0.x on x86-64 Linux), checked against a live runtime. In a process of another architecture (aarch64, whose `Module`
 //! differs) a name is refused rather than guessed; the reader's own
 //! architecture does not matter.
 //!
@@ -26,30 +24,13 @@ use super::super::RemoteError;
 use super::super::checks::read_at;
 use super::super::memory::Memory;
 use super::super::process::{Mapping, read_mapped};
+use super::layout::DotnetLayout;
 use super::metadata::Metadata;
 
-/// `MethodDesc::m_wFlags3AndTokenRemainder`: the token's low bits.
-const DESC_TOKEN_REMAINDER: usize = 0x0;
-/// `MethodDesc::m_chunkIndex`: the desc's place in its chunk, in units of
-/// [`DESC_ALIGNMENT`].
-const DESC_CHUNK_INDEX: usize = 0x2;
-/// `MethodDesc::m_wFlags`: its low three bits are the classification.
-const DESC_FLAGS: usize = 0x6;
-const DESC_BYTES: usize = 0x8;
-const DESC_ALIGNMENT: u64 = 0x8;
 /// Bits of the token in the `MethodDesc` (the rest are in its chunk).
 const TOKEN_REMAINDER_BITS: u32 = 12;
 const TOKEN_REMAINDER_MASK: u16 = 0x0FFF;
-/// `MethodDescChunk`: its `MethodTable`, and the token's high bits.
-const CHUNK_BYTES: u64 = 0x18;
-const CHUNK_METHOD_TABLE: usize = 0x0;
-const CHUNK_TOKEN_RANGE: usize = 0x12;
 const TOKEN_RANGE_MASK: u16 = 0x0FFF;
-/// `MethodTable::m_pModule` (release builds).
-const METHOD_TABLE_MODULE: u64 = 0x18;
-/// `Module::m_pSimpleName` on x86-64: the assembly's name, a UTF-8 string
-/// that lies in the assembly's mapped metadata.
-const MODULE_SIMPLE_NAME: u64 = 0x108;
 /// The largest assembly file read for its metadata.
 const MAX_ASSEMBLY_BYTES: u64 = 512 << 20;
 /// `MethodClassification` values that carry no `MethodDef` of their own.
@@ -120,9 +101,11 @@ struct Assembly {
 ///
 /// ```no_run
 /// use jitmap::remote::ProcessMemory;
-/// use jitmap::remote::dotnet::names::MethodNames;
+/// use jitmap::remote::dotnet::{find_runtime, names::MethodNames};
 /// let pid = 4242; // a process running .NET 8
-/// let mut names = MethodNames::new(pid, ProcessMemory::new(pid));
+/// let memory = ProcessMemory::new(pid);
+/// let runtime = find_runtime(pid, &memory)?;
+/// let mut names = MethodNames::new(pid, memory, runtime.layout);
 /// let method_desc = 0x7f00_1234_5678; // from `DotnetReader::resolve`
 /// println!("{}", names.name(method_desc)?);
 /// # Ok::<(), jitmap::remote::RemoteError>(())
@@ -130,6 +113,7 @@ struct Assembly {
 pub struct MethodNames<M> {
     pid: i32,
     memory: M,
+    layout: &'static DotnetLayout,
     names: HashMap<u64, MethodName>,
     modules: HashMap<u64, Rc<Assembly>>,
     /// By (device, inode).
@@ -140,11 +124,13 @@ pub struct MethodNames<M> {
 }
 
 impl<M: Memory> MethodNames<M> {
-    /// A namer for process `pid`, reading its memory through `memory`.
-    pub fn new(pid: i32, memory: M) -> Self {
+    /// A namer for process `pid`, reading its memory through `memory` by
+    /// its runtime's `layout`.
+    pub fn new(pid: i32, memory: M, layout: &'static DotnetLayout) -> Self {
         Self {
             pid,
             memory,
+            layout,
             names: HashMap::new(),
             modules: HashMap::new(),
             files: HashMap::new(),
@@ -165,33 +151,42 @@ impl<M: Memory> MethodNames<M> {
         Ok(name)
     }
 
+    /// The simple name of `module`'s assembly (`System.Private.CoreLib`),
+    /// read once.
+    pub fn assembly_name(&mut self, module: u64) -> Result<String, RemoteError> {
+        Ok(self.assembly(module)?.name.clone())
+    }
+
     fn read_name(&mut self, method_desc: u64) -> Result<MethodName, RemoteError> {
         if !self.target_is_x86_64()? {
             return Err(RemoteError::UnsupportedRuntime {
                 version: "8.0.x off x86-64 (its Module layout is not checked here)".into(),
             });
         }
-        let mut desc = [0u8; DESC_BYTES];
+        let l = self.layout;
+        let mut desc = vec![0u8; l.desc_bytes];
         self.memory.read(method_desc, &mut desc)?;
         let u16_at = |b: &[u8], at: usize| u16::from_le_bytes([b[at], b[at + 1]]);
-        match u16_at(&desc, DESC_FLAGS) & CLASSIFICATION_MASK {
+        match u16_at(&desc, l.desc_flags) & CLASSIFICATION_MASK {
             MC_DYNAMIC => return Ok(MethodName::Dynamic { method_desc }),
             MC_ARRAY => return Ok(MethodName::ArrayAccessor),
             _ => {}
         }
-        let remainder = u16_at(&desc, DESC_TOKEN_REMAINDER) & TOKEN_REMAINDER_MASK;
+        let remainder = u16_at(&desc, l.desc_token_remainder) & TOKEN_REMAINDER_MASK;
         let chunk = method_desc
-            .checked_sub(u64::from(desc[DESC_CHUNK_INDEX]) * DESC_ALIGNMENT + CHUNK_BYTES)
+            .checked_sub(
+                u64::from(desc[l.desc_chunk_index]) * l.desc_alignment + l.chunk_bytes as u64,
+            )
             .ok_or(RemoteError::Corrupt {
                 what: "MethodDesc chunk index",
                 addr: method_desc,
             })?;
-        let mut chunk_bytes = [0u8; CHUNK_BYTES as usize];
+        let mut chunk_bytes = vec![0u8; l.chunk_bytes];
         self.memory.read(chunk, &mut chunk_bytes)?;
-        let range = u16_at(&chunk_bytes, CHUNK_TOKEN_RANGE) & TOKEN_RANGE_MASK;
+        let range = u16_at(&chunk_bytes, l.chunk_token_range) & TOKEN_RANGE_MASK;
         let rid = (u32::from(range) << TOKEN_REMAINDER_BITS) | u32::from(remainder);
-        let method_table = read_at(&chunk_bytes, CHUNK_METHOD_TABLE);
-        let module = self.read_pointer(method_table.wrapping_add(METHOD_TABLE_MODULE))?;
+        let method_table = read_at(&chunk_bytes, l.chunk_method_table);
+        let module = self.read_pointer(method_table.wrapping_add(l.method_table_module))?;
         let assembly = self.assembly(module)?;
         let token = 0x0600_0000 | rid;
         Ok(match &assembly.metadata {
@@ -240,7 +235,7 @@ impl<M: Memory> MethodNames<M> {
         if let Some(assembly) = self.modules.get(&module) {
             return Ok(Rc::clone(assembly));
         }
-        let simple_name = self.read_pointer(module.wrapping_add(MODULE_SIMPLE_NAME))?;
+        let simple_name = self.read_pointer(module.wrapping_add(self.layout.module_simple_name))?;
         let name = self.read_c_string(simple_name)?;
         let metadata = match self.mapping_holding(simple_name)? {
             Some(mapping) => self.metadata_of(&mapping),
@@ -309,6 +304,7 @@ impl<M: Memory> MethodNames<M> {
 mod tests {
     use super::*;
     use crate::remote::MemoryImage;
+    use crate::remote::dotnet::layout::net8;
 
     const CHUNK: u64 = 0x10000;
     const METHOD_TABLE: u64 = 0x20000;
@@ -320,6 +316,9 @@ mod tests {
     /// module, whose simple name lies in this test's own executable mapping
     /// (a file, but not an assembly). Returns the image and the descs.
     fn fake(flags: [u16; 3]) -> (MemoryImage, [u64; 3]) {
+        let l = net8();
+        let (chunk_bytes, desc_bytes) = (l.chunk_bytes, l.desc_bytes);
+        let simple_name = l.module_simple_name as usize;
         let pid = std::process::id() as i32;
         let exe = std::fs::canonicalize("/proc/self/exe").unwrap();
         let mapping = crate::remote::process::mappings(pid)
@@ -329,15 +328,16 @@ mod tests {
             .unwrap();
         let name_at = mapping.start + 0x40;
         let mut image = MemoryImage::new();
-        let mut chunk = vec![0u8; CHUNK_BYTES as usize + 3 * DESC_BYTES];
+        let mut chunk = vec![0u8; chunk_bytes + 3 * desc_bytes];
         chunk[..8].copy_from_slice(&METHOD_TABLE.to_le_bytes());
-        chunk[CHUNK_TOKEN_RANGE..CHUNK_TOKEN_RANGE + 2].copy_from_slice(&0xF123u16.to_le_bytes());
+        chunk[l.chunk_token_range..l.chunk_token_range + 2]
+            .copy_from_slice(&0xF123u16.to_le_bytes());
         let mut descs = [0; 3];
         for (index, flags) in flags.into_iter().enumerate() {
-            let at = CHUNK_BYTES as usize + index * DESC_BYTES;
+            let at = chunk_bytes + index * desc_bytes;
             chunk[at..at + 2].copy_from_slice(&0xF456u16.to_le_bytes());
-            chunk[at + DESC_CHUNK_INDEX] = index as u8;
-            chunk[at + DESC_FLAGS..at + DESC_FLAGS + 2]
+            chunk[at + l.desc_chunk_index] = index as u8;
+            chunk[at + l.desc_flags..at + l.desc_flags + 2]
                 .copy_from_slice(&(0x40 | flags).to_le_bytes());
             descs[index] = CHUNK + at as u64;
         }
@@ -345,8 +345,8 @@ mod tests {
         let mut table = vec![0u8; 0x20];
         table[0x18..].copy_from_slice(&MODULE.to_le_bytes());
         image.insert(METHOD_TABLE, table).unwrap();
-        let mut module = vec![0u8; MODULE_SIMPLE_NAME as usize + 8];
-        module[MODULE_SIMPLE_NAME as usize..].copy_from_slice(&name_at.to_le_bytes());
+        let mut module = vec![0u8; simple_name + 8];
+        module[simple_name..].copy_from_slice(&name_at.to_le_bytes());
         image.insert(MODULE, module).unwrap();
         let mut name = b"Fake.Assembly\0".to_vec();
         name.resize(128, 0xAA);
@@ -357,7 +357,7 @@ mod tests {
     #[test]
     fn a_desc_is_decoded_to_its_token_module_and_assembly() {
         let (image, descs) = fake([0, MC_DYNAMIC, MC_ARRAY]);
-        let mut names = MethodNames::new(std::process::id() as i32, image);
+        let mut names = MethodNames::new(std::process::id() as i32, image, net8());
         let expected = MethodName::NoFile {
             assembly: "Fake.Assembly".into(),
             token: 0x0612_3456,
@@ -392,9 +392,9 @@ mod tests {
         // Chunk index 200: the chunk would start 1,600 bytes before the desc,
         // outside every range.
         image
-            .write(descs[2] + DESC_CHUNK_INDEX as u64, &[200])
+            .write(descs[2] + net8().desc_chunk_index as u64, &[200])
             .unwrap();
-        let mut names = MethodNames::new(std::process::id() as i32, image);
+        let mut names = MethodNames::new(std::process::id() as i32, image, net8());
         assert!(matches!(
             names.name(descs[2]),
             Err(RemoteError::Unreadable { .. })

@@ -1,0 +1,141 @@
+//! The one table of CoreCLR offsets: every field of the runtime that the
+//! user-space readers ([`super::DotnetReader`], [`super::names`]) and the
+//! eBPF profiler's program read, per runtime version. A version whose
+//! layout is not here is refused, never guessed.
+//!
+//! The .NET 8.0.x entry is `dotnet/runtime` at v8.0.4 on 64-bit Linux
+//! (`src/coreclr/vm/codeman.h`, `method.hpp`, `methodtable.h`, `ceeload.h`,
+//! release builds), checked against a live 8.0.4 runtime by the cli's
+//! `dotnet` tests. A patch level that moved a field would be one more entry
+//! with a longer version prefix: the longest prefix that matches wins.
+
+/// Where the fields of one runtime version lie, in bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DotnetLayout {
+    /// The versions this entry describes: a prefix of `libcoreclr.so`'s
+    /// version string (`8.0.` for every 8.0.x).
+    pub versions: &'static str,
+    /// `RangeSectionFragment`: its size, then its next link (tagged: bit 0
+    /// flags a collectible section), range begin and end, and section.
+    pub fragment_bytes: usize,
+    /// Offset of the next fragment's (tagged) address.
+    pub fragment_next: usize,
+    /// Offset of the fragment's first address.
+    pub fragment_begin: usize,
+    /// Offset of one past the fragment's last address.
+    pub fragment_end: usize,
+    /// Offset of the fragment's `RangeSection`.
+    pub fragment_section: usize,
+    /// `RangeSection`: its size and fields.
+    pub section_bytes: usize,
+    /// Offset of the section's first address.
+    pub section_low: usize,
+    /// Offset of one past its last address.
+    pub section_high: usize,
+    /// Offset of its `RangeSectionFlags` (u32).
+    pub section_flags: usize,
+    /// Offset of its ReadyToRun `Module`.
+    pub section_module: usize,
+    /// Offset of its code heap's `HeapList`.
+    pub section_heap_list: usize,
+    /// Offset of its `CodeRangeMapRangeList`.
+    pub section_range_list: usize,
+    /// `RANGE_SECTION_CODEHEAP`.
+    pub flag_code_heap: u32,
+    /// `RANGE_SECTION_RANGELIST`.
+    pub flag_range_list: u32,
+    /// `HeapList`: its size and fields.
+    pub heap_list_bytes: usize,
+    /// Offset of the heap's first code address.
+    pub heap_start: usize,
+    /// Offset of the heap's end.
+    pub heap_end: usize,
+    /// Offset of the base nibble-map offsets count from.
+    pub heap_map_base: usize,
+    /// Offset of the address of the heap's nibble map (`pHdrMap`).
+    pub heap_header_map: usize,
+    /// The word before each code start is a `RealCodeHeader` pointer, or a
+    /// stub block's kind up to this value.
+    pub stub_code_block_last: u64,
+    /// `RealCodeHeader::phdrMDesc`.
+    pub real_header_method_desc: usize,
+    /// `MethodDesc`: the token's low bits (u16, masked), its chunk index
+    /// (u8) and its flags (u16, low three bits the classification).
+    pub desc_token_remainder: usize,
+    /// Offset of the `MethodDesc`'s index in its chunk.
+    pub desc_chunk_index: usize,
+    /// Offset of the `MethodDesc`'s flags.
+    pub desc_flags: usize,
+    /// Bytes of a `MethodDesc` read.
+    pub desc_bytes: usize,
+    /// The chunk index's unit.
+    pub desc_alignment: u64,
+    /// `MethodDescChunk`: its size (it ends where its first desc begins),
+    /// its `MethodTable` and the token's high bits (u16, masked).
+    pub chunk_bytes: usize,
+    /// Offset of the chunk's `MethodTable`.
+    pub chunk_method_table: usize,
+    /// Offset of the chunk's token range.
+    pub chunk_token_range: usize,
+    /// `MethodTable::m_pModule`.
+    pub method_table_module: u64,
+    /// `Module::m_pSimpleName` (x86-64).
+    pub module_simple_name: u64,
+}
+
+/// Every layout known, one entry per set of versions that share it.
+pub const LAYOUTS: &[DotnetLayout] = &[DotnetLayout {
+    versions: "8.0.",
+    fragment_bytes: 32,
+    fragment_next: 0,
+    fragment_begin: 8,
+    fragment_end: 16,
+    fragment_section: 24,
+    section_bytes: 0x38,
+    section_low: 0x0,
+    section_high: 0x8,
+    section_flags: 0x10,
+    section_module: 0x20,
+    section_heap_list: 0x28,
+    section_range_list: 0x30,
+    flag_code_heap: 0x2,
+    flag_range_list: 0x4,
+    heap_list_bytes: 0x30,
+    heap_start: 0x10,
+    heap_end: 0x18,
+    heap_map_base: 0x20,
+    heap_header_map: 0x28,
+    stub_code_block_last: 0xF,
+    real_header_method_desc: 0x18,
+    desc_token_remainder: 0x0,
+    desc_chunk_index: 0x2,
+    desc_flags: 0x6,
+    desc_bytes: 0x8,
+    desc_alignment: 0x8,
+    chunk_bytes: 0x18,
+    chunk_method_table: 0x0,
+    chunk_token_range: 0x12,
+    method_table_module: 0x18,
+    module_simple_name: 0x108,
+}];
+
+/// The layout of runtime `version` (`libcoreclr.so`'s version string), if
+/// one is known: the entry with the longest matching prefix.
+///
+/// ```
+/// use jitmap::remote::dotnet::layout::layout_for;
+/// assert_eq!(layout_for("8.0.424.16909").map(|l| l.versions), Some("8.0."));
+/// assert_eq!(layout_for("9.0.100.1"), None);
+/// ```
+pub fn layout_for(version: &str) -> Option<&'static DotnetLayout> {
+    LAYOUTS
+        .iter()
+        .filter(|l| version.starts_with(l.versions))
+        .max_by_key(|l| l.versions.len())
+}
+
+/// The .NET 8.0.x layout, for tests and readers that have checked the
+/// version themselves.
+pub fn net8() -> &'static DotnetLayout {
+    &LAYOUTS[0]
+}
