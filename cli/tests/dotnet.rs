@@ -439,3 +439,263 @@ fn a_process_without_coreclr_is_refused_with_status_2() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("defines g_dacTable"));
 }
+
+/// `jitmap profile` on a .NET 8 process with a known profile
+/// (`dotnet/leaves.py`: `Top` → `Middle` → `Leaf1`, `Leaf2`, `Leaf4` at
+/// 1:2:4 on two managed threads, and `Big`, longer than the program's
+/// nibble-map scan, on a third). Instance A runs with the runtime's
+/// defaults (W^X on, no perf map) and is profiled by jitmap alone.
+/// Instance B runs with a perf map and W^X off, as perf needs: perf
+/// records it, and jitmap profiles it at the same time so that every
+/// frame jitmap names is checked against the runtime's own map.
+#[cfg(feature = "ebpf")]
+mod profile {
+    use super::*;
+
+    const LEAVES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/dotnet/leaves.py");
+    const LEAF_NAMES: [&str; 3] = [
+        "[jitmap_leaves] Jitmap.Leaves::Leaf1",
+        "[jitmap_leaves] Jitmap.Leaves::Leaf2",
+        "[jitmap_leaves] Jitmap.Leaves::Leaf4",
+    ];
+    const TOO_FAR: &str = "[.NET: start beyond 256 words]";
+
+    /// A leaves workload, killed (and its files removed) when dropped.
+    struct Leaves {
+        child: Child,
+        pid: i32,
+        dir: PathBuf,
+    }
+
+    impl Leaves {
+        fn start(python: &Path, tag: &str, env: &[(&str, &str)]) -> Self {
+            let dir =
+                std::env::temp_dir().join(format!("jitmap-leaves-{}-{tag}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            let mut child = Command::new(python)
+                .arg(LEAVES)
+                .arg(&dir)
+                .arg("120")
+                .envs(env.iter().copied())
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap();
+            let stdout = child.stdout.take().unwrap();
+            let pid = BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+                .find_map(|l| l.strip_prefix("ready ").map(|p| p.parse::<i32>().unwrap()))
+                .expect("the workload prints `ready PID`");
+            Self { child, pid, dir }
+        }
+
+        fn perf_map(&self) -> PathBuf {
+            PathBuf::from(format!("/tmp/perf-{}.map", self.pid))
+        }
+    }
+
+    impl Drop for Leaves {
+        fn drop(&mut self) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+            let _ = std::fs::remove_file(self.perf_map());
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    /// `jitmap profile --json` on `pid` for `seconds`, its outputs in `out`.
+    fn jitmap_profile(pid: i32, seconds: &str, out: &Path) -> serde_json::Value {
+        let run = Command::new(JITMAP)
+            .args(["profile", "--json", "--seconds", seconds, "--pid"])
+            .arg(pid.to_string())
+            .arg("--out")
+            .arg(out)
+            .output()
+            .unwrap();
+        assert!(
+            run.status.success(),
+            "{}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+        serde_json::from_slice(&run.stdout).unwrap()
+    }
+
+    /// Folded stacks (root first), with their counts.
+    fn folded(dir: &Path) -> Vec<(Vec<String>, u64)> {
+        std::fs::read_to_string(dir.join("stacks.folded"))
+            .unwrap()
+            .lines()
+            .map(|l| {
+                let (stack, n) = l.rsplit_once(' ').unwrap();
+                (
+                    stack.split(';').map(str::to_owned).collect(),
+                    n.parse().unwrap(),
+                )
+            })
+            .collect()
+    }
+
+    /// Each leaf's share of the three leaves' samples.
+    fn shares(counts: [u64; 3]) -> [f64; 3] {
+        let all = counts.iter().sum::<u64>().max(1) as f64;
+        counts.map(|c| c as f64 / all)
+    }
+
+    /// Whether this run may skip (not root, or no runtime): never with
+    /// `CI=true`.
+    fn skip(why: &str) {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI=true: {why}"
+        );
+        eprintln!("skipped: {why}");
+    }
+
+    #[test]
+    fn dotnet_8_leaves_are_profiled_by_their_own_maps_as_perf_sees_them() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            return skip("loading BPF programs needs root");
+        }
+        let python = match python() {
+            Ok(python) => python,
+            Err(e) => return skip(&format!("cannot install the .NET 8 runtime: {e}")),
+        };
+        // A: the runtime's defaults, profiled by jitmap alone.
+        let a = Leaves::start(&python, "a", &[]);
+        let a_out = a.dir.join("profile");
+        let a_json = jitmap_profile(a.pid, "8", &a_out);
+        assert_eq!(
+            a_json["dotnet"]["version"].as_str(),
+            Some("8.0.424.16909"),
+            "{}",
+            a_json["dotnet"]["status"]
+        );
+        let stacks = folded(&a_out);
+        drop(a);
+        let mut leaf = [0u64; 3];
+        let mut whole = 0;
+        let mut too_far = 0;
+        for (frames, n) in &stacks {
+            let last = frames.last().unwrap().as_str();
+            if let Some(i) = LEAF_NAMES.iter().position(|&l| l == last) {
+                leaf[i] += n;
+                let k = frames.len();
+                if k >= 3
+                    && frames[k - 3] == "[jitmap_leaves] Jitmap.Leaves::Top"
+                    && frames[k - 2] == "[jitmap_leaves] Jitmap.Leaves::Middle"
+                {
+                    whole += n;
+                }
+            }
+            if last == TOO_FAR {
+                too_far += n;
+            }
+            // The thread that runs Big never shows Top's methods, and the
+            // threads that run Top never show Big or an address past its
+            // scan: a sample there is never given to another method. (A
+            // sample in a method's prologue may lose its caller: counted
+            // against the whole stacks below, not here.)
+            let has = |name: &str| frames.iter().any(|f| f == name);
+            let big = has("[jitmap_leaves] Jitmap.Leaves::Big") || has(TOO_FAR);
+            let top =
+                has("[jitmap_leaves] Jitmap.Leaves::Middle") || LEAF_NAMES.iter().any(|l| has(l));
+            assert!(
+                !(big && top),
+                "Big and Top's methods in one stack: {frames:?}"
+            );
+        }
+        let leaves: u64 = leaf.iter().sum();
+        assert!(leaves >= 1000, "{leaf:?} leaf samples");
+        assert!(
+            whole as f64 >= 0.9 * leaves as f64,
+            "{whole} of {leaves} leaf samples carry Top → Middle → leaf"
+        );
+        assert!(too_far > 0, "no sample past Big's scan bound");
+        eprintln!("A: leaves {leaf:?}, {whole} with Top → Middle → leaf, {too_far} past the scan");
+
+        // B: perf map and W^X off. perf records it while jitmap profiles it.
+        let b = Leaves::start(
+            &python,
+            "b",
+            &[
+                ("DOTNET_PerfMapEnabled", "1"),
+                ("DOTNET_EnableWriteXorExecute", "0"),
+            ],
+        );
+        let data = b.dir.join("perf.data");
+        let perf = Command::new("perf")
+            .args(["record", "-q", "-e", "cpu-clock", "-F", "999", "-o"])
+            .arg(&data)
+            .args(["-p", &b.pid.to_string(), "--", "sleep", "8"])
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        let b_json = jitmap_profile(b.pid, "8", &b.dir.join("profile"));
+        assert!(perf.wait_with_output().unwrap().status.success());
+        let script = Command::new("perf")
+            .args(["script", "-F", "ip,sym", "-i"])
+            .arg(&data)
+            .output()
+            .unwrap();
+        assert!(script.status.success());
+        let mut perf_leaf = [0u64; 3];
+        for line in String::from_utf8_lossy(&script.stdout).lines() {
+            let sym = line.trim().split_once(' ').map_or("", |(_ip, sym)| sym);
+            let key = perf_map_key(sym);
+            if let Some(i) = LEAF_NAMES.iter().position(|&l| l == key) {
+                perf_leaf[i] += 1;
+            }
+        }
+        assert!(perf_leaf.iter().sum::<u64>() >= 1000, "perf: {perf_leaf:?}");
+        let (ours, theirs) = (shares(leaf), shares(perf_leaf));
+        eprintln!("leaf shares: jitmap {ours:.3?} of {leaf:?}, perf {theirs:.3?} of {perf_leaf:?}");
+        for i in 0..3 {
+            assert!(
+                (ours[i] - theirs[i]).abs() <= 0.03,
+                "{}: jitmap {:.3} perf {:.3}",
+                LEAF_NAMES[i],
+                ours[i],
+                theirs[i]
+            );
+        }
+
+        // Every method frame jitmap named in B, address by address against
+        // the runtime's perf map: the entry holding the lowest and highest
+        // address looked up starts where jitmap's start does, under the
+        // same name. (The map lists a reused address once per use: any
+        // entry of that start and name will do.)
+        let map = jitted(&b.perf_map());
+        let mut checked = 0;
+        let mut wrong = Vec::new();
+        for m in b_json["dotnet"]["methods"].as_array().unwrap() {
+            let (start, name) = (m["start"].as_u64().unwrap(), m["name"].as_str().unwrap());
+            let holds = |at: u64| {
+                map.iter().any(|(s, size, n, _)| {
+                    *s == start && at < s + size && {
+                        let key = perf_map_key(n);
+                        // A method of a module without a file (Reflection.Emit)
+                        // is named by its token and assembly only.
+                        let no_file = name
+                            .rsplit_once(" of ")
+                            .and_then(|(_, a)| a.strip_suffix(')'))
+                            .is_some_and(|a| key.starts_with(&format!("[{a}] ")));
+                        key == name
+                            || clipped(&key, name)
+                            || no_file
+                            || (key == "[.NET dynamic]" && name.starts_with("[.NET dynamic]"))
+                    }
+                })
+            };
+            let frames = m["frames"].as_u64().unwrap();
+            if holds(m["lowest"].as_u64().unwrap()) && holds(m["highest"].as_u64().unwrap()) {
+                checked += frames;
+            } else if map.iter().any(|(s, _, _, _)| *s == start) || !name.starts_with('[') {
+                wrong.push((start, name.to_owned(), frames));
+            }
+        }
+        assert!(wrong.is_empty(), "named wrong: {wrong:x?}");
+        assert!(checked >= 1000, "{checked} frames checked");
+    }
+}
