@@ -44,6 +44,10 @@ pub enum Outcome {
     Passed,
     /// A wrong answer or a failed check: exit status 1.
     Failed,
+    /// The output was written, but a part the target holds could not be
+    /// read by design (a runtime version whose layout is unknown): exit
+    /// status 3.
+    Partial,
 }
 
 impl Outcome {
@@ -58,6 +62,7 @@ impl From<Outcome> for ExitCode {
         match o {
             Outcome::Passed => ExitCode::SUCCESS,
             Outcome::Failed => ExitCode::FAILURE,
+            Outcome::Partial => ExitCode::from(3),
         }
     }
 }

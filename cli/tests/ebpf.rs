@@ -920,7 +920,7 @@ mod tests {
         let out = ebpf_profile(sleeper.id(), "5", &[]);
         let _ = sleeper.kill();
         let _ = sleeper.wait();
-        expect(&out, "is not a jitmap host");
+        expect(&out, "is neither a jitmap host nor a .NET process");
         // Options out of range: refused while parsing, by the option's name.
         expect(&ebpf_profile(1, "5", &["--hz", "0"]), "--hz");
         // The old name of the subcommand still works, for one release.

@@ -2,14 +2,18 @@
 
 use jitmap_args::{CliResult, Hz, OutDir, Seconds};
 
-/// Profile a jitmap host from outside with eBPF: every frame resolved in the
-/// kernel through its descriptor; writes the agent's outputs. Needs a build
-/// with `--features ebpf`, and root (or CAP_BPF and CAP_PERFMON). Exit status
-/// 2 on bad input or missing privileges.
+/// Profile a jitmap host or a .NET 8 process from outside with eBPF: every
+/// frame resolved in the kernel through the host's descriptor or CoreCLR's
+/// own code maps; writes the agent's outputs. Needs a build with
+/// `--features ebpf`, and root (or CAP_BPF and CAP_PERFMON). Exit status 2
+/// on bad input or missing privileges; 3 when the profile was written but a
+/// CoreCLR of a version whose layout is unknown left its managed frames
+/// unresolved.
 #[derive(clap::Args)]
 #[command(visible_alias = "ebpf-profile")]
 pub struct Options {
-    /// The host's process id. Required, unless --overhead.
+    /// The process id: a jitmap host, a .NET 8 process, or both. Required,
+    /// unless --overhead.
     #[arg(long, required_unless_present = "overhead")]
     pid: Option<i32>,
     /// Samples per second of CPU time, per CPU.
@@ -117,6 +121,10 @@ pub fn run(o: Options) -> CliResult {
     let dropped = c.stale_samples + run.kernel.lost;
     if let Some(warning) = dropped_warning(c.samples + c.empty_samples + dropped, dropped) {
         eprintln!("jitmap profile: {warning}");
+    }
+    if let ebpf::DotnetStatus::Refused { .. } = run.dotnet {
+        eprintln!("jitmap profile: {}", run.dotnet);
+        return Ok(Outcome::Partial);
     }
     Ok(Outcome::Passed)
 }

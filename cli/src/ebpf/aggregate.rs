@@ -188,11 +188,10 @@ pub struct Aggregator {
     index: HashMap<(u64, u64, u64, u64), Vec<usize>>,
     /// Image methods' names, by method id.
     image_names: HashMap<u64, String>,
-    /// CoreCLR methods, by (`MethodDesc`, start) into `dotnet`.
+    /// Open CoreCLR placements, by (`MethodDesc`, start) into `dotnet`.
     dotnet_index: HashMap<(u64, u64), usize>,
     dotnet: Vec<DotnetPlacement>,
-    /// Names read for `MethodDesc`s and ReadyToRun `Module`s.
-    dotnet_names: HashMap<u64, String>,
+    /// ReadyToRun `Module`s' assembly names.
     modules: HashMap<u64, String>,
     counts: Counts,
 }
@@ -372,18 +371,18 @@ impl Aggregator {
         }
     }
 
-    /// The `MethodDesc`s and ReadyToRun `Module`s sampled that have no name
-    /// yet, for the caller to read from the live process
-    /// ([`Aggregator::name_dotnet`]).
-    pub fn unnamed_dotnet(&self) -> (Vec<u64>, Vec<u64>) {
-        let mut methods: Vec<u64> = self
+    /// The CoreCLR placements (index, `MethodDesc`, start) and ReadyToRun
+    /// `Module`s sampled that have no name yet, for the caller to read
+    /// from the live process ([`Aggregator::name_method`],
+    /// [`Aggregator::name_module`]).
+    pub fn unnamed_dotnet(&self) -> (Vec<(usize, u64, u64)>, Vec<u64>) {
+        let methods = self
             .dotnet
             .iter()
-            .map(|p| p.method_desc)
-            .filter(|md| !self.dotnet_names.contains_key(md))
+            .enumerate()
+            .filter(|(_, p)| p.name.is_empty())
+            .map(|(i, p)| (i, p.method_desc, p.start))
             .collect();
-        methods.sort_unstable();
-        methods.dedup();
         let mut modules: Vec<u64> = self
             .stacks
             .keys()
@@ -398,33 +397,46 @@ impl Aggregator {
         (methods, modules)
     }
 
-    /// Gives a `MethodDesc`'s name (`module: false`) or a ReadyToRun
-    /// `Module`'s assembly name (`module: true`); the first one given stays.
-    pub fn name_dotnet(&mut self, id: u64, module: bool, name: String) {
-        let names = if module {
-            &mut self.modules
-        } else {
-            &mut self.dotnet_names
-        };
-        names.entry(id).or_insert(name);
+    /// Names CoreCLR placement `i` (from [`Aggregator::unnamed_dotnet`]).
+    pub fn name_method(&mut self, i: usize, name: String) {
+        if let Some(p) = self.dotnet.get_mut(i) {
+            p.name = name;
+        }
+    }
+
+    /// Names a ReadyToRun `Module` by its assembly.
+    pub fn name_module(&mut self, module: u64, name: String) {
+        self.modules.insert(module, name);
+    }
+
+    /// Closes the CoreCLR placements whose start `gone` says is in a range
+    /// section the runtime removed (a collectible assembly unloaded): a
+    /// later sample at the same `MethodDesc` and start, another method's
+    /// now, opens a new placement, named anew.
+    pub fn close_dotnet(&mut self, gone: impl Fn(u64) -> bool) {
+        self.dotnet_index.retain(|&(_, start), _| !gone(start));
     }
 
     /// The CoreCLR methods sampled, with their names.
     pub fn dotnet_placements(&self) -> Vec<DotnetPlacement> {
         self.dotnet
             .iter()
-            .map(|p| DotnetPlacement {
-                name: self.dotnet_name(p.method_desc),
+            .enumerate()
+            .map(|(i, p)| DotnetPlacement {
+                name: self.dotnet_name(i),
                 ..p.clone()
             })
             .collect()
     }
 
-    fn dotnet_name(&self, method_desc: u64) -> String {
-        self.dotnet_names
-            .get(&method_desc)
-            .cloned()
-            .unwrap_or_else(|| format!("[.NET method {method_desc:#x}]"))
+    /// Placement `i`'s name, or its `MethodDesc` when none was read.
+    fn dotnet_name(&self, i: usize) -> String {
+        let p = &self.dotnet[i];
+        if p.name.is_empty() {
+            format!("[.NET method {:#x}]", p.method_desc)
+        } else {
+            p.name.clone()
+        }
     }
 
     /// The counts so far.
@@ -489,7 +501,7 @@ impl Aggregator {
                     Key::StaleRows => vec!["[stale unwind rows]".to_owned()],
                     Key::NoRule => vec!["[no unwind rule]".to_owned()],
                     Key::UnknownCode => vec!["[frame pointer through unknown code]".to_owned()],
-                    Key::Dotnet(i) => vec![self.dotnet_name(self.dotnet[i].method_desc)],
+                    Key::Dotnet(i) => vec![self.dotnet_name(i)],
                     Key::DotnetStub(kind) => vec![stub_kind_name(kind)],
                     Key::DotnetStubs => vec!["[.NET stub]".to_owned()],
                     Key::DotnetImage(module) => vec![match self.modules.get(&module) {
@@ -675,6 +687,96 @@ mod tests {
             (7, 4, 3, 3, 10)
         );
         assert_eq!(p.summary()[0].name, "f");
+    }
+
+    fn dotnet(ip: u64, start: u64, method_desc: u64) -> Frame {
+        Frame {
+            ip,
+            reads: 9,
+            kind: FrameKind::DotnetMethod { start, method_desc },
+        }
+    }
+
+    /// CoreCLR placements are named once each; a placement closed because
+    /// its section went is not given to a later sample at the same
+    /// `MethodDesc` and start, which is named anew; stubs, images and the
+    /// scan's bound are labelled by kind.
+    #[test]
+    fn dotnet_placements_are_named_once_and_closed_when_their_section_goes() {
+        let mut agg = Aggregator::new();
+        agg.add(&sample(vec![dotnet(0x1010, 0x1000, 0xA0), native(0x500)]));
+        agg.add(&sample(vec![dotnet(0x1020, 0x1000, 0xA0), native(0x500)]));
+        assert_eq!(agg.unnamed_dotnet(), (vec![(0, 0xA0, 0x1000)], vec![]));
+        agg.name_method(0, "[A] T::f".into());
+        assert_eq!(agg.unnamed_dotnet(), (vec![], vec![]));
+        // Its section goes; the same desc and start now hold another method.
+        agg.close_dotnet(|start| (0x1000..0x2000).contains(&start));
+        agg.add(&sample(vec![dotnet(0x1030, 0x1000, 0xA0), native(0x500)]));
+        assert_eq!(agg.unnamed_dotnet(), (vec![(1, 0xA0, 0x1000)], vec![]));
+        agg.name_method(1, "[B] U::g".into());
+        agg.add(&sample(vec![Frame {
+            ip: 0x7000,
+            reads: 7,
+            kind: FrameKind::DotnetImage {
+                begin: 0x7000,
+                module: 0xB0,
+            },
+        }]));
+        assert_eq!(agg.unnamed_dotnet(), (vec![], vec![0xB0]));
+        agg.name_module(0xB0, "System.Private.CoreLib".into());
+        for kind in [
+            FrameKind::DotnetStub {
+                start: 0x3000,
+                kind: 5,
+            },
+            FrameKind::DotnetStubs { begin: 0x4000 },
+            FrameKind::DotnetTooFar,
+        ] {
+            agg.add(&sample(vec![Frame {
+                ip: 0x3010,
+                reads: 8,
+                kind,
+            }]));
+        }
+        let placements = agg.dotnet_placements();
+        let seen: Vec<_> = placements
+            .iter()
+            .map(|p| (p.name.as_str(), p.lookups, p.frames))
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                ("[A] T::f", (0x1010, 0x1020), 2),
+                ("[B] U::g", (0x1030, 0x1030), 1)
+            ]
+        );
+        let (stacks, _, counts) = agg.finish(|addr, _| vec![format!("n{addr:x}")]);
+        let mut names: Vec<_> = stacks
+            .iter()
+            .map(|s| (s.frames[0].as_str(), s.count))
+            .collect();
+        names.sort_unstable();
+        assert_eq!(
+            names,
+            [
+                ("[.NET ReadyToRun System.Private.CoreLib]", 1),
+                ("[.NET fixup precode]", 1),
+                ("[.NET stub]", 1),
+                ("[.NET: start beyond 256 words]", 1),
+                ("[A] T::f", 2),
+                ("[B] U::g", 1),
+            ]
+        );
+        assert_eq!(
+            (
+                counts.methods,
+                counts.stubs,
+                counts.images,
+                counts.too_far,
+                counts.unattributed
+            ),
+            (3, 2, 1, 1, 1)
+        );
     }
 
     /// A walk that ended at an object whose rows were stale, or at a frame

@@ -72,8 +72,8 @@ pub enum EbpfError {
     Options(String),
     /// No process has this id.
     NoProcess(i32),
-    /// The process links no jitmap (no descriptor), or its descriptor is not
-    /// one this reader knows.
+    /// The process links no jitmap (no descriptor) and runs no CoreCLR, or
+    /// its descriptor is not one this reader knows.
     NotAHost {
         /// The process.
         pid: i32,
@@ -103,7 +103,10 @@ impl fmt::Display for EbpfError {
             Self::Options(what) => write!(f, "{what}"),
             Self::NoProcess(pid) => write!(f, "no process {pid}"),
             Self::NotAHost { pid, reason } => {
-                write!(f, "process {pid} is not a jitmap host: {reason}")
+                write!(
+                    f,
+                    "process {pid} is neither a jitmap host nor a .NET process: {reason}"
+                )
             }
             Self::Privileges(what) => write!(f, "missing privileges: {what}"),
             Self::Unreadable(e) => write!(f, "cannot read the host: {e}"),
@@ -291,7 +294,7 @@ fn configure(options: &Options) -> Result<(Config, DotnetStatus), EbpfError> {
         return Err(EbpfError::NoProcess(pid));
     }
     let memory = ProcessMemory::new(pid);
-    let dotnet = match dotnet::find_runtime(pid, &memory) {
+    let dotnet = match test_version(dotnet::find_runtime(pid, &memory)) {
         Ok(runtime) => DotnetStatus::On(runtime),
         Err(RemoteError::UnsupportedRuntime { version }) => DotnetStatus::Refused { version },
         Err(_) => DotnetStatus::Absent,
@@ -319,19 +322,109 @@ fn configure(options: &Options) -> Result<(Config, DotnetStatus), EbpfError> {
     Ok((config, dotnet))
 }
 
-/// Names the CoreCLR methods and images the samples met that have no name
-/// yet, from the live process. A name that cannot be read says why.
-fn name_dotnet(agg: &mut Aggregator, namer: &mut MethodNames<ProcessMemory>) {
-    let (methods, modules) = agg.unnamed_dotnet();
-    for md in methods {
-        let name = namer
-            .name(md)
-            .map_or_else(|e| format!("[.NET method {md:#x}: {e}]"), |n| n.to_string());
-        agg.name_dotnet(md, false, name);
+/// A test seam, in debug builds only: `JITMAP_TEST_CORECLR_VERSION` stands
+/// for the version string of the runtime found, so that the refusal of an
+/// unknown version can be tested on the one runtime the tests have.
+fn test_version(found: Result<Runtime, RemoteError>) -> Result<Runtime, RemoteError> {
+    let seam = cfg!(debug_assertions)
+        .then(|| std::env::var("JITMAP_TEST_CORECLR_VERSION").ok())
+        .flatten();
+    match (found, seam) {
+        (Ok(runtime), Some(version)) => match dotnet::layout::layout_for(&version) {
+            Some(layout) => Ok(Runtime {
+                version,
+                layout,
+                ..runtime
+            }),
+            None => Err(RemoteError::UnsupportedRuntime { version }),
+        },
+        (found, _) => found,
     }
-    for module in modules {
-        if let Ok(name) = namer.assembly_name(module) {
-            agg.name_dotnet(module, true, name);
+}
+
+/// What the profile knows of a live CoreCLR: a namer for its methods, and
+/// its range sections, read again every second so that names read before a
+/// collectible assembly unloaded are not given to what reuses its
+/// `MethodDesc`s and code.
+struct DotnetNames {
+    runtime: Runtime,
+    pid: i32,
+    namer: MethodNames<ProcessMemory>,
+    sections: Vec<(u64, u64)>,
+    read_at: Instant,
+}
+
+impl DotnetNames {
+    fn new(pid: i32, runtime: Runtime) -> Self {
+        let mut names = Self {
+            namer: MethodNames::new(pid, ProcessMemory::new(pid), runtime.layout),
+            runtime,
+            pid,
+            sections: Vec::new(),
+            read_at: Instant::now(),
+        };
+        names.sections = names.read_sections().unwrap_or_default();
+        names
+    }
+
+    /// The runtime's range sections (begin, end), in address order.
+    fn read_sections(&self) -> Option<Vec<(u64, u64)>> {
+        let reader = dotnet::DotnetReader::new(ProcessMemory::new(self.pid), &self.runtime);
+        let sections = reader.sections().ok()?;
+        Some(sections.iter().map(|s| (s.begin, s.end)).collect())
+    }
+
+    /// Names what the samples met that has no name yet. Once a second, and
+    /// first, the range sections are read: when one went, the placements in
+    /// it are closed and every cached name is dropped.
+    fn name(&mut self, agg: &mut Aggregator) {
+        if self.read_at.elapsed() >= Duration::from_secs(1) {
+            self.read_at = Instant::now();
+            if let Some(now) = self.read_sections() {
+                let gone: Vec<(u64, u64)> = self
+                    .sections
+                    .iter()
+                    .filter(|s| now.binary_search(s).is_err())
+                    .copied()
+                    .collect();
+                if !gone.is_empty() {
+                    agg.close_dotnet(|start| gone.iter().any(|&(b, e)| b <= start && start < e));
+                    self.namer = MethodNames::new(
+                        self.pid,
+                        ProcessMemory::new(self.pid),
+                        self.runtime.layout,
+                    );
+                }
+                self.sections = now;
+            }
+        }
+        let (methods, modules) = agg.unnamed_dotnet();
+        if methods.is_empty() && modules.is_empty() {
+            return;
+        }
+        let reader = dotnet::DotnetReader::new(ProcessMemory::new(self.pid), &self.runtime);
+        for (i, md, start) in methods {
+            // The name is read now, the sample was taken before: it is the
+            // sampled method's only if the runtime's maps still place that
+            // MethodDesc at that start (the code was not freed and reused).
+            let name = match reader.resolve(start) {
+                Ok(dotnet::DotnetResolution::Method {
+                    start: s,
+                    method_desc,
+                    ..
+                }) if s == start && method_desc == md => self
+                    .namer
+                    .name(md)
+                    .map_or_else(|e| format!("[.NET method {md:#x}: {e}]"), |n| n.to_string()),
+                Ok(_) => format!("[.NET method {md:#x}: its code was freed before it was named]"),
+                Err(e) => format!("[.NET method {md:#x}: not named: {e}]"),
+            };
+            agg.name_method(i, name);
+        }
+        for module in modules {
+            if let Ok(name) = self.namer.assembly_name(module) {
+                agg.name_module(module, name);
+            }
         }
     }
 }
@@ -347,11 +440,7 @@ pub fn run(
     let (config, dotnet) = configure(options)?;
     let config = config.with_native(options.native_rows.is_some());
     let mut namer = match &dotnet {
-        DotnetStatus::On(runtime) => Some(MethodNames::new(
-            options.pid,
-            ProcessMemory::new(options.pid),
-            runtime.layout,
-        )),
+        DotnetStatus::On(runtime) => Some(DotnetNames::new(options.pid, runtime.clone())),
         _ => None,
     };
     let mut loaded = Loaded::start(config, options.hz, options.native_rows.unwrap_or(0))?;
@@ -390,6 +479,11 @@ pub fn run(
         }
         loaded.wait(Duration::from_millis(20).min(deadline - Instant::now()));
         decode(&mut agg, &mut loaded)?;
+        // .NET methods are named on the spot: their code may be freed (a
+        // dynamic method collected, an assembly unloaded) and reused.
+        if let Some(namer) = &mut namer {
+            namer.name(&mut agg);
+        }
         if options
             .samples
             .is_some_and(|goal| agg.counts().samples >= goal)
@@ -409,9 +503,6 @@ pub fn run(
         }
         if named_at.elapsed() >= Duration::from_millis(250) {
             names.add(&agg.native_addresses());
-            if let Some(namer) = &mut namer {
-                name_dotnet(&mut agg, namer);
-            }
             named_at = Instant::now();
         }
     }
@@ -436,9 +527,11 @@ pub fn run(
     let run_time = loaded.run_time()?;
     if !host_exited {
         names.add(&agg.native_addresses());
-        if let Some(namer) = &mut namer {
-            name_dotnet(&mut agg, namer);
-        }
+    }
+    // What came in the last drains (if the process exited, each says it
+    // could not be named).
+    if let Some(namer) = &mut namer {
+        namer.name(&mut agg);
     }
     let dotnet_placements = agg.dotnet_placements();
     let (stacks, placements, counts) = agg.finish(|addr, is_return| names.name(addr, is_return));

@@ -54,11 +54,12 @@ from System.Reflection.PortableExecutable import (  # noqa: E402
     ManagedPEBuilder,
     PEHeaderBuilder,
 )
+from System.Runtime import JitInfo  # noqa: E402
 from System.Threading import Thread, ThreadStart  # noqa: E402
 
 # Iterations of Leaf1 per Middle call (Leaf2 and Leaf4 do 2 and 4 times
 # this), and of Big's unrolled body per call.
-UNIT = 200_000
+UNIT = 20_000
 # Copies of the loop body in Big: about 24 bytes of code each, so its code
 # runs well past 64 KiB from its start.
 BIG_COPIES = 6000
@@ -157,12 +158,21 @@ def build(path):
         il.OpCode(ILOpCode.Ret)
 
     def mix(il):
-        # acc = acc * 31 + i
+        # acc = (acc * 31 + i) % (2 * arg + 1): a 64-bit division by a value
+        # the JIT cannot fold, so that each iteration waits on the divider
+        # and the loop's speed does not hang on where its code lies (its
+        # alignment), which differs from one process to the next.
         il.LoadLocal(0)
         il.LoadConstantI8(31)
         il.OpCode(ILOpCode.Mul)
         il.LoadLocal(1)
         il.OpCode(ILOpCode.Add)
+        il.LoadArgument(0)
+        il.LoadConstantI8(2)
+        il.OpCode(ILOpCode.Mul)
+        il.LoadConstantI8(1)
+        il.OpCode(ILOpCode.Add)
+        il.OpCode(ILOpCode.Rem)
         il.StoreLocal(0)
 
     def big_step(il):
@@ -263,13 +273,18 @@ def main():
     # Every method at its final tier before the profile: .NET 8 compiles a
     # method at tier 0, again instrumented after 30 calls, and optimized
     # after 30 more, each step once calls have been quiet for 100 ms (its
-    # loops meanwhile by on-stack replacement). Three seconds of calls, then
-    # a quiet second for the last compilations.
-    warm = time.monotonic() + 3
-    while time.monotonic() < warm:
+    # loops meanwhile by on-stack replacement). The calls go on until the
+    # runtime has compiled nothing for a second (at most 60 s).
+    compiled, quiet_since = -1, time.monotonic()
+    give_up = quiet_since + 60
+    while time.monotonic() < give_up:
         top.Invoke(None, [Int64(1)])
         big.Invoke(None, [Int64(1)])
-    time.sleep(1)
+        now = JitInfo.GetCompiledMethodCount(False)
+        if now != compiled:
+            compiled, quiet_since = now, time.monotonic()
+        elif time.monotonic() - quiet_since >= 1:
+            break
     deadline = time.monotonic() + seconds
 
     def run_top():
