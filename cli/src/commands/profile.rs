@@ -44,6 +44,12 @@ pub struct Options {
     /// An object whose rows do not fit is left out, and the report says so.
     #[arg(long, default_value_t = 1 << 21, conflicts_with = "overhead")]
     native_rows: u32,
+    /// Resolve a .NET 8 process's managed frames in the kernel through
+    /// CoreCLR's own code maps (its RangeSectionMap and nibble maps) and
+    /// name them from their assemblies' metadata; `off` steps them as
+    /// unknown code.
+    #[arg(long, value_enum, default_value = "on", conflicts_with = "overhead")]
+    dotnet: Switch,
     /// Instead of profiling a host, measure the program's cost on the demo
     /// host run here: throughput at 1 kHz and 10 kHz over no program, in
     /// rounds of --seconds each, side by side.
@@ -102,6 +108,7 @@ pub fn run(o: Options) -> CliResult {
         duration,
         samples: o.samples,
         native_rows: (o.native_unwind == Switch::On).then_some(o.native_rows),
+        dotnet: o.dotnet == Switch::On,
     };
     // On stderr, so that a caller (or a test) knows when sampling began.
     let mut attached = || eprintln!("jitmap profile: sampling process {pid}");

@@ -20,6 +20,7 @@
 //!     duration: Duration::from_secs(5),
 //!     samples: None,
 //!     native_rows: Some(ebpf::native::DEFAULT_ROWS_CAP),
+//!     dotnet: true,
 //! };
 //! let run = ebpf::run(&options, &AtomicBool::new(false), &mut || {})?;
 //! print!("{}", run.report(10));
@@ -62,6 +63,9 @@ pub struct Options {
     /// the kernel for every object the host maps, at most this many rows
     /// (16 bytes each); `None`: by the frame pointer only.
     pub native_rows: Option<u32>,
+    /// Resolve a CoreCLR's managed frames through its own code maps (when
+    /// the process runs one); `false`: they step as native code.
+    pub dotnet: bool,
 }
 
 /// Why a profile could not be taken. Every one is a bad input or a missing
@@ -214,6 +218,11 @@ pub enum DotnetStatus {
     Absent,
     /// CoreCLR of a version whose layout is known: its frames are resolved.
     On(Runtime),
+    /// CoreCLR found, its frames not resolved as asked (`Options::dotnet`).
+    Off {
+        /// The version found.
+        version: String,
+    },
     /// CoreCLR of a version whose layout is not known: its frames are not
     /// resolved (they step as native code), the rest of the profile is.
     Refused {
@@ -226,6 +235,10 @@ impl fmt::Display for DotnetStatus {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Absent => write!(f, "no CoreCLR in the process"),
+            Self::Off { version } => write!(
+                f,
+                "CoreCLR {version}: its managed frames are not resolved (--dotnet off)"
+            ),
             Self::On(r) => write!(
                 f,
                 "CoreCLR {} (layout {}x): managed frames resolved by its range map and \
@@ -298,6 +311,12 @@ fn configure(options: &Options) -> Result<(Config, DotnetStatus), EbpfError> {
         Ok(runtime) => DotnetStatus::On(runtime),
         Err(RemoteError::UnsupportedRuntime { version }) => DotnetStatus::Refused { version },
         Err(_) => DotnetStatus::Absent,
+    };
+    let dotnet = match dotnet {
+        DotnetStatus::On(runtime) if !options.dotnet => DotnetStatus::Off {
+            version: runtime.version,
+        },
+        status => status,
     };
     let config = match remote::process::find_descriptor(pid) {
         Ok(descriptor) => {
@@ -972,7 +991,9 @@ impl EbpfRun {
                 "status": self.dotnet.to_string(),
                 "version": match &self.dotnet {
                     DotnetStatus::On(r) => Some(r.version.clone()),
-                    DotnetStatus::Refused { version } => Some(version.clone()),
+                    DotnetStatus::Refused { version } | DotnetStatus::Off { version } => {
+                        Some(version.clone())
+                    }
                     DotnetStatus::Absent => None,
                 },
                 "methods": self.dotnet_placements.iter().map(|p| serde_json::json!({
@@ -1075,6 +1096,7 @@ pub fn overhead(rates: &[u32], slice: Duration, rounds: usize) -> Result<Vec<Ove
         duration: slice,
         samples: None,
         native_rows: Some(native::DEFAULT_ROWS_CAP),
+        dotnet: false,
     };
     let profiled = configure(&options)?.0.with_native(true);
     // No process has the largest id (pid_max is at most 2^22); 0 would be

@@ -129,6 +129,18 @@ struct unwind_row {
 // fragments followed in one chunk's list.
 #define DN_CAP 64
 #define DN_FRAGMENTS 32
+#define DN_SECTIONS 4
+
+// A CoreCLR range section as a sample caches it.
+struct dn_section {
+	u64 begin;
+	u64 end;
+	u64 kind;      // FRAME_DOTNET_METHOD (a code heap), _STUBS or _IMAGE
+	u64 id;        // the heap list, range list or Module
+	u64 map_base;  // a code heap's: what nibble-map offsets count from,
+	u64 heap_end;  // its end,
+	u64 header_map; // and its nibble map
+};
 
 // One executable mapping of an object with rows: [start, end), the object's
 // load bias (a row's offset is pc - bias), its rows at NATIVE_ROWS[first ..
@@ -344,15 +356,13 @@ struct scratch {
 	u64 uregs[REGS_WORDS];  // the user registers of a sample taken in the kernel
 	u64 start;
 	u64 holes;   // start-map reads that found no page, this frame
-	// The sample's last CoreCLR range section hit (empty: 0, 0): its
-	// bounds, kind, and for a code heap its map.
-	u64 dn_begin;
-	u64 dn_end;
-	u64 dn_kind;      // FRAME_DOTNET_METHOD (a code heap), _STUBS or _IMAGE
-	u64 dn_id;        // the range list or Module
-	u64 dn_map_base;
-	u64 dn_heap_end;
-	u64 dn_header_map;
+	// The sample's last DN_SECTIONS CoreCLR range sections hit (a managed
+	// stack moves between a few code heaps and stub ranges): each one's
+	// bounds (empty: 0, 0), kind, and for a code heap its map; dn_next is
+	// the slot the next hit replaces, dn_hit the slot of this frame's.
+	struct dn_section dn[DN_SECTIONS];
+	u64 dn_next;
+	u64 dn_hit;
 	u8 dn_buf[DN_CAP];
 };
 
@@ -810,11 +820,12 @@ INLINE int read_dn(struct scratch *s, u32 size, u64 addr, u16 *reads)
 	return bpf_probe_read_user(s->dn_buf, size, (const void *)addr);
 }
 
-// CoreCLR's range section of `ip` into the sample's cache (s->dn_*): the
-// five levels of its RangeSectionMap (bit 0 of every entry and link flags
-// a collectible section), at most DN_FRAGMENTS fragments of the chunk's
-// list, the RangeSection, and for a code heap its HeapList. Returns
-// FRAME_NATIVE (in no section), FRAME_ERROR, or SECTION_FOUND.
+// CoreCLR's range section of `ip` into the sample's cache (slot
+// s->dn_next, which becomes s->dn_hit): the five levels of its
+// RangeSectionMap (bit 0 of every entry and link flags a collectible
+// section), at most DN_FRAGMENTS fragments of the chunk's list, the
+// RangeSection, and for a code heap its HeapList. Returns FRAME_NATIVE (in
+// no section), FRAME_ERROR, or SECTION_FOUND.
 INLINE u8 find_dotnet_section(struct scratch *s, u64 ip, u16 *reads)
 {
 	u64 entry = 0;
@@ -850,28 +861,29 @@ INLINE u8 find_dotnet_section(struct scratch *s, u64 ip, u16 *reads)
 	if (read_dn(s, CONFIG.dn_section_bytes, section, reads))
 		return FRAME_ERROR;
 	u32 flags = field32(s->dn_buf, CONFIG.dn_section_flags, DN_CAP);
-	s->dn_begin = b;
-	s->dn_end = e;
+	u64 slot = s->dn_next & (DN_SECTIONS - 1);
+	struct dn_section *c = &s->dn[slot];
 	if (flags & CONFIG.dn_flag_range_list) {
-		s->dn_kind = FRAME_DOTNET_STUBS;
-		s->dn_id = field64(s->dn_buf, CONFIG.dn_section_range_list, DN_CAP);
-		return SECTION_FOUND;
+		c->kind = FRAME_DOTNET_STUBS;
+		c->id = field64(s->dn_buf, CONFIG.dn_section_range_list, DN_CAP);
+	} else if (!(flags & CONFIG.dn_flag_code_heap)) {
+		c->kind = FRAME_DOTNET_IMAGE;
+		c->id = field64(s->dn_buf, CONFIG.dn_section_module, DN_CAP);
+	} else {
+		u64 heap_list = field64(s->dn_buf, CONFIG.dn_section_heap_list, DN_CAP);
+		if (read_dn(s, CONFIG.dn_heap_list_bytes, heap_list, reads))
+			return FRAME_ERROR;
+		c->kind = FRAME_DOTNET_METHOD;
+		c->id = heap_list;
+		c->map_base = field64(s->dn_buf, CONFIG.dn_heap_map_base, DN_CAP);
+		c->heap_end = field64(s->dn_buf, CONFIG.dn_heap_end, DN_CAP);
+		c->header_map = field64(s->dn_buf, CONFIG.dn_heap_header_map, DN_CAP);
 	}
-	if (!(flags & CONFIG.dn_flag_code_heap)) {
-		s->dn_kind = FRAME_DOTNET_IMAGE;
-		s->dn_id = field64(s->dn_buf, CONFIG.dn_section_module, DN_CAP);
-		return SECTION_FOUND;
-	}
-	u64 heap_list = field64(s->dn_buf, CONFIG.dn_section_heap_list, DN_CAP);
-	if (read_dn(s, CONFIG.dn_heap_list_bytes, heap_list, reads)) {
-		s->dn_begin = s->dn_end = 0;
-		return FRAME_ERROR;
-	}
-	s->dn_kind = FRAME_DOTNET_METHOD;
-	s->dn_id = heap_list;
-	s->dn_map_base = field64(s->dn_buf, CONFIG.dn_heap_map_base, DN_CAP);
-	s->dn_heap_end = field64(s->dn_buf, CONFIG.dn_heap_end, DN_CAP);
-	s->dn_header_map = field64(s->dn_buf, CONFIG.dn_heap_header_map, DN_CAP);
+	// Bounds last: a slot whose reads failed above stays empty.
+	c->begin = b;
+	c->end = e;
+	s->dn_hit = slot;
+	s->dn_next = slot + 1;
 	return SECTION_FOUND;
 }
 
@@ -884,20 +896,27 @@ INLINE u8 find_dotnet_section(struct scratch *s, u64 ip, u16 *reads)
 // the MethodDesc and checks what it can (see jitmap::remote::dotnet).
 INLINE u8 resolve_dotnet(struct scratch *s, struct frame *f, u64 ip, u16 *reads)
 {
-	if (!(s->dn_begin <= ip && ip < s->dn_end)) {
+	u64 hit = DN_SECTIONS;
+	for (int k = 0; k < DN_SECTIONS; k++) {
+		if (s->dn[k].begin <= ip && ip < s->dn[k].end)
+			hit = k;
+	}
+	if (hit == DN_SECTIONS) {
 		u8 found = find_dotnet_section(s, ip, reads);
 		if (found != SECTION_FOUND)
 			return found;
+		hit = s->dn_hit;
 	}
-	f->start = s->dn_begin;
-	f->id = s->dn_id;
-	if (s->dn_kind != FRAME_DOTNET_METHOD)
-		return (u8)s->dn_kind;
-	u64 base = s->dn_map_base;
-	if (ip < base || ip >= s->dn_heap_end || s->dn_heap_end - base > (1ULL << 32) ||
-	    bad_ptr(s->dn_header_map, 4))
+	struct dn_section *c = &s->dn[hit & (DN_SECTIONS - 1)];
+	f->start = c->begin;
+	f->id = c->id;
+	if (c->kind != FRAME_DOTNET_METHOD)
+		return (u8)c->kind;
+	u64 base = c->map_base, heap_end = c->heap_end, header_map = c->header_map;
+	if (ip < base || ip >= heap_end || heap_end - base > (1ULL << 32) ||
+	    bad_ptr(header_map, 4))
 		return FRAME_NOTHING;
-	u64 start = find_v1(s, s->dn_header_map, ip - base, reads);
+	u64 start = find_v1(s, header_map, ip - base, reads);
 	if (start == NO_START)
 		return FRAME_NOTHING;
 	if (start == START_TOO_FAR)
@@ -1286,8 +1305,8 @@ int jitmap_profile(void *ctx)
 	s->names_used = 0;
 	s->hit_begin = 0;
 	s->hit_end = 0;
-	s->dn_begin = 0;
-	s->dn_end = 0;
+	__builtin_memset(s->dn, 0, sizeof(s->dn));
+	s->dn_next = 0;
 	s->checked = 0;
 	s->native_used = 0;
 	s->native_on = 0;
