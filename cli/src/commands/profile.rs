@@ -7,8 +7,8 @@ use jitmap_args::{CliResult, Hz, OutDir, Seconds};
 /// own code maps; writes the agent's outputs. Needs a build with
 /// `--features ebpf`, and root (or CAP_BPF and CAP_PERFMON). Exit status 2
 /// on bad input or missing privileges; 3 when the profile was written but a
-/// CoreCLR of a version whose layout is unknown left its managed frames
-/// unresolved.
+/// CoreCLR that could not be read, or of a version whose layout is unknown,
+/// left its managed frames unresolved.
 #[derive(clap::Args)]
 #[command(visible_alias = "ebpf-profile")]
 pub struct Options {
@@ -129,7 +129,7 @@ pub fn run(o: Options) -> CliResult {
     if let Some(warning) = dropped_warning(c.samples + c.empty_samples + dropped, dropped) {
         eprintln!("jitmap profile: {warning}");
     }
-    if let ebpf::DotnetStatus::Refused { .. } = run.dotnet {
+    if let ebpf::DotnetStatus::Refused { .. } | ebpf::DotnetStatus::Unreadable { .. } = run.dotnet {
         eprintln!("jitmap profile: {}", run.dotnet);
         return Ok(Outcome::Partial);
     }

@@ -35,14 +35,17 @@ enum Key {
     DotnetStub(u64),
     /// A CoreCLR stub range.
     DotnetStubs,
-    /// A ReadyToRun image, by its `Module`.
-    DotnetImage(u64),
+    /// A ReadyToRun image, by its `Module` and the generation of module
+    /// names (see [`Aggregator::forget_modules`]).
+    DotnetImage(u64, u64),
     /// A CoreCLR code address past the capped scan.
     DotnetTooFar,
 }
 
-/// The v1 scan's bound in the program (`V1_MAX_WORDS`), in nibble-map words
-/// of 256 code bytes.
+/// The v1 scan's bound in the program (`V1_MAX_WORDS` in `profile.bpf.c`,
+/// checked by a test), in nibble-map words of 256 code bytes. (`inspect`,
+/// in user space, scans up to `jitmap::remote::V1_MAX_WORDS`, four times
+/// as far.)
 pub const DOTNET_SCAN_WORDS: u64 = 256;
 
 /// A CoreCLR method the samples named, at one code start (a method
@@ -191,8 +194,14 @@ pub struct Aggregator {
     /// Open CoreCLR placements, by (`MethodDesc`, start) into `dotnet`.
     dotnet_index: HashMap<(u64, u64), usize>,
     dotnet: Vec<DotnetPlacement>,
-    /// ReadyToRun `Module`s' assembly names.
-    modules: HashMap<u64, String>,
+    /// ReadyToRun `Module`s' assembly names, by module and generation.
+    modules: HashMap<(u64, u64), String>,
+    /// The generation of module names: a `Module` address seen after
+    /// [`Aggregator::forget_modules`] is another key, named anew.
+    module_generation: u64,
+    /// Placements and modules not named yet.
+    unnamed_methods: Vec<usize>,
+    unnamed_modules: Vec<u64>,
     counts: Counts,
 }
 
@@ -351,6 +360,7 @@ impl Aggregator {
                     .entry((*method_desc, *start))
                     .or_insert(next);
                 if i == next {
+                    self.unnamed_methods.push(i);
                     self.dotnet.push(DotnetPlacement {
                         method_desc: *method_desc,
                         start: *start,
@@ -366,35 +376,28 @@ impl Aggregator {
             }
             FrameKind::DotnetStub { kind, .. } => Key::DotnetStub(*kind),
             FrameKind::DotnetStubs { .. } => Key::DotnetStubs,
-            FrameKind::DotnetImage { module, .. } => Key::DotnetImage(*module),
+            FrameKind::DotnetImage { module, .. } => {
+                let key = (*module, self.module_generation);
+                if !self.modules.contains_key(&key) && !self.unnamed_modules.contains(module) {
+                    self.unnamed_modules.push(*module);
+                }
+                Key::DotnetImage(key.0, key.1)
+            }
             FrameKind::DotnetTooFar => Key::DotnetTooFar,
         }
     }
 
     /// The CoreCLR placements (index, `MethodDesc`, start) and ReadyToRun
-    /// `Module`s sampled that have no name yet, for the caller to read
-    /// from the live process ([`Aggregator::name_method`],
-    /// [`Aggregator::name_module`]).
-    pub fn unnamed_dotnet(&self) -> (Vec<(usize, u64, u64)>, Vec<u64>) {
-        let methods = self
-            .dotnet
-            .iter()
-            .enumerate()
-            .filter(|(_, p)| p.name.is_empty())
-            .map(|(i, p)| (i, p.method_desc, p.start))
+    /// `Module`s sampled since the last call, not named yet, for the caller
+    /// to read from the live process ([`Aggregator::name_method`],
+    /// [`Aggregator::name_module`]): only what is new, however many stacks
+    /// there are.
+    pub fn take_unnamed(&mut self) -> (Vec<(usize, u64, u64)>, Vec<u64>) {
+        let methods = std::mem::take(&mut self.unnamed_methods)
+            .into_iter()
+            .map(|i| (i, self.dotnet[i].method_desc, self.dotnet[i].start))
             .collect();
-        let mut modules: Vec<u64> = self
-            .stacks
-            .keys()
-            .flatten()
-            .filter_map(|k| match *k {
-                Key::DotnetImage(m) if !self.modules.contains_key(&m) => Some(m),
-                _ => None,
-            })
-            .collect();
-        modules.sort_unstable();
-        modules.dedup();
-        (methods, modules)
+        (methods, std::mem::take(&mut self.unnamed_modules))
     }
 
     /// Names CoreCLR placement `i` (from [`Aggregator::unnamed_dotnet`]).
@@ -406,7 +409,15 @@ impl Aggregator {
 
     /// Names a ReadyToRun `Module` by its assembly.
     pub fn name_module(&mut self, module: u64, name: String) {
-        self.modules.insert(module, name);
+        self.modules.insert((module, self.module_generation), name);
+    }
+
+    /// Forgets the `Module` names: a module freed with its collectible
+    /// assembly may be reused at the same address by another. Frames
+    /// sampled before keep the names they had; later ones are named anew.
+    pub fn forget_modules(&mut self) {
+        self.module_generation += 1;
+        self.unnamed_modules.clear();
     }
 
     /// Closes the CoreCLR placements whose start `gone` says is in a range
@@ -504,10 +515,12 @@ impl Aggregator {
                     Key::Dotnet(i) => vec![self.dotnet_name(i)],
                     Key::DotnetStub(kind) => vec![stub_kind_name(kind)],
                     Key::DotnetStubs => vec!["[.NET stub]".to_owned()],
-                    Key::DotnetImage(module) => vec![match self.modules.get(&module) {
-                        Some(name) => format!("[.NET ReadyToRun {name}]"),
-                        None => format!("[.NET ReadyToRun module {module:#x}]"),
-                    }],
+                    Key::DotnetImage(module, generation) => {
+                        vec![match self.modules.get(&(module, generation)) {
+                            Some(name) => format!("[.NET ReadyToRun {name}]"),
+                            None => format!("[.NET ReadyToRun module {module:#x}]"),
+                        }]
+                    }
                     Key::DotnetTooFar => {
                         vec![format!("[.NET: start beyond {DOTNET_SCAN_WORDS} words]")]
                     }
@@ -689,6 +702,16 @@ mod tests {
         assert_eq!(p.summary()[0].name, "f");
     }
 
+    /// The label's bound is the program's.
+    #[test]
+    fn the_scan_bound_named_is_the_programs() {
+        let source = include_str!("profile.bpf.c");
+        assert!(
+            source.contains(&format!("#define V1_MAX_WORDS {DOTNET_SCAN_WORDS}\n")),
+            "profile.bpf.c's V1_MAX_WORDS is not {DOTNET_SCAN_WORDS}"
+        );
+    }
+
     fn dotnet(ip: u64, start: u64, method_desc: u64) -> Frame {
         Frame {
             ip,
@@ -706,13 +729,13 @@ mod tests {
         let mut agg = Aggregator::new();
         agg.add(&sample(vec![dotnet(0x1010, 0x1000, 0xA0), native(0x500)]));
         agg.add(&sample(vec![dotnet(0x1020, 0x1000, 0xA0), native(0x500)]));
-        assert_eq!(agg.unnamed_dotnet(), (vec![(0, 0xA0, 0x1000)], vec![]));
+        assert_eq!(agg.take_unnamed(), (vec![(0, 0xA0, 0x1000)], vec![]));
         agg.name_method(0, "[A] T::f".into());
-        assert_eq!(agg.unnamed_dotnet(), (vec![], vec![]));
+        assert_eq!(agg.take_unnamed(), (vec![], vec![]));
         // Its section goes; the same desc and start now hold another method.
         agg.close_dotnet(|start| (0x1000..0x2000).contains(&start));
         agg.add(&sample(vec![dotnet(0x1030, 0x1000, 0xA0), native(0x500)]));
-        assert_eq!(agg.unnamed_dotnet(), (vec![(1, 0xA0, 0x1000)], vec![]));
+        assert_eq!(agg.take_unnamed(), (vec![(1, 0xA0, 0x1000)], vec![]));
         agg.name_method(1, "[B] U::g".into());
         agg.add(&sample(vec![Frame {
             ip: 0x7000,
@@ -722,8 +745,21 @@ mod tests {
                 module: 0xB0,
             },
         }]));
-        assert_eq!(agg.unnamed_dotnet(), (vec![], vec![0xB0]));
+        assert_eq!(agg.take_unnamed(), (vec![], vec![0xB0]));
         agg.name_module(0xB0, "System.Private.CoreLib".into());
+        // The module goes and its address is reused: the frame before keeps
+        // its name, the one after is another image, named anew.
+        agg.forget_modules();
+        agg.add(&sample(vec![Frame {
+            ip: 0x7008,
+            reads: 7,
+            kind: FrameKind::DotnetImage {
+                begin: 0x7000,
+                module: 0xB0,
+            },
+        }]));
+        assert_eq!(agg.take_unnamed(), (vec![], vec![0xB0]));
+        agg.name_module(0xB0, "Another.Assembly".into());
         for kind in [
             FrameKind::DotnetStub {
                 start: 0x3000,
@@ -759,6 +795,7 @@ mod tests {
         assert_eq!(
             names,
             [
+                ("[.NET ReadyToRun Another.Assembly]", 1),
                 ("[.NET ReadyToRun System.Private.CoreLib]", 1),
                 ("[.NET fixup precode]", 1),
                 ("[.NET stub]", 1),
@@ -775,7 +812,7 @@ mod tests {
                 counts.too_far,
                 counts.unattributed
             ),
-            (3, 2, 1, 1, 1)
+            (3, 2, 2, 1, 1)
         );
     }
 

@@ -74,7 +74,7 @@ pub enum FrameKind {
     DotnetStub {
         /// First code byte.
         start: u64,
-        /// Its `StubCodeBlockKind` (1 to 15).
+        /// Its `StubCodeBlockKind` (0 to 15).
         kind: u64,
     },
     /// Inside a CoreCLR range of stubs (precodes, virtual-call stubs).

@@ -223,6 +223,13 @@ pub enum DotnetStatus {
         /// The version found.
         version: String,
     },
+    /// CoreCLR found but not read (its memory, its version string or its
+    /// maps could not be read, or its layout does not fit the program):
+    /// its frames are not resolved, the rest of the profile is.
+    Unreadable {
+        /// Why.
+        reason: String,
+    },
     /// CoreCLR of a version whose layout is not known: its frames are not
     /// resolved (they step as native code), the rest of the profile is.
     Refused {
@@ -235,6 +242,10 @@ impl fmt::Display for DotnetStatus {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Absent => write!(f, "no CoreCLR in the process"),
+            Self::Unreadable { reason } => write!(
+                f,
+                "CoreCLR found but not read ({reason}): its managed frames are not resolved"
+            ),
             Self::Off { version } => write!(
                 f,
                 "CoreCLR {version}: its managed frames are not resolved (--dotnet off)"
@@ -307,16 +318,24 @@ fn configure(options: &Options) -> Result<(Config, DotnetStatus), EbpfError> {
         return Err(EbpfError::NoProcess(pid));
     }
     let memory = ProcessMemory::new(pid);
-    let dotnet = match test_version(dotnet::find_runtime(pid, &memory)) {
-        Ok(runtime) => DotnetStatus::On(runtime),
-        Err(RemoteError::UnsupportedRuntime { version }) => DotnetStatus::Refused { version },
-        Err(_) => DotnetStatus::Absent,
-    };
-    let dotnet = match dotnet {
-        DotnetStatus::On(runtime) if !options.dotnet => DotnetStatus::Off {
-            version: runtime.version,
+    let found = test_version(dotnet::find_runtime(pid, &memory));
+    let dotnet = match &found {
+        Ok(Runtime { version, .. }) | Err(RemoteError::UnsupportedRuntime { version })
+            if !options.dotnet =>
+        {
+            DotnetStatus::Off {
+                version: version.clone(),
+            }
+        }
+        Ok(runtime) => DotnetStatus::On(runtime.clone()),
+        Err(RemoteError::UnsupportedRuntime { version }) => DotnetStatus::Refused {
+            version: version.clone(),
         },
-        status => status,
+        // No libcoreclr.so mapped (or it exports no g_dacTable).
+        Err(RemoteError::SymbolNotFound { .. }) => DotnetStatus::Absent,
+        Err(e) => DotnetStatus::Unreadable {
+            reason: e.to_string(),
+        },
     };
     let config = match remote::process::find_descriptor(pid) {
         Ok(descriptor) => {
@@ -326,19 +345,37 @@ fn configure(options: &Options) -> Result<(Config, DotnetStatus), EbpfError> {
             let frameless = descriptor + std::mem::offset_of!(Descriptor, frameless) as u64;
             Config::new(pid as u32, managers, frameless, reader.layout())?
         }
-        // A .NET process without jitmap: its managed frames are the ones
-        // to resolve (and a version refused is said in the report).
+        // Neither jitmap nor a CoreCLR that could be read: the reason the
+        // runtime could not be read, when it is there (a missing privilege,
+        // say), else the descriptor's.
         Err(e) if dotnet == DotnetStatus::Absent => return Err(EbpfError::remote(pid, e)),
+        Err(e) if matches!(dotnet, DotnetStatus::Unreadable { .. }) => {
+            return Err(EbpfError::remote(pid, found.err().unwrap_or(e)));
+        }
+        // A .NET process without jitmap: its managed frames are the ones
+        // to resolve (a version refused, or --dotnet off, is said in the
+        // report).
         Err(RemoteError::SymbolNotFound { .. } | RemoteError::DescriptorNotFound { .. }) => {
             Config::without_jitmap(pid as u32)
         }
         Err(e) => return Err(EbpfError::remote(pid, e)),
     };
-    let config = match &dotnet {
-        DotnetStatus::On(runtime) => config.with_dotnet(runtime.code_range_map, runtime.layout)?,
-        _ => config,
-    };
-    Ok((config, dotnet))
+    // A layout the program's buffers cannot hold refuses the .NET frames,
+    // not the profile.
+    Ok(match dotnet {
+        DotnetStatus::On(runtime) => {
+            match config.with_dotnet(runtime.code_range_map, runtime.layout) {
+                Ok(with) => (with, DotnetStatus::On(runtime)),
+                Err(e) => (
+                    config,
+                    DotnetStatus::Unreadable {
+                        reason: e.to_string(),
+                    },
+                ),
+            }
+        }
+        other => (config, other),
+    })
 }
 
 /// A test seam, in debug builds only: `JITMAP_TEST_CORECLR_VERSION` stands
@@ -369,7 +406,8 @@ struct DotnetNames {
     runtime: Runtime,
     pid: i32,
     namer: MethodNames<ProcessMemory>,
-    sections: Vec<(u64, u64)>,
+    /// Each range section's address and bounds, in order.
+    sections: Vec<(u64, u64, u64)>,
     read_at: Instant,
 }
 
@@ -386,11 +424,18 @@ impl DotnetNames {
         names
     }
 
-    /// The runtime's range sections (begin, end), in address order.
-    fn read_sections(&self) -> Option<Vec<(u64, u64)>> {
+    /// The runtime's range sections (the `RangeSection`'s address, begin,
+    /// end), in order: a heap reserved again at the same addresses has a
+    /// new `RangeSection`.
+    fn read_sections(&self) -> Option<Vec<(u64, u64, u64)>> {
         let reader = dotnet::DotnetReader::new(ProcessMemory::new(self.pid), &self.runtime);
         let sections = reader.sections().ok()?;
-        Some(sections.iter().map(|s| (s.begin, s.end)).collect())
+        let mut out: Vec<_> = sections
+            .iter()
+            .map(|s| (s.address, s.begin, s.end))
+            .collect();
+        out.sort_unstable();
+        Some(out)
     }
 
     /// Names what the samples met that has no name yet. Once a second, and
@@ -400,28 +445,27 @@ impl DotnetNames {
         if self.read_at.elapsed() >= Duration::from_secs(1) {
             self.read_at = Instant::now();
             if let Some(now) = self.read_sections() {
-                let gone: Vec<(u64, u64)> = self
+                let gone: Vec<(u64, u64, u64)> = self
                     .sections
                     .iter()
                     .filter(|s| now.binary_search(s).is_err())
                     .copied()
                     .collect();
                 if !gone.is_empty() {
-                    agg.close_dotnet(|start| gone.iter().any(|&(b, e)| b <= start && start < e));
-                    self.namer = MethodNames::new(
-                        self.pid,
-                        ProcessMemory::new(self.pid),
-                        self.runtime.layout,
-                    );
+                    agg.close_dotnet(|start| gone.iter().any(|&(_, b, e)| b <= start && start < e));
+                    agg.forget_modules();
                 }
                 self.sections = now;
             }
         }
-        let (methods, modules) = agg.unnamed_dotnet();
+        let (methods, modules) = agg.take_unnamed();
         if methods.is_empty() && modules.is_empty() {
             return;
         }
         let reader = dotnet::DotnetReader::new(ProcessMemory::new(self.pid), &self.runtime);
+        // What was read in an earlier pass may have been freed and reused
+        // since (only the files' metadata is kept).
+        self.namer.forget();
         for (i, md, start) in methods {
             // The name is read now, the sample was taken before: it is the
             // sampled method's only if the runtime's maps still place that
@@ -669,10 +713,12 @@ impl NativeNames {
             return true;
         }
         let pid = self.pid;
+        // The very file mapped (`map_files`: also one deleted or replaced
+        // since), else its path in the process's root.
         *self.elf.entry(m.path.clone()).or_insert_with(|| {
             let mut magic = [0u8; 4];
-            std::fs::File::open(format!("/proc/{pid}/root{}", m.path))
-                .or_else(|_| std::fs::File::open(&m.path))
+            std::fs::File::open(format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end))
+                .or_else(|_| std::fs::File::open(format!("/proc/{pid}/root{}", m.path)))
                 .and_then(|mut f| f.read_exact(&mut magic))
                 .is_ok_and(|()| &magic == b"\x7fELF")
         })
@@ -994,7 +1040,7 @@ impl EbpfRun {
                     DotnetStatus::Refused { version } | DotnetStatus::Off { version } => {
                         Some(version.clone())
                     }
-                    DotnetStatus::Absent => None,
+                    DotnetStatus::Absent | DotnetStatus::Unreadable { .. } => None,
                 },
                 "methods": self.dotnet_placements.iter().map(|p| serde_json::json!({
                     "method_desc": p.method_desc,

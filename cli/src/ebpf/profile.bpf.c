@@ -896,7 +896,8 @@ INLINE u8 find_dotnet_section(struct scratch *s, u64 ip, u16 *reads)
 		c->heap_end = field64(s->dn_buf, CONFIG.dn_heap_end, DN_CAP);
 		c->header_map = field64(s->dn_buf, CONFIG.dn_heap_header_map, DN_CAP);
 	}
-	// Bounds last: a slot whose reads failed above stays empty.
+	// Bounds last, once every read above succeeded: a slot whose heap list
+	// could not be read was left as it was (it never held this section).
 	c->begin = b;
 	c->end = e;
 	s->dn_hit = slot;
@@ -933,9 +934,15 @@ INLINE u8 resolve_dotnet(struct scratch *s, struct frame *f, u64 ip, u16 *reads)
 	if (ip < base || ip >= heap_end || heap_end - base > (1ULL << 32) ||
 	    bad_ptr(header_map, 4))
 		return FRAME_NOTHING;
+	// A nibble-map page that cannot be read is read as zeros (read_words):
+	// a jitmap heap's prefix check then refuses a wrong start, but CoreCLR
+	// has no such check, so a scan that met one answers nothing.
+	u64 holes = s->holes;
 	// Through the scratch map and back, as in resolve_heap: the verifier
 	// then cannot mark the scan's values precise, and prunes its paths.
 	s->start = find_v1(s, header_map, ip - base, reads);
+	if (s->holes != holes)
+		return FRAME_ERROR;
 	u64 start = *(volatile u64 *)&s->start;
 	if (start == NO_START)
 		return FRAME_NOTHING;

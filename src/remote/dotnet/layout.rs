@@ -1,7 +1,11 @@
-//! The one table of CoreCLR offsets: every field of the runtime that the
-//! user-space readers ([`super::DotnetReader`], [`super::names`]) and the
-//! eBPF profiler's program read, per runtime version. A version whose
-//! layout is not here is refused, never guessed.
+//! The one table of CoreCLR offsets: where each structure the user-space
+//! readers ([`super::DotnetReader`], [`super::names`]) and the eBPF
+//! profiler's program read keeps its fields, per runtime version. A
+//! version whose layout is not here is refused, never guessed. What every
+//! version since 7 shares is not in the table: the range map's five levels
+//! of 256 entries over 128 KiB chunks, bit 0 of its entries and fragment
+//! links (a collectible section), and the v1 nibble map's encoding, which
+//! jitmap's own maps use too.
 //!
 //! The .NET 8.0.x entry is `dotnet/runtime` at v8.0.4 on 64-bit Linux
 //! (`src/coreclr/vm/codeman.h`, `method.hpp`, `methodtable.h`, `ceeload.h`,

@@ -11,11 +11,10 @@
 //! differs) a name is refused rather than guessed; the reader's own
 //! architecture does not matter.
 //!
-//! A [`MethodNames`] remembers what it read for as long as it lives: it
-//! names one snapshot of a process. A `MethodDesc` or `Module` freed with
+//! A [`MethodNames`] remembers what it read until [`MethodNames::forget`]:
+//! it names one snapshot of a process. A `MethodDesc` or `Module` freed with
 //! its collectible assembly may be reused at the same address for another
-//! method, so a long-lived namer must be dropped (or a new one made) when
-//! the runtime's range sections change.
+//! method, so a long-lived namer must forget between snapshots.
 
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -149,6 +148,15 @@ impl<M: Memory> MethodNames<M> {
         let name = self.read_name(method_desc)?;
         self.names.insert(method_desc, name.clone());
         Ok(name)
+    }
+
+    /// Forgets every `MethodDesc` and `Module` read, keeping the parsed
+    /// metadata of each file (by device and inode, which a file keeps for
+    /// its life): after it, a `MethodDesc` or `Module` address that the
+    /// runtime freed and reused is read anew.
+    pub fn forget(&mut self) {
+        self.names.clear();
+        self.modules.clear();
     }
 
     /// The simple name of `module`'s assembly (`System.Private.CoreLib`),
