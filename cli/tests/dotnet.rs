@@ -165,6 +165,23 @@ fn a_live_dotnet_8_process_is_read_exactly() {
         .collect();
     assert!(!heaps.is_empty());
 
+    // Every stub range's list says a stub kind the runtime keeps in range
+    // lists: precodes (stub 4, fixup 5) and virtual-call stubs (6 to 9).
+    let mut kinds = BTreeMap::new();
+    for s in &sections {
+        if let DotnetSectionKind::RangeList { list } = s.kind {
+            *kinds
+                .entry(reader.range_list_kind(list).unwrap())
+                .or_insert(0) += 1;
+        }
+    }
+    eprintln!("stub ranges by kind: {kinds:?}");
+    assert!(
+        kinds.contains_key(&4) && kinds.contains_key(&5),
+        "{kinds:?}"
+    );
+    assert!(kinds.keys().all(|k| (4..=9).contains(k)), "{kinds:?}");
+
     // The runtime's map words are what jitmap's v1 writer builds from the
     // starts they hold.
     let mut live = BTreeSet::new();

@@ -33,8 +33,9 @@ enum Key {
     Dotnet(usize),
     /// A CoreCLR code heap's stub block, by its kind.
     DotnetStub(u64),
-    /// A CoreCLR stub range.
-    DotnetStubs,
+    /// A CoreCLR stub range, by its range list and the generation of
+    /// names.
+    DotnetStubs(u64, u64),
     /// A ReadyToRun image, by its `Module` and the generation of module
     /// names (see [`Aggregator::forget_modules`]).
     DotnetImage(u64, u64),
@@ -62,6 +63,18 @@ pub struct DotnetPlacement {
     pub lookups: (u64, u64),
     /// Frames that named it.
     pub frames: u64,
+}
+
+/// What the program met that user space names from the live process (see
+/// [`Aggregator::take_unnamed`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Unnamed {
+    /// CoreCLR placements: (index, `MethodDesc`, start).
+    pub methods: Vec<(usize, u64, u64)>,
+    /// ReadyToRun `Module`s.
+    pub modules: Vec<u64>,
+    /// Stub range lists (`CodeRangeMapRangeList`).
+    pub stub_lists: Vec<u64>,
 }
 
 /// The name of a CoreCLR `StubCodeBlockKind` (.NET 8's `codeman.h`).
@@ -199,9 +212,12 @@ pub struct Aggregator {
     /// The generation of module names: a `Module` address seen after
     /// [`Aggregator::forget_modules`] is another key, named anew.
     module_generation: u64,
-    /// Placements and modules not named yet.
+    /// Stub range lists' kinds, by list and generation.
+    stub_lists: HashMap<(u64, u64), u64>,
+    /// Placements, modules and stub lists not named yet.
     unnamed_methods: Vec<usize>,
     unnamed_modules: Vec<u64>,
+    unnamed_lists: Vec<u64>,
     counts: Counts,
 }
 
@@ -375,7 +391,13 @@ impl Aggregator {
                 Key::Dotnet(i)
             }
             FrameKind::DotnetStub { kind, .. } => Key::DotnetStub(*kind),
-            FrameKind::DotnetStubs { .. } => Key::DotnetStubs,
+            FrameKind::DotnetStubs { list, .. } => {
+                let key = (*list, self.module_generation);
+                if !self.stub_lists.contains_key(&key) && !self.unnamed_lists.contains(list) {
+                    self.unnamed_lists.push(*list);
+                }
+                Key::DotnetStubs(key.0, key.1)
+            }
             FrameKind::DotnetImage { module, .. } => {
                 let key = (*module, self.module_generation);
                 if !self.modules.contains_key(&key) && !self.unnamed_modules.contains(module) {
@@ -387,17 +409,27 @@ impl Aggregator {
         }
     }
 
-    /// The CoreCLR placements (index, `MethodDesc`, start) and ReadyToRun
-    /// `Module`s sampled since the last call, not named yet, for the caller
-    /// to read from the live process ([`Aggregator::name_method`],
-    /// [`Aggregator::name_module`]): only what is new, however many stacks
-    /// there are.
-    pub fn take_unnamed(&mut self) -> (Vec<(usize, u64, u64)>, Vec<u64>) {
+    /// The CoreCLR placements (index, `MethodDesc`, start), ReadyToRun
+    /// `Module`s and stub range lists sampled since the last call, not
+    /// named yet, for the caller to read from the live process
+    /// ([`Aggregator::name_method`], [`Aggregator::name_module`],
+    /// [`Aggregator::name_stub_list`]): only what is new, however many
+    /// stacks there are.
+    pub fn take_unnamed(&mut self) -> Unnamed {
         let methods = std::mem::take(&mut self.unnamed_methods)
             .into_iter()
             .map(|i| (i, self.dotnet[i].method_desc, self.dotnet[i].start))
             .collect();
-        (methods, std::mem::take(&mut self.unnamed_modules))
+        Unnamed {
+            methods,
+            modules: std::mem::take(&mut self.unnamed_modules),
+            stub_lists: std::mem::take(&mut self.unnamed_lists),
+        }
+    }
+
+    /// Gives stub range list `list` its stubs' `StubCodeBlockKind`.
+    pub fn name_stub_list(&mut self, list: u64, kind: u64) {
+        self.stub_lists.insert((list, self.module_generation), kind);
     }
 
     /// Names CoreCLR placement `i` (from [`Aggregator::unnamed_dotnet`]).
@@ -418,6 +450,7 @@ impl Aggregator {
     pub fn forget_modules(&mut self) {
         self.module_generation += 1;
         self.unnamed_modules.clear();
+        self.unnamed_lists.clear();
     }
 
     /// Closes the CoreCLR placements whose start `gone` says is in a range
@@ -514,7 +547,12 @@ impl Aggregator {
                     Key::UnknownCode => vec!["[frame pointer through unknown code]".to_owned()],
                     Key::Dotnet(i) => vec![self.dotnet_name(i)],
                     Key::DotnetStub(kind) => vec![stub_kind_name(kind)],
-                    Key::DotnetStubs => vec!["[.NET stub]".to_owned()],
+                    Key::DotnetStubs(list, generation) => {
+                        vec![match self.stub_lists.get(&(list, generation)) {
+                            Some(&kind) => stub_kind_name(kind),
+                            None => "[.NET stub]".to_owned(),
+                        }]
+                    }
                     Key::DotnetImage(module, generation) => {
                         vec![match self.modules.get(&(module, generation)) {
                             Some(name) => format!("[.NET ReadyToRun {name}]"),
@@ -729,13 +767,17 @@ mod tests {
         let mut agg = Aggregator::new();
         agg.add(&sample(vec![dotnet(0x1010, 0x1000, 0xA0), native(0x500)]));
         agg.add(&sample(vec![dotnet(0x1020, 0x1000, 0xA0), native(0x500)]));
-        assert_eq!(agg.take_unnamed(), (vec![(0, 0xA0, 0x1000)], vec![]));
+        let methods = |methods: Vec<(usize, u64, u64)>| Unnamed {
+            methods,
+            ..Unnamed::default()
+        };
+        assert_eq!(agg.take_unnamed(), methods(vec![(0, 0xA0, 0x1000)]));
         agg.name_method(0, "[A] T::f".into());
-        assert_eq!(agg.take_unnamed(), (vec![], vec![]));
+        assert_eq!(agg.take_unnamed(), Unnamed::default());
         // Its section goes; the same desc and start now hold another method.
         agg.close_dotnet(|start| (0x1000..0x2000).contains(&start));
         agg.add(&sample(vec![dotnet(0x1030, 0x1000, 0xA0), native(0x500)]));
-        assert_eq!(agg.take_unnamed(), (vec![(1, 0xA0, 0x1000)], vec![]));
+        assert_eq!(agg.take_unnamed(), methods(vec![(1, 0xA0, 0x1000)]));
         agg.name_method(1, "[B] U::g".into());
         agg.add(&sample(vec![Frame {
             ip: 0x7000,
@@ -745,7 +787,11 @@ mod tests {
                 module: 0xB0,
             },
         }]));
-        assert_eq!(agg.take_unnamed(), (vec![], vec![0xB0]));
+        let modules = |modules: Vec<u64>| Unnamed {
+            modules,
+            ..Unnamed::default()
+        };
+        assert_eq!(agg.take_unnamed(), modules(vec![0xB0]));
         agg.name_module(0xB0, "System.Private.CoreLib".into());
         // The module goes and its address is reused: the frame before keeps
         // its name, the one after is another image, named anew.
@@ -758,14 +804,21 @@ mod tests {
                 module: 0xB0,
             },
         }]));
-        assert_eq!(agg.take_unnamed(), (vec![], vec![0xB0]));
+        assert_eq!(agg.take_unnamed(), modules(vec![0xB0]));
         agg.name_module(0xB0, "Another.Assembly".into());
         for kind in [
             FrameKind::DotnetStub {
                 start: 0x3000,
                 kind: 5,
             },
-            FrameKind::DotnetStubs { begin: 0x4000 },
+            FrameKind::DotnetStubs {
+                begin: 0x4000,
+                list: 0xC0,
+            },
+            FrameKind::DotnetStubs {
+                begin: 0x5000,
+                list: 0xD0,
+            },
             FrameKind::DotnetTooFar,
         ] {
             agg.add(&sample(vec![Frame {
@@ -774,6 +827,15 @@ mod tests {
                 kind,
             }]));
         }
+        // One list's kind is read; the other's could not be.
+        assert_eq!(
+            agg.take_unnamed(),
+            Unnamed {
+                stub_lists: vec![0xC0, 0xD0],
+                ..Unnamed::default()
+            }
+        );
+        agg.name_stub_list(0xC0, 4);
         let placements = agg.dotnet_placements();
         let seen: Vec<_> = placements
             .iter()
@@ -798,6 +860,7 @@ mod tests {
                 ("[.NET ReadyToRun Another.Assembly]", 1),
                 ("[.NET ReadyToRun System.Private.CoreLib]", 1),
                 ("[.NET fixup precode]", 1),
+                ("[.NET stub precode]", 1),
                 ("[.NET stub]", 1),
                 ("[.NET: start beyond 256 words]", 1),
                 ("[A] T::f", 2),
@@ -812,7 +875,7 @@ mod tests {
                 counts.too_far,
                 counts.unattributed
             ),
-            (3, 2, 2, 1, 1)
+            (3, 3, 2, 1, 1)
         );
     }
 

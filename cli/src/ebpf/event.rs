@@ -81,6 +81,8 @@ pub enum FrameKind {
     DotnetStubs {
         /// First address of the range.
         begin: u64,
+        /// Its `CodeRangeMapRangeList`, which says the stubs' kind.
+        list: u64,
     },
     /// Inside a ReadyToRun image.
     DotnetImage {
@@ -314,7 +316,10 @@ fn decode_frame(b: &[u8], names: &[u8]) -> Result<Frame, DecodeError> {
             method_desc: id,
         },
         10 => FrameKind::DotnetStub { start, kind: id },
-        11 => FrameKind::DotnetStubs { begin: start },
+        11 => FrameKind::DotnetStubs {
+            begin: start,
+            list: id,
+        },
         12 => FrameKind::DotnetImage {
             begin: start,
             module: id,

@@ -458,8 +458,12 @@ impl DotnetNames {
                 self.sections = now;
             }
         }
-        let (methods, modules) = agg.take_unnamed();
-        if methods.is_empty() && modules.is_empty() {
+        let aggregate::Unnamed {
+            methods,
+            modules,
+            stub_lists,
+        } = agg.take_unnamed();
+        if methods.is_empty() && modules.is_empty() && stub_lists.is_empty() {
             return;
         }
         let reader = dotnet::DotnetReader::new(ProcessMemory::new(self.pid), &self.runtime);
@@ -487,6 +491,11 @@ impl DotnetNames {
         for module in modules {
             if let Ok(name) = self.namer.assembly_name(module) {
                 agg.name_module(module, name);
+            }
+        }
+        for list in stub_lists {
+            if let Ok(kind) = reader.range_list_kind(list) {
+                agg.name_stub_list(list, u64::from(kind));
             }
         }
     }

@@ -44,6 +44,9 @@ pub struct DotnetLayout {
     pub section_heap_list: usize,
     /// Offset of its `CodeRangeMapRangeList`.
     pub section_range_list: usize,
+    /// `CodeRangeMapRangeList::_rangeListType`: the `StubCodeBlockKind`
+    /// (u32) of every stub in the list.
+    pub range_list_type: usize,
     /// `RANGE_SECTION_CODEHEAP`.
     pub flag_code_heap: u32,
     /// `RANGE_SECTION_RANGELIST`.
@@ -102,6 +105,7 @@ pub const LAYOUTS: &[DotnetLayout] = &[DotnetLayout {
     section_module: 0x20,
     section_heap_list: 0x28,
     section_range_list: 0x30,
+    range_list_type: 0x120,
     flag_code_heap: 0x2,
     flag_range_list: 0x4,
     heap_list_bytes: 0x30,

@@ -366,6 +366,16 @@ impl<M: Memory> DotnetReader<M> {
         })
     }
 
+    /// The `StubCodeBlockKind` of the stubs in range list `list` (a
+    /// [`DotnetSectionKind::RangeList`]'s): precodes, fixup precodes,
+    /// virtual-call stubs.
+    pub fn range_list_kind(&self, list: u64) -> Result<u32, RemoteError> {
+        let at = check_ptr(list, 8, "range list")? + self.layout.range_list_type as u64;
+        let mut kind = [0u8; 4];
+        self.read(at, &mut kind)?;
+        Ok(u32::from_ne_bytes(kind))
+    }
+
     /// Every range section, in address order (walks all five levels).
     pub fn sections(&self) -> Result<Vec<DotnetSection>, RemoteError> {
         let mut addresses = Vec::new();
