@@ -680,6 +680,63 @@ mod profile {
             json["dotnet"]["status"],
             "CoreCLR 9.0.100.1: its managed frames are not resolved (--dotnet off)"
         );
+        // And off on the version it knows.
+        let off = Command::new(JITMAP)
+            .args([
+                "profile",
+                "--json",
+                "--seconds",
+                "1",
+                "--dotnet",
+                "off",
+                "--pid",
+            ])
+            .arg(w.pid.to_string())
+            .output()
+            .unwrap();
+        assert_eq!(off.status.code(), Some(0));
+        let json: serde_json::Value = serde_json::from_slice(&off.stdout).unwrap();
+        assert_eq!(
+            json["dotnet"]["status"],
+            "CoreCLR 8.0.424.16909: its managed frames are not resolved (--dotnet off)"
+        );
+        assert_eq!(json["dotnet"]["methods"].as_array().map(Vec::len), Some(0));
+    }
+
+    /// A process that maps `libcoreclr.so` but never started the runtime,
+    /// and links no jitmap: refused with status 2, saying why the runtime
+    /// could not be read.
+    #[test]
+    fn a_runtime_not_started_is_said_and_nothing_else_is_profiled() {
+        let Some(python) = ready() else { return };
+        // The runtime's package starts it when imported: its files are
+        // found without importing it.
+        let loader = "import ctypes, pathlib, sysconfig, time\n\
+                      lib = pathlib.Path(sysconfig.get_paths()['purelib']) / 'dnv'\n\
+                      path = next(lib.rglob('libcoreclr.so'))\n\
+                      ctypes.CDLL(str(path))\n\
+                      print('ready', flush=True)\n\
+                      time.sleep(60)\n";
+        let mut child = Command::new(&python)
+            .args(["-c", loader])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line.trim(), "ready");
+        let out = Command::new(JITMAP)
+            .args(["profile", "--seconds", "1", "--pid"])
+            .arg(child.id().to_string())
+            .output()
+            .unwrap();
+        let _ = child.kill();
+        let _ = child.wait();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains("runtime not started?"), "{stderr}");
     }
 
     #[test]
@@ -693,7 +750,8 @@ mod profile {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        // Sampling began (said on stderr), then a second of samples.
+        // Sampling began (said on stderr), then two seconds of the
+        // workload's CPU.
         let mut stderr = BufReader::new(profile.stderr.take().unwrap());
         let mut line = String::new();
         stderr.read_line(&mut line).unwrap();

@@ -233,6 +233,18 @@ pub fn loaded_extent(pid: i32, path: &str) -> Result<Option<(u64, u64)>, RemoteE
     Ok(extent)
 }
 
+/// The bytes of the file process `pid` maps at offset 0 under `path` (the
+/// very file, through [`read_mapped`]: the target's, even in another mount
+/// namespace), at most 1 GiB; `None` if it maps none or it cannot be read.
+pub fn mapped_file(pid: i32, path: &str) -> Result<Option<Vec<u8>>, RemoteError> {
+    let maps = mappings(pid)?;
+    Ok(maps
+        .iter()
+        .filter(|m| m.path == path && m.offset == 0)
+        .min_by_key(|m| m.start)
+        .and_then(|m| read_mapped(pid, m, MAX_ELF_BYTES)))
+}
+
 /// `symbol`'s value in an ELF file (dynamic symbols first), or `None` when
 /// the file does not define it.
 fn symbol_value(elf: &object::File<'_>, symbol: &str) -> Option<u64> {

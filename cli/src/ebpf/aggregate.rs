@@ -37,7 +37,8 @@ enum Key {
     /// names.
     DotnetStubs(u64, u64),
     /// A ReadyToRun image, by its `Module` and the generation of module
-    /// names (see [`Aggregator::forget_modules`]).
+    /// names (see [`Aggregator::forget_modules`]; what was queued for the
+    /// old generation is dropped, not named from the new one).
     DotnetImage(u64, u64),
     /// A CoreCLR code address past the capped scan.
     DotnetTooFar,
@@ -432,7 +433,7 @@ impl Aggregator {
         self.stub_lists.insert((list, self.module_generation), kind);
     }
 
-    /// Names CoreCLR placement `i` (from [`Aggregator::unnamed_dotnet`]).
+    /// Names CoreCLR placement `i` (from [`Aggregator::take_unnamed`]).
     pub fn name_method(&mut self, i: usize, name: String) {
         if let Some(p) = self.dotnet.get_mut(i) {
             p.name = name;

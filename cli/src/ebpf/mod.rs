@@ -223,9 +223,11 @@ pub enum DotnetStatus {
         /// The version found.
         version: String,
     },
-    /// CoreCLR found but not read (its memory, its version string or its
-    /// maps could not be read, or its layout does not fit the program):
-    /// its frames are not resolved, the rest of the profile is.
+    /// CoreCLR found but not read (its memory or its maps could not be
+    /// read: a runtime not started, a missing privilege; or its layout
+    /// does not fit the program): its frames are not resolved. With jitmap
+    /// in the process the rest of the profile is taken; without, the
+    /// profile is refused with the reason.
     Unreadable {
         /// Why.
         reason: String,
@@ -327,6 +329,8 @@ fn configure(options: &Options) -> Result<(Config, DotnetStatus), EbpfError> {
                 version: version.clone(),
             }
         }
+        // Not asked for: whatever else was found of a runtime is not read.
+        Err(_) if !options.dotnet => DotnetStatus::Absent,
         Ok(runtime) => DotnetStatus::On(runtime.clone()),
         Err(RemoteError::UnsupportedRuntime { version }) => DotnetStatus::Refused {
             version: version.clone(),
@@ -398,10 +402,15 @@ fn test_version(found: Result<Runtime, RemoteError>) -> Result<Runtime, RemoteEr
     }
 }
 
+/// How often the runtime's range sections are read again: a placement,
+/// module or stub list whose section went is closed at most this long
+/// after.
+const SECTIONS_EVERY: Duration = Duration::from_millis(250);
+
 /// What the profile knows of a live CoreCLR: a namer for its methods, and
-/// its range sections, read again every second so that names read before a
-/// collectible assembly unloaded are not given to what reuses its
-/// `MethodDesc`s and code.
+/// its range sections, read again every [`SECTIONS_EVERY`] so that names
+/// read before a collectible assembly unloaded are not given to what
+/// reuses its `MethodDesc`s and code.
 struct DotnetNames {
     runtime: Runtime,
     pid: i32,
@@ -438,11 +447,12 @@ impl DotnetNames {
         Some(out)
     }
 
-    /// Names what the samples met that has no name yet. Once a second, and
-    /// first, the range sections are read: when one went, the placements in
-    /// it are closed and every cached name is dropped.
+    /// Names what the samples met that has no name yet. Every
+    /// [`SECTIONS_EVERY`] the range sections are read first: when one went,
+    /// the placements in it are closed and module and stub-list names
+    /// start a new generation.
     fn name(&mut self, agg: &mut Aggregator) {
-        if self.read_at.elapsed() >= Duration::from_secs(1) {
+        if self.read_at.elapsed() >= SECTIONS_EVERY {
             self.read_at = Instant::now();
             if let Some(now) = self.read_sections() {
                 let gone: Vec<(u64, u64, u64)> = self

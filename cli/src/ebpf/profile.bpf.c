@@ -934,15 +934,13 @@ INLINE u8 resolve_dotnet(struct scratch *s, struct frame *f, u64 ip, u16 *reads)
 	if (ip < base || ip >= heap_end || heap_end - base > (1ULL << 32) ||
 	    bad_ptr(header_map, 4))
 		return FRAME_NOTHING;
-	// A nibble-map page that cannot be read is read as zeros (read_words):
-	// a jitmap heap's prefix check then refuses a wrong start, but CoreCLR
-	// has no such check, so a scan that met one answers nothing.
-	u64 holes = s->holes;
+	// A nibble-map page this program cannot read is read as zeros
+	// (read_words): a page never written, which holds zeros, is the case
+	// that occurs. (One swapped out could hide a start; CoreCLR has no
+	// prefix check to catch it, as a jitmap heap has. Counted in holes.)
 	// Through the scratch map and back, as in resolve_heap: the verifier
 	// then cannot mark the scan's values precise, and prunes its paths.
 	s->start = find_v1(s, header_map, ip - base, reads);
-	if (s->holes != holes)
-		return FRAME_ERROR;
 	u64 start = *(volatile u64 *)&s->start;
 	if (start == NO_START)
 		return FRAME_NOTHING;

@@ -126,7 +126,8 @@ pub enum DotnetResolution {
 pub fn find_runtime<M: Memory>(pid: i32, memory: &M) -> Result<Runtime, RemoteError> {
     let (dac_table, coreclr) =
         super::process::find_symbol_in(pid, |path| path.ends_with("/libcoreclr.so"), "g_dacTable")?;
-    let version = check_version(coreclr_version(&coreclr))?;
+    let file = super::process::mapped_file(pid, &coreclr)?;
+    let version = check_version(file.as_deref().and_then(coreclr_version))?;
     let mut slot = [0u8; 8];
     memory.read(dac_table, &mut slot)?;
     let code_range_map = u64::from_ne_bytes(slot);
@@ -172,10 +173,17 @@ pub fn check_version(version: Option<String>) -> Result<String, RemoteError> {
     }
 }
 
-/// The version in a `libcoreclr.so`'s `@(#)Version 8.0.424.16909 ...` string.
-pub fn coreclr_version(path: &str) -> Option<String> {
+/// The version in a `libcoreclr.so`'s `@(#)Version 8.0.424.16909 ...`
+/// string (`bytes`: the file, as the process maps it).
+///
+/// ```
+/// use jitmap::remote::dotnet::coreclr_version;
+/// let file = b"\0\0@(#)Version 8.0.424.16909 @Commit: 2d7eea2\0";
+/// assert_eq!(coreclr_version(file), Some("8.0.424.16909".into()));
+/// assert_eq!(coreclr_version(b"no version here"), None);
+/// ```
+pub fn coreclr_version(bytes: &[u8]) -> Option<String> {
     const TAG: &[u8] = b"@(#)Version ";
-    let bytes = std::fs::read(path).ok()?;
     let at = bytes.windows(TAG.len()).position(|w| w == TAG)? + TAG.len();
     let version: Vec<u8> = bytes[at..]
         .iter()

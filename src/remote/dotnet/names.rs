@@ -150,13 +150,17 @@ impl<M: Memory> MethodNames<M> {
         Ok(name)
     }
 
-    /// Forgets every `MethodDesc` and `Module` read, keeping the parsed
-    /// metadata of each file (by device and inode, which a file keeps for
-    /// its life): after it, a `MethodDesc` or `Module` address that the
-    /// runtime freed and reused is read anew.
+    /// Forgets every `MethodDesc` and `Module` read, and the process's
+    /// mappings, keeping the parsed metadata of each file (by device and
+    /// inode): after it, a `MethodDesc` or `Module` address that the
+    /// runtime freed and reused is read anew, and found in the mapping that
+    /// holds it now. (A file deleted and its inode reused by another
+    /// assembly within one run would keep the first one's metadata.)
     pub fn forget(&mut self) {
         self.names.clear();
         self.modules.clear();
+        // A module's name may now lie in a mapping made since.
+        self.maps.clear();
     }
 
     /// The simple name of `module`'s assembly (`System.Private.CoreLib`),
