@@ -521,10 +521,21 @@ mod profile {
         }
     }
 
-    /// `jitmap profile --json` on `pid` for `seconds`, its outputs in `out`.
+    /// `jitmap profile --json` on `pid` for `seconds`, its outputs in `out`,
+    /// at 3 kHz (as perf below): thousands of samples a leaf even on a
+    /// loaded machine, so that two profiles' shares differ by far less
+    /// than the 3 points allowed.
     fn jitmap_profile(pid: i32, seconds: &str, out: &Path) -> serde_json::Value {
         let run = Command::new(JITMAP)
-            .args(["profile", "--json", "--seconds", seconds, "--pid"])
+            .args([
+                "profile",
+                "--json",
+                "--hz",
+                "3000",
+                "--seconds",
+                seconds,
+                "--pid",
+            ])
             .arg(pid.to_string())
             .arg("--out")
             .arg(out)
@@ -873,7 +884,7 @@ mod profile {
         );
         let data = b.dir.join("perf.data");
         let perf = Command::new("perf")
-            .args(["record", "-q", "-e", "cpu-clock", "-F", "999", "-o"])
+            .args(["record", "-q", "-e", "cpu-clock", "-F", "2999", "-o"])
             .arg(&data)
             .args(["-p", &b.pid.to_string(), "--", "sleep", "8"])
             .stdout(Stdio::null())
