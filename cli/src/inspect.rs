@@ -599,3 +599,38 @@ pub fn dotnet_json(r: &DotnetResolution, names: &BTreeMap<u64, String>) -> serde
         DotnetResolution::Unknown(_) => serde_json::json!({ "kind": "unknown", "why": "too_far" }),
     }
 }
+
+/// What to tell the user when process `pid` could not be read, in the words
+/// `jitmap profile` uses: no such process, or the missing privilege and how
+/// to get it, else the reader's error.
+///
+/// ```
+/// use jitmap::remote::RemoteError;
+/// use jitmap_cli::inspect::unreadable;
+/// let gone = RemoteError::Proc { pid: 7, errno: libc::ENOENT };
+/// assert_eq!(unreadable(7, &gone), "no process 7");
+/// let denied = RemoteError::Proc { pid: 1, errno: libc::EACCES };
+/// assert!(unreadable(1, &denied).ends_with("(needs ptrace permission: the same user, or CAP_SYS_PTRACE)"));
+/// ```
+pub fn unreadable(pid: i32, e: &RemoteError) -> String {
+    match e {
+        RemoteError::Proc {
+            errno: libc::ENOENT | libc::ESRCH,
+            ..
+        }
+        | RemoteError::Unreadable {
+            errno: libc::ESRCH, ..
+        } => format!("no process {pid}"),
+        RemoteError::Unreadable {
+            errno: libc::EPERM | libc::EACCES,
+            ..
+        }
+        | RemoteError::Proc {
+            errno: libc::EPERM | libc::EACCES,
+            ..
+        } => format!(
+            "reading process {pid}: {e} (needs ptrace permission: the same user, or CAP_SYS_PTRACE)"
+        ),
+        other => format!("process {pid}: {other}"),
+    }
+}

@@ -327,7 +327,12 @@ fn host_alive(host: &Host) -> bool {
 fn bad_input_exits_2_with_a_reason() {
     let (out, _) = inspect(&["--pid".into(), "999999999".into()]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read /proc/999999999"));
+    // The same words as `jitmap profile`'s.
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no process 999999999"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 
     let mut sleeper = Command::new("sleep").arg("30").spawn().unwrap();
     let (out, _) = inspect(&["--pid".into(), sleeper.id().to_string()]);

@@ -47,7 +47,8 @@ fn print(
     inspection: Result<impl Report, jitmap::remote::RemoteError>,
     json: bool,
 ) -> CliResult {
-    let inspection = inspection.map_err(|e| CliError::input(format_args!("process {pid}: {e}")))?;
+    let inspection =
+        inspection.map_err(|e| CliError::input(jitmap_cli::inspect::unreadable(pid, &e)))?;
     let text = if json {
         format!("{}\n", inspection.json())
     } else {

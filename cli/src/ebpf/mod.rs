@@ -199,10 +199,7 @@ impl EbpfError {
             | RemoteError::Proc {
                 errno: libc::EPERM | libc::EACCES,
                 ..
-            } => Self::Privileges(format!(
-                "reading process {pid}: {e} (needs ptrace permission: \
-                 the same user, or CAP_SYS_PTRACE)"
-            )),
+            } => Self::Privileges(crate::inspect::unreadable(pid, &e)),
             RemoteError::SymbolNotFound { .. }
             | RemoteError::DescriptorNotFound { .. }
             | RemoteError::BadDescriptor { .. } => Self::NotAHost { pid, reason: e },
