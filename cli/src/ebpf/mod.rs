@@ -292,6 +292,12 @@ pub struct EbpfRun {
     pub stopped: bool,
     /// Whether the profile ended because `Options::samples` had arrived.
     pub reached_samples: bool,
+    /// Wall time before sampling began: finding the target, loading and
+    /// verifying the program, loading the native rows.
+    pub setup: Duration,
+    /// Wall time after sampling ended: the last samples drained, native
+    /// frames and .NET methods named, the stacks built.
+    pub settle: Duration,
     /// The native rows loaded for the kernel's walk, if it used them.
     pub native: Option<native::NativeStats>,
     /// What was found of .NET.
@@ -516,6 +522,7 @@ pub fn run(
     stop: &AtomicBool,
     attached: &mut dyn FnMut(),
 ) -> Result<EbpfRun, EbpfError> {
+    let began = Instant::now();
     let (config, dotnet) = configure(options)?;
     let config = config.with_native(options.native_rows.is_some());
     let mut namer = match &dotnet {
@@ -524,6 +531,7 @@ pub fn run(
     };
     let mut loaded = Loaded::start(config, options.hz, options.native_rows.unwrap_or(0))?;
     attached();
+    let setup = began.elapsed();
     let started = Instant::now();
     let deadline = started + options.duration;
     let mut agg = Aggregator::new();
@@ -586,6 +594,7 @@ pub fn run(
         }
     }
     let duration = started.elapsed();
+    let ended = Instant::now();
     loaded.detach()?;
     // A run of the program that began before the detach may still be
     // writing its sample after the first drain: drain until every sample the
@@ -625,6 +634,8 @@ pub fn run(
         host_exited,
         stopped,
         reached_samples,
+        setup,
+        settle: ended.elapsed(),
         native: loaded.native().cloned(),
         dotnet,
         dotnet_placements,
@@ -853,7 +864,9 @@ impl EbpfRun {
         let (c, k, p) = (&self.counts, &self.kernel, &self.profile);
         let (mean, jit_mean) = self.mean_reads();
         let mut out = format!(
-            "jitmap profile of process {} at {} Hz for {:.2} s{}\n\
+            "jitmap profile of process {} at {} Hz for {:.2} s{} \
+             (and {:.2} s before: the program loaded and verified, the native rows read; \
+             {:.2} s after: the last samples drained and named)\n\
              .NET: {}\n\
              samples: {} in the profile; {} stale (dropped), {} without a user stack, \
              {} lost (ring full), {} unattributed; {} in a frameless native leaf \
@@ -879,6 +892,8 @@ impl EbpfRun {
                 (_, _, true) => " (the samples asked for arrived)",
                 _ => "",
             },
+            self.setup.as_secs_f64(),
+            self.settle.as_secs_f64(),
             self.dotnet,
             c.samples,
             c.stale_samples,
@@ -988,7 +1003,7 @@ impl EbpfRun {
                 })
             })
             .collect();
-        serde_json::json!({
+        let mut out = serde_json::json!({
             "pid": self.pid,
             "hz": self.hz,
             "seconds": self.profile.duration.as_secs_f64(),
@@ -1067,7 +1082,11 @@ impl EbpfRun {
                     "frames": p.frames,
                 })).collect::<Vec<_>>(),
             },
-        })
+        });
+        // Outside the macro, which would pass its recursion limit.
+        out["setup_seconds"] = self.setup.as_secs_f64().into();
+        out["settle_seconds"] = self.settle.as_secs_f64().into();
+        out
     }
 
     /// Writes `report.txt`, `stacks.folded`, `flamegraph.svg` and
