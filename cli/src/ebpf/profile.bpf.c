@@ -130,6 +130,9 @@ struct unwind_row {
 #define DN_CAP 64
 #define DN_FRAGMENTS 32
 #define DN_SECTIONS 4
+// An UNWIND_INFO read: its 4-byte header and at most DN_UNWIND_CODES codes.
+#define DN_UNWIND_CODES 16
+#define DN_UNWIND_BYTES 40
 
 // A CoreCLR range section as a sample caches it.
 struct dn_section {
@@ -301,6 +304,8 @@ struct config {
 	u32 dn_heap_header_map;
 	u32 dn_stub_last;       // STUB_CODE_BLOCK_LAST
 	u32 dn_header_method_desc; // RealCodeHeader::phdrMDesc
+	u32 dn_header_unwind;   // RealCodeHeader::nUnwindInfos, then RUNTIME_FUNCTIONs
+	u32 dn_pad;
 };
 
 struct stats {
@@ -365,6 +370,9 @@ struct scratch {
 	u64 dn_hit;
 	u32 leaf;      // the frame being resolved is the innermost one
 	u32 dn_entry;  // ... a CoreCLR frame that has pushed nothing
+	u32 dn_row;    // ... a CoreCLR method in its prologue: s->row is its rule
+	u64 dn_base;   // the code heap's base of the frame's method
+	u8 dn_unwind[DN_UNWIND_BYTES]; // its UNWIND_INFO's header and codes
 	u16 dn_reads;  // jitmap_dotnet_frame's answer: its reads,
 	struct frame dn_frame; // and the frame's start, id and heap id
 	u8 dn_buf[DN_CAP];
@@ -947,6 +955,7 @@ INLINE u8 resolve_dotnet(struct scratch *s, struct frame *f, u64 ip, u16 *reads)
 	if (start == START_TOO_FAR)
 		return FRAME_DOTNET_TOO_FAR;
 	start += base;
+	s->dn_base = base;
 	u64 header = 0;
 	if (read_u64(&header, start - 8, reads))
 		return FRAME_ERROR;
@@ -962,6 +971,68 @@ INLINE u8 resolve_dotnet(struct scratch *s, struct frame *f, u64 ip, u16 *reads)
 	f->heap_id = header;
 	f->id = desc;
 	return FRAME_DOTNET_METHOD;
+}
+
+// The rule of an innermost managed method caught in its prologue, where
+// its frame pointer is still its caller's (after `push rbp`, before `mov
+// rbp, rsp` or `lea rbp, [rsp+N]`): from its unwind info, which the code
+// header leads to. The .NET JIT describes its prologue's pushes and its
+// stack allocation (Windows x64 UNWIND_CODEs, in reverse order), but not
+// the frame pointer's set-up that follows: so up to 8 bytes past the
+// prologue (the longest `lea rbp`) the rule is by the stack pointer, which
+// the body does not move. Only the main body (the first RUNTIME_FUNCTION)
+// and pushes and small allocations are read; anything else leaves the
+// frame to its frame pointer. Returns 1 with the rule in s->row.
+INLINE u32 prologue_row(struct scratch *s, u64 header, u64 ip, u16 *reads)
+{
+	u32 rf[4] = {0, 0, 0, 0}; // count, then begin, end, unwind data
+	if (bad_ptr(header, 8))
+		return 0;
+	*reads += 1;
+	if (bpf_probe_read_user(rf, sizeof(rf), (const void *)(header + CONFIG.dn_header_unwind)))
+		return 0;
+	u64 base = s->dn_base;
+	if (rf[0] == 0 || ip < base + rf[1] || ip >= base + rf[2])
+		return 0;
+	u64 off = ip - (base + rf[1]);
+	*reads += 1;
+	if (bpf_probe_read_user(s->dn_unwind, sizeof(s->dn_unwind), (const void *)(base + rf[3])))
+		return 0;
+	u8 *u = s->dn_unwind;
+	u32 prolog = u[1], count = u[2];
+	if ((u[3] & 0xF) != 0 || count > DN_UNWIND_CODES || off >= prolog + 8)
+		return 0;
+	// Without a branch on any value a code holds (but to give up): taken
+	// or not, each code would otherwise double the verifier's paths.
+	u64 total = 0, rbp_at = NO_START;
+	for (int k = DN_UNWIND_CODES - 1; k >= 0; k--) {
+		u64 at = u[4 + 2 * k];
+		u64 op = u[5 + 2 * k] & 0xF;
+		u64 info = u[5 + 2 * k] >> 4;
+		// This code exists (k < count), and its instruction has run
+		// (it ends at or before off).
+		u64 in = ((u64)k - count) >> 63;
+		u64 ran = in & ((at - off - 1) >> 63);
+		if (in && (op | 2) != 2) // not UWOP_PUSH_NONVOL (0) or _ALLOC_SMALL (2)
+			return 0;
+		// A push is 8 bytes; an allocation 8 * info + 8.
+		u64 size = 8 + ((op >> 1) & 1) * 8 * info;
+		// The push of rbp (register 5): the bytes pushed before it.
+		u64 rbp = ran & (1 - nonzero((u32)(op | (info ^ 5))));
+		u64 mask = 0 - rbp;
+		rbp_at = (rbp_at & ~mask) | (total & mask);
+		total += ran * size;
+	}
+	if (total > 4096)
+		return 0;
+	s->row.kind = ROW_RULE;
+	s->row.base = 0;
+	s->row.cfa = (s32)total + 8;
+	s->row.ra = -8;
+	s->row.has_ra = 1;
+	s->row.fp_rule = rbp_at != NO_START ? FP_AT : 0;
+	s->row.fp = rbp_at != NO_START ? (s16)(-16 - (s64)rbp_at) : 0;
+	return 1;
 }
 
 // resolve_dotnet for the frame at `ip` (the innermost one if `leaf`), as a
@@ -990,6 +1061,8 @@ __attribute__((noinline)) int jitmap_dotnet_frame(u64 ip, u32 leaf)
 	// frame pointer, which the .NET JIT sets up in every method on Linux.
 	s->dn_entry = leaf && (kind == FRAME_DOTNET_STUB || kind == FRAME_DOTNET_STUBS ||
 			       (kind == FRAME_DOTNET_METHOD && at_entry_or_ret(f, ip, &reads)));
+	s->dn_row = leaf && kind == FRAME_DOTNET_METHOD && !s->dn_entry &&
+		    prologue_row(s, f->heap_id, ip, &reads);
 	s->dn_reads = reads;
 	return kind;
 }
@@ -1171,9 +1244,12 @@ INLINE long step(struct walk *w, struct frame *f, u8 kind, u64 at)
 	// caller.
 	int entry = kind == FRAME_STUB && at == 0 &&
 		    ((s->frameless[s->hit_manager & (MAX_MANAGERS - 1)] >> (f->id & 31)) & 1);
-	// A CoreCLR frame that has pushed nothing (jitmap_dotnet_frame says which).
+	// A CoreCLR frame that has pushed nothing, or is in its prologue
+	// (jitmap_dotnet_frame says which; the prologue's rule is in s->row).
 	if (*(volatile u32 *)&s->dn_entry)
 		entry = 1;
+	if (*(volatile u32 *)&s->dn_row)
+		ruled = 1;
 	if (entry) {
 		ruled = 1;
 		entry_rule(&row);
@@ -1265,6 +1341,7 @@ static long frame_cb(u32 i, struct walk *w)
 	u64 pc = at == 0 ? ip : ip - 1;
 	s->leaf = at == 0;
 	s->dn_entry = 0;
+	s->dn_row = 0;
 	u8 kind = resolve(s, f, pc, &reads);
 	f->kind = kind;
 	int stale_rows = 0;

@@ -106,6 +106,8 @@ struct DotnetConfig {
     heap_header_map: u32,
     stub_last: u32,
     header_method_desc: u32,
+    header_unwind_infos: u32,
+    pad: u32,
 }
 
 impl DotnetConfig {
@@ -131,6 +133,7 @@ impl DotnetConfig {
                 .iter()
                 .all(|&(off, width, size)| fits(off, width, size))
             || !fits(l.real_header_method_desc, 8, 1 << 12)
+            || !fits(l.real_header_unwind_infos, 4, 1 << 12)
             || l.stub_code_block_last > 0xFF
         {
             return Err(EbpfError::Layout("CoreCLR layout"));
@@ -155,12 +158,14 @@ impl DotnetConfig {
             heap_header_map: u(l.heap_header_map),
             stub_last: l.stub_code_block_last as u32,
             header_method_desc: u(l.real_header_method_desc),
+            header_unwind_infos: u(l.real_header_unwind_infos),
+            pad: 0,
         })
     }
 }
 
 // SAFETY: `Config` is `#[repr(C)]`, `Copy`, made only of integers, with no
-// padding (two u64, 36 u32, one u64, then 18 u32: every u64 at a multiple
+// padding (two u64, 36 u32, one u64, then 20 u32: every u64 at a multiple
 // of 8, and the size a multiple of 8), so every bit pattern is valid and
 // its bytes are all initialized.
 unsafe impl aya::Pod for Config {}

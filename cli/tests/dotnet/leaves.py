@@ -9,9 +9,11 @@ shares of the CPU are 1:2:4. Every method is marked NoInlining. `Big` is one
 method whose code is longer than the eBPF program's nibble-map scan (64 KiB):
 a thread runs it too, so that samples land far from its start.
 
-Usage: leaves.py DIR SECONDS [THREADS]. Prints `ready <pid>` once every
-method has been called (and compiled at its final tier), then runs until
-SECONDS pass.
+Usage: leaves.py DIR SECONDS [THREADS | tiny]. Prints `ready <pid>` once
+every method has been called (and compiled at its final tier), then runs
+until SECONDS pass. With `tiny`, two threads run `Spin` instead, which
+calls `Tiny` (`x * 31 + 7`) in a loop: most of `Tiny`'s time is its
+prologue and epilogue.
 """
 
 import os
@@ -214,10 +216,29 @@ def build(path):
 
         counted_loop(il, 1, step)
 
+    def tiny(il):
+        # return arg * 31 + 7: a method whose prologue is a good part of it.
+        il.LoadArgument(0)
+        il.LoadConstantI8(31)
+        il.OpCode(ILOpCode.Mul)
+        il.LoadConstantI8(7)
+        il.OpCode(ILOpCode.Add)
+        il.OpCode(ILOpCode.Ret)
+
+    def spin(il):
+        def step(il):
+            il.LoadLocal(0)
+            il.Call(handle(6))
+            il.StoreLocal(0)
+
+        counted_loop(il, 1, step)
+
     methods.append(("Middle", body(middle)))
     methods.append(("Top", body(top)))
+    methods.append(("Tiny", body(tiny)))
+    methods.append(("Spin", body(spin)))
     # Call handles must name the order the methods are added in: Leaf1,
-    # Leaf2, Leaf4, Big, Middle (index 4), Top.
+    # Leaf2, Leaf4, Big, Middle (index 4), Top, Tiny (index 6), Spin.
     attrs = flags(
         MethodAttributes,
         MethodAttributes.Public,
@@ -264,12 +285,14 @@ def build(path):
 def main():
     out_dir = sys.argv[1]
     seconds = float(sys.argv[2])
-    threads = int(sys.argv[3]) if len(sys.argv) > 3 else 2
+    tiny = len(sys.argv) > 3 and sys.argv[3] == "tiny"
+    threads = int(sys.argv[3]) if len(sys.argv) > 3 and not tiny else 2
     path = os.path.join(out_dir, "jitmap_leaves.dll")
     build(path)
     leaves = Assembly.LoadFrom(path).GetType("Jitmap.Leaves")
     top = leaves.GetMethod("Top")
     big = leaves.GetMethod("Big")
+    spin = leaves.GetMethod("Spin")
     # Every method at its final tier before the profile: .NET 8 compiles a
     # method at tier 0, again instrumented after 30 calls, and optimized
     # after 30 more, each step once calls have been quiet for 100 ms (its
@@ -280,6 +303,7 @@ def main():
     while time.monotonic() < give_up:
         top.Invoke(None, [Int64(1)])
         big.Invoke(None, [Int64(1)])
+        spin.Invoke(None, [Int64(1000)])
         now = JitInfo.GetCompiledMethodCount(False)
         if now != compiled:
             compiled, quiet_since = now, time.monotonic()
@@ -295,8 +319,15 @@ def main():
         while time.monotonic() < deadline:
             big.Invoke(None, [Int64(200)])
 
-    workers = [Thread(ThreadStart(run_top)) for _ in range(threads)]
-    workers.append(Thread(ThreadStart(run_big)))
+    def run_spin():
+        while time.monotonic() < deadline:
+            spin.Invoke(None, [Int64(2_000_000)])
+
+    if tiny:
+        workers = [Thread(ThreadStart(run_spin)) for _ in range(threads)]
+    else:
+        workers = [Thread(ThreadStart(run_top)) for _ in range(threads)]
+        workers.append(Thread(ThreadStart(run_big)))
     for w in workers:
         w.Start()
     print(f"ready {os.getpid()}", flush=True)

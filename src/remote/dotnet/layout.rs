@@ -66,6 +66,10 @@ pub struct DotnetLayout {
     pub stub_code_block_last: u64,
     /// `RealCodeHeader::phdrMDesc`.
     pub real_header_method_desc: usize,
+    /// `RealCodeHeader::nUnwindInfos` (u32), followed by the method's
+    /// `RUNTIME_FUNCTION`s (begin, end and unwind data: u32 offsets from
+    /// the code heap's base), the main body's first.
+    pub real_header_unwind_infos: usize,
     /// `MethodDesc`: the token's low bits (u16, masked), its chunk index
     /// (u8) and its flags (u16, low three bits the classification).
     pub desc_token_remainder: usize,
@@ -115,6 +119,7 @@ pub const LAYOUTS: &[DotnetLayout] = &[DotnetLayout {
     heap_header_map: 0x28,
     stub_code_block_last: 0xF,
     real_header_method_desc: 0x18,
+    real_header_unwind_infos: 0x20,
     desc_token_remainder: 0x0,
     desc_chunk_index: 0x2,
     desc_flags: 0x6,
