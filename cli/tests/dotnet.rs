@@ -675,53 +675,42 @@ mod profile {
                 .all(|(f, _)| f.iter().all(|f| !f.starts_with("[jitmap_leaves]"))),
             "a managed frame named with the runtime refused"
         );
-        // Asked for no .NET frames, the same profile is all that was asked.
-        let off = Command::new(JITMAP)
-            .args([
-                "profile",
-                "--json",
-                "--seconds",
-                "1",
-                "--dotnet",
-                "off",
-                "--pid",
-            ])
-            .arg(w.pid.to_string())
-            .env("JITMAP_TEST_CORECLR_VERSION", "9.0.100.1")
-            .output()
-            .unwrap();
+        // Asked for no .NET frames, the same profile is all that was asked,
+        // on the version refused and on the one known.
+        let off = |seam: Option<&str>| {
+            let mut command = Command::new(JITMAP);
+            command
+                .args([
+                    "profile",
+                    "--json",
+                    "--seconds",
+                    "1",
+                    "--dotnet",
+                    "off",
+                    "--pid",
+                ])
+                .arg(w.pid.to_string());
+            if let Some(version) = seam {
+                command.env("JITMAP_TEST_CORECLR_VERSION", version);
+            }
+            let out = command.output().unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(0), "{stderr}");
+            let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            assert_eq!(json["dotnet"]["methods"].as_array().map(Vec::len), Some(0));
+            json["dotnet"]["status"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        };
         assert_eq!(
-            off.status.code(),
-            Some(0),
-            "{}",
-            String::from_utf8_lossy(&off.stderr)
-        );
-        let json: serde_json::Value = serde_json::from_slice(&off.stdout).unwrap();
-        assert_eq!(
-            json["dotnet"]["status"],
+            off(Some("9.0.100.1")),
             "CoreCLR 9.0.100.1: its managed frames are not resolved (--dotnet off)"
         );
-        // And off on the version it knows.
-        let off = Command::new(JITMAP)
-            .args([
-                "profile",
-                "--json",
-                "--seconds",
-                "1",
-                "--dotnet",
-                "off",
-                "--pid",
-            ])
-            .arg(w.pid.to_string())
-            .output()
-            .unwrap();
-        assert_eq!(off.status.code(), Some(0));
-        let json: serde_json::Value = serde_json::from_slice(&off.stdout).unwrap();
         assert_eq!(
-            json["dotnet"]["status"],
+            off(None),
             "CoreCLR 8.0.424.16909: its managed frames are not resolved (--dotnet off)"
         );
-        assert_eq!(json["dotnet"]["methods"].as_array().map(Vec::len), Some(0));
     }
 
     /// A process that maps `libcoreclr.so` but never started the runtime,
