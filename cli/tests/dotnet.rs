@@ -78,11 +78,29 @@ struct Workload {
     dir: PathBuf,
 }
 
+/// An empty directory for this test run's `name`.
+fn fresh_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The pid a workload prints as `ready PID` once it is ready: its own.
+fn ready_pid(child: &mut Child) -> i32 {
+    let stdout = child.stdout.take().unwrap();
+    let pid = BufReader::new(stdout)
+        .lines()
+        .map_while(Result::ok)
+        .find_map(|l| l.strip_prefix("ready ").map(|p| p.parse::<i32>().unwrap()))
+        .expect("the workload prints `ready PID`");
+    assert_eq!(pid, child.id() as i32);
+    pid
+}
+
 impl Workload {
     fn start(python: &Path) -> Self {
-        let dir = std::env::temp_dir().join(format!("jitmap-dotnet-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = fresh_dir("jitmap-dotnet");
         let mut child = Command::new(python)
             .arg(WORKLOAD)
             .arg("120")
@@ -91,13 +109,7 @@ impl Workload {
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let pid = BufReader::new(stdout)
-            .lines()
-            .map_while(Result::ok)
-            .find_map(|l| l.strip_prefix("ready ").map(|p| p.parse::<i32>().unwrap()))
-            .expect("the workload prints `ready PID`");
-        assert_eq!(pid, child.id() as i32);
+        let pid = ready_pid(&mut child);
         // More rounds: tier-ups and more methods.
         std::thread::sleep(Duration::from_secs(2));
         // SAFETY: signalling our own child process.
@@ -495,10 +507,7 @@ mod profile {
         }
 
         fn spawn(python: &Path, tag: &str, env: &[(&str, &str)], args: &[&str]) -> Self {
-            let dir =
-                std::env::temp_dir().join(format!("jitmap-leaves-{}-{tag}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&dir);
-            std::fs::create_dir_all(&dir).unwrap();
+            let dir = fresh_dir(&format!("jitmap-leaves-{tag}"));
             let mut child = Command::new(python)
                 .arg(LEAVES)
                 .arg(&dir)
@@ -508,12 +517,7 @@ mod profile {
                 .stdout(Stdio::piped())
                 .spawn()
                 .unwrap();
-            let stdout = child.stdout.take().unwrap();
-            let pid = BufReader::new(stdout)
-                .lines()
-                .map_while(Result::ok)
-                .find_map(|l| l.strip_prefix("ready ").map(|p| p.parse::<i32>().unwrap()))
-                .expect("the workload prints `ready PID`");
+            let pid = ready_pid(&mut child);
             Self { child, pid, dir }
         }
 
@@ -721,22 +725,18 @@ mod profile {
         let Some(python) = ready() else { return };
         // The runtime's package starts it when imported: its files are
         // found without importing it.
-        let loader = "import ctypes, pathlib, sysconfig, time\n\
+        let loader = "import ctypes, os, pathlib, sysconfig, time\n\
                       lib = pathlib.Path(sysconfig.get_paths()['purelib']) / 'dnv'\n\
                       path = next(lib.rglob('libcoreclr.so'))\n\
                       ctypes.CDLL(str(path))\n\
-                      print('ready', flush=True)\n\
+                      print('ready', os.getpid(), flush=True)\n\
                       time.sleep(60)\n";
         let mut child = Command::new(&python)
             .args(["-c", loader])
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        assert_eq!(line.trim(), "ready");
+        ready_pid(&mut child);
         let out = Command::new(JITMAP)
             .args(["profile", "--seconds", "1", "--pid"])
             .arg(child.id().to_string())

@@ -130,19 +130,55 @@ pub fn find_symbol_in(
     wanted: impl Fn(&str) -> bool,
     symbol: &'static str,
 ) -> Result<(u64, String), RemoteError> {
+    find_symbol_file(pid, wanted, symbol).map(|f| (f.symbol, f.path))
+}
+
+/// A mapped ELF file found by a symbol it defines ([`find_symbol_file`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SymbolFile {
+    /// The symbol's address in the process.
+    pub symbol: u64,
+    /// The file's path, as the process's mappings give it.
+    pub path: String,
+    /// The addresses it occupies once loaded, its zero-filled data
+    /// (`.bss`) included: from its first page to the end of its last
+    /// loaded segment in memory.
+    pub extent: (u64, u64),
+    /// Its bytes, read once through [`read_mapped`].
+    pub bytes: Vec<u8>,
+}
+
+/// [`find_symbol_in`], with what else the file holds: where it lies once
+/// loaded, and its bytes (the very file mapped), so that a caller that
+/// needs more of it (a version string, say) does not read it again.
+///
+/// ```
+/// use jitmap::remote::process::find_symbol_file;
+/// let pid = std::process::id() as i32;
+/// let f = find_symbol_file(pid, |p| p.contains("libc.so"), "getpid")?;
+/// assert_eq!(f.symbol, libc::getpid as usize as u64);
+/// assert!(f.extent.0 <= f.symbol && f.symbol < f.extent.1);
+/// assert_eq!(&f.bytes[..4], b"\x7fELF");
+/// # Ok::<(), jitmap::remote::RemoteError>(())
+/// ```
+pub fn find_symbol_file(
+    pid: i32,
+    wanted: impl Fn(&str) -> bool,
+    symbol: &'static str,
+) -> Result<SymbolFile, RemoteError> {
     find_in_files(pid, wanted, |elf| symbol_value(elf, symbol))
         .ok_or(RemoteError::SymbolNotFound { pid, symbol })?
 }
 
 /// The first mapped ELF file (of those whose path `wanted` accepts) in
 /// which `value` finds an address (a file's virtual address, before its
-/// load bias): that address in the process, and the file's path. `None`
-/// when no file gives one.
+/// load bias): that address in the process, with the file. `None` when no
+/// file gives one.
 fn find_in_files(
     pid: i32,
     wanted: impl Fn(&str) -> bool,
     value: impl Fn(&object::File<'_>) -> Option<u64>,
-) -> Option<Result<(u64, String), RemoteError>> {
+) -> Option<Result<SymbolFile, RemoteError>> {
     let maps = match mappings(pid) {
         Ok(maps) => maps,
         Err(e) => return Some(Err(e)),
@@ -153,10 +189,18 @@ fn find_in_files(
         files.entry(&m.path).or_insert(m);
     }
     files.into_iter().find_map(|(path, m)| {
-        let data = read_mapped(pid, m, MAX_ELF_BYTES)?;
-        let elf = object::File::parse(&*data).ok()?;
-        let addr = value(&elf)?.checked_add(load_bias(&elf, m.start)?)?;
-        Some(Ok((addr, path.to_string())))
+        let bytes = read_mapped(pid, m, MAX_ELF_BYTES)?;
+        let elf = object::File::parse(&*bytes).ok()?;
+        let bias = load_bias(&elf, m.start)?;
+        let symbol = value(&elf)?.checked_add(bias)?;
+        let end = elf.segments().map(|s| s.address() + s.size()).max()?;
+        let extent = (m.start, end.checked_add(bias)?);
+        Some(Ok(SymbolFile {
+            symbol,
+            path: path.to_string(),
+            extent,
+            bytes,
+        }))
     })
 }
 
@@ -212,39 +256,6 @@ pub fn read_mapped(pid: i32, m: &Mapping, limit: u64) -> Option<Vec<u8>> {
     Some(data)
 }
 
-/// The addresses an ELF file mapped by process `pid` occupies once loaded,
-/// its zero-filled data (`.bss`) included: from its first page to the end of
-/// its last loaded segment in memory.
-pub fn loaded_extent(pid: i32, path: &str) -> Result<Option<(u64, u64)>, RemoteError> {
-    let maps = mappings(pid)?;
-    let Some(first) = maps
-        .iter()
-        .filter(|m| m.path == path && m.offset == 0)
-        .min_by_key(|m| m.start)
-    else {
-        return Ok(None);
-    };
-    let extent = read_mapped(pid, first, MAX_ELF_BYTES).and_then(|data| {
-        let elf = object::File::parse(&*data).ok()?;
-        let bias = load_bias(&elf, first.start)?;
-        let end = elf.segments().map(|s| s.address() + s.size()).max()?;
-        Some((first.start, end.checked_add(bias)?))
-    });
-    Ok(extent)
-}
-
-/// The bytes of the file process `pid` maps at offset 0 under `path` (the
-/// very file, through [`read_mapped`]: the target's, even in another mount
-/// namespace), at most 1 GiB; `None` if it maps none or it cannot be read.
-pub fn mapped_file(pid: i32, path: &str) -> Result<Option<Vec<u8>>, RemoteError> {
-    let maps = mappings(pid)?;
-    Ok(maps
-        .iter()
-        .filter(|m| m.path == path && m.offset == 0)
-        .min_by_key(|m| m.start)
-        .and_then(|m| read_mapped(pid, m, MAX_ELF_BYTES)))
-}
-
 /// `symbol`'s value in an ELF file (dynamic symbols first), or `None` when
 /// the file does not define it.
 fn symbol_value(elf: &object::File<'_>, symbol: &str) -> Option<u64> {
@@ -297,6 +308,7 @@ fn load_bias(elf: &object::File<'_>, first: u64) -> Option<u64> {
 /// ```
 pub fn find_descriptor(pid: i32) -> Result<u64, RemoteError> {
     find_in_files(pid, |_| true, descriptor_value)
+        .map(|f| f.map(|f| (f.symbol, f.path)))
         .ok_or(RemoteError::DescriptorNotFound { pid })?
         .map(|(addr, _)| addr)
 }

@@ -415,8 +415,7 @@ const SECTIONS_EVERY: Duration = Duration::from_millis(250);
 /// read before a collectible assembly unloaded are not given to what
 /// reuses its `MethodDesc`s and code.
 struct DotnetNames {
-    runtime: Runtime,
-    pid: i32,
+    reader: dotnet::DotnetReader<ProcessMemory>,
     namer: MethodNames<ProcessMemory>,
     /// Each range section's address and bounds, in order.
     sections: Vec<(u64, u64, u64)>,
@@ -424,11 +423,10 @@ struct DotnetNames {
 }
 
 impl DotnetNames {
-    fn new(pid: i32, runtime: Runtime) -> Self {
+    fn new(pid: i32, runtime: &Runtime) -> Self {
         let mut names = Self {
             namer: MethodNames::new(pid, ProcessMemory::new(pid), runtime.layout),
-            runtime,
-            pid,
+            reader: dotnet::DotnetReader::new(ProcessMemory::new(pid), runtime),
             sections: Vec::new(),
             read_at: Instant::now(),
         };
@@ -440,8 +438,7 @@ impl DotnetNames {
     /// end), in order: a heap reserved again at the same addresses has a
     /// new `RangeSection`.
     fn read_sections(&self) -> Option<Vec<(u64, u64, u64)>> {
-        let reader = dotnet::DotnetReader::new(ProcessMemory::new(self.pid), &self.runtime);
-        let sections = reader.sections().ok()?;
+        let sections = self.reader.sections().ok()?;
         let mut out: Vec<_> = sections
             .iter()
             .map(|s| (s.address, s.begin, s.end))
@@ -479,7 +476,6 @@ impl DotnetNames {
         if methods.is_empty() && modules.is_empty() && stub_lists.is_empty() {
             return;
         }
-        let reader = dotnet::DotnetReader::new(ProcessMemory::new(self.pid), &self.runtime);
         // What was read in an earlier pass may have been freed and reused
         // since (only the files' metadata is kept).
         self.namer.forget();
@@ -487,7 +483,7 @@ impl DotnetNames {
             // The name is read now, the sample was taken before: it is the
             // sampled method's only if the runtime's maps still place that
             // MethodDesc at that start (the code was not freed and reused).
-            let name = match reader.resolve(start) {
+            let name = match self.reader.resolve(start) {
                 Ok(dotnet::DotnetResolution::Method {
                     start: s,
                     method_desc,
@@ -507,7 +503,7 @@ impl DotnetNames {
             }
         }
         for list in stub_lists {
-            if let Ok(kind) = reader.range_list_kind(list) {
+            if let Ok(kind) = self.reader.range_list_kind(list) {
                 agg.name_stub_list(list, u64::from(kind));
             }
         }
@@ -526,7 +522,7 @@ pub fn run(
     let (config, dotnet) = configure(options)?;
     let config = config.with_native(options.native_rows.is_some());
     let mut namer = match &dotnet {
-        DotnetStatus::On(runtime) => Some(DotnetNames::new(options.pid, runtime.clone())),
+        DotnetStatus::On(runtime) => Some(DotnetNames::new(options.pid, runtime)),
         _ => None,
     };
     let mut loaded = Loaded::start(config, options.hz, options.native_rows.unwrap_or(0))?;

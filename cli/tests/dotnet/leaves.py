@@ -311,23 +311,20 @@ def main():
             break
     deadline = time.monotonic() + seconds
 
-    def run_top():
-        while time.monotonic() < deadline:
-            top.Invoke(None, [Int64(20)])
+    def worker(method, n):
+        """A managed thread that calls `method(n)` until the deadline."""
 
-    def run_big():
-        while time.monotonic() < deadline:
-            big.Invoke(None, [Int64(200)])
+        def run():
+            while time.monotonic() < deadline:
+                method.Invoke(None, [Int64(n)])
 
-    def run_spin():
-        while time.monotonic() < deadline:
-            spin.Invoke(None, [Int64(2_000_000)])
+        return Thread(ThreadStart(run))
 
     if tiny:
-        workers = [Thread(ThreadStart(run_spin)) for _ in range(threads)]
+        workers = [worker(spin, 2_000_000) for _ in range(threads)]
     else:
-        workers = [Thread(ThreadStart(run_top)) for _ in range(threads)]
-        workers.append(Thread(ThreadStart(run_big)))
+        workers = [worker(top, 20) for _ in range(threads)]
+        workers.append(worker(big, 200))
     for w in workers:
         w.Start()
     print(f"ready {os.getpid()}", flush=True)

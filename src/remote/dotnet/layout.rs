@@ -147,8 +147,45 @@ pub fn layout_for(version: &str) -> Option<&'static DotnetLayout> {
         .max_by_key(|l| l.versions.len())
 }
 
-/// The .NET 8.0.x layout, for tests and readers that have checked the
-/// version themselves.
-pub fn net8() -> &'static DotnetLayout {
+/// The .NET 8.0.x layout, for the readers' tests.
+#[cfg(test)]
+pub(crate) fn net8() -> &'static DotnetLayout {
     &LAYOUTS[0]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every field of every entry lies inside the structure the readers
+    /// read for it, so that no reader indexes past what it read.
+    #[test]
+    fn every_field_lies_inside_its_structure() {
+        for l in LAYOUTS {
+            let fields = [
+                (l.fragment_next, 8, l.fragment_bytes),
+                (l.fragment_begin, 8, l.fragment_bytes),
+                (l.fragment_end, 8, l.fragment_bytes),
+                (l.fragment_section, 8, l.fragment_bytes),
+                (l.section_low, 8, l.section_bytes),
+                (l.section_high, 8, l.section_bytes),
+                (l.section_flags, 4, l.section_bytes),
+                (l.section_module, 8, l.section_bytes),
+                (l.section_heap_list, 8, l.section_bytes),
+                (l.section_range_list, 8, l.section_bytes),
+                (l.heap_start, 8, l.heap_list_bytes),
+                (l.heap_end, 8, l.heap_list_bytes),
+                (l.heap_map_base, 8, l.heap_list_bytes),
+                (l.heap_header_map, 8, l.heap_list_bytes),
+                (l.desc_token_remainder, 2, l.desc_bytes),
+                (l.desc_chunk_index, 1, l.desc_bytes),
+                (l.desc_flags, 2, l.desc_bytes),
+                (l.chunk_method_table, 8, l.chunk_bytes),
+                (l.chunk_token_range, 2, l.chunk_bytes),
+            ];
+            for (i, (off, width, size)) in fields.into_iter().enumerate() {
+                assert!(off + width <= size, "{}: field {i} at {off:#x}", l.versions);
+            }
+        }
+    }
 }

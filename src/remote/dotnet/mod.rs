@@ -124,26 +124,25 @@ pub enum DotnetResolution {
 /// string compiled into it (refused unless [`layout::LAYOUTS`] has its layout), `g_dacTable` in its
 /// dynamic symbols, and the code range map that the table's first slot points at.
 pub fn find_runtime<M: Memory>(pid: i32, memory: &M) -> Result<Runtime, RemoteError> {
-    let (dac_table, coreclr) =
-        super::process::find_symbol_in(pid, |path| path.ends_with("/libcoreclr.so"), "g_dacTable")?;
-    let file = super::process::mapped_file(pid, &coreclr)?;
-    let version = check_version(file.as_deref().and_then(coreclr_version))?;
+    // One read of the file: its dynamic symbols, its extent, its version.
+    let file = super::process::find_symbol_file(
+        pid,
+        |path| path.ends_with("/libcoreclr.so"),
+        "g_dacTable",
+    )?;
+    let (dac_table, (lo, hi)) = (file.symbol, file.extent);
+    let (version, layout) = check_version(coreclr_version(&file.bytes))?;
     let mut slot = [0u8; 8];
     memory.read(dac_table, &mut slot)?;
     let code_range_map = u64::from_ne_bytes(slot);
-    let inside = super::process::loaded_extent(pid, &coreclr)?
-        .is_some_and(|(lo, hi)| (lo..hi).contains(&code_range_map));
-    if !code_range_map.is_multiple_of(8) || !inside {
+    if !code_range_map.is_multiple_of(8) || !(lo..hi).contains(&code_range_map) {
         return Err(RemoteError::Corrupt {
             what: "g_dacTable's code range map is not a libcoreclr.so global (runtime not started?)",
             addr: code_range_map,
         });
     }
-    let layout = layout_for(&version).ok_or_else(|| RemoteError::UnsupportedRuntime {
-        version: version.clone(),
-    })?;
     Ok(Runtime {
-        coreclr,
+        coreclr: file.path,
         version,
         dac_table,
         code_range_map,
@@ -151,22 +150,28 @@ pub fn find_runtime<M: Memory>(pid: i32, memory: &M) -> Result<Runtime, RemoteEr
     })
 }
 
-/// `version` if [`layout::LAYOUTS`] has its layout (8.0.x); otherwise
-/// [`RemoteError::UnsupportedRuntime`]: the reader never guesses.
+/// `version` with its layout, if [`layout::LAYOUTS`] has one (8.0.x);
+/// otherwise [`RemoteError::UnsupportedRuntime`]: the reader never guesses.
 ///
 /// ```
 /// use jitmap::remote::{RemoteError, dotnet::check_version};
-/// assert_eq!(check_version(Some("8.0.424.16909".into())), Ok("8.0.424.16909".into()));
+/// let (version, layout) = check_version(Some("8.0.424.16909".into()))?;
+/// assert_eq!((version.as_str(), layout.versions), ("8.0.424.16909", "8.0."));
 /// assert_eq!(
 ///     check_version(Some("9.0.100.1".into())),
 ///     Err(RemoteError::UnsupportedRuntime { version: "9.0.100.1".into() })
 /// );
 /// assert!(check_version(None).is_err());
+/// # Ok::<(), RemoteError>(())
 /// ```
-pub fn check_version(version: Option<String>) -> Result<String, RemoteError> {
+pub fn check_version(
+    version: Option<String>,
+) -> Result<(String, &'static DotnetLayout), RemoteError> {
     match version {
-        Some(v) if layout_for(&v).is_some() => Ok(v),
-        Some(version) => Err(RemoteError::UnsupportedRuntime { version }),
+        Some(v) => match layout_for(&v) {
+            Some(layout) => Ok((v, layout)),
+            None => Err(RemoteError::UnsupportedRuntime { version: v }),
+        },
         None => Err(RemoteError::UnsupportedRuntime {
             version: "unknown (no version string in libcoreclr.so)".into(),
         }),
