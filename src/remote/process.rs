@@ -142,8 +142,9 @@ pub struct SymbolFile {
     pub path: String,
     /// The addresses it occupies once loaded, its zero-filled data
     /// (`.bss`) included: from its first page to the end of its last
-    /// loaded segment in memory.
-    pub extent: (u64, u64),
+    /// loaded segment in memory; `None` for a file without segments, or
+    /// whose segments' ends do not fit.
+    pub extent: Option<(u64, u64)>,
     /// Its bytes, read once through [`read_mapped`].
     pub bytes: Vec<u8>,
 }
@@ -155,9 +156,10 @@ pub struct SymbolFile {
 /// ```
 /// use jitmap::remote::process::find_symbol_file;
 /// let pid = std::process::id() as i32;
-/// let f = find_symbol_file(pid, |p| p.contains("libc.so"), "getpid")?;
+/// let f = find_symbol_file(pid, |_| true, "getpid")?;
 /// assert_eq!(f.symbol, libc::getpid as usize as u64);
-/// assert!(f.extent.0 <= f.symbol && f.symbol < f.extent.1);
+/// let (lo, hi) = f.extent.unwrap();
+/// assert!(lo <= f.symbol && f.symbol < hi);
 /// assert_eq!(&f.bytes[..4], b"\x7fELF");
 /// # Ok::<(), jitmap::remote::RemoteError>(())
 /// ```
@@ -193,8 +195,14 @@ fn find_in_files(
         let elf = object::File::parse(&*bytes).ok()?;
         let bias = load_bias(&elf, m.start)?;
         let symbol = value(&elf)?.checked_add(bias)?;
-        let end = elf.segments().map(|s| s.address() + s.size()).max()?;
-        let extent = (m.start, end.checked_add(bias)?);
+        // Where it lies once loaded, when that can be said: a file
+        // without it is still the one that defines the symbol.
+        let extent = elf
+            .segments()
+            .map(|s| s.address().checked_add(s.size()))
+            .try_fold(None, |top: Option<u64>, end| Some(top.max(Some(end?))))
+            .flatten()
+            .and_then(|end| Some((m.start, end.checked_add(bias)?)));
         Some(Ok(SymbolFile {
             symbol,
             path: path.to_string(),

@@ -148,7 +148,7 @@ pub fn layout_for(version: &str) -> Option<&'static DotnetLayout> {
 }
 
 /// The .NET 8.0.x layout, for the readers' tests.
-#[cfg(test)]
+#[cfg(all(test, target_arch = "x86_64"))]
 pub(crate) fn net8() -> &'static DotnetLayout {
     &LAYOUTS[0]
 }

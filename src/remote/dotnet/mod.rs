@@ -130,12 +130,15 @@ pub fn find_runtime<M: Memory>(pid: i32, memory: &M) -> Result<Runtime, RemoteEr
         |path| path.ends_with("/libcoreclr.so"),
         "g_dacTable",
     )?;
-    let (dac_table, (lo, hi)) = (file.symbol, file.extent);
+    let dac_table = file.symbol;
     let (version, layout) = check_version(coreclr_version(&file.bytes))?;
     let mut slot = [0u8; 8];
     memory.read(dac_table, &mut slot)?;
     let code_range_map = u64::from_ne_bytes(slot);
-    if !code_range_map.is_multiple_of(8) || !(lo..hi).contains(&code_range_map) {
+    let inside = file
+        .extent
+        .is_some_and(|(lo, hi)| (lo..hi).contains(&code_range_map));
+    if !code_range_map.is_multiple_of(8) || !inside {
         return Err(RemoteError::Corrupt {
             what: "g_dacTable's code range map is not a libcoreclr.so global (runtime not started?)",
             addr: code_range_map,
