@@ -169,7 +169,10 @@ pub use heap::{
 #[cfg(not(loom))]
 pub use info::{CodeInfo, JitKind};
 #[cfg(not(loom))]
-pub use manager::{CodeBlock, ExecutionManager, HeapSection, Lookup, ManagerGuard, OwnedHeap};
+pub use manager::{
+    CodeBlock, ExecutionManager, HeapSection, Lookup, ManagerError, ManagerGuard, OwnedHeap,
+    StubKindName,
+};
 pub use nibble::{MapError, MapVersion, MapWriter, NibbleMap};
 
 /// The README's examples, run as doctests so that they stay true.

@@ -454,6 +454,71 @@ fn frameless_kinds_are_published_beside_the_managers_entry() {
     assert_eq!(word(i), 0);
 }
 
+/// A manager's names of its stub kinds are in its descriptor entry's
+/// labels, where a reader in another process finds them beside each stub
+/// it resolves; a manager that takes a freed entry starts with none.
+#[test]
+fn stub_kind_names_are_read_from_outside_beside_each_stub() {
+    use jitmap::heap::StubKind;
+    use jitmap::{ManagerError, StubKindName};
+    let manager = ExecutionManager::new(2);
+    let Some(index) = manager.remote_index() else {
+        panic!("every descriptor entry is taken");
+    };
+    let heap = manager
+        .create_heap(HeapConfig {
+            span: 1 << 16,
+            ..HeapConfig::default()
+        })
+        .unwrap();
+    let (named, unnamed) = (StubKind::new(3).unwrap(), StubKind::new(15).unwrap());
+    let trampoline = StubKindName::new("jitmap-tests", "trampoline").unwrap();
+    manager.name_stub_kind(named, trampoline.clone()).unwrap();
+    // Naming it again the same is nothing; otherwise refused, and the first
+    // name stays, in process and outside.
+    manager.name_stub_kind(named, trampoline.clone()).unwrap();
+    assert_eq!(
+        manager.name_stub_kind(named, StubKindName::new("jitmap-tests", "other").unwrap()),
+        Err(ManagerError::StubKindNamed { kind: named })
+    );
+    let publish = |kind| {
+        heap.reserve(16)
+            .unwrap()
+            .publish_stub(kind)
+            .unwrap()
+            .start()
+    };
+    let (at_named, at_unnamed) = (publish(named), publish(unnamed));
+    let reader = reader();
+    let stub = |at: usize| match reader.resolve(at as u64 + 4).unwrap() {
+        Resolution::Stub { kind, name, .. } => (kind, name),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(stub(at_named), (3, Some(trampoline.clone())));
+    assert_eq!(stub(at_unnamed), (15, None));
+    // Other tests' managers run beside this one: this one's names are
+    // those under its root.
+    let root =
+        remote::jitmap_descriptor.managers[index].load(std::sync::atomic::Ordering::Relaxed) as u64;
+    let ours: Vec<_> = reader
+        .stub_names()
+        .unwrap()
+        .into_iter()
+        .filter(|(r, _, _)| *r == root)
+        .collect();
+    assert_eq!(ours, [(root, 3, trampoline)]);
+    drop(heap);
+    drop(manager);
+    // The freed entry's labels are zeros: the next manager there starts
+    // unnamed.
+    use std::sync::atomic::Ordering;
+    for label in &remote::jitmap_descriptor.stub_labels[index] {
+        // Relaxed: this thread cleared them.
+        assert_eq!(label.lens.load(Ordering::Relaxed), 0);
+        assert!(label.bytes.iter().all(|b| b.load(Ordering::Relaxed) == 0));
+    }
+}
+
 #[test]
 fn the_descriptor_layout_is_the_documented_one() {
     use remote::Descriptor as D;
@@ -503,16 +568,19 @@ fn the_descriptor_layout_is_the_documented_one() {
         offset_of!(D, entry_name_len),
         offset_of!(D, entry_method_id),
         offset_of!(D, entry_name_ptr),
+        offset_of!(D, stub_label_size),
+        offset_of!(D, stub_label_bytes),
         offset_of!(D, max_managers),
         offset_of!(D, managers),
         offset_of!(D, frameless),
+        offset_of!(D, stub_labels),
     ];
-    let documented: Vec<usize> = (0..44)
+    let documented: Vec<usize> = (0..46)
         .map(|i| if i == 0 { 0 } else { 4 + 4 * i })
-        .chain([184, 248])
+        .chain([192, 256, 288])
         .collect();
     assert_eq!(offsets.to_vec(), documented);
-    assert_eq!(size_of::<D>(), 280);
+    assert_eq!(size_of::<D>(), 6048);
     let d = &remote::jitmap_descriptor;
     assert_eq!(d.magic.to_le_bytes(), *b"JITMAPD\0");
     assert_eq!(
@@ -523,8 +591,9 @@ fn the_descriptor_layout_is_the_documented_one() {
             d.levels,
             d.fanout
         ),
-        (4, 280, 8, 5, 256)
+        (5, 6048, 8, 5, 256)
     );
+    assert_eq!((d.stub_label_size, d.stub_label_bytes), (48, 44));
     assert_eq!(
         (
             d.chunk_bits,

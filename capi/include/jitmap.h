@@ -995,6 +995,50 @@ enum jitmap_status jitmap_manager_perf(struct jitmap_manager *manager,
                                        uint32_t mode,
                                        const char *dir);
 
+// Names the manager's stub kind `kind` (1 to 15): what its stubs are
+// (`name`, "precode", "jump stub") and who makes them (`owner`, the
+// runtime or its component), so that `jitmap inspect --list` and profiles
+// show `stub kind 2: precode (myjit)` instead of a number. At most 44
+// bytes together, neither empty. Naming a kind again with the same name
+// does nothing; with another name it fails with
+// `JITMAP_STATUS_BAD_ARGUMENT` and the first name stays.
+//
+// Not async-signal-safe.
+//
+// ```
+// use jitmap_capi::*;
+// let mut m = std::ptr::null_mut();
+// // SAFETY: the output points to a local; the strings are NUL-terminated.
+// unsafe {
+//     assert_eq!(jitmap_manager_create(4, &mut m), jitmap_status::JITMAP_STATUS_OK);
+//     let named = jitmap_manager_name_stub_kind(m, 2, c"myjit".as_ptr(), c"precode".as_ptr());
+//     assert_eq!(named, jitmap_status::JITMAP_STATUS_OK);
+//     let again = jitmap_manager_name_stub_kind(m, 2, c"myjit".as_ptr(), c"thunk".as_ptr());
+//     assert_eq!(again, jitmap_status::JITMAP_STATUS_BAD_ARGUMENT);
+//     let bad = jitmap_manager_name_stub_kind(m, 16, c"myjit".as_ptr(), c"thunk".as_ptr());
+//     assert_eq!(bad, jitmap_status::JITMAP_STATUS_BAD_STUB_KIND);
+// }
+// jitmap_manager_destroy(m);
+// ```
+//
+// # Safety
+// `owner` and `name` are NULL or NUL-terminated strings.
+enum jitmap_status jitmap_manager_name_stub_kind(struct jitmap_manager *manager,
+                                                 uint8_t kind,
+                                                 const char *owner,
+                                                 const char *name);
+
+// Declares that the manager's stubs of `kind` (1 to 15) push no frame: a
+// thread stopped in one has its caller's return address on top of its
+// stack (x86-64) or in its link register (aarch64), as in a trampoline
+// that jumps on (`jmp [cell]`). Stack walkers (the agent, `jitmap
+// profile`) then step such a stub, caught as the innermost frame, by that
+// rule instead of the frame pointer, which would skip its caller.
+//
+// Not async-signal-safe.
+enum jitmap_status jitmap_manager_declare_frameless_stub(struct jitmap_manager *manager,
+                                                         uint8_t kind);
+
 // Lists the live blocks of every heap of the manager into `out` (room for
 // `capacity`), and writes how many there are to `count`. If they do not
 // fit, nothing is written to `out`, `count` says how many there are, and

@@ -2,8 +2,9 @@
 
 use std::sync::Mutex;
 
+use jitmap::heap::StubKind;
 use jitmap::perf::{PerfConfig, PerfMode, PerfOutput};
-use jitmap::{ExecutionManager, Executor, Reader};
+use jitmap::{ExecutionManager, Executor, Reader, StubKindName};
 
 use crate::handles::{self, Kept, Kind, Use};
 use crate::status::{Failure, call, jitmap_status};
@@ -141,6 +142,74 @@ pub unsafe extern "C" fn jitmap_manager_perf(
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push(output);
+        Ok(())
+    })
+}
+
+/// Names the manager's stub kind `kind` (1 to 15): what its stubs are
+/// (`name`, "precode", "jump stub") and who makes them (`owner`, the
+/// runtime or its component), so that `jitmap inspect --list` and profiles
+/// show `stub kind 2: precode (myjit)` instead of a number. At most 44
+/// bytes together, neither empty. Naming a kind again with the same name
+/// does nothing; with another name it fails with
+/// `JITMAP_STATUS_BAD_ARGUMENT` and the first name stays.
+///
+/// Not async-signal-safe.
+///
+/// ```
+/// use jitmap_capi::*;
+/// let mut m = std::ptr::null_mut();
+/// // SAFETY: the output points to a local; the strings are NUL-terminated.
+/// unsafe {
+///     assert_eq!(jitmap_manager_create(4, &mut m), jitmap_status::JITMAP_STATUS_OK);
+///     let named = jitmap_manager_name_stub_kind(m, 2, c"myjit".as_ptr(), c"precode".as_ptr());
+///     assert_eq!(named, jitmap_status::JITMAP_STATUS_OK);
+///     let again = jitmap_manager_name_stub_kind(m, 2, c"myjit".as_ptr(), c"thunk".as_ptr());
+///     assert_eq!(again, jitmap_status::JITMAP_STATUS_BAD_ARGUMENT);
+///     let bad = jitmap_manager_name_stub_kind(m, 16, c"myjit".as_ptr(), c"thunk".as_ptr());
+///     assert_eq!(bad, jitmap_status::JITMAP_STATUS_BAD_STUB_KIND);
+/// }
+/// jitmap_manager_destroy(m);
+/// ```
+///
+/// # Safety
+/// `owner` and `name` are NULL or NUL-terminated strings.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn jitmap_manager_name_stub_kind(
+    manager: *mut jitmap_manager,
+    kind: u8,
+    owner: *const std::ffi::c_char,
+    name: *const std::ffi::c_char,
+) -> jitmap_status {
+    call(|| {
+        let m = self::manager(manager)?;
+        let kind = StubKind::try_from(kind)?;
+        // SAFETY: the caller's contract.
+        let (owner, name) = unsafe { (utf8(owner, "owner")?, utf8(name, "name")?) };
+        let name = StubKindName::new(owner, name)?;
+        m.get().manager.name_stub_kind(kind, name)?;
+        Ok(())
+    })
+}
+
+/// Declares that the manager's stubs of `kind` (1 to 15) push no frame: a
+/// thread stopped in one has its caller's return address on top of its
+/// stack (x86-64) or in its link register (aarch64), as in a trampoline
+/// that jumps on (`jmp [cell]`). Stack walkers (the agent, `jitmap
+/// profile`) then step such a stub, caught as the innermost frame, by that
+/// rule instead of the frame pointer, which would skip its caller.
+///
+/// Not async-signal-safe.
+#[unsafe(no_mangle)]
+pub extern "C" fn jitmap_manager_declare_frameless_stub(
+    manager: *mut jitmap_manager,
+    kind: u8,
+) -> jitmap_status {
+    call(|| {
+        let m = self::manager(manager)?;
+        m.get()
+            .manager
+            .declare_frameless_stub(StubKind::try_from(kind)?);
         Ok(())
     })
 }

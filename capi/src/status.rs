@@ -209,6 +209,9 @@ impl From<ManagerError> for jitmap_status {
         match e {
             ManagerError::Heap(e) => e.into(),
             ManagerError::Epoch(e) => e.into(),
+            ManagerError::BadStubName { .. } | ManagerError::StubKindNamed { .. } => {
+                jitmap_status::JITMAP_STATUS_BAD_ARGUMENT
+            }
             // Ranges are the manager's own to place; images are not part of
             // the C API.
             _ => jitmap_status::JITMAP_STATUS_INTERNAL,

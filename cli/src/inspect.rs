@@ -163,7 +163,14 @@ pub fn describe(r: &Resolution) -> String {
             size,
             kind,
             heap_id,
-        } => format!("stub kind {kind} start {start:#x} +{offset:#x} size {size} heap {heap_id}"),
+            name,
+        } => {
+            let what = match name {
+                Some(name) => format!("stub kind {kind}: {name}"),
+                None => format!("stub kind {kind} (unnamed)"),
+            };
+            format!("{what} start {start:#x} +{offset:#x} size {size} heap {heap_id}")
+        }
         Resolution::Image {
             begin,
             end,
@@ -199,9 +206,12 @@ pub fn resolution_json(r: &Resolution) -> serde_json::Value {
             size,
             kind,
             heap_id,
+            name,
         } => serde_json::json!({
             "kind": "stub", "stub_kind": kind, "start": start, "offset": offset,
             "size": size, "heap": heap_id,
+            "stub_name": name.as_ref().map(|n| n.name()),
+            "stub_owner": name.as_ref().map(|n| n.owner()),
         }),
         Resolution::Image {
             begin,

@@ -34,6 +34,10 @@ fn main() {
             "a_stripped_host_is_found_by_its_descriptor_section",
             a_stripped_host_is_found_by_its_descriptor_section,
         ),
+        (
+            "a_cranelift_hosts_stubs_are_listed_by_kind_and_owner",
+            a_cranelift_hosts_stubs_are_listed_by_kind_and_owner,
+        ),
     ]);
 }
 
@@ -318,6 +322,69 @@ fn a_stripped_host_is_found_by_its_descriptor_section() {
     }
     drop(host);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The Cranelift demo's trampolines (`jitmap_cranelift::TRAMPOLINE`, kind 1) are
+/// listed with their kind's name and owner, as the module named them, not
+/// as a bare number.
+fn a_cranelift_hosts_stubs_are_listed_by_kind_and_owner() {
+    if !jitmap_testkit::e2e::runs_x86_64() {
+        return;
+    }
+    let host = Host::spawn_with("cranelift-stubs", |dir| {
+        let mut command = Command::new(host::executable());
+        host::as_host(&mut command, "profile").args(["--backend", "cranelift", "--seconds", "60"]);
+        command.arg("--out").arg(dir.join("profile"));
+        command
+    });
+    let list = |json: bool| {
+        let mut args = vec!["--pid".to_string(), host.pid().to_string(), "--list".into()];
+        if json {
+            args.push("--json".into());
+        }
+        inspect(&args)
+    };
+    // The demo's functions and their trampolines are published together.
+    host.perf_map_where(1, |_| true);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let stubs = loop {
+        let (out, json) = list(true);
+        assert!(out.status.success(), "{out:?}");
+        let stubs: Vec<(u64, String, String)> = json["sections"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|s| s["blocks"].as_array().unwrap())
+            .filter(|b| b["kind"] == "stub")
+            .map(|b| {
+                (
+                    b["stub_kind"].as_u64().unwrap(),
+                    b["stub_name"].as_str().unwrap_or("(none)").to_owned(),
+                    b["stub_owner"].as_str().unwrap_or("(none)").to_owned(),
+                )
+            })
+            .collect();
+        if !stubs.is_empty() || Instant::now() > deadline {
+            break stubs;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let kind = 1;
+    let want = (kind, "trampoline".to_owned(), "jitmap-cranelift".to_owned());
+    assert!(!stubs.is_empty(), "the demo published no trampoline");
+    assert_eq!(stubs, vec![want; stubs.len()]);
+    let (out, _) = list(false);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().filter(|l| l.contains("stub kind")).collect();
+    assert_eq!(lines.len(), stubs.len(), "{text}");
+    for line in lines {
+        assert!(
+            line.contains(&format!(
+                "stub kind {kind}: trampoline (jitmap-cranelift) start "
+            )),
+            "{line}"
+        );
+    }
 }
 
 fn host_alive(host: &Host) -> bool {

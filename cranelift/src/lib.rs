@@ -118,7 +118,7 @@ pub struct GuideCranelift;
 
 pub use builder::JitmapBuilder;
 pub use error::JitError;
-pub use module::{JitmapModule, TRAMPOLINE};
+pub use module::{JitmapModule, STUB_OWNER, TRAMPOLINE};
 
 /// The size in bytes of the trampoline every definable function is called
 /// through (a stub block of kind [`TRAMPOLINE`]).

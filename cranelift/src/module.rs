@@ -19,6 +19,7 @@ use cranelift_module::{
 use jitmap::heap::{DebugEntry, EhFrame, StubKind};
 use jitmap::{
     CallCell, CodeAddress, CodeInfo, CodeRef, ExecutionManager, JitKind, OwnedHeap, Reservation,
+    StubKindName,
 };
 
 use crate::builder::{JitmapBuilder, LibcallNames, SymbolLookup};
@@ -26,13 +27,20 @@ use crate::data::DataMemory;
 use crate::{JitError, reloc, stub, tiers, unwind};
 
 /// The stub kind of the module's trampolines, as lookups report them. The
-/// module declares it frameless to its manager
-/// ([`jitmap::ExecutionManager::declare_frameless_stub`]), so a host that
-/// shares the manager should not use kind 1 for stubs that keep a frame.
+/// module names it ([`STUB_OWNER`], "trampoline") and declares it frameless to
+/// its manager ([`jitmap::ExecutionManager::declare_frameless_stub`]), so a
+/// host that shares the manager should not use kind 1 for its own stubs:
+/// a module made on a manager that named kind 1 otherwise fails with
+/// [`jitmap::ManagerError::StubKindNamed`].
 pub const TRAMPOLINE: StubKind = match StubKind::new(1) {
     Some(kind) => kind,
     None => unreachable!(),
 };
+
+/// The owner the module's stub kind is named with
+/// ([`jitmap::ExecutionManager::name_stub_kind`]): listings and profiles show
+/// its trampolines as `trampoline (jitmap-cranelift)`.
+pub const STUB_OWNER: &str = "jitmap-cranelift";
 
 /// The largest heap span: calls between the module's functions use 32-bit
 /// displacements.
@@ -113,6 +121,11 @@ impl JitmapModule {
         }
         let heap_align = builder.heap.align;
         let heap = builder.manager.create_heap(builder.heap)?;
+        // Listings and profiles name the trampolines (on failure, the heap
+        // is dropped with the error: unregistered).
+        builder
+            .manager
+            .name_stub_kind(TRAMPOLINE, StubKindName::new(STUB_OWNER, "trampoline")?)?;
         // The trampolines jump on without a frame: a walker that catches a
         // thread in one finds its caller's return address on top of the stack.
         builder.manager.declare_frameless_stub(TRAMPOLINE);

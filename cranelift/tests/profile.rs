@@ -323,7 +323,12 @@ fn trampoline_stacks(unwind: jitmap::agent::Unwind, wanted: u64) -> (u64, u64) {
         },
     )
     .unwrap();
-    let stub = format!("[stub {}]", jitmap_cranelift::TRAMPOLINE.get());
+    // The module names its trampolines' kind; the agent labels them so.
+    let stub = format!(
+        "[stub {}: trampoline ({})]",
+        jitmap_cranelift::TRAMPOLINE.get(),
+        jitmap_cranelift::STUB_OWNER
+    );
     let done = std::sync::atomic::AtomicBool::new(false);
     let (exact, total) = std::thread::scope(|s| {
         let windows = s.spawn(|| {

@@ -9,17 +9,18 @@ use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
 use std::mem::offset_of;
 
+use super::stub_names::{LABEL_BYTES, StubKindName, StubLabel};
 use super::{HEAP_SECTION_LAYOUT, IMAGE_SECTION_LAYOUT, SectionKind};
-use crate::heap::PREFIX;
 use crate::heap::header::HEADER_LAYOUT;
 use crate::heap::lookup::{BlockPrefix, LOOKUP_LAYOUT};
+use crate::heap::{MAX_STUB_KIND, PREFIX};
 use crate::image::RemoteFunction;
 use crate::range::{ADDRESS_BITS, CHUNK_BITS, FANOUT, LEVELS, ROOT_SEQ, fragment_layout};
 
 /// The descriptor's magic value: `b"JITMAPD\0"` read as a little-endian u64.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"JITMAPD\0");
 /// The layout version this crate writes and reads.
-pub const LAYOUT_VERSION: u32 = 4;
+pub const LAYOUT_VERSION: u32 = 5;
 /// How many managers the descriptor can list at once.
 pub const MAX_MANAGERS: usize = 8;
 
@@ -119,6 +120,10 @@ pub struct Descriptor {
     pub entry_method_id: u32,
     /// Its method's name (pointer in an entry).
     pub entry_name_ptr: u32,
+    /// Size of a stub kind's label ([`StubLabel`], 48).
+    pub stub_label_size: u32,
+    /// Bytes a label holds for its owner and name together (44).
+    pub stub_label_bytes: u32,
     /// Number of entries in [`Descriptor::managers`].
     pub max_managers: u32,
     /// Root addresses of the registered managers' range maps; 0 is a free entry.
@@ -128,6 +133,10 @@ pub struct Descriptor {
     /// entry in `managers`: a walker in another process steps a stub of such
     /// a kind, caught as the innermost frame, by the entry rule.
     pub frameless: [AtomicU32; MAX_MANAGERS],
+    /// Each registered manager's names of its stub kinds
+    /// ([`crate::ExecutionManager::name_stub_kind`]), beside its entry in
+    /// `managers`: label k - 1 names kind k.
+    pub stub_labels: [[StubLabel; MAX_STUB_KIND as usize]; MAX_MANAGERS],
 }
 
 const fn u32_of(n: usize) -> u32 {
@@ -195,9 +204,12 @@ pub static jitmap_descriptor: Descriptor = Descriptor {
     entry_name_len: u32_of(offset_of!(RemoteFunction, name_len)),
     entry_method_id: u32_of(offset_of!(RemoteFunction, method_id)),
     entry_name_ptr: u32_of(offset_of!(RemoteFunction, name_ptr)),
+    stub_label_size: u32_of(size_of::<StubLabel>()),
+    stub_label_bytes: u32_of(LABEL_BYTES),
     max_managers: MAX_MANAGERS as u32,
     managers: [const { AtomicUsize::new(0) }; MAX_MANAGERS],
     frameless: [const { AtomicU32::new(0) }; MAX_MANAGERS],
+    stub_labels: [const { [const { StubLabel::unset() }; MAX_STUB_KIND as usize] }; MAX_MANAGERS],
 };
 
 /// A manager's entry in the descriptor; dropping it frees the entry.
@@ -237,6 +249,11 @@ impl Registration {
         // them yet steps the stub by its frame pointer, as before.
         jitmap_descriptor.frameless[self.index].fetch_or(kinds, Ordering::Relaxed);
     }
+
+    /// Writes `name` into the entry's label `slot` (kind `slot + 1`).
+    pub(crate) fn set_label(&self, slot: usize, name: &StubKindName) {
+        jitmap_descriptor.stub_labels[self.index][slot].set(name);
+    }
 }
 
 impl Drop for Registration {
@@ -245,6 +262,9 @@ impl Drop for Registration {
         // manager to take the entry acquires through its exchange; so a
         // manager never starts with its predecessor's kinds.
         jitmap_descriptor.frameless[self.index].store(0, Ordering::Relaxed);
+        for label in &jitmap_descriptor.stub_labels[self.index] {
+            label.clear();
+        }
         // Release: orders the clear before the range map's teardown that follows
         // (readers in other processes revalidate with the map's sequence anyway).
         jitmap_descriptor.managers[self.index].store(0, Ordering::Release);

@@ -11,9 +11,11 @@ use parking_lot::Mutex;
 mod block;
 pub(crate) mod descriptor;
 mod pinned;
+pub(crate) mod stub_names;
 
 pub use block::CodeBlock;
 pub use pinned::{Lookup, ManagerGuard};
+pub use stub_names::{BadStubName, StubKindName, stub_frame_label};
 
 use crate::epoch::{Domain, EpochError, Executor, Reader};
 use crate::events::{CodeEvent, ImageLoad, ImageUnload, Listeners, monotonic_ns};
@@ -135,6 +137,18 @@ pub enum ManagerError {
     },
     /// The reader registry refused.
     Epoch(EpochError),
+    /// A stub kind's name was refused ([`StubKindName::new`]).
+    BadStubName {
+        /// Why.
+        why: BadStubName,
+    },
+    /// The stub kind already has another name
+    /// ([`ExecutionManager::name_stub_kind`]; [`ExecutionManager::stub_kind_name`]
+    /// gives it).
+    StubKindNamed {
+        /// The kind.
+        kind: StubKind,
+    },
 }
 
 impl fmt::Display for ManagerError {
@@ -145,6 +159,10 @@ impl fmt::Display for ManagerError {
             Self::Image(e) => write!(f, "{e}"),
             Self::NotAnImage { base } => write!(f, "the section at {base:#x} is not an image"),
             Self::Epoch(e) => write!(f, "{e}"),
+            Self::BadStubName { why } => write!(f, "a stub kind's name was refused: {why}"),
+            Self::StubKindNamed { kind } => {
+                write!(f, "stub kind {kind} already has another name")
+            }
         }
     }
 }
@@ -158,7 +176,7 @@ impl std::error::Error for ManagerError {
             Self::Range(e) => e.source(),
             Self::Image(e) => e.source(),
             Self::Epoch(e) => e.source(),
-            Self::NotAnImage { .. } => None,
+            Self::NotAnImage { .. } | Self::BadStubName { .. } | Self::StubKindNamed { .. } => None,
         }
     }
 }
@@ -171,6 +189,10 @@ impl fmt::Debug for ManagerError {
             Self::Image(e) => f.debug_tuple("Image").field(e).finish(),
             Self::NotAnImage { base } => hex_struct!(f, "NotAnImage", "base" => *base),
             Self::Epoch(e) => f.debug_tuple("Epoch").field(e).finish(),
+            Self::BadStubName { why } => f.debug_struct("BadStubName").field("why", why).finish(),
+            Self::StubKindNamed { kind } => {
+                f.debug_struct("StubKindNamed").field("kind", kind).finish()
+            }
         }
     }
 }
@@ -236,6 +258,10 @@ struct Inner {
     /// Bit k set: stubs of kind k push no frame
     /// ([`ExecutionManager::declare_frameless_stub`]).
     frameless_stubs: AtomicU32,
+    /// The names of its stub kinds ([`ExecutionManager::name_stub_kind`]);
+    /// the lock also makes one thread at a time write the descriptor's
+    /// labels.
+    stub_names: Mutex<stub_names::Names>,
 }
 
 impl fmt::Debug for ExecutionManager {
@@ -307,6 +333,7 @@ impl ExecutionManager {
                 listeners: Arc::new(Listeners::default()),
                 retired: Mutex::new(Vec::new()),
                 frameless_stubs: AtomicU32::new(0),
+                stub_names: Mutex::new(Default::default()),
             }),
         }
     }
@@ -366,6 +393,51 @@ impl ExecutionManager {
     /// ([`ExecutionManager::declare_frameless_stub`]).
     pub fn is_frameless_stub(&self, kind: StubKind) -> bool {
         self.frameless_stubs() & (1 << kind.get()) != 0
+    }
+
+    /// Names stubs of `kind`: what they are and who makes them, so that
+    /// listings and profiles, in this process and from outside it (`jitmap
+    /// inspect --list`, `jitmap profile`, the agent's profiles), say
+    /// `trampoline (jitmap-cranelift)` instead of a number. Naming a kind
+    /// again with the same name does nothing; with another name it fails,
+    /// and the first name stays.
+    ///
+    /// ```
+    /// use jitmap::{ExecutionManager, ManagerError, StubKindName};
+    /// use jitmap::heap::StubKind;
+    ///
+    /// let manager = ExecutionManager::new(2);
+    /// let kind = StubKind::new(2).unwrap();
+    /// let name = StubKindName::new("my-runtime", "call counter")?;
+    /// manager.name_stub_kind(kind, name.clone())?;
+    /// assert_eq!(manager.stub_kind_name(kind), Some(name.clone()));
+    /// let other = StubKindName::new("my-runtime", "precode")?;
+    /// assert_eq!(
+    ///     manager.name_stub_kind(kind, other),
+    ///     Err(ManagerError::StubKindNamed { kind })
+    /// );
+    /// assert_eq!(manager.stub_kind_name(kind), Some(name));
+    /// # Ok::<(), ManagerError>(())
+    /// ```
+    pub fn name_stub_kind(&self, kind: StubKind, name: StubKindName) -> Result<(), ManagerError> {
+        let slot = stub_names::slot(kind);
+        let mut names = self.inner.stub_names.lock();
+        match &names[slot] {
+            Some(existing) if *existing == name => return Ok(()),
+            Some(_) => return Err(ManagerError::StubKindNamed { kind }),
+            None => {}
+        }
+        if let Some(remote) = &self.inner.remote {
+            remote.set_label(slot, &name);
+        }
+        names[slot] = Some(name);
+        Ok(())
+    }
+
+    /// The name given to `kind` ([`ExecutionManager::name_stub_kind`]), if
+    /// any. Takes a lock: not for a signal handler.
+    pub fn stub_kind_name(&self, kind: StubKind) -> Option<StubKindName> {
+        self.inner.stub_names.lock()[stub_names::slot(kind)].clone()
     }
 
     /// The frameless stub kinds, bit k for kind k: one load, for a walker in

@@ -9,9 +9,12 @@ use super::checks::{check_ptr, index, read_at, read_u32_at};
 use super::memory::Memory;
 use super::words::{ChunkWords, RemoteWords};
 use super::{MAX_FRAGMENTS, MAX_NAME, MAX_ROWS, RETRIES, RemoteError, UnwindRow, V1_MAX_WORDS};
+use crate::manager::StubKindName;
 use crate::manager::descriptor::{Descriptor, LAYOUT_VERSION, MAGIC, MAX_MANAGERS};
+use crate::manager::stub_names::{LABEL_BYTES, StubLabel};
 use std::sync::atomic::AtomicU64;
 
+use crate::heap::MAX_STUB_KIND;
 use crate::heap::end_words::RawEnds;
 use crate::nibble::{Capped, Starts, V2Origin, find_v1_capped, find_v2_placed};
 use crate::range::{ADDRESS_BITS, CHUNK_BITS, FANOUT, LEVELS};
@@ -126,6 +129,9 @@ pub enum Resolution {
         size: u64,
         /// The stub's kind (1..=15).
         kind: u8,
+        /// The kind's name, if the host gave it one
+        /// ([`crate::ExecutionManager::name_stub_kind`]).
+        name: Option<StubKindName>,
     },
     /// A precompiled image's section, and the method whose function holds
     /// the address (`None` between functions).
@@ -321,6 +327,17 @@ impl<M: Memory> RemoteReader<M> {
             (f!(max_managers), MAX_MANAGERS, "manager entries"),
             (f!(prefix_bytes), 16, "prefix size"),
             (
+                f!(max_stub_kind),
+                MAX_STUB_KIND as usize,
+                "largest stub kind",
+            ),
+            (
+                f!(stub_label_size),
+                size_of::<StubLabel>(),
+                "stub label size",
+            ),
+            (f!(stub_label_bytes), LABEL_BYTES, "stub label bytes"),
+            (
                 f!(unwind_row_size),
                 size_of::<super::UnwindRow>(),
                 "unwind row size",
@@ -387,19 +404,65 @@ impl<M: Memory> RemoteReader<M> {
 
     /// The range-map roots of the managers registered now.
     pub fn managers(&self) -> Result<Vec<u64>, RemoteError> {
+        Ok(self.entries()?.into_iter().map(|(_, root)| root).collect())
+    }
+
+    /// The managers registered now: each one's entry in the descriptor and
+    /// its range-map root.
+    fn entries(&self) -> Result<Vec<(usize, u64)>, RemoteError> {
         let mut bytes = [0u8; 8 * MAX_MANAGERS];
         self.read(
             self.descriptor + offset_of!(Descriptor, managers) as u64,
             &mut bytes,
         )?;
-        let mut roots = Vec::with_capacity(MAX_MANAGERS);
-        for chunk in bytes.chunks_exact(8) {
+        let mut entries = Vec::with_capacity(MAX_MANAGERS);
+        for (index, chunk) in bytes.chunks_exact(8).enumerate() {
             let root = read_at(chunk, 0);
             if root != 0 {
-                roots.push(check_ptr(root, 4096, "manager root")?);
+                entries.push((index, check_ptr(root, 4096, "manager root")?));
             }
         }
-        Ok(roots)
+        Ok(entries)
+    }
+
+    /// The names the manager at descriptor entry `index` gave stub kinds
+    /// `first..first + out.len()`, from their labels: one read. `None` for a
+    /// kind it did not name, and for a label read while it was written or
+    /// cleared (a NUL in its range).
+    fn read_labels(
+        &self,
+        index: usize,
+        first: u8,
+        out: &mut [Option<StubKindName>],
+    ) -> Result<(), RemoteError> {
+        const LABEL: usize = size_of::<StubLabel>();
+        let mut bytes = [0u8; LABEL * MAX_STUB_KIND as usize];
+        let bytes = &mut bytes[..LABEL * out.len()];
+        let slot = usize::from(first.saturating_sub(1));
+        let at =
+            offset_of!(Descriptor, stub_labels) + (index * MAX_STUB_KIND as usize + slot) * LABEL;
+        self.read(self.descriptor + at as u64, bytes)?;
+        for (name, label) in out.iter_mut().zip(bytes.chunks_exact(LABEL)) {
+            let lens = read_u32_at(label, offset_of!(StubLabel, lens));
+            *name = StubKindName::from_label(lens, &label[offset_of!(StubLabel, bytes)..]);
+        }
+        Ok(())
+    }
+
+    /// The names every registered manager gave its stub kinds: (range-map
+    /// root, kind, name) for each kind named. One read per manager.
+    pub fn stub_names(&self) -> Result<Vec<(u64, u8, StubKindName)>, RemoteError> {
+        let mut names = Vec::new();
+        for (index, root) in self.entries()? {
+            let mut labels: [Option<StubKindName>; MAX_STUB_KIND as usize] = Default::default();
+            self.read_labels(index, 1, &mut labels)?;
+            names.extend(
+                (1..=MAX_STUB_KIND)
+                    .zip(labels)
+                    .filter_map(|(kind, name)| Some((root, kind, name?))),
+            );
+        }
+        Ok(names)
     }
 
     /// What `ip` is in the process: a method (id, name, start, offset), a stub,
@@ -408,7 +471,8 @@ impl<M: Memory> RemoteReader<M> {
     /// the map's sequence, five levels, at most [`MAX_FRAGMENTS`] fragments, the
     /// heap's sequence, at most two start words and two end words in v2 (at
     /// most [`V1_MAX_WORDS`] and as many end words in v1), the prefix, the
-    /// header, the name and the two sequences again.
+    /// header, the name and the two sequences again; for a stub, its kind's
+    /// label instead of the header and the name.
     pub fn resolve(&self, ip: u64) -> Result<Resolution, RemoteError> {
         let before = self.reads.get();
         let mut stats = self.stats.get();
@@ -436,10 +500,31 @@ impl<M: Memory> RemoteReader<M> {
 
     /// One attempt over every registered manager.
     fn attempt(&self, ip: u64) -> Result<Resolution, Fail> {
-        let roots = self.managers()?;
-        for &root in &roots {
+        let entries = self.entries()?;
+        let roots: Vec<u64> = entries.iter().map(|&(_, root)| root).collect();
+        for &(index, root) in &entries {
             match self.attempt_in(root, ip) {
                 Ok(Resolution::Nothing) => continue,
+                Ok(Resolution::Stub {
+                    heap_id,
+                    start,
+                    offset,
+                    size,
+                    kind,
+                    name: _,
+                }) => {
+                    let mut name = [None];
+                    self.read_labels(index, kind, &mut name)?;
+                    let [name] = name;
+                    return Ok(Resolution::Stub {
+                        heap_id,
+                        start,
+                        offset,
+                        size,
+                        kind,
+                        name,
+                    });
+                }
                 Ok(found) => return Ok(found),
                 // A manager dropped during the attempt: its entry is cleared
                 // before its map is freed, so an error read from the freed
@@ -760,6 +845,7 @@ impl<M: Memory> RemoteReader<M> {
                 offset: offset - start,
                 size,
                 kind: slot as u8,
+                name: None,
             });
         }
         let header = check_ptr(slot, 8, "code header")?;

@@ -357,6 +357,21 @@ int main(void) {
     EXPECT(jitmap_reservation_publish_stub(r, 16, &b), JITMAP_STATUS_BAD_STUB_KIND);
     jitmap_code stub;
     OK(jitmap_reservation_publish_stub(r, 3, &stub));
+    /* Stub kinds' names: checked kind, strings, length; set once. */
+    EXPECT(jitmap_manager_name_stub_kind(m, 0, "misuse", "thunk"), JITMAP_STATUS_BAD_STUB_KIND);
+    EXPECT(jitmap_manager_name_stub_kind(m, 3, NULL, "thunk"), JITMAP_STATUS_NULL_POINTER);
+    EXPECT(jitmap_manager_name_stub_kind(m, 3, "misuse", ""), JITMAP_STATUS_BAD_ARGUMENT);
+    EXPECT(jitmap_manager_name_stub_kind(m, 3, "misuse", "\xff"), JITMAP_STATUS_BAD_ARGUMENT);
+    EXPECT(jitmap_manager_name_stub_kind(m, 3, "an owner named at great length",
+                                         "and a long name"),
+           JITMAP_STATUS_BAD_ARGUMENT);
+    CHECK(strstr(jitmap_last_error_message(), "45 bytes together, over 44") != NULL);
+    OK(jitmap_manager_name_stub_kind(m, 3, "misuse", "thunk"));
+    OK(jitmap_manager_name_stub_kind(m, 3, "misuse", "thunk"));
+    EXPECT(jitmap_manager_name_stub_kind(m, 3, "misuse", "other"), JITMAP_STATUS_BAD_ARGUMENT);
+    CHECK(strstr(jitmap_last_error_message(), "stub kind 3 already has another name") != NULL);
+    EXPECT(jitmap_manager_declare_frameless_stub(m, 16), JITMAP_STATUS_BAD_STUB_KIND);
+    OK(jitmap_manager_declare_frameless_stub(m, 3));
     EXPECT(jitmap_heap_move(heap, stub, &b), JITMAP_STATUS_NOT_A_METHOD);
     CHECK(find_id(main_reader, stub.start) == 0); /* a stub is no method */
     size_t n = 0;

@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 
+use jitmap::StubKindName;
 use jitmap::agent::{Profile, Stack, version_labels};
 
 use super::event::{Frame, FrameKind, Sample};
@@ -205,6 +206,10 @@ pub struct Aggregator {
     index: HashMap<(u64, u64, u64, u64), Vec<usize>>,
     /// Image methods' names, by method id.
     image_names: HashMap<u64, String>,
+    /// The host's names of its stub kinds, by kind: more than one when two
+    /// managers named one kind differently (a sample does not say which
+    /// manager's stub it was in).
+    stub_names: HashMap<u8, Vec<StubKindName>>,
     /// Open CoreCLR placements, by (`MethodDesc`, start) into `dotnet`.
     dotnet_index: HashMap<(u64, u64), usize>,
     dotnet: Vec<DotnetPlacement>,
@@ -428,6 +433,34 @@ impl Aggregator {
         }
     }
 
+    /// Adds the host's names of its stub kinds, (kind, name) pairs, to
+    /// those read before: a frame in a stub of a named kind is labelled
+    /// `[stub 1: trampoline (jitmap-cranelift)]`.
+    pub fn name_stub_kinds(&mut self, names: impl IntoIterator<Item = (u8, StubKindName)>) {
+        for (kind, name) in names {
+            let known = self.stub_names.entry(kind).or_default();
+            if !known.contains(&name) {
+                known.push(name);
+            }
+        }
+    }
+
+    /// The label of a frame in a stub of `kind`.
+    fn stub_label(&self, kind: u64) -> String {
+        let names = u8::try_from(kind)
+            .ok()
+            .and_then(|kind| self.stub_names.get(&kind))
+            .map_or(&[][..], Vec::as_slice);
+        match names {
+            [] => format!("[stub {kind}]"),
+            [one] => jitmap::manager::stub_frame_label(kind as u8, Some(one)),
+            many => {
+                let all: Vec<String> = many.iter().map(ToString::to_string).collect();
+                format!("[stub {kind}: {}]", all.join(" or "))
+            }
+        }
+    }
+
     /// Gives stub range list `list` its stubs' `StubCodeBlockKind`.
     pub fn name_stub_list(&mut self, list: u64, kind: u64) {
         self.stub_lists.insert((list, self.module_generation), kind);
@@ -537,7 +570,7 @@ impl Aggregator {
                     // A native frame may be several: its inlined calls too.
                     Key::Native { addr, is_return } => native(addr, is_return),
                     Key::Method(i) => vec![self.placements[i].label.clone()],
-                    Key::Stub(kind) => vec![format!("[stub {kind}]")],
+                    Key::Stub(kind) => vec![self.stub_label(kind)],
                     Key::Image(begin) => vec![format!("[image {begin:#x}]")],
                     Key::ImageMethod(id) => vec![self.image_names[&id].clone()],
                     Key::Nothing => vec!["[unattributed]".to_owned()],
@@ -742,6 +775,43 @@ mod tests {
     }
 
     /// The label's bound is the program's.
+    #[test]
+    fn stubs_are_labelled_by_their_kinds_names() {
+        let stub = |kind| Frame {
+            ip: 0x4004,
+            reads: 1,
+            kind: FrameKind::Stub {
+                start: 0x4000,
+                kind,
+            },
+        };
+        let mut agg = Aggregator::new();
+        let name = |owner, name| StubKindName::new(owner, name).unwrap();
+        // Read twice (the profile rereads the names): kept once. Kind 2 is
+        // named by two managers in two ways; kind 3 by none.
+        for _ in 0..2 {
+            agg.name_stub_kinds([
+                (1, name("jitmap-cranelift", "trampoline")),
+                (2, name("a", "precode")),
+                (2, name("b", "veneer")),
+            ]);
+        }
+        for kind in [1, 2, 3] {
+            agg.add(&sample(vec![stub(kind), native(0x500)]));
+        }
+        let (stacks, _, _) = agg.finish(|addr, _| vec![format!("{addr:x}")]);
+        let mut leaves: Vec<&str> = stacks.iter().map(|s| s.frames[0].as_str()).collect();
+        leaves.sort();
+        assert_eq!(
+            leaves,
+            [
+                "[stub 1: trampoline (jitmap-cranelift)]",
+                "[stub 2: precode (a) or veneer (b)]",
+                "[stub 3]"
+            ]
+        );
+    }
+
     #[test]
     fn the_scan_bound_named_is_the_programs() {
         let source = include_str!("profile.bpf.c");

@@ -306,9 +306,15 @@ pub struct EbpfRun {
     pub dotnet_placements: Vec<DotnetPlacement>,
 }
 
+/// What [`configure`] found: the program's configuration, the .NET
+/// runtime's status, and the jitmap host's descriptor reader.
+type Configured = (Config, DotnetStatus, Option<RemoteReader<ProcessMemory>>);
+
 /// Checks the options, finds the host's descriptor or its CoreCLR (or
 /// both), and builds the program's configuration.
-fn configure(options: &Options) -> Result<(Config, DotnetStatus), EbpfError> {
+/// The host's descriptor reader comes back too (none for a .NET process
+/// without jitmap): the profile reads its stub kinds' names through it.
+fn configure(options: &Options) -> Result<Configured, EbpfError> {
     if !(1..=100_000).contains(&options.hz) {
         return Err(EbpfError::Options(format!(
             "--hz must be in 1..=100000, not {}",
@@ -344,13 +350,14 @@ fn configure(options: &Options) -> Result<(Config, DotnetStatus), EbpfError> {
             reason: e.to_string(),
         },
     };
-    let config = match remote::process::find_descriptor(pid) {
+    let (config, reader) = match remote::process::find_descriptor(pid) {
         Ok(descriptor) => {
             let reader =
                 RemoteReader::new(memory, descriptor).map_err(|e| EbpfError::remote(pid, e))?;
             let managers = descriptor + std::mem::offset_of!(Descriptor, managers) as u64;
             let frameless = descriptor + std::mem::offset_of!(Descriptor, frameless) as u64;
-            Config::new(pid as u32, managers, frameless, reader.layout())?
+            let config = Config::new(pid as u32, managers, frameless, reader.layout())?;
+            (config, Some(reader))
         }
         // Neither jitmap nor a CoreCLR that could be read: the reason the
         // runtime could not be read, when it is there (a missing privilege,
@@ -363,13 +370,13 @@ fn configure(options: &Options) -> Result<(Config, DotnetStatus), EbpfError> {
         // to resolve (a version refused, or --dotnet off, is said in the
         // report).
         Err(RemoteError::SymbolNotFound { .. } | RemoteError::DescriptorNotFound { .. }) => {
-            Config::without_jitmap(pid as u32)
+            (Config::without_jitmap(pid as u32), None)
         }
         Err(e) => return Err(EbpfError::remote(pid, e)),
     };
     // A layout the program's buffers cannot hold refuses the .NET frames,
     // not the profile.
-    Ok(match dotnet {
+    let (config, dotnet) = match dotnet {
         DotnetStatus::On(runtime) => {
             match config.with_dotnet(runtime.code_range_map, runtime.layout) {
                 Ok(with) => (with, DotnetStatus::On(runtime)),
@@ -382,7 +389,8 @@ fn configure(options: &Options) -> Result<(Config, DotnetStatus), EbpfError> {
             }
         }
         other => (config, other),
-    })
+    };
+    Ok((config, dotnet, reader))
 }
 
 /// A test seam, in debug builds only: `JITMAP_TEST_CORECLR_VERSION` stands
@@ -510,6 +518,15 @@ impl DotnetNames {
     }
 }
 
+/// Reads the names the host gave its stub kinds into `agg`, if the host
+/// links jitmap. A failed read (the host exiting) keeps the names read
+/// before.
+fn name_stub_kinds(descriptor: Option<&RemoteReader<ProcessMemory>>, agg: &mut Aggregator) {
+    if let Some(names) = descriptor.and_then(|reader| reader.stub_names().ok()) {
+        agg.name_stub_kinds(names.into_iter().map(|(_, kind, name)| (kind, name)));
+    }
+}
+
 /// Profiles the host for `options.duration`, or until it exits, or until
 /// `stop` is set (a SIGINT handler may set it), or until `options.samples`
 /// have arrived. `attached` is called once the program samples the host.
@@ -519,7 +536,7 @@ pub fn run(
     attached: &mut dyn FnMut(),
 ) -> Result<EbpfRun, EbpfError> {
     let began = Instant::now();
-    let (config, dotnet) = configure(options)?;
+    let (config, dotnet, descriptor) = configure(options)?;
     let config = config.with_native(options.native_rows.is_some());
     let mut namer = match &dotnet {
         DotnetStatus::On(runtime) => Some(DotnetNames::new(options.pid, runtime)),
@@ -531,6 +548,7 @@ pub fn run(
     let started = Instant::now();
     let deadline = started + options.duration;
     let mut agg = Aggregator::new();
+    name_stub_kinds(descriptor.as_ref(), &mut agg);
     let decode = |agg: &mut Aggregator, loaded: &mut Loaded| -> Result<(), EbpfError> {
         let mut error = None;
         loaded.drain(|record| match Sample::decode(record) {
@@ -586,6 +604,7 @@ pub fn run(
         }
         if named_at.elapsed() >= Duration::from_millis(250) {
             names.add(&agg.native_addresses());
+            name_stub_kinds(descriptor.as_ref(), &mut agg);
             named_at = Instant::now();
         }
     }
@@ -611,6 +630,7 @@ pub fn run(
     let run_time = loaded.run_time()?;
     if !host_exited {
         names.add(&agg.native_addresses());
+        name_stub_kinds(descriptor.as_ref(), &mut agg);
     }
     // What came in the last drains (if the process exited, each says it
     // could not be named).

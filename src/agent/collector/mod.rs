@@ -8,6 +8,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use std::sync::Arc;
 
 use crate::events::BlockId;
+use crate::heap::StubKind;
 use crate::image::ImageSection;
 use crate::{CodeInfo, ExecutionManager};
 
@@ -23,7 +24,7 @@ mod placements;
 mod tests;
 
 pub(crate) use events::{EventListener, EventLog};
-use naming::{FrameKey, label_versions, named_stacks};
+use naming::{FrameKey, StubNames, label_versions, named_stacks};
 use pending::{NativeRows, Pending};
 use placements::{Known, KnownImage, Placement};
 
@@ -49,6 +50,9 @@ pub(crate) struct Collector {
     /// The names of the image methods samples named, by method id (empty:
     /// none), kept for the profile after their image is forgotten.
     image_names: FxHashMap<u64, String>,
+    /// The manager's names of its stub kinds, slot k for kind k, read at
+    /// each pass until the kind has one (a kind is named once).
+    stub_names: StubNames,
     /// Where versions are and were, by start, oldest first: the current
     /// placement of every known version, and each one it left (freed or
     /// moved away) until its grace period ends and no waiting sample holds
@@ -161,6 +165,7 @@ impl Collector {
                 })
                 .collect(),
             image_names: FxHashMap::default(),
+            stub_names: StubNames::default(),
             occupants,
             max_size,
             leaving: VecDeque::new(),
@@ -201,6 +206,11 @@ impl Collector {
         // Every handler pinned before this point has finished its sample by
         // the time `safe` says so; computed before the drain, it covers them.
         let safe = manager.domain().safe_before();
+        for (slot, name) in self.stub_names.iter_mut().enumerate() {
+            if name.is_none() {
+                *name = StubKind::new(slot as u8).and_then(|kind| manager.stub_kind_name(kind));
+            }
+        }
         self.calibrate();
         self.names.follow_loader(loader);
         self.same_native.clear();
@@ -296,7 +306,13 @@ impl Collector {
         }
         label_versions(&mut self.methods);
         self.names.resolve_waiting();
-        let stacks = named_stacks(&self.methods, &self.image_names, &self.names, &self.stacks);
+        let stacks = named_stacks(
+            &self.methods,
+            &self.image_names,
+            &self.stub_names,
+            &self.names,
+            &self.stacks,
+        );
         Profile {
             samples: self.samples,
             periods: self.periods,
@@ -369,7 +385,13 @@ impl Collector {
         let mut methods = self.methods.clone();
         label_versions(&mut methods);
         self.names.resolve_waiting();
-        let stacks = named_stacks(&methods, &self.image_names, &self.names, &w.stacks);
+        let stacks = named_stacks(
+            &methods,
+            &self.image_names,
+            &self.stub_names,
+            &self.names,
+            &w.stacks,
+        );
         Some(Profile {
             duration,
             samples: w.samples,

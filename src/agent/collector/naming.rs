@@ -2,8 +2,9 @@
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use crate::JitKind;
 use crate::events::BlockId;
+use crate::manager::stub_frame_label;
+use crate::{JitKind, StubKindName};
 
 use crate::agent::profile::{MethodVersion, Sample, SampleFrame, Stack, version_labels};
 use crate::agent::record::FrameKind;
@@ -11,6 +12,10 @@ use crate::agent::symbols::NativeNames;
 
 use super::Collector;
 use super::pending::{Pending, RETRIES, WAIT_NS};
+
+/// A manager's stub-kind names as the collector keeps them: slot k for
+/// kind k (slot 0, no kind, stays empty).
+pub(super) type StubNames = [Option<StubKindName>; 16];
 
 /// A frame as aggregated: without offsets, native frames by address.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -318,6 +323,7 @@ fn count_stack(stacks: &mut FxHashMap<Vec<FrameKey>, u64>, keys: &[FrameKey], we
 pub(super) fn named_stacks(
     methods: &[MethodVersion],
     image_names: &FxHashMap<u64, String>,
+    stub_names: &StubNames,
     names: &NativeNames,
     keys: &FxHashMap<Vec<FrameKey>, u64>,
 ) -> Vec<Stack> {
@@ -331,7 +337,10 @@ pub(super) fn named_stacks(
                     Some(name) if !name.is_empty() => name.clone(),
                     _ => format!("[image method {id}]"),
                 }),
-                FrameKey::Stub(kind) => frames.push(format!("[stub {kind}]")),
+                FrameKey::Stub(kind) => frames.push(stub_frame_label(
+                    kind as u8,
+                    stub_names.get(kind as usize).and_then(Option::as_ref),
+                )),
                 FrameKey::Unattributed => frames.push("[unattributed]".to_owned()),
                 FrameKey::Native(id) => frames.extend(names.chain(id).iter().cloned()),
             }

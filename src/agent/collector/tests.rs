@@ -772,7 +772,13 @@ fn image_methods_are_named_by_the_image_that_holds_them_at_the_address() {
     assert!(!c.add(&unknown, u64::MAX));
     unknown.attempts = 2;
     assert!(c.add(&unknown, u64::MAX));
-    let stacks = named_stacks(&c.methods, &c.image_names, &c.names, &c.stacks);
+    let stacks = named_stacks(
+        &c.methods,
+        &c.image_names,
+        &c.stub_names,
+        &c.names,
+        &c.stacks,
+    );
     let mut named: Vec<(Vec<String>, u64)> =
         stacks.into_iter().map(|s| (s.frames, s.count)).collect();
     named.sort();
