@@ -143,6 +143,10 @@ typedef enum jitmap_status {
   // A bug in jitmap, never a misuse: an internal invariant failed or a
   // panic was caught. Please report it with the message.
   JITMAP_STATUS_INTERNAL,
+  // The stub kind has another name already
+  // (`jitmap_manager_name_stub_kind`); the first name stays. (After
+  // `JITMAP_STATUS_INTERNAL`, so that no earlier status changed value.)
+  JITMAP_STATUS_STUB_KIND_NAMED,
 } jitmap_status;
 
 // The compiler tier that produced a method (`jitmap_code_info.kind`).
@@ -999,9 +1003,10 @@ enum jitmap_status jitmap_manager_perf(struct jitmap_manager *manager,
 // (`name`, "precode", "jump stub") and who makes them (`owner`, the
 // runtime or its component), so that `jitmap inspect --list` and profiles
 // show `stub kind 2: precode (myjit)` instead of a number. At most 44
-// bytes together, neither empty. Naming a kind again with the same name
-// does nothing; with another name it fails with
-// `JITMAP_STATUS_BAD_ARGUMENT` and the first name stays.
+// bytes together, neither empty, no NUL (`JITMAP_STATUS_BAD_ARGUMENT`
+// otherwise). Naming a kind again with the same name does nothing; with
+// another name it fails with `JITMAP_STATUS_STUB_KIND_NAMED` and the first
+// name stays.
 //
 // Not async-signal-safe.
 //
@@ -1014,7 +1019,7 @@ enum jitmap_status jitmap_manager_perf(struct jitmap_manager *manager,
 //     let named = jitmap_manager_name_stub_kind(m, 2, c"myjit".as_ptr(), c"precode".as_ptr());
 //     assert_eq!(named, jitmap_status::JITMAP_STATUS_OK);
 //     let again = jitmap_manager_name_stub_kind(m, 2, c"myjit".as_ptr(), c"thunk".as_ptr());
-//     assert_eq!(again, jitmap_status::JITMAP_STATUS_BAD_ARGUMENT);
+//     assert_eq!(again, jitmap_status::JITMAP_STATUS_STUB_KIND_NAMED);
 //     let bad = jitmap_manager_name_stub_kind(m, 16, c"myjit".as_ptr(), c"thunk".as_ptr());
 //     assert_eq!(bad, jitmap_status::JITMAP_STATUS_BAD_STUB_KIND);
 // }
@@ -1036,6 +1041,23 @@ enum jitmap_status jitmap_manager_name_stub_kind(struct jitmap_manager *manager,
 // rule instead of the frame pointer, which would skip its caller.
 //
 // Not async-signal-safe.
+//
+// ```
+// use jitmap_capi::*;
+// let mut m = std::ptr::null_mut();
+// // SAFETY: the output points to a local.
+// unsafe { assert_eq!(jitmap_manager_create(4, &mut m), jitmap_status::JITMAP_STATUS_OK) };
+// let trampoline = 3;
+// assert_eq!(
+//     jitmap_manager_declare_frameless_stub(m, trampoline),
+//     jitmap_status::JITMAP_STATUS_OK
+// );
+// assert_eq!(
+//     jitmap_manager_declare_frameless_stub(m, 16),
+//     jitmap_status::JITMAP_STATUS_BAD_STUB_KIND
+// );
+// jitmap_manager_destroy(m);
+// ```
 enum jitmap_status jitmap_manager_declare_frameless_stub(struct jitmap_manager *manager,
                                                          uint8_t kind);
 

@@ -150,9 +150,10 @@ pub unsafe extern "C" fn jitmap_manager_perf(
 /// (`name`, "precode", "jump stub") and who makes them (`owner`, the
 /// runtime or its component), so that `jitmap inspect --list` and profiles
 /// show `stub kind 2: precode (myjit)` instead of a number. At most 44
-/// bytes together, neither empty. Naming a kind again with the same name
-/// does nothing; with another name it fails with
-/// `JITMAP_STATUS_BAD_ARGUMENT` and the first name stays.
+/// bytes together, neither empty, no NUL (`JITMAP_STATUS_BAD_ARGUMENT`
+/// otherwise). Naming a kind again with the same name does nothing; with
+/// another name it fails with `JITMAP_STATUS_STUB_KIND_NAMED` and the first
+/// name stays.
 ///
 /// Not async-signal-safe.
 ///
@@ -165,7 +166,7 @@ pub unsafe extern "C" fn jitmap_manager_perf(
 ///     let named = jitmap_manager_name_stub_kind(m, 2, c"myjit".as_ptr(), c"precode".as_ptr());
 ///     assert_eq!(named, jitmap_status::JITMAP_STATUS_OK);
 ///     let again = jitmap_manager_name_stub_kind(m, 2, c"myjit".as_ptr(), c"thunk".as_ptr());
-///     assert_eq!(again, jitmap_status::JITMAP_STATUS_BAD_ARGUMENT);
+///     assert_eq!(again, jitmap_status::JITMAP_STATUS_STUB_KIND_NAMED);
 ///     let bad = jitmap_manager_name_stub_kind(m, 16, c"myjit".as_ptr(), c"thunk".as_ptr());
 ///     assert_eq!(bad, jitmap_status::JITMAP_STATUS_BAD_STUB_KIND);
 /// }
@@ -200,6 +201,23 @@ pub unsafe extern "C" fn jitmap_manager_name_stub_kind(
 /// rule instead of the frame pointer, which would skip its caller.
 ///
 /// Not async-signal-safe.
+///
+/// ```
+/// use jitmap_capi::*;
+/// let mut m = std::ptr::null_mut();
+/// // SAFETY: the output points to a local.
+/// unsafe { assert_eq!(jitmap_manager_create(4, &mut m), jitmap_status::JITMAP_STATUS_OK) };
+/// let trampoline = 3;
+/// assert_eq!(
+///     jitmap_manager_declare_frameless_stub(m, trampoline),
+///     jitmap_status::JITMAP_STATUS_OK
+/// );
+/// assert_eq!(
+///     jitmap_manager_declare_frameless_stub(m, 16),
+///     jitmap_status::JITMAP_STATUS_BAD_STUB_KIND
+/// );
+/// jitmap_manager_destroy(m);
+/// ```
 #[unsafe(no_mangle)]
 pub extern "C" fn jitmap_manager_declare_frameless_stub(
     manager: *mut jitmap_manager,

@@ -104,6 +104,10 @@ pub enum jitmap_status {
     /// A bug in jitmap, never a misuse: an internal invariant failed or a
     /// panic was caught. Please report it with the message.
     JITMAP_STATUS_INTERNAL,
+    /// The stub kind has another name already
+    /// (`jitmap_manager_name_stub_kind`); the first name stays. (After
+    /// `JITMAP_STATUS_INTERNAL`, so that no earlier status changed value.)
+    JITMAP_STATUS_STUB_KIND_NAMED,
 }
 
 impl jitmap_status {
@@ -121,7 +125,7 @@ macro_rules! names {
 
 /// Each status's name, NUL-terminated, in the enum's order, then one for a
 /// value that is none.
-const NAMES: [&str; 37] = names!(
+const NAMES: [&str; 38] = names!(
     JITMAP_STATUS_OK,
     JITMAP_STATUS_NOT_FOUND,
     JITMAP_STATUS_NULL_POINTER,
@@ -158,6 +162,7 @@ const NAMES: [&str; 37] = names!(
     JITMAP_STATUS_PERF_ALREADY_OPEN,
     JITMAP_STATUS_SYSTEM,
     JITMAP_STATUS_INTERNAL,
+    JITMAP_STATUS_STUB_KIND_NAMED,
     JITMAP_STATUS_UNKNOWN
 );
 
@@ -209,9 +214,8 @@ impl From<ManagerError> for jitmap_status {
         match e {
             ManagerError::Heap(e) => e.into(),
             ManagerError::Epoch(e) => e.into(),
-            ManagerError::BadStubName { .. } | ManagerError::StubKindNamed { .. } => {
-                jitmap_status::JITMAP_STATUS_BAD_ARGUMENT
-            }
+            ManagerError::BadStubName { .. } => jitmap_status::JITMAP_STATUS_BAD_ARGUMENT,
+            ManagerError::StubKindNamed { .. } => jitmap_status::JITMAP_STATUS_STUB_KIND_NAMED,
             // Ranges are the manager's own to place; images are not part of
             // the C API.
             _ => jitmap_status::JITMAP_STATUS_INTERNAL,
@@ -390,7 +394,7 @@ mod tests {
             assert_eq!(status.name(), format!("{status:?}"));
         }
         assert_eq!(
-            jitmap_status::JITMAP_STATUS_INTERNAL as usize,
+            jitmap_status::JITMAP_STATUS_STUB_KIND_NAMED as usize,
             NAMES.len() - 2
         );
     }

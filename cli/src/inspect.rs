@@ -644,3 +644,30 @@ pub fn unreadable(pid: i32, e: &RemoteError) -> String {
         other => format!("process {pid}: {other}"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stub's line says its kind's name and owner, or that it has none.
+    #[test]
+    fn a_stub_is_described_by_its_kinds_name() {
+        let stub = |name| Resolution::Stub {
+            heap_id: 3,
+            start: 0x1000,
+            offset: 4,
+            size: 16,
+            kind: 1,
+            name,
+        };
+        let named = jitmap::StubKindName::new("jitmap-cranelift", "trampoline").unwrap();
+        assert_eq!(
+            describe(&stub(Some(named))),
+            "stub kind 1: trampoline (jitmap-cranelift) start 0x1000 +0x4 size 16 heap 3"
+        );
+        assert_eq!(
+            describe(&stub(None)),
+            "stub kind 1 (unnamed) start 0x1000 +0x4 size 16 heap 3"
+        );
+    }
+}

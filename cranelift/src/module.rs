@@ -18,8 +18,8 @@ use cranelift_module::{
 };
 use jitmap::heap::{DebugEntry, EhFrame, StubKind};
 use jitmap::{
-    CallCell, CodeAddress, CodeInfo, CodeRef, ExecutionManager, JitKind, OwnedHeap, Reservation,
-    StubKindName,
+    CallCell, CodeAddress, CodeInfo, CodeRef, ExecutionManager, JitKind, ManagerError, OwnedHeap,
+    Reservation, StubKindName,
 };
 
 use crate::builder::{JitmapBuilder, LibcallNames, SymbolLookup};
@@ -120,12 +120,20 @@ impl JitmapModule {
             });
         }
         let heap_align = builder.heap.align;
-        let heap = builder.manager.create_heap(builder.heap)?;
-        // Listings and profiles name the trampolines (on failure, the heap
-        // is dropped with the error: unregistered).
-        builder
+        // Listings and profiles name the trampolines. Checked before the
+        // heap is made, so that a refusal changes nothing; naming again
+        // with the same name is nothing, so a manager shared by several
+        // modules is named once.
+        let trampoline = StubKindName::new(STUB_OWNER, "trampoline")?;
+        if builder
             .manager
-            .name_stub_kind(TRAMPOLINE, StubKindName::new(STUB_OWNER, "trampoline")?)?;
+            .stub_kind_name(TRAMPOLINE)
+            .is_some_and(|name| name != trampoline)
+        {
+            return Err(ManagerError::StubKindNamed { kind: TRAMPOLINE }.into());
+        }
+        let heap = builder.manager.create_heap(builder.heap)?;
+        builder.manager.name_stub_kind(TRAMPOLINE, trampoline)?;
         // The trampolines jump on without a frame: a walker that catches a
         // thread in one finds its caller's return address on top of the stack.
         builder.manager.declare_frameless_stub(TRAMPOLINE);

@@ -398,3 +398,41 @@ fn a_caller_waits_for_its_undefined_callee_unless_the_callee_is_weak() {
         executor.quiescent();
     }
 }
+
+/// The module names its trampolines' kind; a second module on the same
+/// manager finds it so named. A manager that gave the kind another name
+/// refuses the module, and the refusal changes nothing: no heap is made.
+#[test]
+fn the_trampoline_kind_is_named_and_a_conflicting_name_refuses_the_module() {
+    use jitmap::{ManagerError, StubKindName};
+    let manager = ExecutionManager::new(4);
+    let first = module(&manager);
+    let second = module(&manager);
+    assert_eq!(
+        manager.stub_kind_name(jitmap_cranelift::TRAMPOLINE),
+        Some(StubKindName::new("jitmap-cranelift", "trampoline").unwrap())
+    );
+    assert_eq!(manager.heaps().len(), 2);
+    drop((first, second));
+
+    let other = ExecutionManager::new(4);
+    let host = StubKindName::new("host", "precode").unwrap();
+    other
+        .name_stub_kind(jitmap_cranelift::TRAMPOLINE, host.clone())
+        .unwrap();
+    let refused = JitmapModule::new(JitmapBuilder::new(&other, default_libcall_names()).unwrap());
+    assert!(
+        matches!(
+            refused,
+            Err(JitError::Manager(ManagerError::StubKindNamed { kind }))
+                if kind == jitmap_cranelift::TRAMPOLINE
+        ),
+        "{:?}",
+        refused.err()
+    );
+    assert_eq!(other.heaps().len(), 0);
+    assert_eq!(
+        other.stub_kind_name(jitmap_cranelift::TRAMPOLINE),
+        Some(host)
+    );
+}

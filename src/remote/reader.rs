@@ -438,7 +438,12 @@ impl<M: Memory> RemoteReader<M> {
         const LABEL: usize = size_of::<StubLabel>();
         let mut bytes = [0u8; LABEL * MAX_STUB_KIND as usize];
         let bytes = &mut bytes[..LABEL * out.len()];
-        let slot = usize::from(first.saturating_sub(1));
+        let Some(slot) = usize::from(first).checked_sub(1) else {
+            return Err(RemoteError::Corrupt {
+                what: "stub kind",
+                addr: 0,
+            });
+        };
         let at =
             offset_of!(Descriptor, stub_labels) + (index * MAX_STUB_KIND as usize + slot) * LABEL;
         self.read(self.descriptor + at as u64, bytes)?;
@@ -450,19 +455,29 @@ impl<M: Memory> RemoteReader<M> {
     }
 
     /// The names every registered manager gave its stub kinds: (range-map
-    /// root, kind, name) for each kind named. One read per manager.
+    /// root, kind, name) for each kind named. One read per manager, and the
+    /// managers read again: while managers come and go faster than that,
+    /// after [`RETRIES`] attempts, no names.
     pub fn stub_names(&self) -> Result<Vec<(u64, u8, StubKindName)>, RemoteError> {
-        let mut names = Vec::new();
-        for (index, root) in self.entries()? {
-            let mut labels: [Option<StubKindName>; MAX_STUB_KIND as usize] = Default::default();
-            self.read_labels(index, 1, &mut labels)?;
-            names.extend(
-                (1..=MAX_STUB_KIND)
-                    .zip(labels)
-                    .filter_map(|(kind, name)| Some((root, kind, name?))),
-            );
+        for _ in 0..RETRIES {
+            let entries = self.entries()?;
+            let mut names = Vec::new();
+            for &(index, root) in &entries {
+                let mut labels: [Option<StubKindName>; MAX_STUB_KIND as usize] = Default::default();
+                self.read_labels(index, 1, &mut labels)?;
+                names.extend(
+                    (1..=MAX_STUB_KIND)
+                        .zip(labels)
+                        .filter_map(|(kind, name)| Some((root, kind, name?))),
+                );
+            }
+            // A manager dropped while its labels were read, and its entry
+            // taken by another, would pair its root with the other's names.
+            if self.entries()? == entries {
+                return Ok(names);
+            }
         }
-        Ok(names)
+        Ok(Vec::new())
     }
 
     /// What `ip` is in the process: a method (id, name, start, offset), a stub,
@@ -515,6 +530,13 @@ impl<M: Memory> RemoteReader<M> {
                 }) => {
                     let mut name = [None];
                     self.read_labels(index, kind, &mut name)?;
+                    // No sequence covers the labels: a manager dropped
+                    // since, whose entry another took and named, shows as
+                    // a changed managers array. Then the name may be the
+                    // other's: try again.
+                    if self.managers()? != roots {
+                        return Err(Fail::Stale);
+                    }
                     let [name] = name;
                     return Ok(Resolution::Stub {
                         heap_id,

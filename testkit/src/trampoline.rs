@@ -11,7 +11,7 @@
 use std::time::{Duration, Instant};
 
 use jitmap::heap::StubKind;
-use jitmap::{CodeInfo, CodeRef, ExecutionManager, HeapConfig, JitKind};
+use jitmap::{CodeInfo, CodeRef, ExecutionManager, HeapConfig, JitKind, StubKindName};
 
 use crate::demo::DemoError;
 
@@ -23,7 +23,7 @@ pub const KIND: StubKind = match StubKind::new(1) {
 
 /// The innermost frames of a sample in the trampoline, leaf first.
 pub const TRAMPOLINE_STACK: [&str; 3] = [
-    "[stub 1]",
+    "[stub 1: trampoline (jitmap-testkit)]",
     "jitmap_testkit::trampoline::call_through",
     "jitmap_testkit::trampoline::run",
 ];
@@ -43,7 +43,7 @@ pub fn call_through(f: extern "C" fn(u64) -> u64, n: u64) -> u64 {
 }
 
 /// `jitmap-host trampoline`'s workload: publishes a method and a
-/// trampoline to it (its kind declared frameless), calls `ready`, then
+/// trampoline to it (its kind declared frameless and named), calls `ready`, then
 /// calls through the trampoline from [`call_through`] for `duration`.
 /// Returns the calls made.
 #[inline(never)]
@@ -73,6 +73,8 @@ pub fn run(
         true,
     )?;
     manager.declare_frameless_stub(KIND);
+    // Named, so that profiles label its frames by what and whose it is.
+    manager.name_stub_kind(KIND, StubKindName::new("jitmap-testkit", "trampoline")?)?;
     // SAFETY: the trampoline jumps to `target`, a complete function that
     // returns a constant; it takes one u64 (ignored).
     let f: extern "C" fn(u64) -> u64 = unsafe { std::mem::transmute(stub.start()) };

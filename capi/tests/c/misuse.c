@@ -13,7 +13,7 @@
 
 #include "jitmap.h"
 
-#define STATUSES (JITMAP_STATUS_INTERNAL + 1)
+#define STATUSES (JITMAP_STATUS_STUB_KIND_NAMED + 1)
 
 static int reached[STATUSES];
 static int failures;
@@ -368,7 +368,7 @@ int main(void) {
     CHECK(strstr(jitmap_last_error_message(), "45 bytes together, over 44") != NULL);
     OK(jitmap_manager_name_stub_kind(m, 3, "misuse", "thunk"));
     OK(jitmap_manager_name_stub_kind(m, 3, "misuse", "thunk"));
-    EXPECT(jitmap_manager_name_stub_kind(m, 3, "misuse", "other"), JITMAP_STATUS_BAD_ARGUMENT);
+    EXPECT(jitmap_manager_name_stub_kind(m, 3, "misuse", "other"), JITMAP_STATUS_STUB_KIND_NAMED);
     CHECK(strstr(jitmap_last_error_message(), "stub kind 3 already has another name") != NULL);
     EXPECT(jitmap_manager_declare_frameless_stub(m, 16), JITMAP_STATUS_BAD_STUB_KIND);
     OK(jitmap_manager_declare_frameless_stub(m, 3));

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 
 use jitmap::StubKindName;
 use jitmap::agent::{Profile, Stack, version_labels};
+use jitmap::remote::dotnet::names::MethodIdentity;
 
 use super::event::{Frame, FrameKind, Sample};
 
@@ -59,6 +60,8 @@ pub struct DotnetPlacement {
     pub method_desc: u64,
     /// First code byte.
     pub start: u64,
+    /// What named it while it ran, in a collectible assembly's code.
+    pub identity: Option<MethodIdentity>,
     /// Its name, read from the process while it ran (empty: not read).
     pub name: String,
     /// The lowest and highest address looked up in it.
@@ -71,8 +74,8 @@ pub struct DotnetPlacement {
 /// [`Aggregator::take_unnamed`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Unnamed {
-    /// CoreCLR placements: (index, `MethodDesc`, start).
-    pub methods: Vec<(usize, u64, u64)>,
+    /// CoreCLR placements: (index, `MethodDesc`, start, identity).
+    pub methods: Vec<(usize, u64, u64, Option<MethodIdentity>)>,
     /// ReadyToRun `Module`s.
     pub modules: Vec<u64>,
     /// Stub range lists (`CodeRangeMapRangeList`).
@@ -210,8 +213,12 @@ pub struct Aggregator {
     /// managers named one kind differently (a sample does not say which
     /// manager's stub it was in).
     stub_names: HashMap<u8, Vec<StubKindName>>,
-    /// Open CoreCLR placements, by (`MethodDesc`, start) into `dotnet`.
-    dotnet_index: HashMap<(u64, u64), usize>,
+    /// Stub kinds a registered manager left unnamed while another named
+    /// them: labelled by number only.
+    unnamed_stub_kinds: std::collections::HashSet<u8>,
+    /// Open CoreCLR placements, by (`MethodDesc`, start, identity) into
+    /// `dotnet`.
+    dotnet_index: HashMap<(u64, u64, Option<MethodIdentity>), usize>,
     dotnet: Vec<DotnetPlacement>,
     /// ReadyToRun `Module`s' assembly names, by module and generation.
     modules: HashMap<(u64, u64), String>,
@@ -374,18 +381,25 @@ impl Aggregator {
             FrameKind::Nothing => Key::Nothing,
             FrameKind::TooFar => Key::TooFar,
             FrameKind::Stale | FrameKind::Error => Key::Error,
-            FrameKind::DotnetMethod { start, method_desc } => {
+            FrameKind::DotnetMethod {
+                start,
+                method_desc,
+                identity,
+            } => {
                 let at = if is_return { f.ip - 1 } else { f.ip };
                 let next = self.dotnet.len();
+                // A collectible assembly's method at a reused MethodDesc
+                // and start is another placement if its identity differs.
                 let i = *self
                     .dotnet_index
-                    .entry((*method_desc, *start))
+                    .entry((*method_desc, *start, *identity))
                     .or_insert(next);
                 if i == next {
                     self.unnamed_methods.push(i);
                     self.dotnet.push(DotnetPlacement {
                         method_desc: *method_desc,
                         start: *start,
+                        identity: *identity,
                         name: String::new(),
                         lookups: (at, at),
                         frames: 0,
@@ -424,7 +438,10 @@ impl Aggregator {
     pub fn take_unnamed(&mut self) -> Unnamed {
         let methods = std::mem::take(&mut self.unnamed_methods)
             .into_iter()
-            .map(|i| (i, self.dotnet[i].method_desc, self.dotnet[i].start))
+            .map(|i| {
+                let p = &self.dotnet[i];
+                (i, p.method_desc, p.start, p.identity)
+            })
             .collect();
         Unnamed {
             methods,
@@ -433,14 +450,37 @@ impl Aggregator {
         }
     }
 
-    /// Adds the host's names of its stub kinds, (kind, name) pairs, to
-    /// those read before: a frame in a stub of a named kind is labelled
-    /// `[stub 1: trampoline (jitmap-cranelift)]`.
-    pub fn name_stub_kinds(&mut self, names: impl IntoIterator<Item = (u8, StubKindName)>) {
-        for (kind, name) in names {
+    /// Adds the host's names of its stub kinds, read at one time, to those
+    /// read before: `managers` registered then, and (manager, kind, name)
+    /// for each kind a manager named. A frame in a stub of a named kind is
+    /// labelled `[stub 1: trampoline (jitmap-cranelift)]`; but a sample
+    /// does not say whose stub it was in, so a kind that one manager named
+    /// and another left unnamed, at any read, stays `[stub 1]`, and one
+    /// named differently by two is labelled with both names.
+    pub fn name_stub_kinds(
+        &mut self,
+        managers: usize,
+        names: impl IntoIterator<Item = (u64, u8, StubKindName)>,
+    ) {
+        let mut by_kind: HashMap<u8, Vec<(u64, StubKindName)>> = HashMap::new();
+        for (manager, kind, name) in names {
+            by_kind.entry(kind).or_default().push((manager, name));
+        }
+        for (kind, named) in by_kind {
+            let mut by = named
+                .iter()
+                .map(|(manager, _)| *manager)
+                .collect::<Vec<_>>();
+            by.sort_unstable();
+            by.dedup();
+            if by.len() < managers {
+                self.unnamed_stub_kinds.insert(kind);
+            }
             let known = self.stub_names.entry(kind).or_default();
-            if !known.contains(&name) {
-                known.push(name);
+            for (_, name) in named {
+                if !known.contains(&name) {
+                    known.push(name);
+                }
             }
         }
     }
@@ -449,6 +489,7 @@ impl Aggregator {
     fn stub_label(&self, kind: u64) -> String {
         let names = u8::try_from(kind)
             .ok()
+            .filter(|kind| !self.unnamed_stub_kinds.contains(kind))
             .and_then(|kind| self.stub_names.get(&kind))
             .map_or(&[][..], Vec::as_slice);
         match names {
@@ -492,7 +533,7 @@ impl Aggregator {
     /// later sample at the same `MethodDesc` and start, another method's
     /// now, opens a new placement, named anew.
     pub fn close_dotnet(&mut self, gone: impl Fn(u64) -> bool) {
-        self.dotnet_index.retain(|&(_, start), _| !gone(start));
+        self.dotnet_index.retain(|&(_, start, _), _| !gone(start));
     }
 
     /// The CoreCLR methods sampled, with their names.
@@ -790,13 +831,20 @@ mod tests {
         // Read twice (the profile rereads the names): kept once. Kind 2 is
         // named by two managers in two ways; kind 3 by none.
         for _ in 0..2 {
-            agg.name_stub_kinds([
-                (1, name("jitmap-cranelift", "trampoline")),
-                (2, name("a", "precode")),
-                (2, name("b", "veneer")),
-            ]);
+            agg.name_stub_kinds(
+                2,
+                [
+                    (0xA, 1, name("jitmap-cranelift", "trampoline")),
+                    (0xB, 1, name("jitmap-cranelift", "trampoline")),
+                    (0xA, 2, name("a", "precode")),
+                    (0xB, 2, name("b", "veneer")),
+                    (0xA, 4, name("a", "thunk")),
+                ],
+            );
         }
-        for kind in [1, 2, 3] {
+        // Kind 4: manager 0xB left it unnamed, and a sample does not say
+        // whose stub it was in.
+        for kind in [1, 2, 3, 4] {
             agg.add(&sample(vec![stub(kind), native(0x500)]));
         }
         let (stacks, _, _) = agg.finish(|addr, _| vec![format!("{addr:x}")]);
@@ -807,7 +855,8 @@ mod tests {
             [
                 "[stub 1: trampoline (jitmap-cranelift)]",
                 "[stub 2: precode (a) or veneer (b)]",
-                "[stub 3]"
+                "[stub 3]",
+                "[stub 4]"
             ]
         );
     }
@@ -822,11 +871,51 @@ mod tests {
     }
 
     fn dotnet(ip: u64, start: u64, method_desc: u64) -> Frame {
+        dotnet_in(ip, start, method_desc, None)
+    }
+
+    fn dotnet_in(ip: u64, start: u64, method_desc: u64, identity: Option<MethodIdentity>) -> Frame {
         Frame {
             ip,
             reads: 9,
-            kind: FrameKind::DotnetMethod { start, method_desc },
+            kind: FrameKind::DotnetMethod {
+                start,
+                method_desc,
+                identity,
+            },
         }
+    }
+
+    /// A collectible assembly's method at a `MethodDesc` and start another
+    /// one had (the next assembly got the same addresses) is another
+    /// placement, named on its own, when its identity differs; with the
+    /// same identity it is the same placement.
+    #[test]
+    fn a_reused_collectible_method_is_another_placement_by_its_identity() {
+        let a = MethodIdentity::from_raw(2, u64::from_le_bytes(*b"UnloadA\0"));
+        let b = MethodIdentity::from_raw(2, u64::from_le_bytes(*b"UnloadB\0"));
+        let mut agg = Aggregator::new();
+        agg.add(&sample(vec![dotnet_in(0x1010, 0x1000, 0xA0, Some(a))]));
+        agg.add(&sample(vec![dotnet_in(0x1020, 0x1000, 0xA0, Some(b))]));
+        agg.add(&sample(vec![dotnet_in(0x1030, 0x1000, 0xA0, Some(a))]));
+        assert_eq!(
+            agg.take_unnamed().methods,
+            [(0, 0xA0, 0x1000, Some(a)), (1, 0xA0, 0x1000, Some(b))]
+        );
+        agg.name_method(0, "[UnloadA] A::Mid".into());
+        agg.name_method(1, "[UnloadB] B::Mid".into());
+        let seen: Vec<_> = agg
+            .dotnet_placements()
+            .iter()
+            .map(|p| (p.name.clone(), p.frames))
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                ("[UnloadA] A::Mid".to_owned(), 2),
+                ("[UnloadB] B::Mid".to_owned(), 1)
+            ]
+        );
     }
 
     /// CoreCLR placements are named once each; a placement closed because
@@ -838,17 +927,17 @@ mod tests {
         let mut agg = Aggregator::new();
         agg.add(&sample(vec![dotnet(0x1010, 0x1000, 0xA0), native(0x500)]));
         agg.add(&sample(vec![dotnet(0x1020, 0x1000, 0xA0), native(0x500)]));
-        let methods = |methods: Vec<(usize, u64, u64)>| Unnamed {
+        let methods = |methods: Vec<(usize, u64, u64, Option<MethodIdentity>)>| Unnamed {
             methods,
             ..Unnamed::default()
         };
-        assert_eq!(agg.take_unnamed(), methods(vec![(0, 0xA0, 0x1000)]));
+        assert_eq!(agg.take_unnamed(), methods(vec![(0, 0xA0, 0x1000, None)]));
         agg.name_method(0, "[A] T::f".into());
         assert_eq!(agg.take_unnamed(), Unnamed::default());
         // Its section goes; the same desc and start now hold another method.
         agg.close_dotnet(|start| (0x1000..0x2000).contains(&start));
         agg.add(&sample(vec![dotnet(0x1030, 0x1000, 0xA0), native(0x500)]));
-        assert_eq!(agg.take_unnamed(), methods(vec![(1, 0xA0, 0x1000)]));
+        assert_eq!(agg.take_unnamed(), methods(vec![(1, 0xA0, 0x1000, None)]));
         agg.name_method(1, "[B] U::g".into());
         agg.add(&sample(vec![Frame {
             ip: 0x7000,

@@ -8,6 +8,8 @@
 
 use std::fmt;
 
+use jitmap::remote::dotnet::names::MethodIdentity;
+
 /// Frames a sample holds at most (`MAX_FRAMES` in the program).
 pub const MAX_FRAMES: usize = 64;
 /// Bytes of one name the program copies at most (`NAME_CAP`).
@@ -69,6 +71,9 @@ pub enum FrameKind {
         start: u64,
         /// Its `MethodDesc`.
         method_desc: u64,
+        /// In a collectible assembly's code, what named the method while
+        /// it ran: its name is given only if the `MethodDesc` still has it.
+        identity: Option<MethodIdentity>,
     },
     /// A stub block in a CoreCLR code heap.
     DotnetStub {
@@ -314,6 +319,7 @@ fn decode_frame(b: &[u8], names: &[u8]) -> Result<Frame, DecodeError> {
         9 => FrameKind::DotnetMethod {
             start,
             method_desc: id,
+            identity: (b[47] == 1).then(|| MethodIdentity::from_raw(u32_at(b, 52), size)),
         },
         10 => FrameKind::DotnetStub { start, kind: id },
         11 => FrameKind::DotnetStubs {
@@ -368,6 +374,44 @@ mod tests {
             b[48..50].copy_from_slice(&offset.to_le_bytes());
             b[50..52].copy_from_slice(&len.to_le_bytes());
         })
+    }
+
+    #[test]
+    fn a_collectible_dotnet_methods_identity_decodes_from_size_and_pad() {
+        let with = frame(0x1234, 9, |b| {
+            b[8..16].copy_from_slice(&0x1000u64.to_le_bytes());
+            b[16..24].copy_from_slice(&0xA0u64.to_le_bytes());
+            b[32..40].copy_from_slice(b"UnloadA\0");
+            b[47] = 1;
+            // The desc's bits (a flag above the token's 12), the chunk's.
+            b[52..56].copy_from_slice(&(0x8005u32 | 0x0001_0000).to_le_bytes());
+        });
+        let without = frame(0x1234, 9, |b| b[32..40].copy_from_slice(b"UnloadA\0"));
+        let kinds: Vec<FrameKind> = Sample::decode(&record(&[with, without], &[]))
+            .unwrap()
+            .frames
+            .into_iter()
+            .map(|f| f.kind)
+            .collect();
+        let identity = MethodIdentity {
+            rid: 1 << 12 | 5,
+            name_prefix: u64::from_le_bytes(*b"UnloadA\0"),
+        };
+        assert_eq!(
+            kinds,
+            [
+                FrameKind::DotnetMethod {
+                    start: 0x1000,
+                    method_desc: 0xA0,
+                    identity: Some(identity),
+                },
+                FrameKind::DotnetMethod {
+                    start: 0,
+                    method_desc: 0,
+                    identity: None,
+                },
+            ]
+        );
     }
 
     #[test]

@@ -487,20 +487,28 @@ impl DotnetNames {
         // What was read in an earlier pass may have been freed and reused
         // since (only the files' metadata is kept).
         self.namer.forget();
-        for (i, md, start) in methods {
+        let freed =
+            |md: u64| format!("[.NET method {md:#x}: its code was freed before it was named]");
+        for (i, md, start, identity) in methods {
             // The name is read now, the sample was taken before: it is the
             // sampled method's only if the runtime's maps still place that
-            // MethodDesc at that start (the code was not freed and reused).
+            // MethodDesc at that start (the code was not freed and reused)
+            // and, in a collectible assembly's code (where the next
+            // assembly may reuse both addresses), the MethodDesc still has
+            // the identity the program read while the method ran.
             let name = match self.reader.resolve(start) {
                 Ok(dotnet::DotnetResolution::Method {
                     start: s,
                     method_desc,
                     ..
-                }) if s == start && method_desc == md => self
-                    .namer
-                    .name(md)
-                    .map_or_else(|e| format!("[.NET method {md:#x}: {e}]"), |n| n.to_string()),
-                Ok(_) => format!("[.NET method {md:#x}: its code was freed before it was named]"),
+                }) if s == start && method_desc == md => match identity {
+                    Some(then) if self.namer.identity(md).ok() != Some(then) => freed(md),
+                    _ => self
+                        .namer
+                        .name(md)
+                        .map_or_else(|e| format!("[.NET method {md:#x}: {e}]"), |n| n.to_string()),
+                },
+                Ok(_) => freed(md),
                 Err(e) => format!("[.NET method {md:#x}: not named: {e}]"),
             };
             agg.name_method(i, name);
@@ -522,8 +530,9 @@ impl DotnetNames {
 /// links jitmap. A failed read (the host exiting) keeps the names read
 /// before.
 fn name_stub_kinds(descriptor: Option<&RemoteReader<ProcessMemory>>, agg: &mut Aggregator) {
-    if let Some(names) = descriptor.and_then(|reader| reader.stub_names().ok()) {
-        agg.name_stub_kinds(names.into_iter().map(|(_, kind, name)| (kind, name)));
+    let Some(reader) = descriptor else { return };
+    if let (Ok(managers), Ok(names)) = (reader.managers(), reader.stub_names()) {
+        agg.name_stub_kinds(managers.len(), names);
     }
 }
 

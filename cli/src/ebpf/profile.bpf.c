@@ -143,6 +143,7 @@ struct dn_section {
 	u64 map_base;  // a code heap's: what nibble-map offsets count from,
 	u64 heap_end;  // its end,
 	u64 header_map; // and its nibble map
+	u64 collectible; // a code heap's: its code may be freed and reused
 };
 
 // One executable mapping of an object with rows: [start, end), the object's
@@ -198,14 +199,15 @@ struct frame {
 	u64 start;     // the block's or image function's first byte, or the image's begin
 	u64 id;        // method id, or stub kind
 	u64 heap_id;   // the heap's id, or the image's begin
-	u64 size;      // code size, or the image's size
+	u64 size;      // code size, or the image's size (a .NET method's: see pad1)
 	u32 name_len;  // the name's full length in bytes
 	u16 reads;     // reads this frame's lookup made
 	u8 kind;       // enum frame_kind
-	u8 found;      // FRAME_IMAGE: 1 if a function of the image holds ip
+	u8 found;      // FRAME_IMAGE: 1 if a function of the image holds ip;
+	               // FRAME_DOTNET_METHOD: 1 if pad1 and size hold its identity
 	u16 name_off;  // where its name starts in the sample's name area
 	u16 name_copied; // name bytes copied there (at most NAME_CAP)
-	u32 pad1;
+	u32 pad1;      // FRAME_DOTNET_METHOD with found: its token's bits
 };
 
 struct event_header {
@@ -305,7 +307,15 @@ struct config {
 	u32 dn_stub_last;       // STUB_CODE_BLOCK_LAST
 	u32 dn_header_method_desc; // RealCodeHeader::phdrMDesc
 	u32 dn_header_unwind;   // RealCodeHeader::nUnwindInfos, then RUNTIME_FUNCTIONs
-	u32 dn_pad;
+	u32 dn_flag_collectible; // RANGE_SECTION_COLLECTIBLE
+	u32 dn_desc_token;      // MethodDesc: the token's low bits (u16)
+	u32 dn_desc_chunk_index; // its index in its chunk (u8)
+	u32 dn_desc_alignment;  // the index's unit
+	u32 dn_chunk_bytes;     // MethodDescChunk, which ends where its descs begin
+	u32 dn_chunk_method_table;
+	u32 dn_chunk_token;     // the token's high bits (u16)
+	u32 dn_method_table_module; // MethodTable::m_pModule
+	u32 dn_module_simple_name;  // Module::m_pSimpleName
 };
 
 struct stats {
@@ -903,6 +913,7 @@ INLINE u8 find_dotnet_section(struct scratch *s, u64 ip, u16 *reads)
 		c->map_base = field64(s->dn_buf, CONFIG.dn_heap_map_base, DN_CAP);
 		c->heap_end = field64(s->dn_buf, CONFIG.dn_heap_end, DN_CAP);
 		c->header_map = field64(s->dn_buf, CONFIG.dn_heap_header_map, DN_CAP);
+		c->collectible = (flags & CONFIG.dn_flag_collectible) != 0;
 	}
 	// Bounds last, once every read above succeeded: a slot whose heap list
 	// could not be read was left as it was (it never held this section).
@@ -911,6 +922,39 @@ INLINE u8 find_dotnet_section(struct scratch *s, u64 ip, u16 *reads)
 	s->dn_hit = slot;
 	s->dn_next = slot + 1;
 	return SECTION_FOUND;
+}
+
+// What names a method of a collectible assembly, read while the sample is
+// taken: its token's bits (the MethodDesc's low bits, its chunk's high
+// bits) and the first 8 bytes of its module's simple name, in the frame's
+// pad1 (low 16 bits, then high 16) and size, with found = 1. Such an
+// assembly's code, MethodDescs and Module are freed when it unloads, and
+// the next one may get the same addresses: user space names the method
+// only if it reads the same identity at its MethodDesc then (a method
+// frame keeps its assembly alive while it runs, so what is read here is
+// the method's own). Five reads.
+INLINE int method_identity(struct scratch *s, struct frame *f, u64 desc, u16 *reads)
+{
+	if (read_dn(s, 8, desc, reads))
+		return 1;
+	u16 low = (u16)(field32(s->dn_buf, CONFIG.dn_desc_token & ~3u, DN_CAP) >>
+			((CONFIG.dn_desc_token & 2) * 8));
+	u64 index = s->dn_buf[CONFIG.dn_desc_chunk_index & 7];
+	u64 chunk = desc - index * CONFIG.dn_desc_alignment - CONFIG.dn_chunk_bytes;
+	if (bad_ptr(chunk, 8) || read_dn(s, CONFIG.dn_chunk_bytes, chunk, reads))
+		return 1;
+	u16 high = (u16)(field32(s->dn_buf, CONFIG.dn_chunk_token & ~3u, DN_CAP) >>
+			 ((CONFIG.dn_chunk_token & 2) * 8));
+	u64 table = field64(s->dn_buf, CONFIG.dn_chunk_method_table, DN_CAP);
+	u64 module = 0, name = 0, prefix = 0;
+	if (bad_ptr(table, 8) || read_u64(&module, table + CONFIG.dn_method_table_module, reads) ||
+	    bad_ptr(module, 8) || read_u64(&name, module + CONFIG.dn_module_simple_name, reads) ||
+	    bad_ptr(name, 1) || read_u64(&prefix, name, reads))
+		return 1;
+	f->pad1 = (u32)low | (u32)high << 16;
+	f->size = prefix;
+	f->found = 1;
+	return 0;
 }
 
 // Resolves `ip` through CoreCLR's maps: its range section (cached for the
@@ -970,6 +1014,8 @@ INLINE u8 resolve_dotnet(struct scratch *s, struct frame *f, u64 ip, u16 *reads)
 		return FRAME_ERROR;
 	f->heap_id = header;
 	f->id = desc;
+	if (c->collectible && method_identity(s, f, desc, reads))
+		return FRAME_ERROR;
 	return FRAME_DOTNET_METHOD;
 }
 
@@ -1040,7 +1086,7 @@ INLINE u32 prologue_row(struct scratch *s, u64 header, u64 ip, u16 *reads)
 // for each state of the jitmap lookup that reaches it (inline, the .NET
 // path took the program from about 660,000 verified instructions to about
 // 960,000 of its 1 million). It finds its scratch itself and answers
-// there: the frame's start, id and heap id in s->dn_frame, its reads in
+// there: the frame's start, id, heap id and identity in s->dn_frame, its reads in
 // s->dn_reads, and in s->dn_entry whether it has pushed nothing.
 __attribute__((noinline)) int jitmap_dotnet_frame(u64 ip, u32 leaf)
 {
@@ -1052,6 +1098,9 @@ __attribute__((noinline)) int jitmap_dotnet_frame(u64 ip, u32 leaf)
 	f->start = 0;
 	f->id = 0;
 	f->heap_id = 0;
+	f->size = 0;
+	f->pad1 = 0;
+	f->found = 0;
 	u16 reads = 0;
 	u8 kind = resolve_dotnet(s, f, ip, &reads);
 	// CoreCLR's stubs push nothing (a precode's or jump stub's indirect
@@ -1085,6 +1134,9 @@ INLINE u8 resolve(struct scratch *s, struct frame *f, u64 ip, u16 *reads)
 			f->start = s->dn_frame.start;
 			f->id = s->dn_frame.id;
 			f->heap_id = s->dn_frame.heap_id;
+			f->size = s->dn_frame.size;
+			f->pad1 = s->dn_frame.pad1;
+			f->found = s->dn_frame.found;
 			return kind;
 		}
 		if (found != SECTION_FOUND)

@@ -107,7 +107,15 @@ struct DotnetConfig {
     stub_last: u32,
     header_method_desc: u32,
     header_unwind_infos: u32,
-    pad: u32,
+    flag_collectible: u32,
+    desc_token_remainder: u32,
+    desc_chunk_index: u32,
+    desc_alignment: u32,
+    chunk_bytes: u32,
+    chunk_method_table: u32,
+    chunk_token_range: u32,
+    method_table_module: u32,
+    module_simple_name: u32,
 }
 
 impl DotnetConfig {
@@ -134,6 +142,14 @@ impl DotnetConfig {
                 .all(|&(off, width, size)| fits(off, width, size))
             || !fits(l.real_header_method_desc, 8, 1 << 12)
             || !fits(l.real_header_unwind_infos, 4, 1 << 12)
+            || !fits(l.desc_token_remainder, 2, 8)
+            || l.desc_chunk_index >= 8
+            || !(1..=64).contains(&l.desc_alignment)
+            || !fits(l.chunk_method_table, 8, l.chunk_bytes)
+            || !fits(l.chunk_token_range, 2, l.chunk_bytes)
+            || l.chunk_bytes > DN_CAP
+            || l.method_table_module >= 1 << 12
+            || l.module_simple_name >= 1 << 12
             || l.stub_code_block_last > 0xFF
         {
             return Err(EbpfError::Layout("CoreCLR layout"));
@@ -159,13 +175,21 @@ impl DotnetConfig {
             stub_last: l.stub_code_block_last as u32,
             header_method_desc: u(l.real_header_method_desc),
             header_unwind_infos: u(l.real_header_unwind_infos),
-            pad: 0,
+            flag_collectible: l.flag_collectible,
+            desc_token_remainder: u(l.desc_token_remainder),
+            desc_chunk_index: u(l.desc_chunk_index),
+            desc_alignment: l.desc_alignment as u32,
+            chunk_bytes: u(l.chunk_bytes),
+            chunk_method_table: u(l.chunk_method_table),
+            chunk_token_range: u(l.chunk_token_range),
+            method_table_module: l.method_table_module as u32,
+            module_simple_name: l.module_simple_name as u32,
         })
     }
 }
 
 // SAFETY: `Config` is `#[repr(C)]`, `Copy`, made only of integers, with no
-// padding (two u64, 36 u32, one u64, then 20 u32: every u64 at a multiple
+// padding (two u64, 36 u32, one u64, then 28 u32: every u64 at a multiple
 // of 8, and the size a multiple of 8), so every bit pattern is valid and
 // its bytes are all initialized.
 unsafe impl aya::Pod for Config {}

@@ -51,6 +51,10 @@ pub struct DotnetLayout {
     pub flag_code_heap: u32,
     /// `RANGE_SECTION_RANGELIST`.
     pub flag_range_list: u32,
+    /// `RANGE_SECTION_COLLECTIBLE`: the section's code belongs to a
+    /// collectible assembly, whose code and `MethodDesc`s are freed when it
+    /// unloads and may be reused by the next one at the same addresses.
+    pub flag_collectible: u32,
     /// `HeapList`: its size and fields.
     pub heap_list_bytes: usize,
     /// Offset of the heap's first code address.
@@ -112,6 +116,7 @@ pub const LAYOUTS: &[DotnetLayout] = &[DotnetLayout {
     range_list_type: 0x120,
     flag_code_heap: 0x2,
     flag_range_list: 0x4,
+    flag_collectible: 0x1,
     heap_list_bytes: 0x30,
     heap_start: 0x10,
     heap_end: 0x18,

@@ -30,6 +30,42 @@ use super::metadata::Metadata;
 const TOKEN_REMAINDER_BITS: u32 = 12;
 const TOKEN_REMAINDER_MASK: u16 = 0x0FFF;
 const TOKEN_RANGE_MASK: u16 = 0x0FFF;
+
+/// What names a method of a collectible assembly, as an eBPF program reads
+/// it while the method runs: its metadata row and the first 8 bytes of its
+/// module's simple name. Such an assembly's code, `MethodDesc`s and
+/// `Module` are freed when it unloads, and the next assembly loaded may
+/// get the very same addresses; a name read later is the sampled method's
+/// only if [`MethodNames::identity`] then reads the same identity.
+///
+/// ```
+/// use jitmap::remote::dotnet::names::MethodIdentity;
+///
+/// // The MethodDesc's u16 (flag bits above the token's 12 ignored), then
+/// // the chunk's, as the program packs them.
+/// let id = MethodIdentity::from_raw(0x8003 | 0x1000_0000, u64::from_le_bytes(*b"UnloadA\0"));
+/// assert_eq!(id.rid, 3);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct MethodIdentity {
+    /// The method's row in its module's `MethodDef` table.
+    pub rid: u32,
+    /// The first 8 bytes at its module's simple name (little-endian).
+    pub name_prefix: u64,
+}
+
+impl MethodIdentity {
+    /// From the raw `MethodDesc` token bits (low 16) and its chunk's (high
+    /// 16), and the name's first 8 bytes.
+    pub fn from_raw(token_bits: u32, name_prefix: u64) -> Self {
+        let remainder = (token_bits as u16) & TOKEN_REMAINDER_MASK;
+        let range = ((token_bits >> 16) as u16) & TOKEN_RANGE_MASK;
+        Self {
+            rid: (u32::from(range) << TOKEN_REMAINDER_BITS) | u32::from(remainder),
+            name_prefix,
+        }
+    }
+}
 /// The largest assembly file read for its metadata.
 const MAX_ASSEMBLY_BYTES: u64 = 512 << 20;
 /// `MethodClassification` values that carry no `MethodDef` of their own.
@@ -169,6 +205,42 @@ impl<M: Memory> MethodNames<M> {
         Ok(self.assembly(module)?.name.clone())
     }
 
+    /// The identity of the method at `method_desc` now (see
+    /// [`MethodIdentity`]): five reads, as the eBPF program makes them.
+    pub fn identity(&mut self, method_desc: u64) -> Result<MethodIdentity, RemoteError> {
+        let (rid, method_table) = self.row_and_table(method_desc)?;
+        let module =
+            self.read_pointer(method_table.wrapping_add(self.layout.method_table_module))?;
+        let name = self.read_pointer(module.wrapping_add(self.layout.module_simple_name))?;
+        Ok(MethodIdentity {
+            rid,
+            name_prefix: self.read_pointer(name)?,
+        })
+    }
+
+    /// The metadata row of the method at `method_desc` and its
+    /// `MethodTable`, from the desc and its chunk.
+    fn row_and_table(&self, method_desc: u64) -> Result<(u32, u64), RemoteError> {
+        let l = self.layout;
+        let mut desc = vec![0u8; l.desc_bytes];
+        self.memory.read(method_desc, &mut desc)?;
+        let u16_at = |b: &[u8], at: usize| u16::from_le_bytes([b[at], b[at + 1]]);
+        let remainder = u16_at(&desc, l.desc_token_remainder) & TOKEN_REMAINDER_MASK;
+        let chunk = method_desc
+            .checked_sub(
+                u64::from(desc[l.desc_chunk_index]) * l.desc_alignment + l.chunk_bytes as u64,
+            )
+            .ok_or(RemoteError::Corrupt {
+                what: "MethodDesc chunk index",
+                addr: method_desc,
+            })?;
+        let mut chunk_bytes = vec![0u8; l.chunk_bytes];
+        self.memory.read(chunk, &mut chunk_bytes)?;
+        let range = u16_at(&chunk_bytes, l.chunk_token_range) & TOKEN_RANGE_MASK;
+        let rid = (u32::from(range) << TOKEN_REMAINDER_BITS) | u32::from(remainder);
+        Ok((rid, read_at(&chunk_bytes, l.chunk_method_table)))
+    }
+
     fn read_name(&mut self, method_desc: u64) -> Result<MethodName, RemoteError> {
         if !self.target_is_x86_64()? {
             return Err(RemoteError::UnsupportedRuntime {
@@ -184,20 +256,7 @@ impl<M: Memory> MethodNames<M> {
             MC_ARRAY => return Ok(MethodName::ArrayAccessor),
             _ => {}
         }
-        let remainder = u16_at(&desc, l.desc_token_remainder) & TOKEN_REMAINDER_MASK;
-        let chunk = method_desc
-            .checked_sub(
-                u64::from(desc[l.desc_chunk_index]) * l.desc_alignment + l.chunk_bytes as u64,
-            )
-            .ok_or(RemoteError::Corrupt {
-                what: "MethodDesc chunk index",
-                addr: method_desc,
-            })?;
-        let mut chunk_bytes = vec![0u8; l.chunk_bytes];
-        self.memory.read(chunk, &mut chunk_bytes)?;
-        let range = u16_at(&chunk_bytes, l.chunk_token_range) & TOKEN_RANGE_MASK;
-        let rid = (u32::from(range) << TOKEN_REMAINDER_BITS) | u32::from(remainder);
-        let method_table = read_at(&chunk_bytes, l.chunk_method_table);
+        let (rid, method_table) = self.row_and_table(method_desc)?;
         let module = self.read_pointer(method_table.wrapping_add(l.method_table_module))?;
         let assembly = self.assembly(module)?;
         let token = 0x0600_0000 | rid;
