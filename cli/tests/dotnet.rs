@@ -813,30 +813,53 @@ mod profile {
         );
     }
 
+    /// `unload.py`, killed (and its directory removed) when dropped.
+    struct Unloading {
+        child: Child,
+        dir: PathBuf,
+    }
+
+    impl Drop for Unloading {
+        fn drop(&mut self) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
     /// Collectible assemblies loaded, run and unloaded over and over
-    /// (`unload.py`): thread A loads only UnloadA.dll, thread B only
-    /// UnloadB.dll, and the runtime hands A's freed code and `MethodDesc`
-    /// addresses to B and back. A frame is named right or said unknown,
-    /// never named wrong: no stack under `CycleA` names a method of
-    /// UnloadB, or the reverse. Before each frame carried its identity,
-    /// 6,973 of 18,139 samples of one run were named wrong this way.
+    /// (`unload.py`): thread A loads only Jitmap.UnloadA, thread B only
+    /// Jitmap.UnloadB (names that share their first 8 bytes), and the
+    /// runtime hands A's freed code and `MethodDesc` addresses to B and
+    /// back. A frame is named right or said unknown, never named wrong: no
+    /// stack under `CycleA` names a method of B, or the reverse. Without
+    /// the identity check, 6,973 of 18,139 samples of one run were named
+    /// wrong; with only the name's first 8 bytes in the identity, 10,832
+    /// samples of one run.
     #[test]
     fn a_frame_in_code_unloaded_and_reused_is_never_named_wrong() {
         let Some(python) = ready() else { return };
         const UNLOAD: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/dotnet/unload.py");
-        let dir = fresh_dir("jitmap-unload");
-        let mut child = Command::new(&python)
+        // Under the target directory, not /tmp: the workload runs a copy of
+        // the runtime's `dotnet` host from there.
+        let dir =
+            Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("unload-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let child = Command::new(&python)
             .arg(UNLOAD)
             .arg(&dir)
             .arg("120")
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
-        let pid = ready_pid(&mut child);
-        let out = dir.join("profile");
+        let mut w = Unloading { child, dir };
+        let pid = ready_pid(&mut w.child);
+        let out = w.dir.join("profile");
         let json = jitmap_profile(pid, "6", &out);
-        let _ = child.kill();
-        let _ = child.wait();
+        let side_of = |f: &str| {
+            f.strip_prefix("[Jitmap.Unload")
+                .and_then(|f| f.chars().next())
+        };
         let (mut wrong, mut named, mut unknown) = (0, 0, 0);
         for (frames, n) in folded(&out) {
             let has = |f: &str| frames.iter().any(|x| x == f);
@@ -845,26 +868,19 @@ mod profile {
                 .filter(|(_, cycle)| has(&format!("[Driver] Jitmap.Driver::{cycle}")))
                 .map(|(side, _)| side)
                 .collect();
-            let mut sides: Vec<char> = frames
-                .iter()
-                .filter_map(|f| f.strip_prefix("[Unload"))
-                .filter_map(|f| f.chars().next())
-                .collect();
+            let mut sides: Vec<char> = frames.iter().filter_map(|f| side_of(f)).collect();
             sides.dedup();
             if sides.len() > 1 || (!side.is_empty() && !sides.is_empty() && sides != side) {
                 eprintln!("named wrong ({n}): {frames:?}");
                 wrong += n;
             }
             let leaf = frames.last().unwrap();
-            if side == ['A'] && leaf == "[UnloadA] Jitmap.UnloadA.Work::LeafA"
-                || side == ['B'] && leaf == "[UnloadB] Jitmap.UnloadB.Work::LeafB"
+            if side == ['A'] && leaf == "[Jitmap.UnloadA] Jitmap.UnloadA.Work::LeafA"
+                || side == ['B'] && leaf == "[Jitmap.UnloadB] Jitmap.UnloadB.Work::LeafB"
             {
                 named += n;
             }
-            if frames
-                .iter()
-                .any(|f| f.ends_with("its code was freed before it was named]"))
-            {
+            if frames.iter().any(|f| f.starts_with("[.NET method ")) {
                 unknown += n;
             }
         }
@@ -872,11 +888,11 @@ mod profile {
         // another time, one of B.
         let mut by_desc: BTreeMap<u64, BTreeSet<char>> = BTreeMap::new();
         for m in json["dotnet"]["methods"].as_array().unwrap() {
-            if let Some(side) = m["name"].as_str().unwrap().strip_prefix("[Unload") {
+            if let Some(side) = side_of(m["name"].as_str().unwrap()) {
                 by_desc
                     .entry(m["method_desc"].as_u64().unwrap())
                     .or_default()
-                    .insert(side.chars().next().unwrap());
+                    .insert(side);
             }
         }
         let reused = by_desc.values().filter(|s| s.len() == 2).count();
@@ -890,8 +906,9 @@ mod profile {
             "no MethodDesc was reused: the race did not run"
         );
         assert!(named >= 1000, "{named} leaf samples named");
-        assert!(unknown * 4 <= named, "{unknown} unknown, {named} named");
-        let _ = std::fs::remove_dir_all(&dir);
+        // The namer keeps up: most frames are named before their code goes
+        // (about 1 in 6 was not, on this 2-vCPU VM).
+        assert!(unknown <= named, "{unknown} unknown, {named} named");
     }
 
     #[test]

@@ -5,9 +5,8 @@ use std::collections::HashMap;
 
 use jitmap::StubKindName;
 use jitmap::agent::{Profile, Stack, version_labels};
-use jitmap::remote::dotnet::names::MethodIdentity;
 
-use super::event::{Frame, FrameKind, Sample};
+use super::event::{Frame, FrameKind, Identity, Sample};
 
 /// A frame as aggregated: JIT methods by placement, native code by address.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -61,7 +60,7 @@ pub struct DotnetPlacement {
     /// First code byte.
     pub start: u64,
     /// What named it while it ran, in a collectible assembly's code.
-    pub identity: Option<MethodIdentity>,
+    pub identity: Option<Identity>,
     /// Its name, read from the process while it ran (empty: not read).
     pub name: String,
     /// The lowest and highest address looked up in it.
@@ -75,7 +74,7 @@ pub struct DotnetPlacement {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Unnamed {
     /// CoreCLR placements: (index, `MethodDesc`, start, identity).
-    pub methods: Vec<(usize, u64, u64, Option<MethodIdentity>)>,
+    pub methods: Vec<(usize, u64, u64, Option<Identity>)>,
     /// ReadyToRun `Module`s.
     pub modules: Vec<u64>,
     /// Stub range lists (`CodeRangeMapRangeList`).
@@ -218,7 +217,7 @@ pub struct Aggregator {
     unnamed_stub_kinds: std::collections::HashSet<u8>,
     /// Open CoreCLR placements, by (`MethodDesc`, start, identity) into
     /// `dotnet`.
-    dotnet_index: HashMap<(u64, u64, Option<MethodIdentity>), usize>,
+    dotnet_index: HashMap<(u64, u64, Option<Identity>), usize>,
     dotnet: Vec<DotnetPlacement>,
     /// ReadyToRun `Module`s' assembly names, by module and generation.
     modules: HashMap<(u64, u64), String>,
@@ -874,7 +873,7 @@ mod tests {
         dotnet_in(ip, start, method_desc, None)
     }
 
-    fn dotnet_in(ip: u64, start: u64, method_desc: u64, identity: Option<MethodIdentity>) -> Frame {
+    fn dotnet_in(ip: u64, start: u64, method_desc: u64, identity: Option<Identity>) -> Frame {
         Frame {
             ip,
             reads: 9,
@@ -892,8 +891,10 @@ mod tests {
     /// same identity it is the same placement.
     #[test]
     fn a_reused_collectible_method_is_another_placement_by_its_identity() {
-        let a = MethodIdentity::from_raw(2, u64::from_le_bytes(*b"UnloadA\0"));
-        let b = MethodIdentity::from_raw(2, u64::from_le_bytes(*b"UnloadB\0"));
+        use jitmap::remote::dotnet::names::{MethodIdentity, name_hash};
+        let read =
+            |name: &[u8]| Identity::Read(MethodIdentity::from_raw(2, name_hash(0x7000, name)));
+        let (a, b) = (read(b"Jitmap.UnloadA\0"), read(b"Jitmap.UnloadB\0"));
         let mut agg = Aggregator::new();
         agg.add(&sample(vec![dotnet_in(0x1010, 0x1000, 0xA0, Some(a))]));
         agg.add(&sample(vec![dotnet_in(0x1020, 0x1000, 0xA0, Some(b))]));
@@ -927,7 +928,7 @@ mod tests {
         let mut agg = Aggregator::new();
         agg.add(&sample(vec![dotnet(0x1010, 0x1000, 0xA0), native(0x500)]));
         agg.add(&sample(vec![dotnet(0x1020, 0x1000, 0xA0), native(0x500)]));
-        let methods = |methods: Vec<(usize, u64, u64, Option<MethodIdentity>)>| Unnamed {
+        let methods = |methods: Vec<(usize, u64, u64, Option<Identity>)>| Unnamed {
             methods,
             ..Unnamed::default()
         };

@@ -73,7 +73,7 @@ pub enum FrameKind {
         method_desc: u64,
         /// In a collectible assembly's code, what named the method while
         /// it ran: its name is given only if the `MethodDesc` still has it.
-        identity: Option<MethodIdentity>,
+        identity: Option<Identity>,
     },
     /// A stub block in a CoreCLR code heap.
     DotnetStub {
@@ -110,6 +110,15 @@ pub struct ImageMethod {
     pub name: String,
     /// Whether the name was cut.
     pub truncated: bool,
+}
+
+/// The identity of a method frame in a collectible assembly's code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Identity {
+    /// As the program read it while the method ran.
+    Read(MethodIdentity),
+    /// A read failed: the frame is a method, but not named.
+    Unreadable,
 }
 
 /// One frame: its address and what it is.
@@ -319,7 +328,14 @@ fn decode_frame(b: &[u8], names: &[u8]) -> Result<Frame, DecodeError> {
         9 => FrameKind::DotnetMethod {
             start,
             method_desc: id,
-            identity: (b[47] == 1).then(|| MethodIdentity::from_raw(u32_at(b, 52), size)),
+            identity: match b[47] {
+                1 => Some(Identity::Read(MethodIdentity::from_raw(
+                    u32_at(b, 52),
+                    size,
+                ))),
+                2 => Some(Identity::Unreadable),
+                _ => None,
+            },
         },
         10 => FrameKind::DotnetStub { start, kind: id },
         11 => FrameKind::DotnetStubs {
@@ -387,7 +403,8 @@ mod tests {
             b[52..56].copy_from_slice(&(0x8005u32 | 0x0001_0000).to_le_bytes());
         });
         let without = frame(0x1234, 9, |b| b[32..40].copy_from_slice(b"UnloadA\0"));
-        let kinds: Vec<FrameKind> = Sample::decode(&record(&[with, without], &[]))
+        let unread = frame(0x1234, 9, |b| b[47] = 2);
+        let kinds: Vec<FrameKind> = Sample::decode(&record(&[with, without, unread], &[]))
             .unwrap()
             .frames
             .into_iter()
@@ -395,7 +412,7 @@ mod tests {
             .collect();
         let identity = MethodIdentity {
             rid: 1 << 12 | 5,
-            name_prefix: u64::from_le_bytes(*b"UnloadA\0"),
+            name_hash: u64::from_le_bytes(*b"UnloadA\0"),
         };
         assert_eq!(
             kinds,
@@ -403,12 +420,17 @@ mod tests {
                 FrameKind::DotnetMethod {
                     start: 0x1000,
                     method_desc: 0xA0,
-                    identity: Some(identity),
+                    identity: Some(Identity::Read(identity)),
                 },
                 FrameKind::DotnetMethod {
                     start: 0,
                     method_desc: 0,
                     identity: None,
+                },
+                FrameKind::DotnetMethod {
+                    start: 0,
+                    method_desc: 0,
+                    identity: Some(Identity::Unreadable),
                 },
             ]
         );

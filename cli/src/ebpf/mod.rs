@@ -43,7 +43,7 @@ use jitmap::remote::dotnet::{self, Runtime};
 use jitmap::remote::{self, Descriptor, ProcessMemory, RemoteError, RemoteReader};
 
 use aggregate::{Aggregator, Counts, DotnetPlacement, Placement};
-use event::{DecodeError, Sample};
+use event::{DecodeError, Identity, Sample};
 use program::{Config, KernelStats, Loaded, RunTime};
 
 /// What to profile.
@@ -502,11 +502,17 @@ impl DotnetNames {
                     method_desc,
                     ..
                 }) if s == start && method_desc == md => match identity {
-                    Some(then) if self.namer.identity(md).ok() != Some(then) => freed(md),
-                    _ => self
+                    None => self
                         .namer
                         .name(md)
                         .map_or_else(|e| format!("[.NET method {md:#x}: {e}]"), |n| n.to_string()),
+                    Some(Identity::Read(then)) => match self.namer.name_if(md, then) {
+                        Ok(Some(name)) => name.to_string(),
+                        Ok(None) | Err(_) => freed(md),
+                    },
+                    Some(Identity::Unreadable) => format!(
+                        "[.NET method {md:#x}: its identity could not be read while it ran]"
+                    ),
                 },
                 Ok(_) => freed(md),
                 Err(e) => format!("[.NET method {md:#x}: not named: {e}]"),

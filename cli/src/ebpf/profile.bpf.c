@@ -204,7 +204,8 @@ struct frame {
 	u16 reads;     // reads this frame's lookup made
 	u8 kind;       // enum frame_kind
 	u8 found;      // FRAME_IMAGE: 1 if a function of the image holds ip;
-	               // FRAME_DOTNET_METHOD: 1 if pad1 and size hold its identity
+	               // FRAME_DOTNET_METHOD: 1 if pad1 and size hold its
+	               // identity, 2 if it could not be read
 	u16 name_off;  // where its name starts in the sample's name area
 	u16 name_copied; // name bytes copied there (at most NAME_CAP)
 	u32 pad1;      // FRAME_DOTNET_METHOD with found: its token's bits
@@ -926,35 +927,50 @@ INLINE u8 find_dotnet_section(struct scratch *s, u64 ip, u16 *reads)
 
 // What names a method of a collectible assembly, read while the sample is
 // taken: its token's bits (the MethodDesc's low bits, its chunk's high
-// bits) and the first 8 bytes of its module's simple name, in the frame's
-// pad1 (low 16 bits, then high 16) and size, with found = 1. Such an
-// assembly's code, MethodDescs and Module are freed when it unloads, and
-// the next one may get the same addresses: user space names the method
-// only if it reads the same identity at its MethodDesc then (a method
-// frame keeps its assembly alive while it runs, so what is read here is
-// the method's own). Five reads.
-INLINE int method_identity(struct scratch *s, struct frame *f, u64 desc, u16 *reads)
+// bits) in the frame's pad1 (low 16 bits, then high 16), and in its size a
+// hash of its module's simple name: the pointer, and up to 32 bytes there
+// (to the end of the name's page), as jitmap::remote::dotnet::names::
+// name_hash folds them; found = 1. Such an assembly's code, MethodDescs
+// and Module are freed when it unloads, and the next one may get the same
+// addresses: user space names the method only if it reads the same
+// identity at its MethodDesc then (a method frame keeps its assembly alive
+// while it runs, so what is read here is the method's own). Five reads.
+// found = 2 when a read failed: the frame is still a method (its walk
+// rules hold), but it is not named.
+INLINE void method_identity(struct scratch *s, struct frame *f, u64 desc, u16 *reads)
 {
+	f->found = 2;
 	if (read_dn(s, 8, desc, reads))
-		return 1;
+		return;
 	u16 low = (u16)(field32(s->dn_buf, CONFIG.dn_desc_token & ~3u, DN_CAP) >>
 			((CONFIG.dn_desc_token & 2) * 8));
 	u64 index = s->dn_buf[CONFIG.dn_desc_chunk_index & 7];
 	u64 chunk = desc - index * CONFIG.dn_desc_alignment - CONFIG.dn_chunk_bytes;
 	if (bad_ptr(chunk, 8) || read_dn(s, CONFIG.dn_chunk_bytes, chunk, reads))
-		return 1;
+		return;
 	u16 high = (u16)(field32(s->dn_buf, CONFIG.dn_chunk_token & ~3u, DN_CAP) >>
 			 ((CONFIG.dn_chunk_token & 2) * 8));
 	u64 table = field64(s->dn_buf, CONFIG.dn_chunk_method_table, DN_CAP);
-	u64 module = 0, name = 0, prefix = 0;
+	u64 module = 0, name = 0;
 	if (bad_ptr(table, 8) || read_u64(&module, table + CONFIG.dn_method_table_module, reads) ||
 	    bad_ptr(module, 8) || read_u64(&name, module + CONFIG.dn_module_simple_name, reads) ||
-	    bad_ptr(name, 1) || read_u64(&prefix, name, reads))
-		return 1;
+	    bad_ptr(name, 1))
+		return;
+	u64 *w = (u64 *)s->dn_buf;
+	w[0] = 0;
+	w[1] = 0;
+	w[2] = 0;
+	w[3] = 0;
+	u32 n = 4096 - (u32)(name & 4095);
+	if (n > 32)
+		n = 32;
+	*reads += 1;
+	if (bpf_probe_read_user(s->dn_buf, n & 63, (const void *)name))
+		return;
 	f->pad1 = (u32)low | (u32)high << 16;
-	f->size = prefix;
+	f->size = name ^ w[0] ^ (w[1] << 16 | w[1] >> 48) ^ (w[2] << 32 | w[2] >> 32) ^
+		  (w[3] << 48 | w[3] >> 16);
 	f->found = 1;
-	return 0;
 }
 
 // Resolves `ip` through CoreCLR's maps: its range section (cached for the
@@ -1014,8 +1030,8 @@ INLINE u8 resolve_dotnet(struct scratch *s, struct frame *f, u64 ip, u16 *reads)
 		return FRAME_ERROR;
 	f->heap_id = header;
 	f->id = desc;
-	if (c->collectible && method_identity(s, f, desc, reads))
-		return FRAME_ERROR;
+	if (c->collectible)
+		method_identity(s, f, desc, reads);
 	return FRAME_DOTNET_METHOD;
 }
 

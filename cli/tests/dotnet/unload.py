@@ -262,7 +262,9 @@ class Module:
 def write_leaf(path, side):
     """UnloadA.dll or UnloadB.dll: static long Run(n) → Mid(n) → Leaf(n)."""
     mid_pad, leaf_pad = PAD[side]
-    m = Module("Unload" + side)
+    # Assembly names that share their first 8 bytes ("Jitmap.U"), as a
+    # product's plugins' names do.
+    m = Module("Jitmap.Unload" + side)
     obj = m.type_ref(m.assembly_ref(CORELIB), "System.Object")
     # acc = 0; for (i = 0; i < n; i++) acc = (acc * 31 + i) % (2n + 1); pad
     leaf = m.method("Leaf" + side, "long", ["long"], ["long", "long"], [
@@ -450,7 +452,8 @@ def main():
     driver = os.path.join(out_dir, "Driver.dll")
     write_driver(driver, 0 if fresh else BURN)
     # The host runs Driver.dll on the wheel's one framework version.
-    version = max(os.listdir(os.path.join(NET, "shared", "Microsoft.NETCore.App")))
+    versions = os.listdir(os.path.join(NET, "shared", "Microsoft.NETCore.App"))
+    version = max(versions, key=lambda v: [int(p) if p.isdigit() else 0 for p in v.split(".")])
     framework = {"name": "Microsoft.NETCore.App", "version": version}
     options = {"tfm": "net8.0", "rollForward": "LatestPatch", "framework": framework}
     with open(os.path.join(out_dir, "Driver.runtimeconfig.json"), "w") as out:

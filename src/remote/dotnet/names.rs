@@ -32,37 +32,61 @@ const TOKEN_REMAINDER_MASK: u16 = 0x0FFF;
 const TOKEN_RANGE_MASK: u16 = 0x0FFF;
 
 /// What names a method of a collectible assembly, as an eBPF program reads
-/// it while the method runs: its metadata row and the first 8 bytes of its
-/// module's simple name. Such an assembly's code, `MethodDesc`s and
+/// it while the method runs: its metadata row and a hash of its module's
+/// simple name ([`name_hash`]). Such an assembly's code, `MethodDesc`s and
 /// `Module` are freed when it unloads, and the next assembly loaded may
 /// get the very same addresses; a name read later is the sampled method's
 /// only if [`MethodNames::identity`] then reads the same identity.
 ///
 /// ```
-/// use jitmap::remote::dotnet::names::MethodIdentity;
+/// use jitmap::remote::dotnet::names::{MethodIdentity, name_hash};
 ///
 /// // The MethodDesc's u16 (flag bits above the token's 12 ignored), then
 /// // the chunk's, as the program packs them.
-/// let id = MethodIdentity::from_raw(0x8003 | 0x1000_0000, u64::from_le_bytes(*b"UnloadA\0"));
+/// let hash = name_hash(0x7000, b"Contoso.PluginA\0");
+/// let id = MethodIdentity::from_raw(0x8003 | 0x1000_0000, hash);
 /// assert_eq!(id.rid, 3);
+/// assert_ne!(hash, name_hash(0x7000, b"Contoso.PluginB\0"));
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct MethodIdentity {
     /// The method's row in its module's `MethodDef` table.
     pub rid: u32,
-    /// The first 8 bytes at its module's simple name (little-endian).
-    pub name_prefix: u64,
+    /// [`name_hash`] of its module's simple name.
+    pub name_hash: u64,
+}
+
+/// Bytes of a module's simple name an identity covers: up to 32, and not
+/// past the end of the name's page (a read there could fail).
+pub fn name_window(name: u64) -> usize {
+    (4096 - (name % 4096) as usize).min(32)
+}
+
+/// The hash of a module's simple name in a [`MethodIdentity`]: its address,
+/// and the [`name_window`] bytes there (zeros after), as four little-endian
+/// words rotated by 0, 16, 32 and 48 bits, all XORed. The eBPF program
+/// computes the same.
+pub fn name_hash(name: u64, bytes: &[u8]) -> u64 {
+    let mut window = [0u8; 32];
+    let n = bytes.len().min(name_window(name));
+    window[..n].copy_from_slice(&bytes[..n]);
+    window
+        .chunks_exact(8)
+        .zip([0, 16, 32, 48])
+        .fold(name, |hash, (word, turn)| {
+            hash ^ u64::from_le_bytes(word.try_into().unwrap_or_default()).rotate_left(turn)
+        })
 }
 
 impl MethodIdentity {
     /// From the raw `MethodDesc` token bits (low 16) and its chunk's (high
-    /// 16), and the name's first 8 bytes.
-    pub fn from_raw(token_bits: u32, name_prefix: u64) -> Self {
+    /// 16), and the name's hash.
+    pub fn from_raw(token_bits: u32, name_hash: u64) -> Self {
         let remainder = (token_bits as u16) & TOKEN_REMAINDER_MASK;
         let range = ((token_bits >> 16) as u16) & TOKEN_RANGE_MASK;
         Self {
             rid: (u32::from(range) << TOKEN_REMAINDER_BITS) | u32::from(remainder),
-            name_prefix,
+            name_hash,
         }
     }
 }
@@ -208,14 +232,48 @@ impl<M: Memory> MethodNames<M> {
     /// The identity of the method at `method_desc` now (see
     /// [`MethodIdentity`]): five reads, as the eBPF program makes them.
     pub fn identity(&mut self, method_desc: u64) -> Result<MethodIdentity, RemoteError> {
+        Ok(self.identity_and_module(method_desc)?.0)
+    }
+
+    /// The name of the method at `method_desc` if it has `identity` both
+    /// before and after its name is read, else `None`: the name of a
+    /// collectible assembly's method, whose `MethodDesc` and `Module` the
+    /// next assembly may reuse. The name and the assembly are read afresh,
+    /// not from what this pass read before (which may be the other
+    /// assembly's, at the same addresses).
+    pub fn name_if(
+        &mut self,
+        method_desc: u64,
+        identity: MethodIdentity,
+    ) -> Result<Option<MethodName>, RemoteError> {
+        let (now, module) = self.identity_and_module(method_desc)?;
+        if now != identity {
+            return Ok(None);
+        }
+        self.names.remove(&method_desc);
+        self.modules.remove(&module);
+        let name = self.read_name(method_desc)?;
+        // Not kept: a later lookup of the address this pass reads it anew.
+        self.names.remove(&method_desc);
+        self.modules.remove(&module);
+        Ok((self.identity_and_module(method_desc)?.0 == identity).then_some(name))
+    }
+
+    fn identity_and_module(
+        &mut self,
+        method_desc: u64,
+    ) -> Result<(MethodIdentity, u64), RemoteError> {
         let (rid, method_table) = self.row_and_table(method_desc)?;
         let module =
             self.read_pointer(method_table.wrapping_add(self.layout.method_table_module))?;
         let name = self.read_pointer(module.wrapping_add(self.layout.module_simple_name))?;
-        Ok(MethodIdentity {
+        let mut bytes = vec![0u8; name_window(name)];
+        self.memory.read(name, &mut bytes)?;
+        let identity = MethodIdentity {
             rid,
-            name_prefix: self.read_pointer(name)?,
-        })
+            name_hash: name_hash(name, &bytes),
+        };
+        Ok((identity, module))
     }
 
     /// The metadata row of the method at `method_desc` and its
