@@ -856,31 +856,36 @@ mod profile {
         let pid = ready_pid(&mut w.child);
         let out = w.dir.join("profile");
         let json = jitmap_profile(pid, "6", &out);
-        let side_of = |f: &str| {
-            f.strip_prefix("[Jitmap.Unload")
-                .and_then(|f| f.chars().next())
+        // Every side a frame's name speaks of: its assembly's and its
+        // type's (a frame named wrong in one but not the other counts), in
+        // any form of name (a method, or one without its file).
+        let sides_in = |f: &str| -> BTreeSet<char> {
+            f.match_indices("Jitmap.Unload")
+                .filter_map(|(at, m)| f[at + m.len()..].chars().next())
+                .collect()
         };
         let (mut wrong, mut named, mut unknown) = (0, 0, 0);
         for (frames, n) in folded(&out) {
             let has = |f: &str| frames.iter().any(|x| x == f);
-            let side: Vec<char> = [('A', "CycleA"), ('B', "CycleB")]
+            let side: BTreeSet<char> = [('A', "CycleA"), ('B', "CycleB")]
                 .into_iter()
                 .filter(|(_, cycle)| has(&format!("[Driver] Jitmap.Driver::{cycle}")))
                 .map(|(side, _)| side)
                 .collect();
-            let mut sides: Vec<char> = frames.iter().filter_map(|f| side_of(f)).collect();
-            sides.dedup();
+            let sides: BTreeSet<char> = frames.iter().flat_map(|f| sides_in(f)).collect();
             if sides.len() > 1 || (!side.is_empty() && !sides.is_empty() && sides != side) {
                 eprintln!("named wrong ({n}): {frames:?}");
                 wrong += n;
             }
             let leaf = frames.last().unwrap();
-            if side == ['A'] && leaf == "[Jitmap.UnloadA] Jitmap.UnloadA.Work::LeafA"
-                || side == ['B'] && leaf == "[Jitmap.UnloadB] Jitmap.UnloadB.Work::LeafB"
+            let mine = |s: char| side.len() == 1 && side.contains(&s);
+            if mine('A') && leaf == "[Jitmap.UnloadA] Jitmap.UnloadA.Work::LeafA"
+                || mine('B') && leaf == "[Jitmap.UnloadB] Jitmap.UnloadB.Work::LeafB"
             {
                 named += n;
             }
-            if frames.iter().any(|f| f.starts_with("[.NET method ")) {
+            // A leaf in the collectible code not named: said unknown.
+            if !side.is_empty() && leaf.starts_with("[.NET method ") {
                 unknown += n;
             }
         }
@@ -888,16 +893,14 @@ mod profile {
         // another time, one of B.
         let mut by_desc: BTreeMap<u64, BTreeSet<char>> = BTreeMap::new();
         for m in json["dotnet"]["methods"].as_array().unwrap() {
-            if let Some(side) = side_of(m["name"].as_str().unwrap()) {
-                by_desc
-                    .entry(m["method_desc"].as_u64().unwrap())
-                    .or_default()
-                    .insert(side);
-            }
+            by_desc
+                .entry(m["method_desc"].as_u64().unwrap())
+                .or_default()
+                .extend(sides_in(m["name"].as_str().unwrap()));
         }
         let reused = by_desc.values().filter(|s| s.len() == 2).count();
         eprintln!(
-            "{named} leaf samples named, {unknown} said unknown, {wrong} named wrong; \
+            "{named} leaf samples named, {unknown} leaves said unknown, {wrong} named wrong; \
              {reused} MethodDescs named an A and a B method"
         );
         assert_eq!(wrong, 0);
@@ -906,9 +909,10 @@ mod profile {
             "no MethodDesc was reused: the race did not run"
         );
         assert!(named >= 1000, "{named} leaf samples named");
-        // The namer keeps up: most frames are named before their code goes
-        // (about 1 in 6 was not, on this 2-vCPU VM).
-        assert!(unknown <= named, "{unknown} unknown, {named} named");
+        // The namer keeps up: most leaves are named before their code goes
+        // (3,264 of 24,344 were not in one run here; 367 of 13,234 in one
+        // beside `stress-ng --cpu 2`).
+        assert!(unknown * 2 <= named, "{unknown} unknown, {named} named");
     }
 
     #[test]

@@ -861,6 +861,13 @@ mod tests {
     }
 
     #[test]
+    fn the_name_hash_multiplier_is_the_programs() {
+        use jitmap::remote::dotnet::names::NAME_HASH_MULTIPLIER;
+        let line = format!("#define NAME_HASH_MULTIPLIER {NAME_HASH_MULTIPLIER:#X}ULL\n");
+        assert!(include_str!("profile.bpf.c").contains(&line), "{line}");
+    }
+
+    #[test]
     fn the_scan_bound_named_is_the_programs() {
         let source = include_str!("profile.bpf.c");
         assert!(

@@ -508,7 +508,8 @@ impl DotnetNames {
                         .map_or_else(|e| format!("[.NET method {md:#x}: {e}]"), |n| n.to_string()),
                     Some(Identity::Read(then)) => match self.namer.name_if(md, then) {
                         Ok(Some(name)) => name.to_string(),
-                        Ok(None) | Err(_) => freed(md),
+                        Ok(None) => freed(md),
+                        Err(e) => format!("[.NET method {md:#x}: {e}]"),
                     },
                     Some(Identity::Unreadable) => format!(
                         "[.NET method {md:#x}: its identity could not be read while it ran]"

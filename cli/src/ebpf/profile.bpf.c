@@ -128,6 +128,8 @@ struct unwind_row {
 // CoreCLR: the largest fragment, range section or heap list read, and the
 // fragments followed in one chunk's list.
 #define DN_CAP 64
+// jitmap::remote::dotnet::names's HASH_MULTIPLIER.
+#define NAME_HASH_MULTIPLIER 0x9E3779B97F4A7C15ULL
 #define DN_FRAGMENTS 32
 #define DN_SECTIONS 4
 // An UNWIND_INFO read: its 4-byte header and at most DN_UNWIND_CODES codes.
@@ -928,9 +930,9 @@ INLINE u8 find_dotnet_section(struct scratch *s, u64 ip, u16 *reads)
 // What names a method of a collectible assembly, read while the sample is
 // taken: its token's bits (the MethodDesc's low bits, its chunk's high
 // bits) in the frame's pad1 (low 16 bits, then high 16), and in its size a
-// hash of its module's simple name: the pointer, and up to 32 bytes there
-// (to the end of the name's page), as jitmap::remote::dotnet::names::
-// name_hash folds them; found = 1. Such an assembly's code, MethodDescs
+// hash of its module's simple name: its address and 32 bytes there (or up
+// to the end of its page), as jitmap::remote::dotnet::names::name_hash
+// mixes them; found = 1. Such an assembly's code, MethodDescs
 // and Module are freed when it unloads, and the next one may get the same
 // addresses: user space names the method only if it reads the same
 // identity at its MethodDesc then (a method frame keeps its assembly alive
@@ -956,20 +958,29 @@ INLINE void method_identity(struct scratch *s, struct frame *f, u64 desc, u16 *r
 	    bad_ptr(module, 8) || read_u64(&name, module + CONFIG.dn_module_simple_name, reads) ||
 	    bad_ptr(name, 1))
 		return;
+	// The hash of jitmap::remote::dotnet::names::name_hash: 32 bytes at the
+	// name, or, if those cannot be read, up to the end of its page.
 	u64 *w = (u64 *)s->dn_buf;
-	w[0] = 0;
-	w[1] = 0;
-	w[2] = 0;
-	w[3] = 0;
-	u32 n = 4096 - (u32)(name & 4095);
-	if (n > 32)
-		n = 32;
 	*reads += 1;
-	if (bpf_probe_read_user(s->dn_buf, n & 63, (const void *)name))
-		return;
+	if (bpf_probe_read_user(s->dn_buf, 32, (const void *)name)) {
+		w[0] = 0;
+		w[1] = 0;
+		w[2] = 0;
+		w[3] = 0;
+		u32 n = 4096 - (u32)(name & 4095);
+		if (n > 32)
+			n = 32;
+		*reads += 1;
+		if (bpf_probe_read_user(s->dn_buf, n & 63, (const void *)name))
+			return;
+	}
+	u64 h = name * NAME_HASH_MULTIPLIER;
+	h = (h ^ w[0]) * NAME_HASH_MULTIPLIER;
+	h = (h ^ w[1]) * NAME_HASH_MULTIPLIER;
+	h = (h ^ w[2]) * NAME_HASH_MULTIPLIER;
+	h = (h ^ w[3]) * NAME_HASH_MULTIPLIER;
 	f->pad1 = (u32)low | (u32)high << 16;
-	f->size = name ^ w[0] ^ (w[1] << 16 | w[1] >> 48) ^ (w[2] << 32 | w[2] >> 32) ^
-		  (w[3] << 48 | w[3] >> 16);
+	f->size = h ^ (h >> 32);
 	f->found = 1;
 }
 

@@ -36,7 +36,7 @@ const TOKEN_RANGE_MASK: u16 = 0x0FFF;
 /// simple name ([`name_hash`]). Such an assembly's code, `MethodDesc`s and
 /// `Module` are freed when it unloads, and the next assembly loaded may
 /// get the very same addresses; a name read later is the sampled method's
-/// only if [`MethodNames::identity`] then reads the same identity.
+/// only if it was read with the same identity ([`MethodNames::name_if`]).
 ///
 /// ```
 /// use jitmap::remote::dotnet::names::{MethodIdentity, name_hash};
@@ -56,26 +56,39 @@ pub struct MethodIdentity {
     pub name_hash: u64,
 }
 
-/// Bytes of a module's simple name an identity covers: up to 32, and not
-/// past the end of the name's page (a read there could fail).
+/// Bytes at a module's simple name an identity covers: [`NAME_BYTES`], or,
+/// when those cannot be read (the name ends just before an unmapped
+/// page), up to the end of the name's page.
 pub fn name_window(name: u64) -> usize {
-    (4096 - (name % 4096) as usize).min(32)
+    (4096 - (name % 4096) as usize).min(NAME_BYTES)
 }
 
-/// The hash of a module's simple name in a [`MethodIdentity`]: its address,
-/// and the [`name_window`] bytes there (zeros after), as four little-endian
-/// words rotated by 0, 16, 32 and 48 bits, all XORed. The eBPF program
-/// computes the same.
+/// Bytes at a module's simple name an identity hashes: the name, and
+/// whatever follows it up to there (the image's next strings, which do not
+/// change while it is loaded).
+pub const NAME_BYTES: usize = 32;
+
+/// The multiplier of [`name_hash`] (2^64 over the golden ratio, odd).
+pub const NAME_HASH_MULTIPLIER: u64 = 0x9E37_79B9_7F4A_7C15;
+
+/// The hash of a module's simple name in a [`MethodIdentity`]: its address
+/// times [`NAME_HASH_MULTIPLIER`], then for each little-endian word of the
+/// bytes read there (at most [`NAME_BYTES`], zeros after), XOR the word
+/// and multiply again; the high half is XORed into the low. Multiplying
+/// between words keeps a change of address from cancelling a change of
+/// name. The eBPF program computes the same.
 pub fn name_hash(name: u64, bytes: &[u8]) -> u64 {
-    let mut window = [0u8; 32];
-    let n = bytes.len().min(name_window(name));
+    let mut window = [0u8; NAME_BYTES];
+    let n = bytes.len().min(NAME_BYTES);
     window[..n].copy_from_slice(&bytes[..n]);
-    window
-        .chunks_exact(8)
-        .zip([0, 16, 32, 48])
-        .fold(name, |hash, (word, turn)| {
-            hash ^ u64::from_le_bytes(word.try_into().unwrap_or_default()).rotate_left(turn)
-        })
+    let hash =
+        window
+            .chunks_exact(8)
+            .fold(name.wrapping_mul(NAME_HASH_MULTIPLIER), |hash, word| {
+                let word = u64::from_le_bytes(word.try_into().unwrap_or_default());
+                (hash ^ word).wrapping_mul(NAME_HASH_MULTIPLIER)
+            });
+    hash ^ hash >> 32
 }
 
 impl MethodIdentity {
@@ -229,12 +242,6 @@ impl<M: Memory> MethodNames<M> {
         Ok(self.assembly(module)?.name.clone())
     }
 
-    /// The identity of the method at `method_desc` now (see
-    /// [`MethodIdentity`]): five reads, as the eBPF program makes them.
-    pub fn identity(&mut self, method_desc: u64) -> Result<MethodIdentity, RemoteError> {
-        Ok(self.identity_and_module(method_desc)?.0)
-    }
-
     /// The name of the method at `method_desc` if it has `identity` both
     /// before and after its name is read, else `None`: the name of a
     /// collectible assembly's method, whose `MethodDesc` and `Module` the
@@ -252,6 +259,9 @@ impl<M: Memory> MethodNames<M> {
         }
         self.names.remove(&method_desc);
         self.modules.remove(&module);
+        // The module's image may be mapped where another's was when the
+        // mappings were read: read them again.
+        self.maps.clear();
         let name = self.read_name(method_desc)?;
         // Not kept: a later lookup of the address this pass reads it anew.
         self.names.remove(&method_desc);
@@ -259,6 +269,8 @@ impl<M: Memory> MethodNames<M> {
         Ok((self.identity_and_module(method_desc)?.0 == identity).then_some(name))
     }
 
+    /// The identity of the method at `method_desc` now (see
+    /// [`MethodIdentity`]), as the eBPF program reads it, and its module.
     fn identity_and_module(
         &mut self,
         method_desc: u64,
@@ -267,8 +279,12 @@ impl<M: Memory> MethodNames<M> {
         let module =
             self.read_pointer(method_table.wrapping_add(self.layout.method_table_module))?;
         let name = self.read_pointer(module.wrapping_add(self.layout.module_simple_name))?;
-        let mut bytes = vec![0u8; name_window(name)];
-        self.memory.read(name, &mut bytes)?;
+        let mut bytes = [0u8; NAME_BYTES];
+        if self.memory.read(name, &mut bytes).is_err() {
+            bytes = [0; NAME_BYTES];
+            let window = name_window(name);
+            self.memory.read(name, &mut bytes[..window])?;
+        }
         let identity = MethodIdentity {
             rid,
             name_hash: name_hash(name, &bytes),
@@ -513,6 +529,57 @@ mod tests {
             Err(RemoteError::Unreadable { addr: 0x50000, .. })
         ));
         assert!(!names.names.contains_key(&0x50000));
+    }
+
+    /// The next assembly at the same addresses: the desc's row is the same,
+    /// its module's name another. A name is given only with the identity
+    /// read while the method ran, and read afresh, not from what the pass
+    /// read before.
+    #[test]
+    fn a_reused_desc_is_named_only_with_its_identity_and_afresh() {
+        let (image, descs) = fake([0, 0, 0]);
+        let mut names = MethodNames::new(std::process::id() as i32, image, net8());
+        let (a, _) = names.identity_and_module(descs[0]).unwrap();
+        let named = |assembly: &str| MethodName::NoFile {
+            assembly: assembly.into(),
+            token: 0x0612_3456,
+            method_desc: descs[0],
+        };
+        assert_eq!(names.name(descs[0]).unwrap(), named("Fake.Assembly"));
+        let name_at = names
+            .read_pointer(MODULE + net8().module_simple_name)
+            .unwrap();
+        names.memory.write(name_at, b"Fake.Assemblz\0").unwrap();
+        let (b, _) = names.identity_and_module(descs[0]).unwrap();
+        assert_eq!((a.rid, b.rid), (0x123456 & 0xFF_FFFF, 0x123456 & 0xFF_FFFF));
+        assert_ne!(a, b);
+        assert_eq!(names.name_if(descs[0], a).unwrap(), None);
+        assert_eq!(
+            names.name_if(descs[0], b).unwrap(),
+            Some(named("Fake.Assemblz"))
+        );
+    }
+
+    /// Names that differ in one byte, at addresses that differ too, or
+    /// near the end of a page, hash apart; the window stops at the page's
+    /// end.
+    #[test]
+    fn name_hashes_differ_where_names_or_addresses_do() {
+        assert_eq!(name_window(0x7000), 32);
+        assert_eq!(name_window(0x7FF8), 8);
+        let at = 0x7FFF_0FF8;
+        assert_ne!(
+            name_hash(at, b"Jitmap.UnloadA\0"),
+            name_hash(at, b"Jitmap.UnloadB\0")
+        );
+        // A change of address does not cancel a change of name.
+        let other = at ^ 0x3_0000_0000;
+        assert_ne!(name_hash(at, b"PlugA.X\0"), name_hash(other, b"PlugB.X\0"));
+        assert_ne!(name_hash(at, b"Same\0"), name_hash(other, b"Same\0"));
+        // Bytes past NAME_BYTES do not count; missing ones are zeros.
+        let long = [b'x'; 40];
+        assert_eq!(name_hash(at, &long), name_hash(at, &long[..32]));
+        assert_eq!(name_hash(at, b"ab"), name_hash(at, b"ab\0\0"));
     }
 
     #[test]
