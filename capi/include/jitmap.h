@@ -1001,9 +1001,9 @@ enum jitmap_status jitmap_manager_perf(struct jitmap_manager *manager,
 
 // Names the manager's stub kind `kind` (1 to 15): what its stubs are
 // (`name`, "precode", "jump stub") and who makes them (`owner`, the
-// runtime or its component), so that `jitmap inspect --list` and profiles
-// show `stub kind 2: precode (myjit)` instead of a number. At most 44
-// bytes together, neither empty, no NUL (`JITMAP_STATUS_BAD_ARGUMENT`
+// runtime or its component), so that `jitmap inspect --list` shows `stub
+// kind 2: precode (myjit)` and profiles `[stub 2: precode (myjit)]`
+// instead of a number. At most 44 bytes together, neither empty, no NUL (`JITMAP_STATUS_BAD_ARGUMENT`
 // otherwise). Naming a kind again with the same name does nothing; with
 // another name it fails with `JITMAP_STATUS_STUB_KIND_NAMED` and the first
 // name stays.

@@ -440,6 +440,11 @@ impl ExecutionManager {
         self.inner.stub_names.lock()[stub_names::slot(kind)].clone()
     }
 
+    /// Every stub kind's name, slot k - 1 for kind k, in one lock.
+    pub(crate) fn stub_kind_names(&self) -> stub_names::Names {
+        self.inner.stub_names.lock().clone()
+    }
+
     /// The frameless stub kinds, bit k for kind k: one load, for a walker in
     /// a signal handler.
     #[inline]

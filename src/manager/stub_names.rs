@@ -121,22 +121,30 @@ impl fmt::Display for StubKindName {
 }
 
 /// How profiles show a frame in a stub of `kind`: with its kind's name,
-/// `[stub 1: trampoline (jitmap-cranelift)]`; without, `[stub 1]`.
+/// `[stub 1: trampoline (jitmap-cranelift)]`; without, `[stub 1]`; with the
+/// names two managers gave it (a reader that cannot tell whose stub it
+/// was), all of them, joined by "or".
 ///
 /// ```
 /// use jitmap::StubKindName;
 /// use jitmap::manager::stub_frame_label;
 ///
 /// let name = StubKindName::new("jitmap-cranelift", "trampoline")?;
-/// assert_eq!(stub_frame_label(1, Some(&name)), "[stub 1: trampoline (jitmap-cranelift)]");
-/// assert_eq!(stub_frame_label(1, None), "[stub 1]");
+/// let other = StubKindName::new("host", "veneer")?;
+/// assert_eq!(stub_frame_label(1, &[name.clone()]), "[stub 1: trampoline (jitmap-cranelift)]");
+/// assert_eq!(stub_frame_label(1, &[]), "[stub 1]");
+/// assert_eq!(
+///     stub_frame_label(1, &[name, other]),
+///     "[stub 1: trampoline (jitmap-cranelift) or veneer (host)]"
+/// );
 /// # Ok::<(), jitmap::ManagerError>(())
 /// ```
-pub fn stub_frame_label(kind: u8, name: Option<&StubKindName>) -> String {
-    match name {
-        Some(name) => format!("[stub {kind}: {name}]"),
-        None => format!("[stub {kind}]"),
+pub fn stub_frame_label(kind: u8, names: &[StubKindName]) -> String {
+    if names.is_empty() {
+        return format!("[stub {kind}]");
     }
+    let names: Vec<String> = names.iter().map(ToString::to_string).collect();
+    format!("[stub {kind}: {}]", names.join(" or "))
 }
 
 /// One stub kind's name in the descriptor: `lens` is 0 while unset, else
@@ -205,6 +213,7 @@ mod tests {
     #[test]
     fn a_label_reads_back_the_name_it_was_given() {
         let label = StubLabel::unset();
+        // Relaxed, every load here: this thread wrote what it reads.
         let bytes = |label: &StubLabel| label.bytes.each_ref().map(|b| b.load(Ordering::Relaxed));
         assert_eq!(
             StubKindName::from_label(label.lens.load(Ordering::Relaxed), &bytes(&label)),

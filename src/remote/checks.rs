@@ -19,6 +19,15 @@ pub(crate) fn read_u32_at(bytes: &[u8], off: usize) -> u32 {
         .map_or(0, u32::from_ne_bytes)
 }
 
+/// The u16 at `off` in `bytes` (0 if it does not fit).
+#[cfg(feature = "inspect")]
+pub(crate) fn read_u16_at(bytes: &[u8], off: usize) -> u16 {
+    bytes
+        .get(off..off + 2)
+        .and_then(|b| b.try_into().ok())
+        .map_or(0, u16::from_ne_bytes)
+}
+
 /// `addr` if it can point to an `align`-aligned object in the user half of the
 /// address space.
 pub(crate) fn check_ptr(addr: u64, align: u64, what: &'static str) -> Result<u64, RemoteError> {

@@ -62,6 +62,12 @@ pub enum RemoteError {
         /// The process.
         pid: i32,
     },
+    /// The host kept changing what was read (managers registered and
+    /// dropped) through every attempt.
+    Changing {
+        /// What was read.
+        what: &'static str,
+    },
 }
 
 impl fmt::Display for RemoteError {
@@ -91,6 +97,9 @@ impl fmt::Display for RemoteError {
                 "process {pid} maps no ELF file that defines jitmap_descriptor, as a symbol \
                  or as the section a stripped host keeps: it does not link jitmap"
             ),
+            Self::Changing { what } => {
+                write!(f, "the host kept changing its {what} while they were read")
+            }
         }
     }
 }

@@ -75,8 +75,8 @@ pub use crate::unwind::UnwindRow;
 pub use error::RemoteError;
 pub use memory::{Counted, Memory, MemoryImage, ProcessMemory};
 pub use reader::{
-    ImageMethodFound, Layout, ReadStats, RemoteMethod, RemoteReader, RemoteSection, Resolution,
-    SectionKind, Unknown,
+    ImageMethodFound, Layout, ManagerStubNames, ReadStats, RemoteMethod, RemoteReader,
+    RemoteSection, Resolution, SectionKind, Unknown,
 };
 
 /// Fragments followed in one chunk's list before the list is called corrupt.

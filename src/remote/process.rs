@@ -316,9 +316,8 @@ fn load_bias(elf: &object::File<'_>, first: u64) -> Option<u64> {
 /// ```
 pub fn find_descriptor(pid: i32) -> Result<u64, RemoteError> {
     find_in_files(pid, |_| true, descriptor_value)
-        .map(|f| f.map(|f| (f.symbol, f.path)))
         .ok_or(RemoteError::DescriptorNotFound { pid })?
-        .map(|(addr, _)| addr)
+        .map(|f| f.symbol)
 }
 
 #[cfg(test)]

@@ -112,6 +112,10 @@ pub struct Layout {
     pub entry_name_ptr: usize,
 }
 
+/// A registered manager's range-map root, and the names it gave its stub
+/// kinds: (kind, name) for each kind named ([`RemoteReader::stub_names`]).
+pub type ManagerStubNames = (u64, Vec<(u8, StubKindName)>);
+
 /// What a lookup found.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Resolution {
@@ -440,8 +444,8 @@ impl<M: Memory> RemoteReader<M> {
         let bytes = &mut bytes[..LABEL * out.len()];
         let Some(slot) = usize::from(first).checked_sub(1) else {
             return Err(RemoteError::Corrupt {
-                what: "stub kind",
-                addr: 0,
+                what: "stub kind 0",
+                addr: self.descriptor + offset_of!(Descriptor, stub_labels) as u64,
             });
         };
         let at =
@@ -454,30 +458,30 @@ impl<M: Memory> RemoteReader<M> {
         Ok(())
     }
 
-    /// The names every registered manager gave its stub kinds: (range-map
-    /// root, kind, name) for each kind named. One read per manager, and the
-    /// managers read again: while managers come and go faster than that,
-    /// after [`RETRIES`] attempts, no names.
-    pub fn stub_names(&self) -> Result<Vec<(u64, u8, StubKindName)>, RemoteError> {
+    /// Every registered manager's range-map root, with the names it gave
+    /// its stub kinds, (kind, name) for each kind named. One read per
+    /// manager, and the managers read again; [`RemoteError::Changing`] if
+    /// managers came and went through [`RETRIES`] attempts.
+    pub fn stub_names(&self) -> Result<Vec<ManagerStubNames>, RemoteError> {
         for _ in 0..RETRIES {
             let entries = self.entries()?;
-            let mut names = Vec::new();
+            let mut managers = Vec::with_capacity(entries.len());
             for &(index, root) in &entries {
                 let mut labels: [Option<StubKindName>; MAX_STUB_KIND as usize] = Default::default();
                 self.read_labels(index, 1, &mut labels)?;
-                names.extend(
-                    (1..=MAX_STUB_KIND)
-                        .zip(labels)
-                        .filter_map(|(kind, name)| Some((root, kind, name?))),
-                );
+                let named = (1..=MAX_STUB_KIND)
+                    .zip(labels)
+                    .filter_map(|(kind, name)| Some((kind, name?)))
+                    .collect();
+                managers.push((root, named));
             }
             // A manager dropped while its labels were read, and its entry
             // taken by another, would pair its root with the other's names.
             if self.entries()? == entries {
-                return Ok(names);
+                return Ok(managers);
             }
         }
-        Ok(Vec::new())
+        Err(RemoteError::Changing { what: "managers" })
     }
 
     /// What `ip` is in the process: a method (id, name, start, offset), a stub,
@@ -487,7 +491,7 @@ impl<M: Memory> RemoteReader<M> {
     /// heap's sequence, at most two start words and two end words in v2 (at
     /// most [`V1_MAX_WORDS`] and as many end words in v1), the prefix, the
     /// header, the name and the two sequences again; for a stub, its kind's
-    /// label instead of the header and the name.
+    /// label and the managers again instead of the header and the name.
     pub fn resolve(&self, ip: u64) -> Result<Resolution, RemoteError> {
         let before = self.reads.get();
         let mut stats = self.stats.get();
@@ -1167,7 +1171,7 @@ impl Layout {
         if self.heap_seq + 8 > 16 || self.heap_id + 8 > 16 {
             return bad("heap trailer offsets");
         }
-        if self.prefix_size + 8 > 16 || self.prefix_slot + 8 > 16 || self.max_stub_kind > 255 {
+        if self.prefix_size + 8 > 16 || self.prefix_slot + 8 > 16 {
             return bad("prefix offsets");
         }
         let in_header = [

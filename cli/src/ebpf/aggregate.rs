@@ -5,6 +5,7 @@ use std::collections::HashMap;
 
 use jitmap::StubKindName;
 use jitmap::agent::{Profile, Stack, version_labels};
+use jitmap::remote::ManagerStubNames;
 
 use super::event::{Frame, FrameKind, Identity, Sample};
 
@@ -450,35 +451,29 @@ impl Aggregator {
     }
 
     /// Adds the host's names of its stub kinds, read at one time, to those
-    /// read before: `managers` registered then, and (manager, kind, name)
-    /// for each kind a manager named. A frame in a stub of a named kind is
+    /// read before: each manager registered then, with (kind, name) for
+    /// each kind it named. A frame in a stub of a named kind is
     /// labelled `[stub 1: trampoline (jitmap-cranelift)]`; but a sample
     /// does not say whose stub it was in, so a kind that one manager named
     /// and another left unnamed, at any read, stays `[stub 1]`, and one
     /// named differently by two is labelled with both names.
-    pub fn name_stub_kinds(
-        &mut self,
-        managers: usize,
-        names: impl IntoIterator<Item = (u64, u8, StubKindName)>,
-    ) {
-        let mut by_kind: HashMap<u8, Vec<(u64, StubKindName)>> = HashMap::new();
-        for (manager, kind, name) in names {
-            by_kind.entry(kind).or_default().push((manager, name));
-        }
-        for (kind, named) in by_kind {
-            let mut by = named
+    pub fn name_stub_kinds(&mut self, managers: &[ManagerStubNames]) {
+        for kind in 1..=jitmap::heap::MAX_STUB_KIND {
+            let named: Vec<&StubKindName> = managers
                 .iter()
-                .map(|(manager, _)| *manager)
-                .collect::<Vec<_>>();
-            by.sort_unstable();
-            by.dedup();
-            if by.len() < managers {
+                .filter_map(|(_, names)| names.iter().find(|(k, _)| *k == kind))
+                .map(|(_, name)| name)
+                .collect();
+            if named.is_empty() {
+                continue;
+            }
+            if named.len() < managers.len() {
                 self.unnamed_stub_kinds.insert(kind);
             }
             let known = self.stub_names.entry(kind).or_default();
-            for (_, name) in named {
-                if !known.contains(&name) {
-                    known.push(name);
+            for name in named {
+                if !known.contains(name) {
+                    known.push(name.clone());
                 }
             }
         }
@@ -491,14 +486,7 @@ impl Aggregator {
             .filter(|kind| !self.unnamed_stub_kinds.contains(kind))
             .and_then(|kind| self.stub_names.get(&kind))
             .map_or(&[][..], Vec::as_slice);
-        match names {
-            [] => format!("[stub {kind}]"),
-            [one] => jitmap::manager::stub_frame_label(kind as u8, Some(one)),
-            many => {
-                let all: Vec<String> = many.iter().map(ToString::to_string).collect();
-                format!("[stub {kind}: {}]", all.join(" or "))
-            }
-        }
+        jitmap::manager::stub_frame_label(kind as u8, names)
     }
 
     /// Gives stub range list `list` its stubs' `StubCodeBlockKind`.
@@ -829,17 +817,20 @@ mod tests {
         let name = |owner, name| StubKindName::new(owner, name).unwrap();
         // Read twice (the profile rereads the names): kept once. Kind 2 is
         // named by two managers in two ways; kind 3 by none.
-        for _ in 0..2 {
-            agg.name_stub_kinds(
-                2,
-                [
-                    (0xA, 1, name("jitmap-cranelift", "trampoline")),
-                    (0xB, 1, name("jitmap-cranelift", "trampoline")),
-                    (0xA, 2, name("a", "precode")),
-                    (0xB, 2, name("b", "veneer")),
-                    (0xA, 4, name("a", "thunk")),
+        let trampoline = name("jitmap-cranelift", "trampoline");
+        let managers = [
+            (
+                0xA,
+                vec![
+                    (1, trampoline.clone()),
+                    (2, name("a", "precode")),
+                    (4, name("a", "thunk")),
                 ],
-            );
+            ),
+            (0xB, vec![(1, trampoline), (2, name("b", "veneer"))]),
+        ];
+        for _ in 0..2 {
+            agg.name_stub_kinds(&managers);
         }
         // Kind 4: manager 0xB left it unnamed, and a sample does not say
         // whose stub it was in.

@@ -537,9 +537,8 @@ impl DotnetNames {
 /// links jitmap. A failed read (the host exiting) keeps the names read
 /// before.
 fn name_stub_kinds(descriptor: Option<&RemoteReader<ProcessMemory>>, agg: &mut Aggregator) {
-    let Some(reader) = descriptor else { return };
-    if let (Ok(managers), Ok(names)) = (reader.managers(), reader.stub_names()) {
-        agg.name_stub_kinds(managers.len(), names);
+    if let Some(Ok(managers)) = descriptor.map(RemoteReader::stub_names) {
+        agg.name_stub_kinds(&managers);
     }
 }
 

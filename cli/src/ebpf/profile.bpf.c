@@ -128,7 +128,7 @@ struct unwind_row {
 // CoreCLR: the largest fragment, range section or heap list read, and the
 // fragments followed in one chunk's list.
 #define DN_CAP 64
-// jitmap::remote::dotnet::names's HASH_MULTIPLIER.
+// jitmap::remote::dotnet::names's NAME_HASH_MULTIPLIER.
 #define NAME_HASH_MULTIPLIER 0x9E3779B97F4A7C15ULL
 #define DN_FRAGMENTS 32
 #define DN_SECTIONS 4
@@ -936,7 +936,8 @@ INLINE u8 find_dotnet_section(struct scratch *s, u64 ip, u16 *reads)
 // and Module are freed when it unloads, and the next one may get the same
 // addresses: user space names the method only if it reads the same
 // identity at its MethodDesc then (a method frame keeps its assembly alive
-// while it runs, so what is read here is the method's own). Five reads.
+// while it runs, so what is read here is the method's own). Five reads,
+// six at the end of a page.
 // found = 2 when a read failed: the frame is still a method (its walk
 // rules hold), but it is not named.
 INLINE void method_identity(struct scratch *s, struct frame *f, u64 desc, u16 *reads)

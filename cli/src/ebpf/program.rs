@@ -122,32 +122,22 @@ impl DotnetConfig {
     /// The program's view of `l`; refuses a layout whose structures or
     /// fields do not fit the program's `DN_CAP`-byte buffer.
     fn new(l: &DotnetLayout) -> Result<Self, EbpfError> {
-        let fields = [
-            (l.fragment_next, 8, l.fragment_bytes),
-            (l.fragment_begin, 8, l.fragment_bytes),
-            (l.fragment_end, 8, l.fragment_bytes),
-            (l.fragment_section, 8, l.fragment_bytes),
-            (l.section_flags, 4, l.section_bytes),
-            (l.section_module, 8, l.section_bytes),
-            (l.section_heap_list, 8, l.section_bytes),
-            (l.section_range_list, 8, l.section_bytes),
-            (l.heap_end, 8, l.heap_list_bytes),
-            (l.heap_map_base, 8, l.heap_list_bytes),
-            (l.heap_header_map, 8, l.heap_list_bytes),
+        // The program reads each structure whole (a MethodDesc as 8 bytes).
+        let sizes = [
+            l.fragment_bytes,
+            l.section_bytes,
+            l.heap_list_bytes,
+            l.chunk_bytes,
         ];
-        let sizes = [l.fragment_bytes, l.section_bytes, l.heap_list_bytes];
         if !sizes.iter().all(|&size| size <= DN_CAP)
-            || !fields
+            || l.desc_bytes > 8
+            || !l
+                .fields()
                 .iter()
                 .all(|&(off, width, size)| fits(off, width, size))
             || !fits(l.real_header_method_desc, 8, 1 << 12)
             || !fits(l.real_header_unwind_infos, 4, 1 << 12)
-            || !fits(l.desc_token_remainder, 2, 8)
-            || l.desc_chunk_index >= 8
             || !(1..=64).contains(&l.desc_alignment)
-            || !fits(l.chunk_method_table, 8, l.chunk_bytes)
-            || !fits(l.chunk_token_range, 2, l.chunk_bytes)
-            || l.chunk_bytes > DN_CAP
             || l.method_table_module >= 1 << 12
             || l.module_simple_name >= 1 << 12
             || l.stub_code_block_last > 0xFF

@@ -8,12 +8,13 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use std::sync::Arc;
 
 use crate::events::BlockId;
-use crate::heap::StubKind;
+use crate::heap::{MAX_STUB_KIND, StubKind};
 use crate::image::ImageSection;
+use crate::manager::stub_names::{Names as StubNames, slot};
 use crate::{CodeInfo, ExecutionManager};
 
 use super::profile::{Kept, MethodVersion, ProbeCounts, ProbeEvent, Profile, Sample, SampleFrame};
-use super::record::{ProbeKind, RawFrame, ThreadRecord};
+use super::record::{FrameKind, ProbeKind, RawFrame, ThreadRecord};
 use super::symbols::NativeNames;
 
 mod events;
@@ -24,7 +25,7 @@ mod placements;
 mod tests;
 
 pub(crate) use events::{EventListener, EventLog};
-use naming::{FrameKey, StubNames, label_versions, named_stacks};
+use naming::{FrameKey, label_versions, named_stacks};
 use pending::{NativeRows, Pending};
 use placements::{Known, KnownImage, Placement};
 
@@ -51,8 +52,11 @@ pub(crate) struct Collector {
     /// none), kept for the profile after their image is forgotten.
     image_names: FxHashMap<u64, String>,
     /// The manager's names of its stub kinds, slot k for kind k, read at
-    /// each pass until the kind has one (a kind is named once).
+    /// the first pass after a sample met the kind, and at each later one
+    /// until the kind has one (a kind is named once).
     stub_names: StubNames,
+    /// Bit k: a drained sample had a frame in a stub of kind k.
+    stubs_seen: u16,
     /// Where versions are and were, by start, oldest first: the current
     /// placement of every known version, and each one it left (freed or
     /// moved away) until its grace period ends and no waiting sample holds
@@ -166,6 +170,7 @@ impl Collector {
                 .collect(),
             image_names: FxHashMap::default(),
             stub_names: StubNames::default(),
+            stubs_seen: 0,
             occupants,
             max_size,
             leaving: VecDeque::new(),
@@ -206,11 +211,6 @@ impl Collector {
         // Every handler pinned before this point has finished its sample by
         // the time `safe` says so; computed before the drain, it covers them.
         let safe = manager.domain().safe_before();
-        for (slot, name) in self.stub_names.iter_mut().enumerate() {
-            if name.is_none() {
-                *name = StubKind::new(slot as u8).and_then(|kind| manager.stub_kind_name(kind));
-            }
-        }
         self.calibrate();
         self.names.follow_loader(loader);
         self.same_native.clear();
@@ -223,7 +223,11 @@ impl Collector {
                 record.samples.drain(|h, frames| {
                     self.handler_ns += h.end_ns.saturating_sub(h.begin_ns);
                     let mut owned = self.spare_frames.pop().unwrap_or_default();
-                    owned.extend_from_slice(&frames[..h.depth as usize]);
+                    // Copied, and the stub kinds met noted on the way.
+                    owned.extend(frames[..h.depth as usize].iter().map(|f| {
+                        self.stubs_seen |= u16::from(f.kind == FrameKind::Stub) << (f.key & 15);
+                        *f
+                    }));
                     drained.push(Pending {
                         attempts: 0,
                         native: (h.native_from < h.depth).then_some(NativeRows {
@@ -259,6 +263,7 @@ impl Collector {
                 })
             };
         }
+        self.name_stub_kinds(manager);
         self.check_native_rows(records, &mut drained);
         // Then the events: a version's load was sent before any handler could
         // find it, so waiting for the events sent so far covers every frame
@@ -286,6 +291,19 @@ impl Collector {
         let (t0, n0) = self.clock_origin;
         let delta = (ticks as f64 - t0 as f64) * self.ns_per_tick;
         (n0 as f64 + delta).max(0.0) as u64
+    }
+
+    /// Reads the manager's stub-kind names, in one lock, when samples met a
+    /// kind that has none yet: nothing for a host whose samples meet no
+    /// stub, or only named ones. (A kind is named once, so a later read
+    /// holds every name an earlier one did.)
+    fn name_stub_kinds(&mut self, manager: &ExecutionManager) {
+        let unnamed = (1..=MAX_STUB_KIND).filter_map(StubKind::new).any(|kind| {
+            self.stubs_seen & (1 << kind.get()) != 0 && self.stub_names[slot(kind)].is_none()
+        });
+        if unnamed {
+            self.stub_names = manager.stub_kind_names();
+        }
     }
 
     /// The finished profile. Samples still waiting for their events are

@@ -2,9 +2,11 @@
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
+use crate::JitKind;
 use crate::events::BlockId;
+use crate::heap::StubKind;
 use crate::manager::stub_frame_label;
-use crate::{JitKind, StubKindName};
+use crate::manager::stub_names::{Names as StubNames, slot};
 
 use crate::agent::profile::{MethodVersion, Sample, SampleFrame, Stack, version_labels};
 use crate::agent::record::FrameKind;
@@ -12,10 +14,6 @@ use crate::agent::symbols::NativeNames;
 
 use super::Collector;
 use super::pending::{Pending, RETRIES, WAIT_NS};
-
-/// A manager's stub-kind names as the collector keeps them: slot k for
-/// kind k (slot 0, no kind, stays empty).
-pub(super) type StubNames = [Option<StubKindName>; 16];
 
 /// A frame as aggregated: without offsets, native frames by address.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -339,7 +337,9 @@ pub(super) fn named_stacks(
                 }),
                 FrameKey::Stub(kind) => frames.push(stub_frame_label(
                     kind as u8,
-                    stub_names.get(kind as usize).and_then(Option::as_ref),
+                    StubKind::new(kind as u8)
+                        .and_then(|kind| stub_names[slot(kind)].as_ref())
+                        .map_or(&[], std::slice::from_ref),
                 )),
                 FrameKey::Unattributed => frames.push("[unattributed]".to_owned()),
                 FrameKey::Native(id) => frames.extend(names.chain(id).iter().cloned()),

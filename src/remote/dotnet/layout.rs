@@ -98,6 +98,36 @@ pub struct DotnetLayout {
     pub module_simple_name: u64,
 }
 
+impl DotnetLayout {
+    /// Every field a reader reads in a structure it reads whole: (offset,
+    /// width, the structure's size), for readers to check against the
+    /// buffers they read into.
+    pub fn fields(&self) -> [(usize, usize, usize); 19] {
+        let l = self;
+        [
+            (l.fragment_next, 8, l.fragment_bytes),
+            (l.fragment_begin, 8, l.fragment_bytes),
+            (l.fragment_end, 8, l.fragment_bytes),
+            (l.fragment_section, 8, l.fragment_bytes),
+            (l.section_low, 8, l.section_bytes),
+            (l.section_high, 8, l.section_bytes),
+            (l.section_flags, 4, l.section_bytes),
+            (l.section_module, 8, l.section_bytes),
+            (l.section_heap_list, 8, l.section_bytes),
+            (l.section_range_list, 8, l.section_bytes),
+            (l.heap_start, 8, l.heap_list_bytes),
+            (l.heap_end, 8, l.heap_list_bytes),
+            (l.heap_map_base, 8, l.heap_list_bytes),
+            (l.heap_header_map, 8, l.heap_list_bytes),
+            (l.desc_token_remainder, 2, l.desc_bytes),
+            (l.desc_chunk_index, 1, l.desc_bytes),
+            (l.desc_flags, 2, l.desc_bytes),
+            (l.chunk_method_table, 8, l.chunk_bytes),
+            (l.chunk_token_range, 2, l.chunk_bytes),
+        ]
+    }
+}
+
 /// Every layout known, one entry per set of versions that share it.
 pub const LAYOUTS: &[DotnetLayout] = &[DotnetLayout {
     versions: "8.0.",
@@ -167,28 +197,7 @@ mod tests {
     #[test]
     fn every_field_lies_inside_its_structure() {
         for l in LAYOUTS {
-            let fields = [
-                (l.fragment_next, 8, l.fragment_bytes),
-                (l.fragment_begin, 8, l.fragment_bytes),
-                (l.fragment_end, 8, l.fragment_bytes),
-                (l.fragment_section, 8, l.fragment_bytes),
-                (l.section_low, 8, l.section_bytes),
-                (l.section_high, 8, l.section_bytes),
-                (l.section_flags, 4, l.section_bytes),
-                (l.section_module, 8, l.section_bytes),
-                (l.section_heap_list, 8, l.section_bytes),
-                (l.section_range_list, 8, l.section_bytes),
-                (l.heap_start, 8, l.heap_list_bytes),
-                (l.heap_end, 8, l.heap_list_bytes),
-                (l.heap_map_base, 8, l.heap_list_bytes),
-                (l.heap_header_map, 8, l.heap_list_bytes),
-                (l.desc_token_remainder, 2, l.desc_bytes),
-                (l.desc_chunk_index, 1, l.desc_bytes),
-                (l.desc_flags, 2, l.desc_bytes),
-                (l.chunk_method_table, 8, l.chunk_bytes),
-                (l.chunk_token_range, 2, l.chunk_bytes),
-            ];
-            for (i, (off, width, size)) in fields.into_iter().enumerate() {
+            for (i, (off, width, size)) in l.fields().into_iter().enumerate() {
                 assert!(off + width <= size, "{}: field {i} at {off:#x}", l.versions);
             }
         }

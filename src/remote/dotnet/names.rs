@@ -20,7 +20,7 @@ use std::collections::HashMap;
 use std::rc::Rc;
 
 use super::super::RemoteError;
-use super::super::checks::read_at;
+use super::super::checks::{read_at, read_u16_at as u16_at};
 use super::super::memory::Memory;
 use super::super::process::{Mapping, read_mapped};
 use super::layout::DotnetLayout;
@@ -295,11 +295,21 @@ impl<M: Memory> MethodNames<M> {
     /// The metadata row of the method at `method_desc` and its
     /// `MethodTable`, from the desc and its chunk.
     fn row_and_table(&self, method_desc: u64) -> Result<(u32, u64), RemoteError> {
-        let l = self.layout;
-        let mut desc = vec![0u8; l.desc_bytes];
+        let desc = self.desc(method_desc)?;
+        self.row_and_table_of(method_desc, &desc)
+    }
+
+    /// The `MethodDesc`'s bytes.
+    fn desc(&self, method_desc: u64) -> Result<Vec<u8>, RemoteError> {
+        let mut desc = vec![0u8; self.layout.desc_bytes];
         self.memory.read(method_desc, &mut desc)?;
-        let u16_at = |b: &[u8], at: usize| u16::from_le_bytes([b[at], b[at + 1]]);
-        let remainder = u16_at(&desc, l.desc_token_remainder) & TOKEN_REMAINDER_MASK;
+        Ok(desc)
+    }
+
+    /// [`MethodNames::row_and_table`] of a desc already read (`desc`).
+    fn row_and_table_of(&self, method_desc: u64, desc: &[u8]) -> Result<(u32, u64), RemoteError> {
+        let l = self.layout;
+        let remainder = u16_at(desc, l.desc_token_remainder) & TOKEN_REMAINDER_MASK;
         let chunk = method_desc
             .checked_sub(
                 u64::from(desc[l.desc_chunk_index]) * l.desc_alignment + l.chunk_bytes as u64,
@@ -322,15 +332,13 @@ impl<M: Memory> MethodNames<M> {
             });
         }
         let l = self.layout;
-        let mut desc = vec![0u8; l.desc_bytes];
-        self.memory.read(method_desc, &mut desc)?;
-        let u16_at = |b: &[u8], at: usize| u16::from_le_bytes([b[at], b[at + 1]]);
+        let desc = self.desc(method_desc)?;
         match u16_at(&desc, l.desc_flags) & CLASSIFICATION_MASK {
             MC_DYNAMIC => return Ok(MethodName::Dynamic { method_desc }),
             MC_ARRAY => return Ok(MethodName::ArrayAccessor),
             _ => {}
         }
-        let (rid, method_table) = self.row_and_table(method_desc)?;
+        let (rid, method_table) = self.row_and_table_of(method_desc, &desc)?;
         let module = self.read_pointer(method_table.wrapping_add(l.method_table_module))?;
         let assembly = self.assembly(module)?;
         let token = 0x0600_0000 | rid;
